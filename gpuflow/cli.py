@@ -1,0 +1,165 @@
+"""The gpuflow command line. Dry-run commands: schedule, estimate, rank-scale-down, demo.
+
+Exit codes: 0 done (scheduled), 3 unschedulable, 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from gpuflow import files, render
+from gpuflow.settings import Settings
+from scheduler import scale_down
+from scheduler.decide import decide
+from scheduler.errors import GpuflowError, InvalidInput
+from scheduler.estimate import estimate_request
+from scheduler.request import Request
+from scheduler.spec import PlacementStrategy
+from scheduler.units import MiB, gib
+
+EXIT_OK, EXIT_INVALID, EXIT_UNSCHEDULABLE = 0, 2, 3
+
+
+def request_summary(r: Request) -> dict:
+    if r.kind == "gguf":
+        full = r.full
+        return {"kind": "gguf", "architecture": r.model.architecture, "layers": r.total_layers,
+                "context_size": r.options.ctx_size, "full_offload_vram": full.vrams[0].nonuma,
+                "full_offload_ram": full.ram.nonuma, "cpu_only_ram": r.cpu_only.ram.nonuma}
+    d = {"kind": "flat", "vram": r.vram, "ram": r.ram, "basis": r.basis}
+    if r.kv_bytes_per_token:
+        d["kv_cache_bytes_per_token"] = r.kv_bytes_per_token
+    return d
+
+
+def _summary_text(s: dict) -> str:
+    if s["kind"] == "gguf":
+        return (f"{s['architecture']} GGUF, {s['layers']} layers, ctx {s['context_size']}: full offload "
+                f"{gib(s['full_offload_vram'])} GiB VRAM + {gib(s['full_offload_ram'])} GiB RAM; CPU only {gib(s['cpu_only_ram'])} GiB RAM")
+    return f"{gib(s['vram'])} GiB VRAM, {gib(s['ram'])} GiB RAM ({s['basis']})"
+
+
+def cmd_schedule(a) -> int:
+    snapshot = files.load_cluster(a.cluster)
+    spec = files.load_spec(a.model)
+    req = estimate_request(spec, files.model_files_path(spec, a.model, a.model_path))
+    d = decide(snapshot, spec, req, Settings().scheduler)
+    summary = request_summary(req)
+    if a.json:
+        print(json.dumps({**d.to_dict(), "request": summary}, indent=2))
+    else:
+        print(render.decision(d, _summary_text(summary)))
+    return EXIT_OK if d.scheduled else EXIT_UNSCHEDULABLE
+
+
+def _csv(v: str | None, cast):
+    if v is None:
+        return None
+    try:
+        return tuple(cast(x) for x in v.split(",") if x != "")
+    except ValueError:
+        raise InvalidInput(f"{v!r} is not a comma-separated list") from None
+
+
+def cmd_estimate(a) -> int:
+    from gpuflow.estimate_json import gguf_json, hf_json
+
+    path = a.model
+    if os.path.isdir(path):
+        out = hf_json(path)
+        print(json.dumps(out, indent=2) if a.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+        return EXIT_OK
+    footprint = _csv(a.platform_footprint, int) or (150, 250)
+    if len(footprint) != 2:
+        raise InvalidInput(f"--platform-footprint takes RAM,VRAM in MiB, got {a.platform_footprint!r}")
+    out = gguf_json(path, dict(
+        ctx_size=a.ctx_size, parallel_size=a.parallel_size, batch_size=a.batch_size, ubatch_size=a.ubatch_size,
+        cache_type_k=a.cache_type_k, cache_type_v=a.cache_type_v, flash_attention=a.flash_attention,
+        mmap=a.mmap, gpu_layers=a.gpu_layers, tensor_split=_csv(a.tensor_split, float), rpc=_csv(a.rpc, str) or (),
+        platform_ram=footprint[0] * MiB, platform_vram=footprint[1] * MiB, in_max_ctx_size=a.in_max_ctx_size),
+        step=a.gpu_layers_step)
+    if a.json:
+        print(json.dumps(out, indent=2))
+    else:
+        from gpuflow.estimate_json import table
+
+        print(table(out))
+    return EXIT_OK
+
+
+def cmd_rank(a) -> int:
+    snapshot = files.load_cluster(a.cluster)
+    if not any(i.model == a.model for i in snapshot.instances):
+        raise InvalidInput(f"{a.cluster}: no instance of model {a.model!r}")
+    ranked = scale_down.rank(snapshot, a.model, PlacementStrategy(a.strategy), Settings().scheduler)
+    if a.json:
+        print(json.dumps({"model": a.model, "strategy": a.strategy, "order": [r.to_dict() for r in ranked]}, indent=2))
+    else:
+        print(render.ranking(ranked))
+    return EXIT_OK
+
+
+def cmd_demo(a) -> int:
+    from gpuflow.demo import run_demo
+
+    return run_demo(a.data_dir)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuflow", description="GPU-cluster orchestrator for LLM inference servers")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("schedule", help="dry run: where would one replica go, and why")
+    s.add_argument("--cluster", required=True, help="cluster snapshot (YAML or JSON)")
+    s.add_argument("--model", required=True, help="model spec (YAML or JSON)")
+    s.add_argument("--model-path", help="local copy of the model files (for hub sources)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_schedule)
+
+    e = sub.add_parser("estimate", help="memory estimate of a GGUF file (gguf-parser's flags) or a HF directory")
+    e.add_argument("model", metavar="MODEL_FILE_OR_DIR")
+    e.add_argument("--ctx-size", type=int)
+    e.add_argument("--in-max-ctx-size", action="store_true")
+    e.add_argument("--parallel-size", type=int, default=1)
+    e.add_argument("--batch-size", type=int, default=2048)
+    e.add_argument("--ubatch-size", type=int, default=512)
+    e.add_argument("--gpu-layers", type=int, default=-1)
+    e.add_argument("--gpu-layers-step", type=int, default=0)
+    e.add_argument("--tensor-split")
+    e.add_argument("--rpc")
+    e.add_argument("--flash-attention", action="store_true")
+    e.add_argument("--mmap", dest="mmap", action="store_true", default=True)
+    e.add_argument("--no-mmap", dest="mmap", action="store_false")
+    e.add_argument("--cache-type-k", default="f16")
+    e.add_argument("--cache-type-v", default="f16")
+    e.add_argument("--platform-footprint", help="RAM,VRAM in MiB (default 150,250)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(fn=cmd_estimate)
+
+    r = sub.add_parser("rank-scale-down", help="a model's instances in removal order")
+    r.add_argument("--cluster", required=True)
+    r.add_argument("--model", required=True, help="model name")
+    r.add_argument("--strategy", choices=["spread", "binpack"], default="spread")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(fn=cmd_rank)
+
+    d = sub.add_parser("demo", help="the main job: dry-run placements of bundled examples")
+    d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except GpuflowError as e:
+        print(f"gpuflow: error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Reading the documented YAML/JSON files, with errors that name the field path."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from scheduler.cluster import ClusterSnapshot
+from scheduler.errors import InvalidInput
+from scheduler.spec import ModelSpec
+
+
+def _explain(path: str, e: ValidationError) -> InvalidInput:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc}: {msg}")
+    return InvalidInput(f"{path}: invalid:\n" + "\n".join(lines))
+
+
+def read_document(path: str) -> dict:
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise InvalidInput(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise InvalidInput(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {e}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load(path: str, model: type[BaseModel]):
+    data = read_document(path)
+    try:
+        obj = model.model_validate(data)
+    except ValidationError as e:
+        raise _explain(path, e) from None
+    return obj
+
+
+def load_cluster(path: str) -> ClusterSnapshot:
+    return load(path, ClusterSnapshot)
+
+
+def load_spec(path: str) -> ModelSpec:
+    return load(path, ModelSpec)
+
+
+def model_files_path(spec: ModelSpec, spec_file: str, override: str | None = None) -> str | None:
+    """Where the model's files are on this machine: --model-path, else local_path (relative to
+    the spec file). The spec itself is left as written, so it matches model_files rows."""
+    if override:
+        return override
+    lp = spec.source.local_path
+    if lp and not os.path.isabs(lp):
+        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(spec_file)), lp))
+    return lp

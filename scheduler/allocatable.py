@@ -1,0 +1,66 @@
+"""What each worker can still give: total minus claims, system reserve and foreign use.
+
+GPUStack counts claims only. We also honour observed ``vram_used``: memory used beyond what
+gpuflow's own claims explain belongs to someone else and is not available (GPUStack #6044).
+Per GPU: allocatable = max(total - reserve - max(claimed, used), 0). Subordinate claims count
+on their own workers, RAM included (GPUStack forgets subordinate RAM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.cluster import ClusterSnapshot, Instance, Worker
+
+
+@dataclass
+class Allocated:
+    ram: int = 0
+    vram: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    ram: int
+    vram: dict[int, int]  # GPU index -> bytes
+
+    @property
+    def vram_total(self) -> int:
+        return sum(self.vram.values())
+
+
+def allocated_by_worker(instances: list[Instance]) -> dict[str, Allocated]:
+    out: dict[str, Allocated] = {}
+    for inst in instances:
+        parts = [(inst.worker, inst.claim)] + [(s.worker, s.claim) for s in inst.subordinates]
+        for worker, claim in parts:
+            if worker is None:
+                continue
+            a = out.setdefault(worker, Allocated())
+            a.ram += claim.ram
+            for idx, b in claim.vram.items():
+                a.vram[idx] = a.vram.get(idx, 0) + b
+    return out
+
+
+def allocatable(worker: Worker, allocated: Allocated | None) -> Allocatable:
+    a = allocated or Allocated()
+    vram = {}
+    for g in worker.gpus:
+        claimed = a.vram.get(g.index, 0)
+        used = max(claimed, g.vram_used or 0)
+        vram[g.index] = max(g.vram_total - worker.reserved.vram - used, 0)
+    ram = max(worker.ram_total - a.ram - worker.reserved.ram, 0)
+    if worker.unified_memory:
+        ram = max(ram - worker.reserved.vram - sum(a.vram.values()), 0)
+        if vram:
+            first = min(vram)
+            vram[first] = min(ram, vram[first])
+    return Allocatable(ram=ram, vram=vram)
+
+
+def allocatable_map(snapshot: ClusterSnapshot, exclude: str | None = None) -> dict[str, Allocatable]:
+    """Allocatable for every worker; ``exclude`` drops one instance's own claim (re-placement)."""
+    insts = [i for i in snapshot.instances if i.name != exclude]
+    by = allocated_by_worker(insts)
+    return {w.name: allocatable(w, by.get(w.name)) for w in snapshot.workers}

@@ -1,0 +1,54 @@
+"""The decision: filter, select, score, pick. Snapshot and request in, decision out."""
+
+from __future__ import annotations
+
+from scheduler import filters, selectors
+from scheduler.allocatable import allocatable_map
+from scheduler.cluster import ClusterSnapshot
+from scheduler.decision import Candidate, Context, Decision
+from scheduler.policy_config import PolicyConfig
+from scheduler.request import Request
+from scheduler.scorers import apply_chain, binpack, locality, pick, spread
+from scheduler.spec import ModelSpec, PlacementStrategy
+
+
+def _placement(ctx: Context, cands: list[Candidate]) -> list[float]:
+    if ctx.spec.placement_strategy == PlacementStrategy.BINPACK:
+        return [binpack.score(c.worker, c.gpu_indexes, c.claim, c.subordinates, ctx.allocatable) for c in cands]
+    insts = [i for i in ctx.snapshot.instances if i.name != ctx.exclude]
+    counts = spread.count(insts, ctx.spec.name)
+    return spread.scores([(c.worker, c.gpu_indexes) for c in cands], counts, [c.worker for c in cands])
+
+
+def _locality(ctx: Context, cands: list[Candidate]) -> list[float]:
+    files = ctx.snapshot.model_files
+    main = locality.ready_on(files, ctx.spec.source.key)
+    draft = locality.ready_on(files, ctx.spec.draft_model.key if ctx.spec.draft_model else None)
+    return [locality.score(c.workers, main, draft) for c in cands]
+
+
+def scale_up_chain(ctx: Context):
+    return [("placement", ctx.config.placement, lambda cs: _placement(ctx, cs)),
+            ("locality", ctx.config.locality, lambda cs: _locality(ctx, cs))]
+
+
+def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
+           config: PolicyConfig | None = None, exclude: str | None = None) -> Decision:
+    """Where one replica of ``spec`` goes on ``snapshot``, and why. ``exclude`` names an
+    instance being re-placed, whose own claim and counts are left out."""
+    ctx = Context(spec, snapshot, request, config or PolicyConfig(), allocatable_map(snapshot, exclude), exclude)
+    workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN)
+    reasons = [v.note for v in verdicts if v.note]
+    for v in verdicts:
+        for w, rs in v.removed.items():
+            reasons.extend(f"{v.name}: worker {w}: {r}" for r in rs)
+    if not workers:
+        reasons.append("No worker passed the filters.")
+        return Decision(False, None, None, [], verdicts, reasons)
+    msgs: list[str] = []
+    strategy, cands = selectors.select(ctx, workers, msgs)
+    if not cands:
+        return Decision(False, None, None, [], verdicts, reasons + (msgs or ["No workers meet the resource requirements."]))
+    apply_chain(cands, scale_up_chain(ctx))
+    best = pick(cands)
+    return Decision(True, best, strategy, cands, verdicts, reasons)

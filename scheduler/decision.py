@@ -1,0 +1,100 @@
+"""What a decision is made of: candidates with each scorer's contribution, per-filter verdicts
+with per-worker reasons, and the decision itself. Plain data; ``to_dict`` gives the CLI's JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.allocatable import Allocatable
+from scheduler.cluster import ClusterSnapshot, Claim, Subordinate
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+from scheduler.policy_config import PolicyConfig
+
+
+def claim(ram: int = 0, vram: dict[int, int] | None = None, **kw) -> Claim:
+    """A Claim built without re-validation (selectors build thousands per decision)."""
+    return Claim.model_construct(ram=ram, vram=vram or {}, offload_layers=kw.get("offload_layers"),
+                                 total_layers=kw.get("total_layers"), tensor_split=kw.get("tensor_split"),
+                                 is_unified_memory=kw.get("is_unified_memory", False),
+                                 vram_utilization=kw.get("vram_utilization"))
+
+
+def subordinate(worker: str, gpu_indexes: list[int], c: Claim) -> Subordinate:
+    return Subordinate.model_construct(worker=worker, gpu_indexes=gpu_indexes, claim=c)
+
+
+@dataclass
+class Candidate:
+    worker: str
+    gpu_indexes: list[int]
+    claim: Claim
+    subordinates: list[Subordinate] = field(default_factory=list)
+    gpu_type: str | None = None
+    overcommit: bool = False
+    score: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def workers(self) -> list[str]:
+        return [self.worker] + [s.worker for s in self.subordinates]
+
+    def to_dict(self, with_scores: bool = True) -> dict:
+        d = {"worker": self.worker, "gpu_indexes": self.gpu_indexes,
+             "claim": self.claim.model_dump(mode="json", exclude_none=True),
+             "subordinates": [s.model_dump(mode="json", exclude_none=True) for s in self.subordinates]}
+        if self.overcommit:
+            d["overcommit"] = True
+        if with_scores:
+            d["score"] = round(self.score, 4)
+            d["scores"] = {k: round(v, 4) for k, v in self.scores.items()}
+        return d
+
+
+@dataclass
+class FilterVerdict:
+    name: str
+    before: int
+    kept: list[str]
+    removed: dict[str, list[str]]  # worker -> reasons
+    note: str | None = None  # the filter's summary line, GPUStack-style
+
+    def to_dict(self) -> dict:
+        return {"filter": self.name, "before": self.before, "kept": len(self.kept),
+                "removed": [{"worker": w, "reasons": r} for w, r in self.removed.items()],
+                **({"note": self.note} if self.note else {})}
+
+
+@dataclass
+class Context:
+    """Everything one scheduling cycle reads; computed once, passed to every unit."""
+
+    spec: ModelSpec
+    snapshot: ClusterSnapshot
+    request: Request
+    config: PolicyConfig
+    allocatable: dict[str, Allocatable]
+    exclude: str | None = None  # the instance being re-placed: its own claim does not count
+
+
+@dataclass
+class Decision:
+    scheduled: bool
+    placement: Candidate | None
+    strategy: str | None
+    candidates: list[Candidate]
+    filters: list[FilterVerdict]
+    reasons: list[str]
+
+    @property
+    def score(self) -> float | None:
+        return self.placement.score if self.placement else None
+
+    def to_dict(self) -> dict:
+        return {"scheduled": self.scheduled,
+                "placement": self.placement.to_dict(with_scores=False) if self.placement else None,
+                "strategy": self.strategy,
+                "score": round(self.score, 4) if self.score is not None else None,
+                "candidates": [c.to_dict() for c in self.candidates],
+                "filters": [f.to_dict() for f in self.filters],
+                "reasons": self.reasons}

@@ -1,0 +1,70 @@
+"""Turn a model spec and its local files into a resource request (the one place policy reads files)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from scheduler.errors import InvalidInput, ModelFileError
+from scheduler.gguf.estimate import LlamaCppOptions, estimate_items, gpustack_options
+from scheduler.gguf.model import load_model
+from scheduler.gguf.reader import read_header
+from scheduler.hf import claims
+from scheduler.hf.config import load_parameters
+from scheduler.hf.safetensors_header import directory_weight_bytes
+from scheduler.params import llama_cpp_options, user_tensor_split
+from scheduler.request import FlatRequest, GGUFRequest, Request, zero_vram
+from scheduler.spec import Backend, ModelSpec
+from scheduler.units import GiB, gib
+
+
+def model_path(spec: ModelSpec, override: str | None = None) -> str | None:
+    return override or spec.source.local_path
+
+
+def gguf_request(path: str, params: list[str], base: LlamaCppOptions | None = None) -> GGUFRequest:
+    model = load_model(read_header(path))
+    opts, gpu_layers = llama_cpp_options(params, base or gpustack_options())
+    items = estimate_items(model, replace(opts, gpu_layers=-1), step=1)
+    items[0] = zero_vram(items[0])
+    total = items[-1].offload_layers
+    if gpu_layers is not None and (gpu_layers < 0 or gpu_layers > total):
+        gpu_layers = total
+    return GGUFRequest(model=model, options=opts, items=items, gpu_layers=gpu_layers,
+                       user_tensor_split=user_tensor_split(params))
+
+
+def _flat_from_files(spec: ModelSpec, path: str) -> FlatRequest:
+    if not os.path.isdir(path):
+        raise ModelFileError(path, "not a model directory (expected config.json and weights)")
+    p = load_parameters(path)
+    weights, files = directory_weight_bytes(path)
+    if not files:
+        raise ModelFileError(path, "no weight files (*.safetensors, *.bin, *.pt, *.pth)")
+    vram = claims.vram_claim(weights, spec.categories)
+    factor = 3 if claims.TTS in spec.categories else 1.2
+    overhead = "2 GiB" if claims.is_llm(spec.categories) else "512 MiB"
+    ram = spec.resources.ram if spec.resources and spec.resources.ram is not None else 0
+    if spec.backend in (Backend.CUSTOM, Backend.VOXBOX):
+        ram = max(int(0.1 * vram), 2 * GiB)
+    return FlatRequest(vram=vram, ram=ram, weight_bytes=weights, params=p,
+                       kv_bytes_per_token=claims.kv_bytes_per_token(p),
+                       basis=f"weights {gib(weights)} GiB x {factor} + {overhead}")
+
+
+def estimate_request(spec: ModelSpec, path_override: str | None = None) -> Request:
+    """The model's resource request. ``resources`` in the spec wins over files, as GPUStack's
+    GPUSTACK_MODEL_VRAM_CLAIM does; a GGUF source is costed with llama.cpp's model."""
+    path = model_path(spec, path_override)
+    r = spec.resources
+    if r and r.vram is not None:
+        ram = r.ram if r.ram is not None else (max(int(0.1 * r.vram), 2 * GiB) if spec.backend == Backend.CUSTOM else 0)
+        params = load_parameters(path) if path and os.path.isfile(os.path.join(path, "config.json")) else None
+        return FlatRequest(vram=r.vram, ram=ram, basis="resources in the model spec", params=params)
+    if path is None:
+        raise InvalidInput(
+            f"model {spec.name}: source {spec.source.key} has no local files to estimate from; "
+            "pass the local copy (--model-path) or give resources: {vram, ram} in the spec")
+    if spec.source.is_gguf or path.endswith(".gguf"):
+        return gguf_request(path, spec.backend_parameters)
+    return _flat_from_files(spec, path)

@@ -1,0 +1,77 @@
+"""The resource request: a model's needs, computed once per decision from its files (the
+analogue of the Kubernetes scheduler's PreFilter writing to CycleState). Filters, selectors and
+scorers read it; none of them touches a file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from scheduler.gguf.estimate import EstimateItem, LlamaCppOptions, Memory, estimate_item
+from scheduler.gguf.model import GGUFModel
+from scheduler.hf.config import ModelParameters
+from scheduler.units import MiB
+
+
+@dataclass(frozen=True)
+class FlatRequest:
+    """One VRAM figure per replica (vLLM, SGLang, custom, VoxBox), with how it was reached."""
+
+    vram: int
+    ram: int = 0
+    basis: str = ""
+    weight_bytes: int | None = None
+    params: ModelParameters | None = None
+    kv_bytes_per_token: int | None = None
+
+    kind = "flat"
+
+
+@dataclass
+class GGUFRequest:
+    """llama.cpp's estimate for every offload count (items[0]: none, items[-1]: full), plus a
+    memo of tensor-split runs the selectors ask for."""
+
+    model: GGUFModel
+    options: LlamaCppOptions
+    items: list[EstimateItem]
+    gpu_layers: int | None = None  # the user's --gpu-layers, clipped to total layers
+    user_tensor_split: list[float] | None = None
+    _runs: dict = field(default_factory=dict, repr=False)
+
+    kind = "gguf"
+
+    @property
+    def full(self) -> EstimateItem:
+        return self.items[-1]
+
+    @property
+    def total_layers(self) -> int:
+        return self.full.offload_layers
+
+    @property
+    def cpu_only(self) -> EstimateItem:
+        return self.items[0]
+
+    def layer_vram(self, uma: bool) -> int:
+        """VRAM for one offloaded layer: the minimum a GPU must offer to take part."""
+        item = next((i for i in self.items if i.vrams and i.vrams[0].handle_layers == 1), self.full)
+        return item.vrams[0].uma if uma else item.vrams[0].nonuma
+
+    def run(self, tensor_split: tuple[int, ...], rpc: tuple[str, ...] = (), gpu_layers: int = -1) -> EstimateItem:
+        """The estimate with a tensor split (allocatable bytes, turned to MiB as GPUStack does)."""
+        split = tuple(int(v / MiB) if v >= MiB else v for v in tensor_split)
+        key = (split, rpc, gpu_layers)
+        if key not in self._runs:
+            opts = replace(self.options, tensor_split=tuple(float(v) for v in split), rpc=rpc, gpu_layers=gpu_layers)
+            self._runs[key] = estimate_item(self.model, opts)
+        return self._runs[key]
+
+
+def zero_vram(item: EstimateItem) -> EstimateItem:
+    """CPU-only runs allocate nothing on GPUs (GPUStack's clear_vram_claim)."""
+    vrams = tuple(Memory(v.handle_layers, v.handle_last_layer, v.handle_output_layer, 0, 0, v.remote, v.position)
+                  for v in item.vrams)
+    return replace(item, vrams=vrams)
+
+
+Request = FlatRequest | GGUFRequest

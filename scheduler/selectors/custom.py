@@ -1,0 +1,84 @@
+"""Custom and VoxBox backends: manual (one worker); one GPU; several GPUs on one worker; CPU.
+
+A declared whole-card fraction (--gpu-memory-utilization / --mem-fraction-static in the run
+command or parameters) books max(estimate share, total * fraction) per GPU. Unlike GPUStack,
+the multi-GPU path takes the fewest GPUs that can each hold their share, never a full GPU.
+"""
+
+from __future__ import annotations
+
+from scheduler.decision import Candidate, Context, claim
+from scheduler.params import whole_card_fraction
+from scheduler.selectors.base import first_nonempty
+from scheduler.selectors.fraction import Shape, split
+from scheduler.selectors.manual import manual
+from scheduler.units import gib
+
+
+def _per_card(req_vram: int, frac: float | None, total: int, share: int) -> int:
+    return max(share, int(total * frac)) if frac else share
+
+
+def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
+    req, out, best = ctx.request, [], 0
+    for w in workers:
+        a = ctx.allocatable[w.name]
+        if req.ram > a.ram:
+            continue
+        for g in w.gpus:
+            alloc = a.vram.get(g.index, 0)
+            best = max(best, alloc)
+            need = _per_card(req.vram, frac, g.vram_total, req.vram)
+            if need <= alloc:
+                out.append(Candidate(w.name, [g.index], claim(ram=req.ram, vram={g.index: need}), gpu_type=g.type))
+    if not out:
+        msgs.append(f"The largest allocatable GPU has {gib(best)} GiB; the model needs {gib(req.vram)} GiB on one GPU.")
+    return out
+
+
+def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
+    req, out = ctx.request, []
+    for w in workers:
+        a = ctx.allocatable[w.name]
+        if len(w.gpus) < 2 or req.ram > a.ram:
+            continue
+        gpus = sorted(w.gpus, key=lambda g: -a.vram.get(g.index, 0))
+        for n in range(2, len(gpus) + 1):
+            top = gpus[:n]
+            allocs = [a.vram.get(g.index, 0) for g in top]
+            if sum(allocs) < req.vram:
+                continue
+            shares = split(req.vram, allocs) if not frac else [req.vram // n] * n
+            vram = {g.index: _per_card(req.vram, frac, g.vram_total, s) for g, s in zip(top, shares)}
+            if all(vram[g.index] <= al for g, al in zip(top, allocs)):
+                out.append(Candidate(w.name, [g.index for g in top], claim(ram=req.ram, vram=vram), gpu_type=top[0].type))
+                break
+    if not out:
+        msgs.append(f"No worker's GPUs can together hold {gib(req.vram)} GiB with each GPU holding its share.")
+    return out
+
+
+def cpu(ctx: Context, workers, msgs) -> list[Candidate]:
+    if not ctx.spec.cpu_offloading:
+        return []
+    req = ctx.request
+    out = [Candidate(w.name, [], claim(ram=req.ram)) for w in workers if req.ram <= ctx.allocatable[w.name].ram]
+    if not out:
+        msgs.append(f"No worker has {gib(req.ram)} GiB of allocatable RAM.")
+    return out
+
+
+def select(ctx: Context, workers, msgs: list[str]):
+    spec, req = ctx.spec, ctx.request
+    frac = whole_card_fraction(spec.run_command, spec.backend_parameters)
+    msgs.append(f"The model requires approximately {gib(req.vram)} GiB of VRAM and {gib(req.ram)} GiB of RAM ({req.basis}).")
+    if spec.gpu_selector.gpu_ids:
+        if len(spec.gpu_selector.by_worker()) > 1:
+            msgs.append("Manual GPU selection across multiple workers is not supported for custom backends.")
+            return None, []
+        shape = Shape(ratio=lambda w, g: 0.0, strict_multi_gpu=False, gpu_count=0,
+                      enforce_count_across_workers=False, tp_problems=lambda n: [])
+        return first_nonempty([("manual", lambda m: manual(ctx, workers, shape, m, allow_multi_worker=False))], msgs)
+    return first_nonempty([("single_gpu", lambda m: single_gpu(ctx, workers, frac, m)),
+                           ("multi_gpu", lambda m: multi_gpu(ctx, workers, frac, m)),
+                           ("cpu", lambda m: cpu(ctx, workers, m))], msgs)

@@ -1,0 +1,76 @@
+"""GGUF models: which strategies run, in GPUStack's order and with its skip rules, then the
+first that yields any candidate wins."""
+
+from __future__ import annotations
+
+from scheduler.decision import Context
+from scheduler.selectors import gguf_strategies as S
+from scheduler.selectors.base import first_nonempty
+from scheduler.units import gib
+
+ORDER = ("single_gpu", "multi_gpu", "multi_worker", "partial_offload", "cpu")
+
+
+def allowed(ctx: Context, workers, msgs: list[str]) -> set[str]:
+    spec, req = ctx.spec, ctx.request
+    ok = set(ORDER)
+    if not spec.cpu_offloading:
+        ok -= {"partial_offload", "cpu"}
+    if not spec.distributed:
+        ok.discard("multi_worker")
+    ngl, total = req.gpu_layers, req.total_layers
+    if ngl is not None:
+        if 0 < ngl < total and not spec.cpu_offloading:
+            msgs.append(f"The parameter --gpu-layers {ngl} offloads part of the model ({total} layers); "
+                        "it requires cpu_offloading: true.")
+            return set()
+        if ngl == 0:
+            ok = {"cpu"}
+        else:
+            ok.discard("cpu")
+            if ngl != total:
+                ok -= {"single_gpu", "multi_gpu"}
+            else:
+                ok -= {"partial_offload", "cpu"}
+    if req.user_tensor_split:
+        ok.discard("single_gpu")
+    sel = spec.gpu_selector.by_worker()
+    if sel:
+        ok.discard("cpu")
+        if len(sel) > 1:
+            ok &= {"multi_worker"}
+        elif len(next(iter(sel.values()))) > 1:
+            ok -= {"single_gpu", "multi_worker"}
+        else:
+            ok -= {"multi_gpu", "multi_worker"}
+    if not any(a.vram_total for a in (ctx.allocatable[w.name] for w in workers)):
+        ok &= {"cpu"}
+        if any(w.gpus for w in workers):
+            msgs.append("No GPU has allocatable VRAM left.")
+    return ok
+
+
+def restrict_to_selected(ctx: Context, workers):
+    """Manual selection: each worker keeps only its selected GPUs."""
+    sel = ctx.spec.gpu_selector.by_worker()
+    if not sel:
+        return workers
+    return [w.model_copy(update={"gpus": [g for g in w.gpus if g.index in {x.index for x in sel.get(w.name, [])}]})
+            for w in workers]
+
+
+def select(ctx: Context, workers, msgs: list[str]):
+    req = ctx.request
+    full = req.full
+    msgs.append(f"The model needs {gib(full.vrams[0].nonuma)} GiB of VRAM and {gib(full.ram.nonuma)} GiB of RAM "
+                f"to offload all {req.total_layers} layers to one GPU (context {req.options.ctx_size}).")
+    workers = restrict_to_selected(ctx, workers)
+    ok = allowed(ctx, workers, msgs)
+    runs = {
+        "single_gpu": lambda m: S.single_gpu(ctx, workers, m),
+        "multi_gpu": lambda m: S.multi_gpu(ctx, workers, m),
+        "multi_worker": lambda m: S.rpc(ctx, workers, m, ctx.spec.cpu_offloading),
+        "partial_offload": lambda m: S.partial(ctx, workers, m),
+        "cpu": lambda m: S.cpu(ctx, workers, m),
+    }
+    return first_nonempty([(name, runs[name]) for name in ORDER if name in ok], msgs)

@@ -1,0 +1,135 @@
+"""The model spec: what to run, with which backend, how many replicas, and placement wishes.
+Documented in docs/formats.md."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from pydantic import Field, field_validator, model_validator
+
+from scheduler.cluster import Bytes, Strict
+
+GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
+
+
+class Backend(str, Enum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    LLAMA_CPP = "llama.cpp"
+    CUSTOM = "custom"
+    VOXBOX = "voxbox"
+
+
+class PlacementStrategy(str, Enum):
+    SPREAD = "spread"
+    BINPACK = "binpack"
+
+
+class HubFile(Strict):
+    repo: str = Field(min_length=1)
+    file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
+
+
+class Source(Strict):
+    local_path: str | None = None
+    huggingface: HubFile | None = None
+    modelscope: HubFile | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Source":
+        given = [k for k in ("local_path", "huggingface", "modelscope") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of local_path, huggingface, modelscope (got {given or 'none'})")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The string that identifies this source in the snapshot's model_files."""
+        if self.local_path:
+            return self.local_path
+        hub, f = ("huggingface", self.huggingface) if self.huggingface else ("modelscope", self.modelscope)
+        return f"{hub}:{f.repo}" + (f":{f.file}" if f.file else "")
+
+    @property
+    def is_gguf(self) -> bool:
+        name = self.local_path or (self.huggingface or self.modelscope).file or ""
+        return name.endswith(".gguf")
+
+
+class GPUId(Strict):
+    worker: str
+    type: str
+    index: int
+
+
+class GPUSelector(Strict):
+    gpu_ids: list[str] = []
+    gpus_per_replica: int | None = Field(default=None, ge=1)
+
+    @field_validator("gpu_ids")
+    @classmethod
+    def _well_formed(cls, ids: list[str]) -> list[str]:
+        for i in ids:
+            if not GPU_ID.match(i):
+                raise ValueError(f"GPU id {i!r} is not 'worker:type:index' (example: 'host1:cuda:0')")
+        if len(set(ids)) != len(ids):
+            raise ValueError("GPU ids repeat")
+        return ids
+
+    def parsed(self) -> list[GPUId]:
+        out = []
+        for i in self.gpu_ids:
+            m = GPU_ID.match(i)
+            out.append(GPUId(worker=m["worker"], type=m["type"], index=int(m["index"])))
+        return out
+
+    def by_worker(self) -> dict[str, list[GPUId]]:
+        out: dict[str, list[GPUId]] = {}
+        for g in self.parsed():
+            out.setdefault(g.worker, []).append(g)
+        return out
+
+
+class Resources(Strict):
+    vram: Bytes | None = None  # per replica, split over its GPUs
+    ram: Bytes | None = None
+
+
+class ModelSpec(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    source: Source
+    backend: Backend
+    backend_version: str | None = None
+    backend_parameters: list[str] = []
+    run_command: str | None = None
+    env: dict[str, str] = {}
+    replicas: int = Field(default=1, ge=0)
+    placement_strategy: PlacementStrategy = PlacementStrategy.SPREAD
+    worker_selector: dict[str, str] = {}
+    gpu_selector: GPUSelector = GPUSelector()
+    cpu_offloading: bool = False
+    distributed_inference_across_workers: bool | None = None
+    categories: list[str] = []
+    draft_model: Source | None = None
+    resources: Resources | None = None
+    cluster: str = "default"
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "ModelSpec":
+        if self.backend == Backend.CUSTOM and not self.run_command:
+            raise ValueError("backend custom needs run_command")
+        if self.run_command and self.backend != Backend.CUSTOM:
+            raise ValueError(f"run_command is only for backend custom (backend is {self.backend.value})")
+        if self.backend == Backend.LLAMA_CPP and not self.source.is_gguf and not self.resources:
+            raise ValueError("backend llama.cpp needs a .gguf source (local_path or hub file)")
+        if self.backend == Backend.LLAMA_CPP and self.resources:
+            raise ValueError("resources cannot override llama.cpp estimates; set --ctx-size and friends in backend_parameters")
+        return self
+
+    @property
+    def distributed(self) -> bool:
+        """GPUStack's default: on for vLLM and SGLang, off otherwise."""
+        if self.distributed_inference_across_workers is not None:
+            return self.distributed_inference_across_workers
+        return self.backend in (Backend.VLLM, Backend.SGLANG)
