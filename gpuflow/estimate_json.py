@@ -3,8 +3,6 @@ the two tools can be compared; a summary of claims for Hugging Face directories.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from scheduler.gguf.estimate import LlamaCppOptions, estimate, estimate_items
 from scheduler.gguf.model import load_model
 from scheduler.gguf.reader import read_header
@@ -27,7 +25,7 @@ def gguf_json(path: str, opts: dict, step: int = 0) -> dict:
     m = load_model(read_header(path))
     o = LlamaCppOptions(**opts)
     items = estimate_items(m, o, step)
-    run = estimate(m, replace(o))
+    run = estimate(m, o)
     return {
         "architecture": {"type": m.type, "architecture": m.architecture, "contextLength": m.n_ctx_train,
                          "embeddingLength": m.n_embd, "blockCount": m.n_layer, "attentionHeadCount": m.n_head,

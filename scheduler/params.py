@@ -94,30 +94,28 @@ def user_tensor_split(params: list[str]) -> list[float] | None:
         raise InvalidInput(f"backend parameter --tensor-split must be comma-separated numbers, got {v!r}") from None
 
 
-def vllm_world_size(params: list[str]) -> int | None:
-    sizes = [find_int(params, *names, minimum=1) for names in (
-        ("--tensor-parallel-size", "-tp", "--tp"), ("--pipeline-parallel-size", "-pp", "--pp"),
-        ("--data-parallel-size", "-dp", "--dp"), ("--prefill-context-parallel-size", "--pcp"))]
-    set_ = [s for s in sizes if s]
-    if not set_:
+def _product(sizes: list[int | None]) -> int | None:
+    """The world size from the parallel sizes that were given (None when none was)."""
+    given = [s for s in sizes if s]
+    if not given:
         return None
     n = 1
-    for s in set_:
+    for s in given:
         n *= s
     return n
+
+
+def vllm_world_size(params: list[str]) -> int | None:
+    return _product([find_int(params, *names, minimum=1) for names in (
+        ("--tensor-parallel-size", "-tp", "--tp"), ("--pipeline-parallel-size", "-pp", "--pp"),
+        ("--data-parallel-size", "-dp", "--dp"), ("--prefill-context-parallel-size", "--pcp"))])
 
 
 def sglang_world_size(params: list[str]) -> int | None:
     tp = find_int(params, "--tp-size", "--tensor-parallel-size", "--tp", minimum=1)
     pp = find_int(params, "--pp-size", "--pipeline-parallel-size", minimum=1)
     dp = None if has(params, "--enable-dp-attention") else find_int(params, "--dp-size", "--data-parallel-size", "--dp", minimum=1)
-    set_ = [s for s in (tp, pp, dp) if s]
-    if not set_:
-        return None
-    n = 1
-    for s in set_:
-        n *= s
-    return n
+    return _product([tp, pp, dp])
 
 
 def whole_card_fraction(run_command: str | None, params: list[str]) -> float | None:

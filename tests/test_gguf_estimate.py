@@ -1,6 +1,5 @@
 """llama.cpp memory model against reference figures (estimation.md §1, §4, §5)."""
 
-from dataclasses import replace
 
 import pytest
 

@@ -5,8 +5,8 @@ import pytest
 from scheduler.decide import decide
 from scheduler.estimate import gguf_request
 from scheduler.spec import ModelSpec
-from scheduler.units import GiB, MiB
-from tests.conftest import cluster, gpu, inst, worker
+from scheduler.units import GiB
+from tests.conftest import cluster, gpu, worker
 
 
 def spec(**kw):
@@ -101,3 +101,10 @@ def test_smollm2_real_file_binpacks_onto_the_fuller_card(smollm2):
     d = decide(snap, ModelSpec(name="smol", source={"local_path": smollm2}, backend="llama.cpp", placement_strategy="binpack"), r)
     assert [c.worker for c in d.candidates] == ["big", "snug"]
     assert d.placement.worker == "snug"
+
+
+def test_user_gpu_layers_are_honoured_in_partial_offload(llama3_gguf):
+    r = gguf_request(llama3_gguf, ["--gpu-layers", "10"])
+    d = decide(cluster([worker("w", 64, [gpu(0, 24)])]),
+               spec(cpu_offloading=True, backend_parameters=["--gpu-layers", "10"]), r)
+    assert d.strategy == "partial_offload" and d.placement.claim.offload_layers == 10

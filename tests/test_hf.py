@@ -1,7 +1,6 @@
 """Hugging Face estimation: config, safetensors headers, KV per token, GPUStack's claims."""
 
 import json
-import os
 
 import pytest
 

@@ -178,3 +178,15 @@ def _distributed(ctx: Context, t: str, picked, shape: Shape) -> Candidate:
             for (w, gpus), b in zip(rest, books[1:])]
     main = claim(ram=req.ram, vram=books[0], vram_utilization=shape.ratio(mw, mg[0]) or None)
     return Candidate(mw.name, [g.index for g in mg], main, subs, gpu_type=t)
+
+
+def strategies(ctx: Context, workers: list[Worker], shape: Shape):
+    """vLLM's and SGLang's order: manual selection alone when GPUs are named; else one GPU,
+    several GPUs on one worker, several workers."""
+    from scheduler.selectors.manual import manual
+
+    if ctx.spec.gpu_selector.gpu_ids:
+        return [("manual", lambda m: manual(ctx, workers, shape, m, allow_multi_worker=ctx.spec.distributed))]
+    return [("single_gpu", lambda m: single_gpu(ctx, workers, shape, m)),
+            ("multi_gpu", lambda m: multi_gpu(ctx, workers, shape, m)),
+            ("multi_worker", lambda m: multi_worker(ctx, workers, shape, m))]

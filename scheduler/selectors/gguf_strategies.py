@@ -148,6 +148,8 @@ def partial(ctx: Context, workers, msgs) -> list[Candidate]:
     """Some layers on one GPU, the rest on the CPU: the most layers that fit, per worker."""
     req, out = ctx.request, []
     partials = req.items[1:-1]  # 1..N layers, not full
+    if req.gpu_layers and 0 < req.gpu_layers < req.total_layers:
+        partials = [req.items[req.gpu_layers]]  # the user fixed the count: that item or nothing
     for w in workers:
         a, uma = ctx.allocatable[w.name], w.unified_memory
         for g in w.gpus:

@@ -7,8 +7,7 @@ from scheduler.hf.claims import tp_problems
 from scheduler.hf.sglang_fraction import mem_fraction_static
 from scheduler.params import find_float, sglang_world_size
 from scheduler.selectors.base import first_nonempty
-from scheduler.selectors.fraction import Shape, multi_gpu, multi_worker, single_gpu
-from scheduler.selectors.manual import manual
+from scheduler.selectors.fraction import Shape, strategies
 from scheduler.selectors.vllm import world_and_tp
 from scheduler.units import MiB, gib
 
@@ -34,10 +33,4 @@ def select(ctx: Context, workers, msgs: list[str]):
     shape = Shape(ratio=lambda w, g: frac[g.type], strict_multi_gpu=False, gpu_count=count,
                   enforce_count_across_workers=False,
                   tp_problems=(lambda n: tp_problems(params, n)) if params else (lambda n: []))
-    if spec.gpu_selector.gpu_ids:
-        strategies = [("manual", lambda m: manual(ctx, workers, shape, m, allow_multi_worker=spec.distributed))]
-    else:
-        strategies = [("single_gpu", lambda m: single_gpu(ctx, workers, shape, m)),
-                      ("multi_gpu", lambda m: multi_gpu(ctx, workers, shape, m)),
-                      ("multi_worker", lambda m: multi_worker(ctx, workers, shape, m))]
-    return first_nonempty(strategies, msgs)
+    return first_nonempty(strategies(ctx, workers, shape), msgs)

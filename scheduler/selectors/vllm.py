@@ -7,8 +7,7 @@ from scheduler.decision import Context
 from scheduler.hf.claims import tp_problems, vllm_gmu
 from scheduler.params import find_float, find_int, vllm_world_size
 from scheduler.selectors.base import first_nonempty
-from scheduler.selectors.fraction import Shape, multi_gpu, multi_worker, single_gpu
-from scheduler.selectors.manual import manual
+from scheduler.selectors.fraction import Shape, strategies
 from scheduler.units import gib
 
 
@@ -42,10 +41,4 @@ def select(ctx: Context, workers, msgs: list[str]):
     shape = Shape(ratio=lambda w, g: gmu, strict_multi_gpu=True, gpu_count=count,
                   enforce_count_across_workers=True,
                   tp_problems=(lambda n: tp_problems(params, n)) if params else (lambda n: []))
-    if spec.gpu_selector.gpu_ids:
-        strategies = [("manual", lambda m: manual(ctx, workers, shape, m, allow_multi_worker=spec.distributed))]
-    else:
-        strategies = [("single_gpu", lambda m: single_gpu(ctx, workers, shape, m)),
-                      ("multi_gpu", lambda m: multi_gpu(ctx, workers, shape, m)),
-                      ("multi_worker", lambda m: multi_worker(ctx, workers, shape, m))]
-    return first_nonempty(strategies, msgs)
+    return first_nonempty(strategies(ctx, workers, shape), msgs)
