@@ -51,18 +51,22 @@ def _inv(v: float, lo: float, hi: float) -> float:
 
 def scores(placements: list[tuple[str, list[int]]], counts: dict[str, Counts], compared: list[str]) -> list[float]:
     """Spread score per (worker, gpu_indexes); stats are taken over the ``compared`` workers."""
-    stats = [counts.get(w, Counts()) for w in compared]
+    stats = [counts.get(w, Counts()) for w in dict.fromkeys(compared)]
     any_zero = any(c.cur == 0 for c in stats)
     lo_c, hi_c = min((c.cur for c in stats), default=0), max((c.cur for c in stats), default=0)
     lo_o, hi_o = min((c.oth for c in stats), default=0), max((c.oth for c in stats), default=0)
+    worker_score: dict[str, float] = {}
     out = []
     for worker, gpus in placements:
         c = counts.get(worker, Counts())
-        if any_zero:
-            w = 0.85 + 0.15 * _inv(c.oth, lo_o, hi_o) if c.cur == 0 else \
-                0.45 + 0.35 * _inv(c.cur, lo_c, hi_c) + 0.20 * _inv(c.oth, lo_o, hi_o)
-        else:
-            w = 0.50 + 0.25 * _inv(c.cur, lo_c, hi_c) + 0.15 * _inv(c.oth, lo_o, hi_o)
+        w = worker_score.get(worker)
+        if w is None:
+            if any_zero:
+                w = 0.85 + 0.15 * _inv(c.oth, lo_o, hi_o) if c.cur == 0 else \
+                    0.45 + 0.35 * _inv(c.cur, lo_c, hi_c) + 0.20 * _inv(c.oth, lo_o, hi_o)
+            else:
+                w = 0.50 + 0.25 * _inv(c.cur, lo_c, hi_c) + 0.15 * _inv(c.oth, lo_o, hi_o)
+            worker_score[worker] = w
         if gpus:
             g = sum(1 / (1 + c.gpu_cur.get(i, 0) + 0.2 * c.gpu_oth.get(i, 0)) for i in gpus) / len(gpus)
             out.append((0.85 * w + 0.15 * g) * 100)

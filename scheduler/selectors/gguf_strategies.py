@@ -39,17 +39,18 @@ def gpu_list(ctx: Context, workers) -> list[tuple]:
 
 def single_gpu(ctx: Context, workers, msgs) -> list[Candidate]:
     req, out = ctx.request, []
-    full = req.full
+    full, total = req.full, req.total_layers
+    need = {uma: (_vram(full, 0, uma), _ram(full, uma)) for uma in (False, True)}
     for w, g, alloc in gpu_list(ctx, workers):
         uma = w.unified_memory
-        v, r = _vram(full, 0, uma), _ram(full, uma)
+        v, r = need[uma]
         if v > alloc or not _ram_ok(r, v, ctx.allocatable[w.name].ram, uma):
             continue
-        out.append(Candidate(w.name, [g.index], claim(ram=r, vram={g.index: v}, offload_layers=req.total_layers,
-                                                        total_layers=req.total_layers, is_unified_memory=uma), gpu_type=g.type))
+        out.append(Candidate(w.name, [g.index], claim(ram=r, vram={g.index: v}, offload_layers=total,
+                                                        total_layers=total, is_unified_memory=uma), gpu_type=g.type))
     if not out:
-        msgs.append(f"No GPU can hold the whole model: it needs {gib(_vram(full, 0, False))} GiB of VRAM "
-                    f"and {gib(_ram(full, False))} GiB of RAM.")
+        msgs.append(f"No GPU can hold the whole model: it needs {gib(need[False][0])} GiB of VRAM "
+                    f"and {gib(need[False][1])} GiB of RAM.")
     return out
 
 
