@@ -118,3 +118,16 @@ def test_vllm_multi_gpu_picks_a_valid_tp_size():
     snap = cluster([worker("h", 64, [gpu(i, 16) for i in range(4)])])
     d = decide(snap, ModelSpec(name="q", source={"huggingface": {"repo": "q"}}, backend="vllm"), req)
     assert d.strategy == "multi_gpu" and d.placement.gpu_indexes == [0, 1, 2, 3]
+
+
+def test_sglang_books_its_mem_fraction():
+    # RTX 4090 (24810 MiB): mem_fraction_static 0.848 -> books int(24810 MiB * 0.848); the claim
+    # 19.02 GiB fits (<= 0.848 * 24.23 = 20.55). A 4080 (16376 MiB, 0.772 -> 12.35 GiB) cannot hold it.
+    # (The fraction is sized by the smallest card of a type among the workers, as GPUStack does.)
+    req = FlatRequest(vram=claims.vram_claim(15_231_233_024, []), params=_qwen7b_params())
+    spec = ModelSpec(name="q", source={"huggingface": {"repo": "q"}}, backend="sglang")
+    d = decide(cluster([worker("h4090", 64, [gpu(0, 24810 / 1024)])]), spec, req)
+    assert d.strategy == "single_gpu"
+    assert d.placement.claim.vram == {0: int(24810 * 1024**2 * 0.848)} and d.placement.claim.vram_utilization == 0.848
+    d = decide(cluster([worker("h4080", 64, [gpu(0, 16376 / 1024)])]), spec, req)
+    assert not d.scheduled and any("cuda 0.772" in r for r in d.reasons)
