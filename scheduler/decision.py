@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.allocatable import Allocatable
-from scheduler.cluster import Claim, ClusterSnapshot
+from scheduler.cluster import ClusterSnapshot
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.policy_config import PolicyConfig
@@ -28,9 +28,6 @@ class PlannedClaim:
     def model_dump(self, mode: str = "json", exclude_none: bool = False) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}
         return {k: v for k, v in d.items() if v is not None} if exclude_none else d
-
-    def to_claim(self) -> Claim:
-        return Claim.model_validate(self.model_dump(exclude_none=True))
 
 
 @dataclass(slots=True)
