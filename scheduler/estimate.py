@@ -15,7 +15,7 @@ from scheduler.hf.safetensors_header import directory_weight_bytes
 from scheduler.params import llama_cpp_options, user_tensor_split
 from scheduler.request import FlatRequest, GGUFRequest, Request, zero_vram
 from scheduler.spec import Backend, ModelSpec
-from scheduler.units import GiB, gib
+from scheduler.units import GiB, MiB, gib
 
 
 def model_path(spec: ModelSpec, override: str | None = None) -> str | None:
@@ -42,14 +42,14 @@ def _flat_from_files(spec: ModelSpec, path: str) -> FlatRequest:
     if not files:
         raise ModelFileError(path, "no weight files (*.safetensors, *.bin, *.pt, *.pth)")
     vram = claims.vram_claim(weights, spec.categories)
-    factor = 3 if claims.TTS in spec.categories else 1.2
-    overhead = "2 GiB" if claims.is_llm(spec.categories) else "512 MiB"
+    factor, overhead = claims.claim_terms(spec.categories)
+    overhead_text = f"{overhead // GiB} GiB" if overhead % GiB == 0 else f"{overhead // MiB} MiB"
     ram = spec.resources.ram if spec.resources and spec.resources.ram is not None else 0
     if spec.backend in (Backend.CUSTOM, Backend.VOXBOX):
-        ram = max(int(0.1 * vram), 2 * GiB)
+        ram = claims.custom_ram_claim(vram)
     return FlatRequest(vram=vram, ram=ram, weight_bytes=weights, params=p,
                        kv_bytes_per_token=claims.kv_bytes_per_token(p),
-                       basis=f"weights {gib(weights)} GiB x {factor} + {overhead}")
+                       basis=f"weights {gib(weights)} GiB x {factor} + {overhead_text}")
 
 
 def estimate_request(spec: ModelSpec, path_override: str | None = None) -> Request:
@@ -58,7 +58,7 @@ def estimate_request(spec: ModelSpec, path_override: str | None = None) -> Reque
     path = model_path(spec, path_override)
     r = spec.resources
     if r and r.vram is not None:
-        ram = r.ram if r.ram is not None else (max(int(0.1 * r.vram), 2 * GiB) if spec.backend == Backend.CUSTOM else 0)
+        ram = r.ram if r.ram is not None else (claims.custom_ram_claim(r.vram) if spec.backend == Backend.CUSTOM else 0)
         params = load_parameters(path) if path and os.path.isfile(os.path.join(path, "config.json")) else None
         return FlatRequest(vram=r.vram, ram=ram, basis="resources in the model spec", params=params)
     if path is None:

@@ -21,14 +21,20 @@ def is_llm(categories: list[str]) -> bool:
     return not categories or LLM in categories
 
 
-def vram_claim(weight_bytes: int, categories: list[str], lora_bytes: int = 0) -> int:
-    """GPUStack's ``estimate_model_vram``: int((W + LoRA) * factor) + overhead.
+def claim_terms(categories: list[str]) -> tuple[float, int]:
+    """(factor, overhead bytes): 3 for text-to-speech, else 1.2; 2 GiB for LLMs, else 512 MiB."""
+    return (3 if TTS in categories else 1.2), (2 * GiB if is_llm(categories) else 512 * MiB)
 
-    factor 3 for text-to-speech, else 1.2; overhead 2 GiB for LLMs, else 512 MiB.
-    """
-    factor = 3 if TTS in categories else 1.2
-    overhead = 2 * GiB if is_llm(categories) else 512 * MiB
+
+def vram_claim(weight_bytes: int, categories: list[str], lora_bytes: int = 0) -> int:
+    """GPUStack's ``estimate_model_vram``: int((W + LoRA) * factor) + overhead."""
+    factor, overhead = claim_terms(categories)
     return int((weight_bytes + lora_bytes) * factor) + overhead
+
+
+def custom_ram_claim(vram: int) -> int:
+    """GPUStack's RAM claim for custom engines: a tenth of the VRAM claim, at least 2 GiB."""
+    return max(int(0.1 * vram), 2 * GiB)
 
 
 def kv_bytes_per_token(p: ModelParameters, tp: int = 1, kv_dtype_bytes: int | None = None) -> int:
