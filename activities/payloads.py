@@ -1,0 +1,157 @@
+"""What crosses Temporal between the control-plane workflows and activities: plain pydantic
+models (no SQLModel, no I/O), so workflow modules can import them cheaply. Fields are added with
+defaults, never removed, so running histories stay decodable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from scheduler.cluster import GPU, Claim, Subordinate
+
+CONTROL_QUEUE = "gpuflow-control"
+
+
+def host_queue(worker: str) -> str:
+    return f"gpuflow-host-{worker}"
+
+
+class Timings(BaseModel):
+    """Every duration the workflows wait on. Defaults are for production; tests shorten them."""
+
+    host_heartbeat_s: float = Field(10.0, gt=0, description="An agent that misses heartbeats this long is lost. Default 10 s.")
+    host_schedule_to_start_s: float = Field(15.0, gt=0, description="Work queued for a host nobody polls fails after this. Default 15 s.")
+    unreachable_grace_s: float = Field(300.0, ge=0, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
+    restart_base_s: float = Field(10.0, ge=0, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")
+    restart_cap_s: float = Field(300.0, ge=0, description="Restart backoff cap. Default 300 s.")
+    ready_timeout_s: float = Field(600.0, gt=0, description="A launched server must answer within this. Default 600 s.")
+    settle_s: float = Field(3.0, ge=0, description="A command without {port} is up once it has lived this long. Default 3 s.")
+    pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: a PENDING instance re-decides at least this often. Default 600 s.")
+    host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
+    reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
+
+
+class PlacementPlan(BaseModel):
+    worker: str
+    gpu_indexes: list[int] = []
+    claim: Claim = Claim()
+    subordinates: list[Subordinate] = []
+
+
+class DecisionRecord(BaseModel):
+    """The decide activity's result: kept whole in the workflow history, so the UI shows it."""
+
+    scheduled: bool
+    plan: PlacementPlan | None = None
+    strategy: str | None = None
+    score: float | None = None
+    reasons: list[str] = []
+    request: dict[str, Any] = {}
+    decision: dict[str, Any] = {}
+    workers_seen: int = 0
+
+
+class EstimateRecord(BaseModel):
+    model: str
+    request: dict[str, Any]
+    summary: str
+
+
+class InstanceRecord(BaseModel):
+    """A state change of one instance, as the store records it."""
+
+    name: str
+    deployment: str
+    model: str
+    state: str
+    reason: str = ""
+    worker: str | None = None
+    gpu_indexes: list[int] = []
+    restarts: int = 0
+    pid: int | None = None
+    port: int | None = None
+    decision: dict[str, Any] | None = None
+
+
+class InstanceInput(BaseModel):
+    name: str
+    deployment: str
+    spec: dict[str, Any]
+    timings: Timings = Timings()
+    restarts: int = 0
+    placement: PlacementPlan | None = None  # carried across continue-as-new
+
+
+class InstanceView(BaseModel):
+    name: str
+    deployment: str
+    model: str
+    state: str
+    reason: str = ""
+    worker: str | None = None
+    gpu_indexes: list[int] = []
+    restarts: int = 0
+    pid: int | None = None
+    port: int | None = None
+    decision: DecisionRecord | None = None
+
+
+class DeploymentInput(BaseModel):
+    """``spec`` is plain JSON (so `temporal workflow start --input` works); it is validated in
+    the workflow, and a bad one fails the workflow with the validation message."""
+
+    spec: dict[str, Any]
+    replicas: int | None = None  # overrides spec.replicas when given
+    timings: Timings | None = None
+    instances: list[str] = []
+    next_index: int = 0
+    deleting: bool = False
+
+
+class DeploymentView(BaseModel):
+    name: str
+    replicas: int
+    instances: list[str]
+    deleting: bool = False
+    spec: dict[str, Any] = {}
+
+
+class HostReport(BaseModel):
+    """What an agent reports about its host."""
+
+    name: str
+    cluster: str = "default"
+    labels: dict[str, str] = {}
+    ram_total: int
+    unified_memory: bool = False
+    reserved_ram: int = 0
+    reserved_vram: int = 0
+    backends: list[str] | None = None
+    gpus: list[GPU] = []
+    simulated: bool = False
+    agent_version: str = ""
+
+    def fingerprint(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.model_dump_json(exclude={"agent_version"}).encode()).hexdigest()[:16]
+
+
+class HostInput(BaseModel):
+    name: str
+    timings: Timings = Timings()
+    report: HostReport | None = None
+    state: str = "not_ready"
+
+
+class HostView(BaseModel):
+    name: str
+    state: str
+    report: HostReport | None = None
+    since: str = ""
+
+
+class ScaleDownOrder(BaseModel):
+    order: list[str]
+    ranking: list[dict[str, Any]] = []

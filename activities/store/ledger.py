@@ -1,0 +1,165 @@
+"""The reservation ledger: no GPU is ever booked beyond what it holds.
+
+``reserve`` runs in one transaction: lock the rows of every worker the plan touches (sorted, so
+two transactions cannot deadlock), read the ledger for those workers, and check the plan against
+what the workers' current inventory can still give (scheduler.allocatable, the same arithmetic
+the policy used). A plan made on a stale snapshot fails with ``StaleDecision``, and the caller
+decides again on a fresh one. On SQLite the transaction began with BEGIN IMMEDIATE and holds
+the database's write lock throughout.
+
+Both legs are idempotent and keyed by instance: reserving the same plan twice books once;
+releasing twice (or releasing what was never reserved) is a no-op.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from activities.payloads import PlacementPlan
+from activities.store.snapshot import worker_model
+from activities.store.tables import InstanceRow, ReservationRow, WorkerRow, utcnow
+from scheduler.allocatable import Allocated, allocatable
+from scheduler.errors import GpuflowError
+from scheduler.units import gib
+
+
+class StaleDecision(GpuflowError):
+    """The plan no longer fits: capacity changed since the decision's snapshot."""
+
+
+def plan_rows(instance: str, plan: PlacementPlan) -> list[ReservationRow]:
+    """The ledger lines of a plan: one per GPU (RAM on the first line of each worker)."""
+    rows: list[ReservationRow] = []
+    parts = [(plan.worker, plan.gpu_indexes, plan.claim, "main")]
+    parts += [(s.worker, s.gpu_indexes, s.claim, "subordinate") for s in plan.subordinates]
+    for worker, gpus, claim, role in parts:
+        indexes = sorted(set(gpus) | set(claim.vram))
+        if not indexes:
+            rows.append(ReservationRow(instance=instance, worker=worker, gpu_index=-1, ram=claim.ram, role=role))
+            continue
+        for n, idx in enumerate(indexes):
+            rows.append(ReservationRow(instance=instance, worker=worker, gpu_index=idx, vram=claim.vram.get(idx, 0),
+                                       ram=claim.ram if n == 0 else 0, role=role))
+    return rows
+
+
+def _same(held: list[ReservationRow], wanted: list[ReservationRow]) -> bool:
+    key = lambda r: (r.worker, r.gpu_index, r.vram, r.ram)  # noqa: E731
+    return sorted(map(key, held)) == sorted(map(key, wanted))
+
+
+def _lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
+    stmt = select(WorkerRow).where(WorkerRow.name.in_(names)).order_by(WorkerRow.name)
+    if session.get_bind().dialect.name != "sqlite":
+        stmt = stmt.with_for_update()
+    return {w.name: w for w in session.exec(stmt)}
+
+
+def _booked(session: Session, workers: list[str], exclude: str) -> dict[str, Allocated]:
+    out: dict[str, Allocated] = {}
+    stmt = select(ReservationRow).where(ReservationRow.worker.in_(workers), ReservationRow.instance != exclude)
+    for r in session.exec(stmt):
+        a = out.setdefault(r.worker, Allocated())
+        a.ram += r.ram
+        if r.gpu_index >= 0:
+            a.vram[r.gpu_index] = a.vram.get(r.gpu_index, 0) + r.vram
+    return out
+
+
+def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: list[ReservationRow]) -> list[str]:
+    """Why ``rows`` do not fit beside what is booked (empty: they fit)."""
+    problems: list[str] = []
+    need: dict[str, Allocated] = {}
+    for r in rows:
+        a = need.setdefault(r.worker, Allocated())
+        a.ram += r.ram
+        if r.gpu_index >= 0:
+            a.vram[r.gpu_index] = a.vram.get(r.gpu_index, 0) + r.vram
+    for name, want in sorted(need.items()):
+        row = workers.get(name)
+        if row is None:
+            problems.append(f"worker {name} is not in the store")
+            continue
+        if row.state != "ready":
+            problems.append(f"worker {name} is {row.state}")
+            continue
+        free = allocatable(worker_model(row), booked.get(name))
+        for idx, b in sorted(want.vram.items()):
+            if idx not in free.vram:
+                problems.append(f"worker {name} has no GPU {idx}")
+            elif b > free.vram[idx]:
+                problems.append(f"worker {name} GPU {idx}: needs {gib(b)} GiB, {gib(free.vram[idx])} GiB free")
+        if want.ram > free.ram:
+            problems.append(f"worker {name} RAM: needs {gib(want.ram)} GiB, {gib(free.ram)} GiB free")
+    return problems
+
+
+def reserve(engine: Engine, instance: str, plan: PlacementPlan) -> bool:
+    """Book ``plan`` for ``instance``. True: booked now; False: this exact plan was already held.
+    Raises StaleDecision when it does not fit (nothing is written)."""
+    wanted = plan_rows(instance, plan)
+    with Session(engine) as s:
+        workers = _lock_workers(s, sorted({r.worker for r in wanted}))
+        held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
+        if held and _same(held, wanted):
+            return False
+        problems = check(workers, _booked(s, list(workers), instance), wanted)
+        if problems:
+            raise StaleDecision(f"instance {instance}: the plan no longer fits: " + "; ".join(problems))
+        for r in held:
+            s.delete(r)
+        s.add_all(wanted)
+        row = s.get(InstanceRow, instance)
+        if row is not None:
+            row.state, row.reason, row.updated_at = "scheduled", "", utcnow()
+            row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
+            row.placement = plan.model_dump(mode="json")
+            s.add(row)
+        s.commit()
+        return True
+
+
+def release(engine: Engine, instance: str) -> int:
+    """Drop every ledger line of ``instance``; returns how many there were."""
+    with Session(engine) as s:
+        n = s.exec(delete(ReservationRow).where(ReservationRow.instance == instance)).rowcount
+        row = s.get(InstanceRow, instance)
+        if row is not None and row.placement is not None:
+            row.placement = None
+            s.add(row)
+        s.commit()
+        return n or 0
+
+
+def booked_per_gpu(engine: Engine) -> dict[tuple[str, int], int]:
+    """(worker, GPU index) -> VRAM bytes booked; for invariant checks and metrics."""
+    out: dict[tuple[str, int], int] = {}
+    with Session(engine) as s:
+        for r in s.exec(select(ReservationRow).where(ReservationRow.gpu_index >= 0)):
+            out[(r.worker, r.gpu_index)] = out.get((r.worker, r.gpu_index), 0) + r.vram
+    return out
+
+
+def overbooked(engine: Engine) -> list[str]:
+    """Every GPU or worker whose ledger exceeds total - system reserve (the invariant: empty)."""
+    with Session(engine) as s:
+        workers = {w.name: w for w in s.exec(select(WorkerRow))}
+        rows = list(s.exec(select(ReservationRow)))
+    bad = []
+    ram: dict[str, int] = {}
+    for r in rows:
+        ram[r.worker] = ram.get(r.worker, 0) + r.ram
+    for (w, idx), b in booked_per_gpu(engine).items():
+        wr = workers.get(w)
+        gpu = next((g for g in (wr.gpus if wr else []) if g["index"] == idx), None)
+        cap = (gpu["vram_total"] - wr.reserved_vram) if gpu else 0
+        if b > cap:
+            bad.append(f"{w} GPU {idx}: {b} booked > {cap}")
+    for w, b in ram.items():
+        wr = workers.get(w)
+        cap = (wr.ram_total - wr.reserved_ram) if wr else 0
+        if b > cap:
+            bad.append(f"{w} RAM: {b} booked > {cap}")
+    return bad

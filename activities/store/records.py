@@ -1,0 +1,78 @@
+"""Writes of the store's projection: workers from agent reports, deployments, instance states."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from activities.payloads import HostReport, InstanceRecord
+from activities.store.tables import DeploymentRow, InstanceRow, WorkerRow, utcnow
+
+
+def upsert_worker(engine: Engine, report: HostReport, state: str = "ready") -> bool:
+    """Record a host's inventory; True when anything the scheduler reads changed."""
+    fp = report.fingerprint()
+    with Session(engine) as s:
+        row = s.get(WorkerRow, report.name)
+        changed = row is None or row.fingerprint != fp or row.state != state
+        row = row or WorkerRow(name=report.name)
+        row.state, row.state_reason, row.cluster, row.labels = state, "", report.cluster, report.labels
+        row.ram_total, row.unified_memory = report.ram_total, report.unified_memory
+        row.reserved_ram, row.reserved_vram = report.reserved_ram, report.reserved_vram
+        row.backends, row.simulated, row.fingerprint = report.backends, report.simulated, fp
+        row.gpus = [g.model_dump(mode="json") for g in report.gpus]
+        row.updated_at = utcnow()
+        s.add(row)
+        s.commit()
+        return changed
+
+
+def set_worker_state(engine: Engine, name: str, state: str, reason: str = "") -> bool:
+    with Session(engine) as s:
+        row = s.get(WorkerRow, name)
+        if row is None or (row.state == state and row.state_reason == reason):
+            return False
+        row.state, row.state_reason, row.updated_at = state, reason, utcnow()
+        s.add(row)
+        s.commit()
+        return True
+
+
+def record_instance(engine: Engine, rec: InstanceRecord) -> None:
+    with Session(engine) as s:
+        row = s.get(InstanceRow, rec.name) or InstanceRow(name=rec.name, deployment=rec.deployment)
+        row.deployment, row.model, row.state, row.reason = rec.deployment, rec.model, rec.state, rec.reason
+        row.worker, row.gpu_indexes, row.restarts = rec.worker, list(rec.gpu_indexes), rec.restarts
+        row.pid, row.port, row.updated_at = rec.pid, rec.port, utcnow()
+        if rec.decision is not None:
+            row.decision = rec.decision
+        s.add(row)
+        s.commit()
+
+
+def save_deployment(engine: Engine, name: str, spec: dict[str, Any], replicas: int, state: str = "active") -> None:
+    with Session(engine) as s:
+        row = s.get(DeploymentRow, name) or DeploymentRow(name=name)
+        row.spec, row.replicas, row.state, row.updated_at = spec, replicas, state, utcnow()
+        s.add(row)
+        s.commit()
+
+
+def pending_instances(engine: Engine) -> list[str]:
+    with Session(engine) as s:
+        return list(s.exec(select(InstanceRow.name).where(InstanceRow.state == "pending").order_by(InstanceRow.updated_at)))
+
+
+def instances_of(engine: Engine, deployment: str | None = None) -> list[InstanceRow]:
+    with Session(engine) as s:
+        stmt = select(InstanceRow).order_by(InstanceRow.name)
+        if deployment:
+            stmt = stmt.where(InstanceRow.deployment == deployment)
+        return list(s.exec(stmt))
+
+
+def workers(engine: Engine) -> list[WorkerRow]:
+    with Session(engine) as s:
+        return list(s.exec(select(WorkerRow).order_by(WorkerRow.name)))

@@ -1,0 +1,87 @@
+"""SQLModel tables. Byte counts are BIGINT (a GPU holds more than 2^31 bytes); structured fields
+are JSON. Table names carry a ``gpuflow_`` prefix so the store can share a database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json(default=None, nullable: bool = False):
+    return Field(default_factory=(lambda: default() if callable(default) else default),
+                 sa_column=Column(JSON, nullable=nullable))
+
+
+class WorkerRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_workers"
+    name: str = Field(primary_key=True)
+    state: str = "ready"
+    cluster: str = "default"
+    labels: dict[str, str] = _json(dict)
+    ram_total: int = Field(default=0, sa_type=BigInteger)
+    unified_memory: bool = False
+    reserved_ram: int = Field(default=0, sa_type=BigInteger)
+    reserved_vram: int = Field(default=0, sa_type=BigInteger)
+    backends: list[str] | None = _json(None, nullable=True)
+    gpus: list[dict[str, Any]] = _json(list)
+    simulated: bool = False
+    fingerprint: str = ""
+    state_reason: str = ""
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class DeploymentRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_deployments"
+    name: str = Field(primary_key=True)
+    spec: dict[str, Any] = _json(dict)
+    replicas: int = 1
+    state: str = "active"  # active | deleting | deleted
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class InstanceRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_instances"
+    name: str = Field(primary_key=True)
+    deployment: str = Field(index=True)
+    model: str = ""
+    state: str = Field(default="pending", index=True)
+    reason: str = ""
+    worker: str | None = Field(default=None, index=True)
+    gpu_indexes: list[int] = _json(list)
+    placement: dict[str, Any] | None = _json(None, nullable=True)  # claim + subordinates while reserved
+    decision: dict[str, Any] | None = _json(None, nullable=True)  # summary of the last decision
+    restarts: int = 0
+    pid: int | None = None
+    port: int | None = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ReservationRow(SQLModel, table=True):
+    """One line of the ledger: an instance holds ``vram`` bytes of one GPU (gpu_index -1: no GPU,
+    RAM only) and ``ram`` bytes of the worker's memory."""
+
+    __tablename__ = "gpuflow_reservations"
+    __table_args__ = (UniqueConstraint("instance", "worker", "gpu_index", name="uq_reservation"),)
+    id: int | None = Field(default=None, primary_key=True)
+    instance: str = Field(index=True)
+    worker: str = Field(index=True)
+    gpu_index: int = -1
+    vram: int = Field(default=0, sa_type=BigInteger)
+    ram: int = Field(default=0, sa_type=BigInteger)
+    role: str = "main"  # main | subordinate
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ModelFileRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_model_files"
+    worker: str = Field(primary_key=True)
+    source: str = Field(primary_key=True)
+    state: str = "ready"
+    updated_at: datetime = Field(default_factory=utcnow)

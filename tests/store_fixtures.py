@@ -1,0 +1,47 @@
+"""Store fixtures: a fresh SQLite file, and a fresh schema in the machine's PostgreSQL
+(GPUFLOW_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from sqlalchemy import text
+
+from activities.store import db
+
+PG_URL = os.environ.get("GPUFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def pg_schema():
+    """Create a throwaway schema; returns (url, schema, drop)."""
+    schema = "gpuflow_t_" + uuid.uuid4().hex[:10]
+    admin = db.make_engine(PG_URL)
+    with admin.begin() as c:
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+
+    def drop():
+        with admin.begin() as c:
+            c.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+    return schema, drop
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """(url, schema, engine) for a fresh, initialised store of each kind."""
+    if request.param == "sqlite":
+        url = db.sqlite_url(str(tmp_path / "gpuflow.db"))
+        engine = db.make_engine(url)
+        db.init_db(engine)
+        yield url, None, engine
+        engine.dispose()
+        return
+    schema, drop = pg_schema()
+    engine = db.make_engine(PG_URL, schema=schema)
+    db.init_db(engine)
+    yield PG_URL, schema, engine
+    engine.dispose()
+    drop()

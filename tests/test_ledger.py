@@ -1,0 +1,133 @@
+"""The reservation ledger on a real SQLite file and a real PostgreSQL schema: idempotent reserve
+and release, stale plans rejected, and no overbooking under concurrent threads and processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from activities.payloads import HostReport, PlacementPlan
+from activities.store import db, ledger, records
+from activities.store.snapshot import load_snapshot
+from scheduler.cluster import GPU
+from scheduler.units import GiB
+from tests.store_fixtures import store  # noqa: F401
+
+
+
+def host(name: str, gpus: int = 2, gib: int = 24, reserve_vram: int = 0, ram: int = 64) -> HostReport:
+    return HostReport(name=name, ram_total=ram * GiB, reserved_vram=reserve_vram * GiB,
+                      gpus=[GPU(index=i, vram_total=gib * GiB) for i in range(gpus)], simulated=True)
+
+
+def plan(worker: str, gpu: int, vram_gib: float, ram_gib: float = 1) -> PlacementPlan:
+    return PlacementPlan(worker=worker, gpu_indexes=[gpu],
+                         claim={"vram": {gpu: int(vram_gib * GiB)}, "ram": int(ram_gib * GiB)})
+
+
+def test_reserve_is_idempotent_and_release_symmetric(store):
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    assert ledger.reserve(engine, "a-0", plan("h1", 0, 10)) is True
+    assert ledger.reserve(engine, "a-0", plan("h1", 0, 10)) is False  # same plan again: books once
+    assert ledger.booked_per_gpu(engine) == {("h1", 0): 10 * GiB}
+    assert ledger.release(engine, "a-0") == 1
+    assert ledger.release(engine, "a-0") == 0  # twice: no-op
+    assert ledger.release(engine, "never") == 0  # never reserved: no-op
+    assert ledger.booked_per_gpu(engine) == {}
+
+
+@pytest.mark.parametrize("first,second,fits", [
+    (10, 14, True),    # 10 + 14 = 24 GiB = the whole card
+    (10, 14.5, False),  # 10 + 14.5 = 24.5 > 24
+    (20, 4.5, False),  # 20 + 4.5 > 24
+])
+def test_stale_plan_rejected_with_numbers(store, first, second, fits):
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    ledger.reserve(engine, "a-0", plan("h1", 0, first))
+    if fits:
+        assert ledger.reserve(engine, "a-1", plan("h1", 0, second))
+    else:
+        with pytest.raises(ledger.StaleDecision, match=r"h1 GPU 0: needs .* GiB free"):
+            ledger.reserve(engine, "a-1", plan("h1", 0, second))
+        assert ledger.booked_per_gpu(engine) == {("h1", 0): int(first * GiB)}
+
+
+def test_system_reserve_and_worker_state_are_checked(store):
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1", reserve_vram=2))  # 24 - 2 = 22 GiB bookable per GPU
+    with pytest.raises(ledger.StaleDecision, match="needs 23"):
+        ledger.reserve(engine, "a-0", plan("h1", 0, 23))
+    records.set_worker_state(engine, "h1", "not_ready", "missed heartbeats")
+    with pytest.raises(ledger.StaleDecision, match="h1 is not_ready"):
+        ledger.reserve(engine, "a-0", plan("h1", 0, 1))
+    with pytest.raises(ledger.StaleDecision, match="ghost is not in the store"):
+        ledger.reserve(engine, "a-0", plan("ghost", 0, 1))
+
+
+def test_snapshot_shows_reserved_claims(store):
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    from activities.payloads import InstanceRecord
+
+    records.record_instance(engine, InstanceRecord(name="m-0", deployment="m", model="m", state="pending"))
+    ledger.reserve(engine, "m-0", plan("h1", 1, 8))
+    snap = load_snapshot(engine)
+    (i,) = snap.instances
+    assert (i.worker, i.gpu_indexes, i.claim.vram, i.state.value) == ("h1", [1], {1: 8 * GiB}, "scheduled")
+    ledger.release(engine, "m-0")
+    assert load_snapshot(engine).instances[0].worker is None  # released: claims nothing
+
+
+def _attempts(n: int, seed: int) -> list[tuple[str, PlacementPlan]]:
+    rnd = random.Random(seed)
+    return [(f"i{seed}-{k}", plan(rnd.choice(["h1", "h2"]), rnd.randrange(2), rnd.choice([5, 7, 9]), 2))
+            for k in range(n)]
+
+
+def _try_all(engine, attempts) -> int:
+    ok = 0
+    for name, p in attempts:
+        try:
+            ok += ledger.reserve(engine, name, p)
+        except ledger.StaleDecision:
+            pass
+    return ok
+
+
+def _process_main(url, schema, seed, q):
+    engine = db.make_engine(url, schema=schema)
+    q.put(_try_all(engine, _attempts(40, seed)))
+    engine.dispose()
+
+
+def test_no_overbooking_under_concurrency(store):
+    """8 threads and 4 processes race 480 reservations onto 2 workers x 2 GPUs x 24 GiB (RAM
+    64 GiB, 2 GiB per reservation, so RAM caps a worker at 32 reservations). Whatever wins,
+    no GPU and no worker is booked beyond its size, and the ledger holds exactly the winners."""
+    url, schema, engine = store
+    for h in ("h1", "h2"):
+        records.upsert_worker(engine, host(h))
+    with ThreadPoolExecutor(8) as ex:
+        won = sum(ex.map(lambda s: _try_all(engine, _attempts(40, s)), range(8)))
+    q = mp.get_context("spawn").Queue()
+    procs = [mp.get_context("spawn").Process(target=_process_main, args=(url, schema, 100 + s, q)) for s in range(4)]
+    for p in procs:
+        p.start()
+    won += sum(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert ledger.overbooked(engine) == []
+    from sqlmodel import Session, func, select
+
+    from activities.store.tables import ReservationRow
+
+    with Session(engine) as s:
+        assert s.exec(select(func.count()).select_from(ReservationRow)).one() == won
+    per_gpu = ledger.booked_per_gpu(engine)
+    assert won >= 8  # every GPU takes at least two 9 GiB plans: the race did not starve everyone
+    assert all(b <= 24 * GiB for b in per_gpu.values())
