@@ -50,6 +50,16 @@ class DecisionRecord(BaseModel):
     request: dict[str, Any] = {}
     decision: dict[str, Any] = {}
     workers_seen: int = 0
+    generations: dict[str, int] = {}  # worker -> generation of the snapshot decided on
+
+
+class ReserveResult(BaseModel):
+    """What the ledger booked: the decided plan, or, when its snapshot had gone stale, the plan
+    of a fresh decision made under the ledger's locks (``remade``)."""
+
+    plan: PlacementPlan
+    booked_now: bool
+    remade: DecisionRecord | None = None
 
 
 class EstimateRecord(BaseModel):

@@ -149,16 +149,30 @@ def parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job: dry-run placements of bundled examples")
     d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
     d.set_defaults(fn=cmd_demo)
+
+    from gpuflow import cli_cluster, dev
+
+    cli_cluster.add_commands(sub)
+    dev.add_command(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.fn(args)
+        code = args.fn(args)
     except GpuflowError as e:
         print(f"gpuflow: error: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        code = EXIT_INVALID
+    except KeyboardInterrupt:
+        code = 130
+    if getattr(args, "temporal", False):
+        # The Temporal SDK's core threads can crash CPython's finalisation (sdk-python #300):
+        # leave without it once our own work is done.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,14 +1,40 @@
 """gpuflow's one settings object: environment variables with the GPUFLOW_ prefix, nested
-sections with "__" (GPUFLOW_SCHEDULER__PLACEMENT=50), validated once and passed down."""
+sections with "__" (GPUFLOW_SCHEDULER__PLACEMENT=50, GPUFLOW_TEMPORAL__ADDRESS=host:7233),
+validated once and passed down. Command-line flags override the environment."""
 
 from __future__ import annotations
 
+import os
+
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from activities.payloads import Timings
 from scheduler.policy_config import PolicyConfig
+
+
+def default_data_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".local", "share", "gpuflow")
+
+
+class TemporalSettings(BaseModel):
+    address: str = Field("localhost:7233", description="Temporal frontend host:port. Default localhost:7233.")
+    namespace: str = Field("default", description="Temporal namespace. Default default.")
+    tls_cert: str | None = Field(None, description="Client certificate (PEM file) for mTLS.")
+    tls_key: str | None = Field(None, description="Client private key (PEM file) for mTLS.")
+    tls_ca: str | None = Field(None, description="CA bundle (PEM file) to verify the server.")
+    tls: bool = Field(False, description="Use TLS with the system's CA bundle (implied by the other tls_ fields).")
+    api_key: str | None = Field(None, description="Temporal Cloud / server API key (implies TLS).")
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLOW_", env_nested_delimiter="__", extra="ignore")
 
     scheduler: PolicyConfig = PolicyConfig()
+    temporal: TemporalSettings = TemporalSettings()
+    timings: Timings = Timings()
+    data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
+
+    def store_url(self) -> str:
+        return self.database_url or f"sqlite:///{os.path.join(os.path.abspath(self.data_dir), 'gpuflow.db')}"

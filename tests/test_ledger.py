@@ -31,8 +31,8 @@ def plan(worker: str, gpu: int, vram_gib: float, ram_gib: float = 1) -> Placemen
 def test_reserve_is_idempotent_and_release_symmetric(store):
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
-    assert ledger.reserve(engine, "a-0", plan("h1", 0, 10)) is True
-    assert ledger.reserve(engine, "a-0", plan("h1", 0, 10)) is False  # same plan again: books once
+    assert ledger.reserve(engine, "a-0", plan("h1", 0, 10))[1] is True
+    assert ledger.reserve(engine, "a-0", plan("h1", 0, 10))[1] is False  # same plan again: books once
     assert ledger.booked_per_gpu(engine) == {("h1", 0): 10 * GiB}
     assert ledger.release(engine, "a-0") == 1
     assert ledger.release(engine, "a-0") == 0  # twice: no-op
@@ -93,7 +93,7 @@ def _try_all(engine, attempts) -> int:
     ok = 0
     for name, p in attempts:
         try:
-            ok += ledger.reserve(engine, name, p)
+            ok += ledger.reserve(engine, name, p)[1]
         except ledger.StaleDecision:
             pass
     return ok

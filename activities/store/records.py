@@ -24,6 +24,8 @@ def upsert_worker(engine: Engine, report: HostReport, state: str = "ready") -> b
         row.backends, row.simulated, row.fingerprint = report.backends, report.simulated, fp
         row.gpus = [g.model_dump(mode="json") for g in report.gpus]
         row.updated_at = utcnow()
+        if changed:
+            row.generation += 1
         s.add(row)
         s.commit()
         return changed
@@ -35,6 +37,7 @@ def set_worker_state(engine: Engine, name: str, state: str, reason: str = "") ->
         if row is None or (row.state == state and row.state_reason == reason):
             return False
         row.state, row.state_reason, row.updated_at = state, reason, utcnow()
+        row.generation += 1
         s.add(row)
         s.commit()
         return True

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -26,10 +29,25 @@ def instance_model(row: InstanceRow) -> Instance:
                     subordinates=p.get("subordinates", []))
 
 
-def load_snapshot(engine: Engine) -> ClusterSnapshot:
+@contextmanager
+def session(bind: Engine | Session) -> Iterator[Session]:
+    """A session on ``bind``; a Session passed in is used as it is (reads inside its transaction)."""
+    if isinstance(bind, Session):
+        yield bind
+        return
+    with Session(bind) as s:
+        yield s
+
+
+def generations(bind: Engine | Session) -> dict[str, int]:
+    with session(bind) as s:
+        return {n: g for n, g in s.exec(select(WorkerRow.name, WorkerRow.generation))}
+
+
+def load_snapshot(bind: Engine | Session) -> ClusterSnapshot:
     """Workers as their agents last reported them; every live instance with the placement it
     holds in the ledger (an instance without one claims nothing)."""
-    with Session(engine) as s:
+    with session(bind) as s:
         workers = [worker_model(w) for w in s.exec(select(WorkerRow).order_by(WorkerRow.name))]
         insts = [instance_model(i) for i in s.exec(select(InstanceRow).where(InstanceRow.state.in_(LIVE))
                                                    .order_by(InstanceRow.name))]

@@ -33,6 +33,7 @@ class WorkerRow(SQLModel, table=True):
     gpus: list[dict[str, Any]] = _json(list)
     simulated: bool = False
     fingerprint: str = ""
+    generation: int = 0  # bumped by every booking, release and inventory change on this worker
     state_reason: str = ""
     updated_at: datetime = Field(default_factory=utcnow)
 

@@ -1,0 +1,227 @@
+"""The control plane's activities (task queue ``gpuflow-control``): the store, estimation, the
+policy, the ledger, and starting/signalling workflows. Blocking database and file work runs in
+a thread pool; the Temporal client is used for signals and starts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from activities.payloads import (CONTROL_QUEUE, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
+                                 InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.store import ledger, records
+from activities.store.snapshot import generations, load_snapshot
+from scheduler import scale_down
+from scheduler.decide import decide
+from scheduler.errors import GpuflowError
+from scheduler.estimate import estimate_request
+from scheduler.policy_config import PolicyConfig
+from scheduler.request import Request
+from scheduler.spec import ModelSpec, PlacementStrategy
+from activities import names as c
+
+log = logging.getLogger("gpuflow.control")
+TOP_CANDIDATES = 10
+
+
+def request_summary(r: Request) -> dict[str, Any]:
+    if r.kind == "gguf":
+        full = r.full
+        return {"kind": "gguf", "architecture": r.model.architecture, "layers": r.total_layers,
+                "context_size": r.options.ctx_size, "full_offload_vram": full.vrams[0].nonuma,
+                "full_offload_ram": full.ram.nonuma, "cpu_only_ram": r.cpu_only.ram.nonuma}
+    return {"kind": "flat", "vram": r.vram, "ram": r.ram, "basis": r.basis}
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    from scheduler.units import gib
+
+    if s["kind"] == "gguf":
+        return (f"{s['architecture']} GGUF, {s['layers']} layers: full offload {gib(s['full_offload_vram'])} GiB VRAM "
+                f"+ {gib(s['full_offload_ram'])} GiB RAM; CPU only {gib(s['cpu_only_ram'])} GiB RAM")
+    return f"{gib(s['vram'])} GiB VRAM, {gib(s['ram'])} GiB RAM ({s['basis']})"
+
+
+class EstimateCache:
+    """Requests by spec and file mtime: a model is costed once, not once per decision."""
+
+    def __init__(self) -> None:
+        self._d: dict[tuple, Request] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: ModelSpec) -> Request:
+        path = spec.source.local_path
+        try:
+            stamp = os.stat(path).st_mtime_ns if path else None
+        except OSError:
+            stamp = None
+        key = (spec.model_dump_json(), stamp)
+        with self._lock:
+            hit = self._d.get(key)
+        if hit is not None:
+            return hit
+        req = estimate_request(spec)
+        with self._lock:
+            if len(self._d) > 256:
+                self._d.clear()
+            self._d[key] = req
+        return req
+
+
+def _spec(raw: dict) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(raw)
+    except ValueError as e:
+        raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+
+
+def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
+    full = d.to_dict()
+    ranked = sorted(full["candidates"], key=lambda x: -x.get("score", 0))
+    full["candidates"] = ranked[:TOP_CANDIDATES]
+    full["candidates_total"] = len(ranked)
+    plan = None
+    if d.placement is not None:
+        p = d.placement
+        plan = PlacementPlan(worker=p.worker, gpu_indexes=list(p.gpu_indexes),
+                             claim=p.claim.model_dump(exclude_none=True),
+                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates])
+    return DecisionRecord(scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score,
+                          reasons=list(d.reasons), request=request_summary(req), decision=full, workers_seen=workers,
+                          generations=gens)
+
+
+class ControlActivities:
+    def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16):
+        self.engine, self.client = engine, client
+        self.policy = policy or PolicyConfig()
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
+        self.estimates = EstimateCache()
+
+    def all(self) -> list:
+        return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
+                self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
+                self.closed_workflows, self.host_seen, self.host_lost]
+
+    async def _db(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def wake_pending(self) -> int:
+        """Signal every PENDING instance that capacity changed, so it decides again now."""
+        names = await self._db(records.pending_instances, self.engine)
+        for n in names:
+            try:
+                await self.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
+            except RPCError:
+                pass  # ended meanwhile
+        return len(names)
+
+    @activity.defn(name=c.SAVE_DEPLOYMENT)
+    async def save_deployment(self, name: str, spec: dict, replicas: int, state: str) -> None:
+        await self._db(records.save_deployment, self.engine, name, spec, replicas, state)
+
+    @activity.defn(name=c.RECORD_INSTANCE)
+    async def record_instance(self, rec: InstanceRecord) -> None:
+        await self._db(records.record_instance, self.engine, rec)
+
+    @activity.defn(name=c.ESTIMATE_MODEL)
+    async def estimate_model(self, raw: dict) -> EstimateRecord:
+        spec = _spec(raw)
+        try:
+            req = await self._db(self.estimates.get, spec)
+        except GpuflowError as e:
+            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
+        s = request_summary(req)
+        return EstimateRecord(model=spec.name, request=s, summary=summary_text(s))
+
+    @activity.defn(name=c.DECIDE_PLACEMENT)
+    async def decide_placement(self, instance: str, raw: dict) -> DecisionRecord:
+        spec = _spec(raw)
+
+        try:
+            return await self._db(self._decide, instance, spec)
+        except GpuflowError as e:
+            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
+
+    def _decide(self, instance: str, spec: ModelSpec, bind=None) -> DecisionRecord:
+        req = self.estimates.get(spec)
+        bind = bind if bind is not None else self.engine
+        gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
+        snap = load_snapshot(bind)
+        return decision_record(decide(snap, spec, req, self.policy, exclude=instance), req, len(snap.workers), gens)
+
+    @activity.defn(name=c.RESERVE_PLACEMENT)
+    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord) -> ReserveResult:
+        spec = _spec(raw)
+        remade: list[DecisionRecord] = []
+
+        def redecide(session) -> PlacementPlan | None:
+            fresh = self._decide(instance, spec, session)
+            remade.append(fresh)
+            return fresh.plan if fresh.scheduled else None
+
+        try:
+            plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan, d.generations, redecide)
+        except ledger.StaleDecision as e:
+            raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
+
+    @activity.defn(name=c.RELEASE_PLACEMENT)
+    async def release_placement(self, instance: str) -> int:
+        n = await self._db(ledger.release, self.engine, instance)
+        if n:
+            await self.wake_pending()
+        return n
+
+    @activity.defn(name=c.START_INSTANCES)
+    async def start_instances(self, inputs: list[InstanceInput]) -> None:
+        for inp in inputs:
+            await self._db(records.record_instance, self.engine, InstanceRecord(
+                name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending"))
+            await self.client.start_workflow(
+                "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"replica {inp.name} of {inp.deployment}")
+
+    @activity.defn(name=c.RANK_SCALE_DOWN)
+    async def rank_scale_down(self, model: str, strategy: str, live: list[str]) -> ScaleDownOrder:
+        def run() -> ScaleDownOrder:
+            ranked = scale_down.rank(load_snapshot(self.engine), model, PlacementStrategy(strategy), self.policy)
+            order = [r.instance.name for r in ranked if r.instance.name in live]
+            missing = [n for n in live if n not in order]  # not in the store yet: nothing placed, remove first
+            return ScaleDownOrder(order=missing + order, ranking=[r.to_dict() for r in ranked if r.instance.name in live])
+
+        return await self._db(run)
+
+    @activity.defn(name=c.CLOSED_WORKFLOWS)
+    async def closed_workflows(self, ids: list[str]) -> list[str]:
+        closed = []
+        for wid in ids:
+            try:
+                d = await self.client.get_workflow_handle(wid).describe()
+            except RPCError:
+                closed.append(wid)  # never started or deleted
+                continue
+            if d.status is not None and d.status.name != "RUNNING":
+                closed.append(wid)
+        return closed
+
+    @activity.defn(name=c.HOST_SEEN)
+    async def host_seen(self, report: HostReport) -> None:
+        if await self._db(records.upsert_worker, self.engine, report, "ready"):
+            await self.wake_pending()
+
+    @activity.defn(name=c.HOST_LOST)
+    async def host_lost(self, name: str, reason: str) -> None:
+        await self._db(records.set_worker_state, self.engine, name, "not_ready", reason)

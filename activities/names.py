@@ -1,0 +1,13 @@
+"""Names the control plane's activities are registered under (workflows call them by name)."""
+
+SAVE_DEPLOYMENT = "save_deployment"
+RECORD_INSTANCE = "record_instance"
+ESTIMATE_MODEL = "estimate_model"
+DECIDE_PLACEMENT = "decide_placement"
+RESERVE_PLACEMENT = "reserve_placement"
+RELEASE_PLACEMENT = "release_placement"
+START_INSTANCES = "start_instances"
+RANK_SCALE_DOWN = "rank_scale_down"
+CLOSED_WORKFLOWS = "closed_workflows"
+HOST_SEEN = "host_seen"
+HOST_LOST = "host_lost"

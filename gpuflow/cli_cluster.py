@@ -1,0 +1,176 @@
+"""The CLI's cluster commands: server, agent, deploy, scale, delete, status, explain, hosts
+(``dev`` lives in gpuflow/dev.py). Every command that talks to Temporal takes --address and
+--namespace (and TLS / API-key options); the environment (GPUFLOW_TEMPORAL__*) gives defaults."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+
+from gpuflow import files, ops, render_cluster
+from gpuflow.runtime import connect
+from gpuflow.settings import Settings
+
+
+def settings_from(a) -> Settings:
+    s = Settings()
+    t = s.temporal.model_copy(update={k: v for k, v in {
+        "address": a.address, "namespace": a.namespace, "tls_cert": a.tls_cert, "tls_key": a.tls_key,
+        "tls_ca": a.tls_ca, "api_key": a.api_key}.items() if v is not None})
+    upd = {"temporal": t}
+    if getattr(a, "data_dir", None):
+        upd["data_dir"] = a.data_dir
+    if getattr(a, "database_url", None):
+        upd["database_url"] = a.database_url
+    return s.model_copy(update=upd)
+
+
+def temporal_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Temporal connection")
+    g.add_argument("--address", help="host:port (default localhost:7233, or GPUFLOW_TEMPORAL__ADDRESS)")
+    g.add_argument("--namespace", help="namespace (default default)")
+    g.add_argument("--tls-cert", help="client certificate for mTLS (PEM)")
+    g.add_argument("--tls-key", help="client key for mTLS (PEM)")
+    g.add_argument("--tls-ca", help="server CA bundle (PEM)")
+    g.add_argument("--api-key", help="API key (implies TLS)")
+
+
+def _run(coro) -> int:
+    return asyncio.run(coro) or 0
+
+
+def cmd_server(a) -> int:
+    from gpuflow.server import run_server
+
+    return _run(run_server(settings_from(a)))
+
+
+def cmd_agent(a) -> int:
+    from gpuflow.server import until_signalled
+    from worker_agent.agent import run_agent
+
+    s = settings_from(a)
+    labels = dict(kv.split("=", 1) for kv in a.label or [])
+
+    async def go():
+        client = await connect(s.temporal, wait_s=30)
+        await run_agent(client, a.name or socket.gethostname(), s.data_dir, s.timings, a.inventory, labels,
+                        stop=until_signalled())
+
+    return _run(go())
+
+
+def cmd_deploy(a) -> int:
+    s = settings_from(a)
+    spec = files.load_spec(a.spec)
+
+    async def go():
+        client = await connect(s.temporal)
+        view = await ops.deploy(client, spec, s.timings, a.replicas)
+        print(f"deployment {view.name}: {view.replicas} replica(s) wanted; workflow deployment/{view.name}")
+
+    return _run(go())
+
+
+def cmd_scale(a) -> int:
+    s = settings_from(a)
+
+    async def go():
+        view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
+        print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
+
+    return _run(go())
+
+
+def cmd_delete(a) -> int:
+    s = settings_from(a)
+
+    async def go():
+        view = await ops.delete(await connect(s.temporal), a.name, wait=a.wait)
+        print(f"deployment {view.name}: " + ("deleted" if a.wait else "deleting"))
+
+    return _run(go())
+
+
+def cmd_status(a) -> int:
+    s = settings_from(a)
+
+    async def go():
+        st = await ops.status(await connect(s.temporal), a.name)
+        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st))
+
+    return _run(go())
+
+
+def cmd_explain(a) -> int:
+    s = settings_from(a)
+
+    async def go():
+        d = await ops.explain(await connect(s.temporal), a.instance)
+        print(json.dumps(d, indent=2) if a.json else render_cluster.explain(d))
+
+    return _run(go())
+
+
+def cmd_hosts(a) -> int:
+    s = settings_from(a)
+
+    async def go():
+        hs = await ops.hosts(await connect(s.temporal))
+        out = [h.model_dump(mode="json") for h in hs]
+        print(json.dumps(out, indent=2) if a.json else render_cluster.hosts(out))
+
+    return _run(go())
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("server", help="run a control-plane worker (workflows and control activities)")
+    temporal_flags(p)
+    p.add_argument("--data-dir")
+    p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
+    p.set_defaults(fn=cmd_server, temporal=True)
+
+    p = sub.add_parser("agent", help="run the host agent (a Temporal worker on gpuflow-host-<name>)")
+    temporal_flags(p)
+    p.add_argument("--name", help="host name (default: this machine's hostname)")
+    p.add_argument("--inventory", help="simulated inventory file (YAML/JSON); without it NVML is asked")
+    p.add_argument("--label", action="append", help="KEY=VALUE worker label (repeatable)")
+    p.add_argument("--data-dir")
+    p.set_defaults(fn=cmd_agent, temporal=True)
+
+    p = sub.add_parser("deploy", help="create or update a deployment from a model spec")
+    temporal_flags(p)
+    p.add_argument("spec", help="model spec (YAML or JSON)")
+    p.add_argument("--replicas", type=int)
+    p.set_defaults(fn=cmd_deploy, temporal=True)
+
+    p = sub.add_parser("scale", help="change a deployment's replicas")
+    temporal_flags(p)
+    p.add_argument("name")
+    p.add_argument("replicas", type=int)
+    p.set_defaults(fn=cmd_scale, temporal=True)
+
+    p = sub.add_parser("delete", help="stop a deployment's instances and remove it")
+    temporal_flags(p)
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="return once every instance has stopped")
+    p.set_defaults(fn=cmd_delete, temporal=True)
+
+    p = sub.add_parser("status", help="deployments with their instances, and hosts")
+    temporal_flags(p)
+    p.add_argument("name", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_status, temporal=True)
+
+    p = sub.add_parser("explain", help="the recorded placement decision of an instance")
+    temporal_flags(p)
+    p.add_argument("instance")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_explain, temporal=True)
+
+    p = sub.add_parser("hosts", help="hosts with their state and GPUs")
+    temporal_flags(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_hosts, temporal=True)

@@ -1,0 +1,138 @@
+"""``gpuflow dev``: the whole system on one machine. The Temporal dev server (SQLite file in the
+data directory, UI), one control-plane worker and host agents, each a child process; Ctrl-C
+stops every process it started, the inference servers included. ``--demo`` adds simulated
+hosts and deployments (gpuflow/live_demo.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gpuflow.devserver import DevServer
+from worker_agent.processes import ProcessTable
+
+
+class Stack:
+    """The processes of one gpuflow installation on this machine (also what the tests drive)."""
+
+    def __init__(self, data_dir: str, port: int = 7233, ui_port: int | None = 8233, database_url: str | None = None,
+                 env: dict[str, str] | None = None, temporal_args: list[str] | None = None):
+        self.data_dir = os.path.abspath(data_dir)
+        self.temporal = DevServer(os.path.join(self.data_dir, "temporal"), port=port, ui_port=ui_port,
+                                  extra_args=temporal_args)
+        self.env = {**os.environ, "GPUFLOW_TEMPORAL__ADDRESS": self.temporal.address,
+                    "GPUFLOW_TEMPORAL__NAMESPACE": "default", "GPUFLOW_DATA_DIR": self.data_dir, **(env or {})}
+        if database_url:
+            self.env["GPUFLOW_DATABASE_URL"] = database_url
+        self.servers: list[subprocess.Popen] = []
+        self.agents: dict[str, subprocess.Popen] = {}
+        self.log_dir = os.path.join(self.data_dir, "logs")
+        os.makedirs(self.log_dir, exist_ok=True)
+
+    def _spawn(self, log_name: str, *args: str) -> subprocess.Popen:
+        with open(os.path.join(self.log_dir, log_name), "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "gpuflow", *args], env=self.env, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def start_temporal(self) -> None:
+        self.temporal.start()
+
+    def start_server(self) -> subprocess.Popen:
+        p = self._spawn(f"server-{len(self.servers)}.log", "server")
+        self.servers.append(p)
+        return p
+
+    def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None) -> subprocess.Popen:
+        args = ["agent", "--name", name] + (["--inventory", inventory] if inventory else [])
+        for k, v in (labels or {}).items():
+            args += ["--label", f"{k}={v}"]
+        p = self._spawn(f"agent-{name}.log", *args)
+        self.agents[name] = p
+        return p
+
+    def instance_processes(self, host: str) -> ProcessTable:
+        return ProcessTable(os.path.join(self.data_dir, "agent", host))
+
+    def kill_host(self, name: str) -> None:
+        """A host vanishing: its agent and every process it runs die at once (SIGKILL)."""
+        p = self.agents.pop(name)
+        _signal(p, signal.SIGKILL)
+        p.wait()
+        table = self.instance_processes(name)
+        for r in table.records():
+            table.signal_group(r.pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        for p in list(self.agents.values()) + self.servers:
+            _signal(p, signal.SIGTERM)
+        for p in list(self.agents.values()) + self.servers:
+            _wait(p)
+        agent_root = os.path.join(self.data_dir, "agent")
+        for host in os.listdir(agent_root) if os.path.isdir(agent_root) else []:
+            table = self.instance_processes(host)
+            for r in table.records():
+                table.signal_group(r.pid, signal.SIGTERM)
+                table.forget(r.instance)
+        self.agents.clear()
+        self.servers.clear()
+        self.temporal.stop()
+
+
+def _signal(p: subprocess.Popen, sig: int) -> None:
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _wait(p: subprocess.Popen, grace: float = 10.0) -> None:
+    try:
+        p.wait(grace)
+    except subprocess.TimeoutExpired:
+        _signal(p, signal.SIGKILL)
+        p.wait()
+
+
+def cmd_dev(a) -> int:
+    stack = Stack(a.data_dir, port=a.port, ui_port=a.ui_port)
+    try:
+        stack.start_temporal()
+        print(f"Temporal dev server: {stack.temporal.address}  (UI {stack.temporal.ui}, data {stack.temporal.db})",
+              flush=True)
+        stack.start_server()
+        if a.demo:
+            from gpuflow.live_demo import run_live_demo
+
+            code = run_live_demo(stack)
+            if a.exit_after_demo or code:
+                return code
+        else:
+            stack.start_agent(a.agent_name, a.inventory)
+        print("gpuflow dev is up; Ctrl-C stops every process it started.", flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("\nstopping...", flush=True)
+        return 0
+    finally:
+        stack.stop()
+
+
+def add_command(sub) -> None:
+    import socket
+
+    from gpuflow.settings import default_data_dir
+
+    p = sub.add_parser("dev", help="the embedded stack: Temporal dev server, control plane and a local agent")
+    p.add_argument("--demo", action="store_true", help="add simulated hosts and deployments, print the result")
+    p.add_argument("--exit-after-demo", action="store_true", help="stop everything once the demo has printed")
+    p.add_argument("--data-dir", default=os.path.join(default_data_dir(), "dev"))
+    p.add_argument("--port", type=int, default=7233)
+    p.add_argument("--ui-port", type=int, default=8233)
+    p.add_argument("--agent-name", default=socket.gethostname())
+    p.add_argument("--inventory", help="simulated inventory for the local agent (default: NVML, else CPU only)")
+    p.set_defaults(fn=cmd_dev)

@@ -1,0 +1,126 @@
+"""What the CLI (and the demo, and Python users) do against Temporal: deploy, scale, delete,
+status, explain, hosts. Only Temporal is needed; the store is the control plane's business."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.payloads import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
+                                 Timings)
+from scheduler.errors import InvalidInput
+from scheduler.spec import ModelSpec
+from workflows.deployment import ModelDeploymentWorkflow
+from workflows.host import HostWorkflow
+from workflows.instance import ModelInstanceWorkflow
+
+
+def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
+    c = e.cause
+    while getattr(c, "cause", None) is not None:
+        c = c.cause
+    return InvalidInput(getattr(c, "message", None) or str(e))
+
+
+async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None,
+                 replicas: int | None = None) -> DeploymentView:
+    """Create the deployment, or update a running one to this spec."""
+    raw = spec.model_dump(mode="json", exclude_none=True)
+    wid = f"deployment/{spec.name}"
+    handle = await client.start_workflow(
+        ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, timings=timings), id=wid,
+        task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"deployment of {spec.name} ({spec.backend.value})")
+    view = await handle.query(ModelDeploymentWorkflow.status)
+    if view.spec != raw or (replicas is not None and view.replicas != replicas):
+        try:
+            view = await handle.execute_update(ModelDeploymentWorkflow.update_spec, raw)
+            if replicas is not None and view.replicas != replicas:
+                view = await handle.execute_update(ModelDeploymentWorkflow.scale, replicas)
+        except WorkflowUpdateFailedError as e:
+            raise _update_error(e) from None
+    return view
+
+
+async def _deployment(client: Client, name: str):
+    handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, f"deployment/{name}")
+    try:
+        d = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise InvalidInput(f"no deployment named {name!r}") from None
+        raise
+    if d.status is None or d.status.name != "RUNNING":
+        raise InvalidInput(f"deployment {name!r} is {d.status.name.lower() if d.status else 'gone'}")
+    return handle
+
+
+async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
+    if replicas < 0:
+        raise InvalidInput(f"replicas must be >= 0, got {replicas}")
+    h = await _deployment(client, name)
+    try:
+        return await h.execute_update(ModelDeploymentWorkflow.scale, replicas)
+    except WorkflowUpdateFailedError as e:
+        raise _update_error(e) from None
+
+
+async def delete(client: Client, name: str, wait: bool = False) -> DeploymentView:
+    h = await _deployment(client, name)
+    view = await h.execute_update(ModelDeploymentWorkflow.delete)
+    if wait:
+        view = await h.result()
+    return view
+
+
+async def instance(client: Client, name: str) -> InstanceView:
+    h = client.get_workflow_handle_for(ModelInstanceWorkflow.run, f"instance/{name}")
+    try:
+        return await h.query(ModelInstanceWorkflow.status)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise InvalidInput(f"no instance named {name!r}") from None
+        raise
+
+
+async def _running(client: Client, wtype: str) -> list[str]:
+    q = f"WorkflowType = '{wtype}' AND ExecutionStatus = 'Running'"
+    return sorted([w.id async for w in client.list_workflows(q)])
+
+
+async def status(client: Client, name: str | None = None) -> dict[str, Any]:
+    names = [name] if name else [w.split("/", 1)[1] for w in await _running(client, "ModelDeploymentWorkflow")]
+    deployments = []
+    for n in names:
+        h = await _deployment(client, n)
+        view = await h.query(ModelDeploymentWorkflow.status)
+        insts = []
+        for i in view.instances:
+            try:
+                insts.append((await instance(client, i)).model_dump(mode="json", exclude={"decision"}))
+            except (InvalidInput, RPCError):
+                insts.append({"name": i, "state": "unknown"})
+        deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
+                            "backend": view.spec.get("backend"), "instances": insts})
+    return {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
+
+
+async def hosts(client: Client) -> list[HostView]:
+    out = []
+    for wid in await _running(client, "HostWorkflow"):
+        try:
+            out.append(await client.get_workflow_handle_for(HostWorkflow.run, wid).query(HostWorkflow.status))
+        except RPCError:
+            continue
+    return out
+
+
+async def explain(client: Client, name: str) -> dict[str, Any]:
+    v = await instance(client, name)
+    if v.decision is None:
+        return {"instance": name, "state": v.state, "reason": v.reason, "decision": None}
+    return {"instance": name, "state": v.state, "worker": v.worker, "gpu_indexes": v.gpu_indexes,
+            **v.decision.model_dump(mode="json")}

@@ -1,0 +1,51 @@
+"""``gpuflow server``: a control-plane worker on ``gpuflow-control`` (the workflows and the
+control activities). Run as many as you like against one Temporal namespace and one store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from datetime import timedelta
+
+from temporalio.worker import Worker
+
+from activities.control import ControlActivities
+from activities.payloads import CONTROL_QUEUE
+from activities.store import db
+from gpuflow.runtime import connect, ensure_search_attributes
+from gpuflow.settings import Settings
+from workflows.deployment import ModelDeploymentWorkflow
+from workflows.host import HostWorkflow
+from workflows.instance import ModelInstanceWorkflow
+
+log = logging.getLogger("gpuflow.server")
+WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow]
+
+
+def until_signalled() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(s, stop.set)
+    return stop
+
+
+async def run_server(settings: Settings, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    engine = db.make_engine(settings.store_url())
+    db.init_db(engine)
+    client = await connect(settings.temporal, wait_s=30)
+    await ensure_search_attributes(client)
+    acts = ControlActivities(engine, client, settings.scheduler)
+    stop = stop or until_signalled()
+    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, activities=acts.all(),
+                      max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
+                      graceful_shutdown_timeout=timedelta(seconds=5)):
+        log.info("control plane serving %s on %s (store %s)", CONTROL_QUEUE, settings.temporal.address,
+                 engine.url.render_as_string(hide_password=True))
+        print(f"gpuflow server: serving {CONTROL_QUEUE} at {settings.temporal.address}", flush=True)
+        if ready:
+            ready.set()
+        await stop.wait()
+    acts.pool.shutdown(wait=False)
+    engine.dispose()

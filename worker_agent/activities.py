@@ -1,0 +1,156 @@
+"""The agent's activities, on its own task queue ``gpuflow-host-<name>``: report the host's
+inventory (a heartbeating watch), launch an instance and wait until it is ready, supervise it
+until it exits, stop it. Expected failures are ApplicationErrors with a type the workflows read:
+LaunchFailed (non-retryable: the command cannot start or never became ready)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import Callable
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.payloads import HostReport
+from scheduler.errors import GpuflowError
+from worker_agent import payloads as p
+from worker_agent.processes import ProcessTable, build_argv, free_port, visibility_env
+
+
+def _beat_every() -> float:
+    hb = activity.info().heartbeat_timeout
+    return max(0.1, min(hb.total_seconds() / 4, 5.0)) if hb else 5.0
+
+
+async def http_answers(port: int, timeout: float = 1.0) -> bool:
+    """True once anything on 127.0.0.1:port answers an HTTP request with a status line."""
+    try:
+        r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        w.write(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        await w.drain()
+        line = await asyncio.wait_for(r.readline(), timeout)
+        return line.startswith(b"HTTP/")
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        w.close()
+
+
+class HostActivities:
+    def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
+                 stop_grace_s: float = 10.0, poll_s: float = 0.2):
+        self.name, self.table, self.discover = name, table, discover
+        self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
+
+    def all(self) -> list:
+        return [self.watch_host, self.launch_instance, self.supervise_instance, self.stop_instance]
+
+    @activity.defn(name=p.WATCH_HOST)
+    async def watch_host(self, known: str) -> HostReport:
+        """Heartbeat while the inventory stays as ``known`` (its fingerprint); return the new
+        report as soon as it differs, or after the schedule-to-close budget runs low."""
+        info = activity.info()
+        deadline = time.monotonic() + (info.start_to_close_timeout.total_seconds() * 0.8
+                                       if info.start_to_close_timeout else 300)
+        every = _beat_every()
+        while True:
+            report = await asyncio.to_thread(self.discover)
+            if report.fingerprint() != known or time.monotonic() > deadline:
+                return report
+            activity.heartbeat(report.fingerprint())
+            await asyncio.sleep(every)
+
+    @activity.defn(name=p.LAUNCH_INSTANCE)
+    async def launch_instance(self, req: p.LaunchRequest) -> p.LaunchResult:
+        """Start the instance's process (or adopt the one a previous attempt started) and return
+        once it is ready: its port answers HTTP, or, without {port}, it has lived settle_s."""
+        rec = self.table.find(req.instance)
+        adopted = rec is not None and self.table.alive(rec.pid)
+        if not adopted:
+            if req.backend != "custom" or not req.run_command:
+                raise ApplicationError(f"backend {req.backend} cannot be launched by this agent yet "
+                                       "(only custom run_command)", type="LaunchFailed", non_retryable=True)
+            port = free_port() if "{port}" in req.run_command else None
+            try:
+                argv = build_argv(req.run_command, port, req.model_path, req.gpu_indexes)
+                env = {**req.env, **visibility_env(req.gpu_vendor, req.gpu_indexes)}
+                rec = self.table.start(req.instance, argv, env, port)
+            except GpuflowError as e:
+                raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
+            except OSError as e:
+                raise ApplicationError(f"cannot start {argv[0]!r}: {e.strerror}", type="LaunchFailed",
+                                       non_retryable=True) from None
+        started = time.monotonic()
+        every = _beat_every()
+        last_beat = 0.0
+        while True:
+            rc = self.table.returncode(rec.pid)
+            if rc is not None:
+                self.table.forget(req.instance)
+                raise ApplicationError(f"exited with code {rc} while starting: {self.table.tail(req.instance)}",
+                                       {"pid": rec.pid, "returncode": rc}, type="LaunchFailed", non_retryable=True)
+            if rec.port is not None:
+                if await http_answers(rec.port):
+                    break
+            elif time.monotonic() - rec.started_at >= req.settle_s:
+                break
+            if time.monotonic() - started > req.ready_timeout_s:
+                await self._stop(req.instance)
+                raise ApplicationError(f"not ready within {req.ready_timeout_s:g} s (port {rec.port} never answered)",
+                                       type="LaunchFailed", non_retryable=True)
+            if time.monotonic() - last_beat > every:
+                activity.heartbeat({"pid": rec.pid})
+                last_beat = time.monotonic()
+            await asyncio.sleep(self.poll_s)
+        return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log)
+
+    @activity.defn(name=p.SUPERVISE_INSTANCE)
+    async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport:
+        """Heartbeat while the process lives; return how it ended. Cancelled by the workflow:
+        stop the process. Cancelled for any other reason (worker shutdown, workflow moved on):
+        leave it running, so the next agent run can adopt it."""
+        rec = self.table.find(req.instance)
+        if rec is None or not self.table.alive(rec.pid):
+            self.table.forget(req.instance)
+            return p.ExitReport(pid=rec.pid if rec else None, reason="the process is not running on this host")
+        every = _beat_every()
+        try:
+            while True:
+                rc = self.table.returncode(rec.pid)
+                if rc is not None:
+                    self.table.forget(req.instance)
+                    return p.ExitReport(pid=rec.pid, returncode=rc,
+                                        reason=f"exited with code {rc}: {self.table.tail(req.instance)}".rstrip(": "))
+                activity.heartbeat({"pid": rec.pid})
+                await asyncio.sleep(min(every, 1.0))
+        except asyncio.CancelledError:
+            d = activity.cancellation_details()
+            if d is not None and d.cancel_requested:
+                await self._stop(req.instance)
+            raise
+
+    @activity.defn(name=p.STOP_INSTANCE)
+    async def stop_instance(self, instance: str) -> bool:
+        """SIGTERM the instance's process group, wait the grace period, SIGKILL. Idempotent."""
+        return await self._stop(instance)
+
+    async def _stop(self, instance: str) -> bool:
+        rec = self.table.find(instance)
+        if rec is None:
+            return False
+        if self.table.alive(rec.pid):
+            self.table.signal_group(rec.pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_grace_s
+            while self.table.alive(rec.pid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if self.table.alive(rec.pid):
+                self.table.signal_group(rec.pid, signal.SIGKILL)
+                while self.table.alive(rec.pid):
+                    await asyncio.sleep(0.05)
+        self.table.forget(instance)
+        return True

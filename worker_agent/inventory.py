@@ -1,0 +1,85 @@
+"""What this host has: NVML's GPUs when the driver answers; otherwise an inventory file of
+simulated GPUs (labelled ``simulated`` everywhere it is shown); otherwise CPU only."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from activities.payloads import HostReport
+from scheduler.cluster import GPU, Bytes
+from scheduler.errors import InvalidInput
+
+
+class InventoryFile(BaseModel):
+    """The simulated inventory file (YAML or JSON): the host's fields from the cluster snapshot
+    format, without a name (the agent's --name gives it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cluster: str = "default"
+    labels: dict[str, str] = {}
+    ram_total: Bytes
+    unified_memory: bool = False
+    reserved: dict[str, Bytes] = {}
+    backends: list[str] | None = None
+    gpus: list[GPU] = []
+
+
+def from_file(name: str, path: str) -> HostReport:
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+        inv = InventoryFile.model_validate(raw or {})
+    except OSError as e:
+        raise InvalidInput(f"inventory file {path}: {e.strerror}") from None
+    except (yaml.YAMLError, ValueError) as e:
+        raise InvalidInput(f"inventory file {path}: {e}") from None
+    return HostReport(name=name, cluster=inv.cluster, labels=inv.labels, ram_total=inv.ram_total,
+                      unified_memory=inv.unified_memory, reserved_ram=inv.reserved.get("ram", 0),
+                      reserved_vram=inv.reserved.get("vram", 0), backends=inv.backends, gpus=inv.gpus,
+                      simulated=True)
+
+
+def host_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def from_nvml() -> list[GPU] | None:
+    """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            name = pynvml.nvmlDeviceGetName(h)
+            gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=name.decode() if isinstance(name, bytes) else name,
+                            vram_total=mem.total, vram_used=_bucket(mem.used)))
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None) -> HostReport:
+    if inventory_file:
+        r = from_file(name, inventory_file)
+    else:
+        gpus = from_nvml() or []
+        r = HostReport(name=name, ram_total=host_ram(), gpus=gpus)
+    if labels:
+        r = r.model_copy(update={"labels": {**r.labels, **labels}})
+    return r
+
+
+def _bucket(used: int, step: int = 256 * 2**20) -> int:
+    """Observed use rounded up to 256 MiB, so allocator noise does not count as an inventory change."""
+    return -(-used // step) * step

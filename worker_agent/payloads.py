@@ -1,0 +1,37 @@
+"""What crosses Temporal between the control plane and a host agent (the host task queue)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+WATCH_HOST = "watch_host"
+LAUNCH_INSTANCE = "launch_instance"
+SUPERVISE_INSTANCE = "supervise_instance"
+STOP_INSTANCE = "stop_instance"
+
+
+class LaunchRequest(BaseModel):
+    instance: str
+    model: str
+    backend: str
+    run_command: str | None = None
+    model_path: str | None = None
+    gpu_indexes: list[int] = []
+    gpu_vendor: str = "nvidia"
+    env: dict[str, str] = {}
+    ready_timeout_s: float = 600.0
+    settle_s: float = 3.0
+
+
+class LaunchResult(BaseModel):
+    pid: int
+    port: int | None = None
+    adopted: bool = False
+    argv: list[str] = []
+    log: str = ""
+
+
+class ExitReport(BaseModel):
+    pid: int | None = None
+    returncode: int | None = None
+    reason: str

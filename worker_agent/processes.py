@@ -1,0 +1,148 @@
+"""Instance processes on this host: argv built without a shell, started in their own session,
+recorded in a pid file per instance (so a restarted agent adopts what is still running), output
+appended to a log file per instance, stopped by process group (SIGTERM, grace, SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+
+from scheduler.errors import InvalidInput
+
+PLACEHOLDERS = ("{port}", "{model_path}", "{gpu_indexes}")
+
+
+def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int]) -> list[str]:
+    """Split ``run_command`` like a POSIX shell would (quotes honoured, nothing expanded) and
+    substitute the placeholders inside each word. The result is exec'd directly."""
+    try:
+        words = shlex.split(run_command)
+    except ValueError as e:
+        raise InvalidInput(f"run_command {run_command!r}: {e}") from None
+    if not words:
+        raise InvalidInput("run_command is empty")
+    values = {"{port}": "" if port is None else str(port), "{model_path}": model_path or "",
+              "{gpu_indexes}": ",".join(map(str, gpu_indexes))}
+    out = []
+    for w in words:
+        for k, v in values.items():
+            w = w.replace(k, v)
+        out.append(w)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def visibility_env(vendor: str, gpu_indexes: list[int]) -> dict[str, str]:
+    ids = ",".join(map(str, gpu_indexes))
+    key = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}.get(vendor, "CUDA_VISIBLE_DEVICES")
+    return {key: ids}
+
+
+@dataclass
+class Record:
+    instance: str
+    pid: int
+    port: int | None
+    argv: list[str]
+    log: str
+    started_at: float = field(default_factory=time.time)
+
+
+class ProcessTable:
+    def __init__(self, data_dir: str):
+        self.run_dir = os.path.join(data_dir, "run")
+        self.log_dir = os.path.join(data_dir, "logs")
+        os.makedirs(self.run_dir, exist_ok=True)
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.children: dict[int, subprocess.Popen] = {}
+
+    def _pidfile(self, instance: str) -> str:
+        return os.path.join(self.run_dir, f"{instance}.json")
+
+    def log_path(self, instance: str) -> str:
+        return os.path.join(self.log_dir, f"{instance}.log")
+
+    def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None) -> Record:
+        log = self.log_path(instance)
+        with open(log, "ab") as out:
+            out.write(f"--- gpuflow: starting {shlex.join(argv)}\n".encode())
+            out.flush()
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **env}, start_new_session=True, close_fds=True)
+        self.children[p.pid] = p
+        rec = Record(instance, p.pid, port, argv, log)
+        tmp = self._pidfile(instance) + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(rec), f)
+        os.replace(tmp, self._pidfile(instance))
+        return rec
+
+    def find(self, instance: str) -> Record | None:
+        try:
+            with open(self._pidfile(instance)) as f:
+                return Record(**json.load(f))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def records(self) -> list[Record]:
+        out = []
+        for fn in sorted(os.listdir(self.run_dir)):
+            if fn.endswith(".json"):
+                r = self.find(fn[:-5])
+                if r:
+                    out.append(r)
+        return out
+
+    def returncode(self, pid: int) -> int | None:
+        """None while running; the exit code when it is our child; -1 when an adopted process is gone."""
+        p = self.children.get(pid)
+        if p is not None:
+            return p.poll()
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return -1
+        except PermissionError:
+            return None
+        try:  # a zombie counts as gone
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return -1
+        except OSError:
+            return -1
+        return None
+
+    def alive(self, pid: int) -> bool:
+        return self.returncode(pid) is None
+
+    def tail(self, instance: str, lines: int = 5) -> str:
+        try:
+            with open(self.log_path(instance), "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path(instance)) - 4096))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(ln for ln in text.strip().splitlines()[-lines:] if not ln.startswith("--- gpuflow"))
+
+    def signal_group(self, pid: int, sig: int) -> None:
+        try:
+            os.killpg(pid, sig)  # started with start_new_session: pgid == pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def forget(self, instance: str) -> None:
+        try:
+            os.unlink(self._pidfile(instance))
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,37 @@
+"""What the workflows share: search attribute keys, activity names, timeouts, error reading."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+SA_MODEL = SearchAttributeKey.for_keyword("GpuflowModel")
+SA_DEPLOYMENT = SearchAttributeKey.for_keyword("GpuflowDeployment")
+SA_WORKER = SearchAttributeKey.for_keyword("GpuflowWorker")
+SA_STATE = SearchAttributeKey.for_keyword("GpuflowState")
+SEARCH_ATTRIBUTES = [SA_MODEL, SA_DEPLOYMENT, SA_WORKER, SA_STATE]
+
+from activities.names import *  # noqa: F401,F403  (activity names, one home)
+
+STORE_CALL = dict(start_to_close_timeout=timedelta(seconds=60),
+                  retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
+                                           maximum_interval=timedelta(seconds=10)))
+
+
+def secs(s: float) -> timedelta:
+    return timedelta(seconds=s)
+
+
+def cause(e: BaseException) -> tuple[str, str]:
+    """(kind, message) of an activity failure: the ApplicationError's type, or 'timeout'."""
+    c = e.cause if isinstance(e, ActivityError) else e
+    while c is not None:
+        if isinstance(c, ApplicationError):
+            return c.type or "ApplicationError", c.message
+        if isinstance(c, TimeoutError):
+            inner = f" ({c.cause.message})" if getattr(c, "cause", None) is not None and hasattr(c.cause, "message") else ""
+            return "timeout", f"{c.message}{inner}"
+        c = getattr(c, "cause", None)
+    return "error", str(e)

@@ -1,0 +1,189 @@
+"""ModelDeploymentWorkflow (id ``deployment/<name>``): holds a model's spec and keeps its
+replicas. Updates: ``scale``, ``update_spec`` (instances are recreated with the new spec),
+``delete``. Scale-down asks the rank activity for the cluster-wide removal order (ERROR and
+unreachable before healthy RUNNING) and stops the lowest first. Instances whose workflows end
+on their own are replaced. Continue-as-new keeps the history bounded."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from activities.payloads import DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder, Timings
+    from scheduler.spec import ModelSpec
+    from workflows import common as c
+
+
+def parse_spec(raw: dict) -> ModelSpec:
+    try:
+        return ModelSpec.model_validate(raw)
+    except ValidationError as e:
+        raise ValueError(f"invalid model spec: {e}") from None
+
+
+@workflow.defn(name="ModelDeploymentWorkflow")
+class ModelDeploymentWorkflow:
+    @workflow.init
+    def __init__(self, inp: DeploymentInput) -> None:
+        self.raw = dict(inp.spec)
+        self.replicas = inp.replicas
+        self.timings = inp.timings or Timings()
+        self.instances: list[str] = list(inp.instances)
+        self.stopping: set[str] = set()
+        self.next_index = inp.next_index
+        self.deleting = inp.deleting
+        self.ended: set[str] = set()
+        self.dirty = True
+        self.recreate = False
+        self.lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return str(self.raw.get("name", ""))
+
+    # --- messages -------------------------------------------------------------------------------
+    @workflow.query
+    def status(self) -> DeploymentView:
+        return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
+                              deleting=self.deleting, spec=self.raw)
+
+    @workflow.update
+    async def scale(self, replicas: int) -> DeploymentView:
+        self.replicas, self.dirty = replicas, True
+        return self.status()
+
+    @scale.validator
+    def _check_scale(self, replicas: int) -> None:
+        if not isinstance(replicas, int) or replicas < 0:
+            raise ValueError(f"replicas must be a whole number >= 0, got {replicas!r}")
+        if self.deleting:
+            raise ValueError(f"deployment {self.name} is being deleted")
+
+    @workflow.update
+    async def update_spec(self, spec: dict) -> DeploymentView:
+        self.raw, self.dirty, self.recreate = dict(spec), True, True
+        new = ModelSpec.model_validate(spec)
+        self.replicas = new.replicas
+        return self.status()
+
+    @update_spec.validator
+    def _check_spec(self, spec: dict) -> None:
+        new = parse_spec(spec)
+        if new.name != self.name:
+            raise ValueError(f"spec name {new.name!r} does not match deployment {self.name!r}")
+        if self.deleting:
+            raise ValueError(f"deployment {self.name} is being deleted")
+
+    @workflow.update
+    async def delete(self) -> DeploymentView:
+        self.deleting, self.dirty = True, True
+        return self.status()
+
+    @workflow.signal
+    def instance_ended(self, name: str) -> None:
+        self.ended.add(name)
+
+    # --- reconciliation -------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, inp: DeploymentInput) -> DeploymentView:
+        try:
+            spec = parse_spec(self.raw)
+        except ValueError as e:
+            raise ApplicationError(str(e), type="InvalidSpec", non_retryable=True) from None
+        if self.replicas is None:
+            self.replicas = spec.replicas
+        if self.replicas < 0:
+            raise ApplicationError(f"replicas must be >= 0, got {self.replicas}", type="InvalidSpec", non_retryable=True)
+        workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name), c.SA_DEPLOYMENT.value_set(spec.name),
+                                           c.SA_STATE.value_set("DELETING" if self.deleting else "ACTIVE")])
+        saved = None
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: self.dirty or bool(self.ended) or workflow.info().is_continue_as_new_suggested(),
+                    timeout=c.secs(self.timings.reconcile_s))
+            except asyncio.TimeoutError:
+                await self._drop_closed()
+            self.dirty = False
+            self._absorb_ended()
+            state = "deleting" if self.deleting else "active"
+            if saved != (state, self.replicas, tuple(sorted(self.raw.items(), key=str))):
+                saved = (state, self.replicas, tuple(sorted(self.raw.items(), key=str)))
+                workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
+                await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, self.replicas, state],
+                                                **c.STORE_CALL)
+            if self.deleting:
+                await self._stop(list(self.instances))
+                if not self.stopping:
+                    await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, 0, "deleted"],
+                                                    **c.STORE_CALL)
+                    workflow.upsert_search_attributes([c.SA_STATE.value_set("DELETED")])
+                    return self.status()
+                continue
+            if self.recreate:
+                self.recreate = False
+                await self._stop(list(self.instances))
+            await self._scale_up()
+            await self._scale_down()
+            if workflow.info().is_continue_as_new_suggested() and not self.stopping:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(DeploymentInput(
+                    spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
+                    next_index=self.next_index, deleting=self.deleting))
+
+    def _absorb_ended(self) -> None:
+        for name in sorted(self.ended):
+            self.stopping.discard(name)
+            if name in self.instances:  # ended without being asked: replace it
+                self.instances.remove(name)
+                self.dirty = True
+        self.ended.clear()
+
+    async def _drop_closed(self) -> None:
+        ids = [f"instance/{n}" for n in self.instances + sorted(self.stopping)]
+        if not ids:
+            return
+        closed = await workflow.execute_activity(c.CLOSED_WORKFLOWS, ids, result_type=list[str], **c.STORE_CALL)
+        for wid in closed:
+            self.ended.add(wid.split("/", 1)[1])
+
+    async def _scale_up(self) -> None:
+        missing = (self.replicas or 0) - len(self.instances)
+        if missing <= 0:
+            return
+        new = []
+        for _ in range(missing):
+            new.append(f"{self.name}-{self.next_index}")
+            self.next_index += 1
+        await workflow.execute_activity(
+            c.START_INSTANCES,
+            [InstanceInput(name=n, deployment=self.name, spec=self.raw, timings=self.timings) for n in new],
+            **c.STORE_CALL)
+        self.instances.extend(new)
+
+    async def _scale_down(self) -> None:
+        excess = len(self.instances) - (self.replicas or 0)
+        if excess <= 0:
+            return
+        spec = parse_spec(self.raw)
+        order: ScaleDownOrder = await workflow.execute_activity(
+            c.RANK_SCALE_DOWN, args=[spec.name, spec.placement_strategy.value, self.instances],
+            result_type=ScaleDownOrder, **c.STORE_CALL)
+        await self._stop(order.order[:excess])
+
+    async def _stop(self, names: list[str]) -> None:
+        for n in names:
+            if n in self.instances:
+                self.instances.remove(n)
+            if n in self.stopping:
+                continue
+            self.stopping.add(n)
+            try:
+                await workflow.get_external_workflow_handle(f"instance/{n}").signal("stop")
+            except Exception:  # noqa: BLE001  already gone: nothing to stop
+                self.stopping.discard(n)

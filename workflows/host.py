@@ -1,0 +1,84 @@
+"""HostWorkflow (id ``host/<worker>``): a host's liveness, the Temporal-native way.
+
+The agent starts it (signal-with-start ``hello`` carrying its inventory). The workflow records
+the host READY, then keeps a ``watch_host`` activity running on the host's own queue: the agent
+heartbeats it, and it returns when the inventory changes. A missed heartbeat (or nobody polling
+the queue) fails the activity: the host is recorded NOT_READY until the agent says hello again.
+Every READY/inventory change wakes PENDING instances (in the host_seen activity)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.payloads import HostInput, HostReport, HostView, host_queue
+    from worker_agent import payloads as hp
+    from workflows import common as c
+
+
+@workflow.defn(name="HostWorkflow")
+class HostWorkflow:
+    @workflow.init
+    def __init__(self, inp: HostInput) -> None:
+        self.inp, self.t = inp, inp.timings
+        self.report = inp.report
+        self.state = inp.state
+        self.greeting: HostReport | None = None
+        self.since = ""
+
+    @workflow.signal
+    def hello(self, report: HostReport) -> None:
+        self.greeting = report
+
+    @workflow.query
+    def status(self) -> HostView:
+        return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since)
+
+    async def _set(self, state: str) -> None:
+        self.state, self.since = state, workflow.now().isoformat()
+        workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
+
+    @workflow.run
+    async def run(self, inp: HostInput) -> None:
+        workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
+        while True:
+            if self.greeting is not None:
+                self.report, self.greeting = self.greeting, None
+                await workflow.execute_activity(c.HOST_SEEN, self.report, **c.STORE_CALL)
+                await self._set("ready")
+            if self.state == "ready" and self.report is not None:
+                await self._watch(self.report.fingerprint())
+            else:
+                await workflow.wait_condition(lambda: self.greeting is not None)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state))
+
+    async def _watch(self, known: str) -> None:
+        h = workflow.start_activity(
+            hp.WATCH_HOST, known, result_type=HostReport, task_queue=host_queue(self.inp.name),
+            schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
+            start_to_close_timeout=c.secs(self.t.host_watch_s),
+            heartbeat_timeout=c.secs(self.t.host_heartbeat_s), retry_policy=RetryPolicy(maximum_attempts=1))
+        await workflow.wait_condition(lambda: h.done() or self.greeting is not None)
+        if not h.done():  # the agent restarted and said hello: start over with its report
+            h.cancel()
+            try:
+                await h
+            except (ActivityError, asyncio.CancelledError):
+                pass
+            return
+        try:
+            report = h.result()
+        except ActivityError as e:
+            why = c.cause(e)[1]
+            await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, f"agent stopped answering: {why}"],
+                                            **c.STORE_CALL)
+            await self._set("not_ready")
+            return
+        if report.fingerprint() != known:
+            self.greeting = report

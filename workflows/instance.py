@@ -1,0 +1,260 @@
+"""ModelInstanceWorkflow (id ``instance/<name>``): one replica's whole life.
+
+PENDING -> ANALYZING (estimate) -> decide -> reserve -> SCHEDULED -> launch on the host's queue
+-> STARTING -> RUNNING -> supervise. A process exit gives ERROR and a restart on the same host
+after min(base * 2^(n-1), cap) seconds. A host that stops answering gives UNREACHABLE; if it is
+back within the grace period the process is adopted (or restarted) there, otherwise the
+reservation is released and the instance is placed elsewhere. An unschedulable instance waits
+PENDING with its reasons until a ``capacity_changed`` signal (a release, a host joining or
+changing). ``stop`` stops the process, releases the reservation and ends the workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
+                                     ReserveResult, host_queue)
+    from scheduler.spec import ModelSpec
+    from worker_agent import payloads as hp
+    from workflows import common as c
+
+DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
+
+
+def backoff(n: int, base: float, cap: float) -> float:
+    """Seconds before restart n (1-based): min(base * 2^(n-1), cap)."""
+    return min(base * 2 ** max(n - 1, 0), cap)
+
+
+@workflow.defn(name="ModelInstanceWorkflow")
+class ModelInstanceWorkflow:
+    @workflow.init
+    def __init__(self, inp: InstanceInput) -> None:
+        self.inp, self.t = inp, inp.timings
+        self.state, self.reason = "pending", ""
+        self.plan = inp.placement
+        self.restarts = inp.restarts
+        self.pid: int | None = None
+        self.port: int | None = None
+        self.decision: DecisionRecord | None = None
+        self.stop_requested = False
+        self.woken = False
+        self._recorded: tuple | None = None
+
+    # --- messages -------------------------------------------------------------------------------
+    @workflow.signal
+    def stop(self) -> None:
+        self.stop_requested = True
+
+    @workflow.signal
+    def capacity_changed(self) -> None:
+        self.woken = True
+
+    @workflow.query
+    def status(self) -> InstanceView:
+        return InstanceView(name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name,
+                            state=self.state, reason=self.reason, worker=self.worker, gpu_indexes=self.gpus,
+                            restarts=self.restarts, pid=self.pid, port=self.port, decision=self.decision)
+
+    @property
+    def spec_name(self) -> str:
+        return str(self.inp.spec.get("name", ""))
+
+    @property
+    def worker(self) -> str | None:
+        return self.plan.worker if self.plan else None
+
+    @property
+    def gpus(self) -> list[int]:
+        return list(self.plan.gpu_indexes) if self.plan else []
+
+    # --- store and search attributes ------------------------------------------------------------
+    async def _record(self, state: str, reason: str = "", decision: dict | None = None) -> None:
+        self.state, self.reason = state, reason
+        key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port)
+        if key == self._recorded and decision is None:
+            return
+        self._recorded = key
+        workflow.upsert_search_attributes([
+            c.SA_STATE.value_set(state.upper()),
+            c.SA_WORKER.value_set(self.worker) if self.worker else c.SA_WORKER.value_unset()])
+        await workflow.execute_activity(
+            c.RECORD_INSTANCE, InstanceRecord(
+                name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
+                worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
+                decision=decision), **c.STORE_CALL)
+
+    # --- the life -------------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, inp: InstanceInput) -> InstanceView:
+        try:
+            spec = ModelSpec.model_validate(inp.spec)
+        except ValidationError as e:
+            raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+        workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
+                                           c.SA_DEPLOYMENT.value_set(inp.deployment)])
+        try:
+            await self._live(spec)
+        except asyncio.CancelledError:
+            self.stop_requested = True
+            await self._teardown()
+            raise
+        await self._teardown()
+        return self.status()
+
+    async def _live(self, spec: ModelSpec) -> None:
+        unreachable_since = None
+        while not self.stop_requested:
+            if workflow.info().is_continue_as_new_suggested():
+                workflow.continue_as_new(self.inp.model_copy(update={"restarts": self.restarts, "placement": self.plan}))
+            if self.plan is None and not await self._place(spec):
+                continue
+            sts = self.t.host_schedule_to_start_s
+            if unreachable_since is not None:
+                sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
+            kind, why = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
+            if kind == "stopped":
+                return
+            if kind == "unreachable":
+                if unreachable_since is None:
+                    unreachable_since = workflow.now()
+                    await self._record("unreachable", f"host {self.worker} stopped answering: {why}")
+                    continue
+                await self._abandon_host()
+                unreachable_since = None
+                continue
+            unreachable_since = None
+            self.restarts += 1
+            delay = backoff(self.restarts, self.t.restart_base_s, self.t.restart_cap_s)
+            self.pid = None
+            await self._record("error", f"{why}; restart {self.restarts} on {self.worker} in {delay:g} s")
+            try:
+                await workflow.wait_condition(lambda: self.stop_requested, timeout=c.secs(delay))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _place(self, spec: ModelSpec) -> bool:
+        """Estimate, decide, reserve. True once a placement is held; False when stopping."""
+        await self._record("analyzing")
+        try:
+            est: EstimateRecord = await workflow.execute_activity(
+                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(300),
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
+        except ActivityError as e:
+            await self._record("error", f"cannot estimate the model: {c.cause(e)[1]}")
+            await workflow.wait_condition(lambda: self.stop_requested)
+            return False
+        while not self.stop_requested:
+            self.woken = False
+            d: DecisionRecord = await workflow.execute_activity(
+                c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
+                start_to_close_timeout=c.secs(120), summary=f"decide {self.inp.name}")
+            self.decision = d
+            if not d.scheduled or d.plan is None:
+                reason = "; ".join(d.reasons[:3]) or "no candidate"
+                await self._record("pending", f"unschedulable: {reason}",
+                                   decision={"request": est.summary, "reasons": d.reasons[:20]})
+                try:
+                    await workflow.wait_condition(lambda: self.woken or self.stop_requested,
+                                                  timeout=c.secs(self.t.pending_recheck_s))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                booked: ReserveResult = await workflow.execute_activity(
+                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d], result_type=ReserveResult,
+                    start_to_close_timeout=c.secs(60),
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
+                                             non_retryable_error_types=["StaleDecision"]))
+            except ActivityError as e:
+                if c.cause(e)[0] == "StaleDecision":
+                    continue  # capacity moved since the snapshot: decide again on a fresh one
+                raise
+            if booked.remade is not None:
+                d = self.decision = booked.remade
+            self.plan = booked.plan
+            await self._record("scheduled", f"{d.strategy}: score {d.score}" + (
+                               " (re-decided at booking: the first snapshot was stale)" if booked.remade else ""),
+                               decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
+                                         "placement": d.plan.model_dump(mode="json")})
+            return True
+        return False
+
+    def _launch_request(self, spec: ModelSpec) -> hp.LaunchRequest:
+        return hp.LaunchRequest(instance=self.inp.name, model=spec.name, backend=spec.backend.value,
+                                run_command=spec.run_command, model_path=spec.source.local_path,
+                                gpu_indexes=self.gpus, env=dict(spec.env), ready_timeout_s=self.t.ready_timeout_s,
+                                settle_s=self.t.settle_s)
+
+    async def _run_on_host(self, spec: ModelSpec, sts: float, quiet: bool) -> tuple[str, str]:
+        """Launch (or adopt) on the host, then supervise. Returns (outcome, why): stopped,
+        exited, failed (could not start) or unreachable."""
+        req, queue = self._launch_request(spec), host_queue(self.worker)
+        host_timeouts = dict(task_queue=queue, schedule_to_start_timeout=c.secs(sts),
+                             heartbeat_timeout=c.secs(self.t.host_heartbeat_s))
+        if not quiet:
+            await self._record("starting")
+        try:
+            res: hp.LaunchResult = await workflow.execute_activity(
+                hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **host_timeouts,
+                start_to_close_timeout=c.secs(self.t.ready_timeout_s + 60),
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed"]))
+        except ActivityError as e:
+            kind, msg = c.cause(e)
+            return ("failed", msg) if kind == "LaunchFailed" else ("unreachable", msg)
+        self.pid, self.port = res.pid, res.port
+        await self._record("running", "adopted the running process" if res.adopted else "")
+        sup = workflow.start_activity(
+            hp.SUPERVISE_INSTANCE, req, result_type=hp.ExitReport, **host_timeouts,
+            start_to_close_timeout=timedelta(days=3650),
+            retry_policy=RetryPolicy(maximum_attempts=2),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+        await workflow.wait_condition(lambda: sup.done() or self.stop_requested)
+        if not sup.done():
+            sup.cancel()
+            try:
+                await sup
+            except (ActivityError, asyncio.CancelledError):
+                pass
+            return "stopped", ""
+        try:
+            ex = sup.result()
+        except ActivityError as e:
+            return "unreachable", c.cause(e)[1]
+        return "exited", ex.reason
+
+    async def _abandon_host(self) -> None:
+        lost = self.worker
+        await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+        self.plan, self.pid, self.port = None, None, None
+        await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
+                                      "reservation released, placing elsewhere")
+
+    async def _teardown(self) -> None:
+        await self._record("stopping")
+        if self.plan is not None:
+            try:
+                await workflow.execute_activity(
+                    hp.STOP_INSTANCE, self.inp.name, task_queue=host_queue(self.worker),
+                    schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
+                    start_to_close_timeout=c.secs(120), retry_policy=RetryPolicy(maximum_attempts=2))
+            except ActivityError:
+                pass  # the host is gone; its processes went with it
+            await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+            self.plan = None
+        self.pid = self.port = None
+        await self._record("deleted")
+        try:
+            await workflow.get_external_workflow_handle(f"deployment/{self.inp.deployment}").signal(
+                DEPLOYMENT_ENDED_SIGNAL, self.inp.name)
+        except Exception:  # noqa: BLE001  the deployment may be gone already
+            pass
