@@ -115,12 +115,20 @@ class ControlActivities:
                 self.closed_workflows, self.host_seen, self.host_lost]
 
     async def _db(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
+        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close."""
+        fut = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        while True:
+            done, _ = await asyncio.wait({fut}, timeout=1.0)
+            if done:
+                return fut.result()
+            activity.heartbeat()
 
     async def wake_pending(self) -> int:
         """Signal every PENDING instance that capacity changed, so it decides again now."""
         names = await self._db(records.pending_instances, self.engine)
         for n in names:
+            activity.heartbeat()
             try:
                 await self.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
             except RPCError:
@@ -187,6 +195,7 @@ class ControlActivities:
     @activity.defn(name=c.START_INSTANCES)
     async def start_instances(self, inputs: list[InstanceInput]) -> None:
         for inp in inputs:
+            activity.heartbeat()
             await self._db(records.record_instance, self.engine, InstanceRecord(
                 name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending"))
             await self.client.start_workflow(
@@ -208,6 +217,7 @@ class ControlActivities:
     async def closed_workflows(self, ids: list[str]) -> list[str]:
         closed = []
         for wid in ids:
+            activity.heartbeat()
             try:
                 d = await self.client.get_workflow_handle(wid).describe()
             except RPCError:

@@ -32,7 +32,7 @@ def until_signalled() -> asyncio.Event:
 
 
 async def run_server(settings: Settings, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
-    engine = db.make_engine(settings.store_url())
+    engine = db.make_engine(settings.store_url(), schema=settings.database_schema)
     db.init_db(engine)
     client = await connect(settings.temporal, wait_s=30)
     await ensure_search_attributes(client)

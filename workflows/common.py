@@ -15,7 +15,10 @@ SEARCH_ATTRIBUTES = [SA_MODEL, SA_DEPLOYMENT, SA_WORKER, SA_STATE]
 
 from activities.names import *  # noqa: F401,F403  (activity names, one home)
 
-STORE_CALL = dict(start_to_close_timeout=timedelta(seconds=60),
+# Control activities heartbeat while they work (activities/control.py), so one that was running on
+# a control-plane worker that died is retried elsewhere within seconds.
+CONTROL_HEARTBEAT = timedelta(seconds=5)
+STORE_CALL = dict(start_to_close_timeout=timedelta(seconds=120), heartbeat_timeout=CONTROL_HEARTBEAT,
                   retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
                                            maximum_interval=timedelta(seconds=10)))
 

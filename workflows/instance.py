@@ -147,7 +147,8 @@ class ModelInstanceWorkflow:
         await self._record("analyzing")
         try:
             est: EstimateRecord = await workflow.execute_activity(
-                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(300),
+                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
+                heartbeat_timeout=c.CONTROL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
         except ActivityError as e:
             await self._record("error", f"cannot estimate the model: {c.cause(e)[1]}")
@@ -157,7 +158,8 @@ class ModelInstanceWorkflow:
             self.woken = False
             d: DecisionRecord = await workflow.execute_activity(
                 c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
-                start_to_close_timeout=c.secs(120), summary=f"decide {self.inp.name}")
+                start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                summary=f"decide {self.inp.name}")
             self.decision = d
             if not d.scheduled or d.plan is None:
                 reason = "; ".join(d.reasons[:3]) or "no candidate"
@@ -172,7 +174,7 @@ class ModelInstanceWorkflow:
             try:
                 booked: ReserveResult = await workflow.execute_activity(
                     c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d], result_type=ReserveResult,
-                    start_to_close_timeout=c.secs(60),
+                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
                                              non_retryable_error_types=["StaleDecision"]))
             except ActivityError as e:
