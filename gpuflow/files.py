@@ -18,6 +18,10 @@ def _explain(path: str, e: ValidationError) -> InvalidInput:
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        if err.get("type") in ("enum", "literal_error", "string_pattern_mismatch", "int_parsing", "greater_than_equal") \
+                and isinstance(got, (str, int, float)):
+            msg += f" (got {got!r})"
         lines.append(f"  {loc}: {msg}")
     return InvalidInput(f"{path}: invalid:\n" + "\n".join(lines))
 

@@ -177,3 +177,95 @@ async def test_burst_of_50_with_control_plane_killed(tmp_path):
                       60, "two pending deployments take the freed room", check=never_overbooked)
     finally:
         lv.close()
+
+
+async def test_dev_server_restart_keeps_workflows(tmp_path):
+    """The Temporal dev server is stopped and started again on the same SQLite file: the
+    deployment and its instances carry on (still RUNNING, the same processes), and a later
+    scale-up is served as usual."""
+    lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
+    try:
+        await ops.deploy(lv.client, spec("keep", replicas=2), FAST)
+        await lv.wait(lambda: list(lv.states("keep").values()) == ["running"] * 2, 60, "2 RUNNING")
+        pids = {i.name: i.pid for i in lv.instances("keep")}
+        lv.stack.temporal.stop()
+        lv.stack.temporal.start()
+        from gpuflow.runtime import connect
+        from gpuflow.settings import TemporalSettings
+
+        lv.client = await connect(TemporalSettings(address=lv.stack.temporal.address), wait_s=20)
+        view = await ops.scale(lv.client, "keep", 3)
+        assert view.replicas == 3 and len(view.instances) >= 2
+        await lv.wait(lambda: list(lv.states("keep").values()) == ["running"] * 3, 90, "3 RUNNING after restart")
+        after = {i.name: i.pid for i in lv.instances("keep")}
+        assert {k: after[k] for k in pids} == pids  # the first two were never restarted
+        assert all(alive(lv, "h1", n) for n in after)
+    finally:
+        lv.close()
+
+
+async def test_host_killed_instances_move_elsewhere(tmp_path):
+    """h1 dies (agent and its processes SIGKILLed). Its instance goes UNREACHABLE, and after the
+    grace period (3 s here) its reservation is released and it runs on h2. h1 is NOT_READY."""
+    lv = await Live(str(tmp_path)).start({"h1": [24], "h2": [24]})
+    try:
+        await ops.deploy(lv.client, spec("mover", replicas=2, vram_gib=12), FAST)
+        await lv.wait(lambda: list(lv.states("mover").values()) == ["running"] * 2, 60, "2 RUNNING")
+        # make room on h2 for the one that must move: 12 + 12 = 24 fits one GPU of 24 GiB
+        on_h1 = next(i for i in lv.instances("mover") if i.worker == "h1")
+        seen = set()
+
+        def watch():
+            seen.update(i.state for i in lv.instances("mover") if i.name == on_h1.name)
+
+        lv.stack.kill_host("h1")
+        await lv.wait(lambda: "unreachable" in seen, 30, f"{on_h1.name} UNREACHABLE", check=watch, every=0.1)
+        await lv.wait(lambda: next(i for i in lv.instances("mover") if i.name == on_h1.name).worker == "h2"
+                      and lv.states("mover")[on_h1.name] == "running", 60, f"{on_h1.name} RUNNING on h2", check=watch)
+        assert ledger.booked_per_gpu(lv.engine) == {("h2", 0): 24 * 2**30}  # h1's line released
+        from activities.store import records
+
+        await lv.wait(lambda: {w.name: w.state for w in records.workers(lv.engine)}["h1"] == "not_ready", 30,
+                      "h1 NOT_READY")
+        assert alive(lv, "h2", on_h1.name)
+    finally:
+        lv.close()
+
+
+async def test_bad_input_is_named_and_the_system_keeps_working(tmp_path):
+    """A launch command that fails at once: ERROR with the reason, restarted with backoff. A
+    model whose files are missing: ERROR naming the path. An invalid spec or replicas < 0: a
+    clear CLI error (exit 2). Meanwhile a good deployment still reaches RUNNING."""
+    lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
+    try:
+        await ops.deploy(lv.client, spec("nobin", command="/no/such/server --port {port}"), FAST)
+        await ops.deploy(lv.client, spec("crashy", command="python3 -c 'import sys; sys.exit(7)'"), FAST)
+        nofiles = spec("nofiles").model_dump(mode="json", exclude_none=True)
+        del nofiles["resources"]
+        from scheduler.spec import ModelSpec
+
+        await ops.deploy(lv.client, ModelSpec.model_validate(nofiles), FAST)
+        await ops.deploy(lv.client, spec("good", vram_gib=4), FAST)
+        await lv.wait(lambda: lv.states("good") == {"good-0": "running"}, 60, "good RUNNING")
+
+        def reason(n):
+            return next(i for i in lv.instances() if i.name == n)
+
+        await lv.wait(lambda: reason("nobin-0").restarts >= 2 and "cannot start '/no/such/server'" in
+                      reason("nobin-0").reason, 30, "nobin ERROR with the reason, restarted twice", every=0.1)
+        assert reason("nobin-0").worker == "h1"  # restarts stay on the same host
+        await lv.wait(lambda: "exited with code 7" in reason("crashy-0").reason, 30, "crashy ERROR", every=0.1)
+        await lv.wait(lambda: reason("nofiles-0").state == "error", 30, "nofiles ERROR")
+        assert "/models/nofiles" in reason("nofiles-0").reason
+
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("name: x\nsource: {local_path: /m}\nbackend: tensorrt\n")
+        out = cli(lv, "deploy", str(bad))
+        assert out.returncode == 2 and "backend" in out.stderr and "tensorrt" in out.stderr, out.stderr
+        out = cli(lv, "scale", "good", "-1")
+        assert out.returncode == 2 and "replicas must be >= 0" in out.stderr, out.stderr
+        out = cli(lv, "scale", "ghost", "2")
+        assert out.returncode == 2 and "no deployment named 'ghost'" in out.stderr, out.stderr
+        assert lv.states("good") == {"good-0": "running"}
+    finally:
+        lv.close()

@@ -115,17 +115,18 @@ class HostActivities:
         stop the process. Cancelled for any other reason (worker shutdown, workflow moved on):
         leave it running, so the next agent run can adopt it."""
         rec = self.table.find(req.instance)
-        if rec is None or not self.table.alive(rec.pid):
-            self.table.forget(req.instance)
-            return p.ExitReport(pid=rec.pid if rec else None, reason="the process is not running on this host")
+        if rec is None:
+            return p.ExitReport(reason="the process is not running on this host")
         every = _beat_every()
         try:
             while True:
                 rc = self.table.returncode(rec.pid)
                 if rc is not None:
                     self.table.forget(req.instance)
+                    how = f"exited with code {rc}" if rec.pid in self.table.children else \
+                        "ended (adopted from an earlier agent run: exit code unknown)"
                     return p.ExitReport(pid=rec.pid, returncode=rc,
-                                        reason=f"exited with code {rc}: {self.table.tail(req.instance)}".rstrip(": "))
+                                        reason=f"{how}: {self.table.tail(req.instance)}".rstrip(": "))
                 activity.heartbeat({"pid": rec.pid})
                 await asyncio.sleep(min(every, 1.0))
         except asyncio.CancelledError:

@@ -3,7 +3,8 @@
 The agent starts it (signal-with-start ``hello`` carrying its inventory). The workflow records
 the host READY, then keeps a ``watch_host`` activity running on the host's own queue: the agent
 heartbeats it, and it returns when the inventory changes. A missed heartbeat (or nobody polling
-the queue) fails the activity: the host is recorded NOT_READY until the agent says hello again.
+the queue) fails the activity: the host is recorded NOT_READY until the agent says hello again
+or answers one of the probes sent to its queue meanwhile.
 Every READY/inventory change wakes PENDING instances (in the host_seen activity)."""
 
 from __future__ import annotations
@@ -53,10 +54,29 @@ class HostWorkflow:
             if self.state == "ready" and self.report is not None:
                 await self._watch(self.report.fingerprint())
             else:
-                await workflow.wait_condition(lambda: self.greeting is not None)
+                await self._probe()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state))
+
+    async def _probe(self) -> None:
+        """NOT_READY: wait for a hello, and meanwhile ask the host queue again now and then, so
+        an agent that was only cut off (a network split, a Temporal restart) comes back READY
+        without restarting."""
+        try:
+            await workflow.wait_condition(lambda: self.greeting is not None,
+                                          timeout=c.secs(self.t.host_schedule_to_start_s))
+            return
+        except asyncio.TimeoutError:
+            pass
+        try:
+            self.greeting = await workflow.execute_activity(
+                hp.WATCH_HOST, "", result_type=HostReport, task_queue=host_queue(self.inp.name),
+                schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
+                start_to_close_timeout=c.secs(self.t.host_watch_s), heartbeat_timeout=c.secs(self.t.host_heartbeat_s),
+                retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError:
+            pass
 
     async def _watch(self, known: str) -> None:
         h = workflow.start_activity(
