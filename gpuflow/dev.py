@@ -135,4 +135,4 @@ def add_command(sub) -> None:
     p.add_argument("--ui-port", type=int, default=8233)
     p.add_argument("--agent-name", default=socket.gethostname())
     p.add_argument("--inventory", help="simulated inventory for the local agent (default: NVML, else CPU only)")
-    p.set_defaults(fn=cmd_dev)
+    p.set_defaults(fn=cmd_dev, temporal=True)

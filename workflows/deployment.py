@@ -40,7 +40,8 @@ class ModelDeploymentWorkflow:
         self.ended: set[str] = set()
         self.dirty = True
         self.recreate = False
-        self.lock = asyncio.Lock()
+        self.asked = 0  # updates answered once the loop has applied them (asked <= applied)
+        self.applied = 0
 
     @property
     def name(self) -> str:
@@ -52,10 +53,17 @@ class ModelDeploymentWorkflow:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw)
 
+    async def _applied(self) -> DeploymentView:
+        self.asked += 1
+        mine = self.asked
+        await workflow.wait_condition(lambda: self.applied >= mine)
+        return self.status()
+
     @workflow.update
     async def scale(self, replicas: int) -> DeploymentView:
+        """Set the replica count; answers once the instances to add or stop are chosen."""
         self.replicas, self.dirty = replicas, True
-        return self.status()
+        return await self._applied()
 
     @scale.validator
     def _check_scale(self, replicas: int) -> None:
@@ -69,7 +77,7 @@ class ModelDeploymentWorkflow:
         self.raw, self.dirty, self.recreate = dict(spec), True, True
         new = ModelSpec.model_validate(spec)
         self.replicas = new.replicas
-        return self.status()
+        return await self._applied()
 
     @update_spec.validator
     def _check_spec(self, spec: dict) -> None:
@@ -110,6 +118,7 @@ class ModelDeploymentWorkflow:
             except asyncio.TimeoutError:
                 await self._drop_closed()
             self.dirty = False
+            target = self.asked
             self._absorb_ended()
             state = "deleting" if self.deleting else "active"
             if saved != (state, self.replicas, tuple(sorted(self.raw.items(), key=str))):
@@ -118,6 +127,7 @@ class ModelDeploymentWorkflow:
                 await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, self.replicas, state],
                                                 **c.STORE_CALL)
             if self.deleting:
+                self.applied = max(self.applied, target)  # nothing left to scale: answer waiting updates
                 await self._stop(list(self.instances))
                 if not self.stopping:
                     await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, 0, "deleted"],
@@ -130,6 +140,7 @@ class ModelDeploymentWorkflow:
                 await self._stop(list(self.instances))
             await self._scale_up()
             await self._scale_down()
+            self.applied = max(self.applied, target)
             if workflow.info().is_continue_as_new_suggested() and not self.stopping:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(DeploymentInput(

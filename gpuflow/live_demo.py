@@ -1,0 +1,112 @@
+"""``gpuflow dev --demo``: three simulated hosts, three deployments placed and started (real
+processes: python3's http.server stands in for an inference server), one scaled down, and the
+result printed with where to look in the Temporal UI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import yaml
+
+from gpuflow import ops, render_cluster
+from gpuflow.runtime import connect
+from gpuflow.settings import Settings
+from scheduler.spec import ModelSpec
+
+HOSTS = {
+    "gpu-a": {"ram_total": "128 GiB", "labels": {"zone": "a"},
+              "gpus": [{"index": i, "vram_total": "24 GiB", "name": "simulated RTX 4090"} for i in range(2)]},
+    "gpu-b": {"ram_total": "512 GiB", "labels": {"zone": "b"},
+              "gpus": [{"index": i, "vram_total": "80 GiB", "name": "simulated H100 80GB"} for i in range(4)]},
+    "gpu-c": {"ram_total": "64 GiB", "labels": {"zone": "a"},
+              "gpus": [{"index": 0, "vram_total": "16 GiB", "name": "simulated T4"}]},
+}
+SERVER = "python3 -m http.server {port} --bind 127.0.0.1"
+
+
+def demo_specs() -> list[ModelSpec]:
+    def s(name, vram, replicas, strategy="spread"):
+        return ModelSpec.model_validate({
+            "name": name, "source": {"huggingface": {"repo": f"demo/{name}"}}, "backend": "custom",
+            "run_command": SERVER, "replicas": replicas, "placement_strategy": strategy,
+            "resources": {"vram": vram, "ram": "2 GiB"}})
+
+    return [s("chat-8b", "14 GiB", 3), s("embed-small", "4 GiB", 2, "binpack"), s("llama-70b", "140 GiB", 1)]
+
+
+async def _until(pred, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = await pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            return None
+        await asyncio.sleep(every)
+
+
+async def _all_running(client, names: list[str]) -> bool:
+    for n in names:
+        st = await ops.status(client, n)
+        insts = st["deployments"][0]["instances"]
+        if len(insts) != st["deployments"][0]["replicas"] or any(i["state"] != "running" for i in insts):
+            return False
+    return True
+
+
+async def scenario(stack) -> int:
+    settings = Settings()
+    client = await connect(settings.temporal.model_copy(update={"address": stack.temporal.address}), wait_s=30)
+    print(f"waiting for {len(HOSTS)} simulated hosts...", flush=True)
+    if not await _until(lambda: _ready_hosts(client), 60):
+        print("the hosts did not report in; see the logs in " + stack.log_dir)
+        return 1
+    specs = demo_specs()
+    for sp in specs:
+        view = await ops.deploy(client, sp, settings.timings)
+        print(f"deployed {view.name}: {view.replicas} replica(s) of {sp.resources.vram / 2**30:g} GiB", flush=True)
+    names = [sp.name for sp in specs]
+    if not await _until(lambda: _all_running(client, names), 120):
+        print("not everything reached RUNNING in 120 s:")
+    before = {i["name"] for i in (await ops.status(client, "chat-8b"))["deployments"][0]["instances"]}
+    view = await ops.scale(client, "chat-8b", 1)
+    removed = sorted(before - set(view.instances))
+    print(f"scaled chat-8b from 3 to 1 replica: stopping {', '.join(removed)} "
+          "(removal order: status, offloaded layers, placement)", flush=True)
+    await _until(lambda: _all_closed(client, removed), 60)
+    st = await ops.status(client)
+    print()
+    print(render_cluster.status(st))
+    first = st["deployments"][0]["instances"][0]["name"] if st["deployments"] else None
+    print()
+    if first:
+        print(f"why {first} is where it is:  gpuflow explain {first} --address {stack.temporal.address}")
+    print(f"Temporal UI:  {stack.temporal.ui or '(disabled)'}   (filter: GpuflowModel = 'chat-8b')")
+    print(f"Temporal:     {stack.temporal.address}   data: {stack.data_dir}")
+    return 0
+
+
+async def _ready_hosts(client) -> bool:
+    hs = await ops.hosts(client)
+    return sum(h.state == "ready" for h in hs) >= len(HOSTS)
+
+
+async def _all_closed(client, instances: list[str]) -> bool:
+    for n in instances:
+        d = await client.get_workflow_handle(f"instance/{n}").describe()
+        if d.status is not None and d.status.name == "RUNNING":
+            return False
+    return True
+
+
+def run_live_demo(stack) -> int:
+    inv_dir = os.path.join(stack.data_dir, "demo-hosts")
+    os.makedirs(inv_dir, exist_ok=True)
+    for name, inv in HOSTS.items():
+        path = os.path.join(inv_dir, f"{name}.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(inv, f)
+        stack.start_agent(name, path)
+    return asyncio.run(scenario(stack))

@@ -1,0 +1,54 @@
+"""`gpuflow dev --demo` (the README's main job) as a user runs it: it prints the placements and
+the UI's address, and Ctrl-C stops every process it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gpuflow.devserver import free_port
+from worker_agent.processes import ProcessTable
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_dev_demo_then_ctrl_c_stops_everything(tmp_path):
+    data = tmp_path / "dev"
+    port, ui = free_port(), free_port()
+    p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--demo", "--data-dir", str(data),
+                          "--port", str(port), "--ui-port", str(ui)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops every process" in line:
+            break
+    out = "".join(lines)
+    assert "Ctrl-C stops every process" in out, out
+    assert f"Temporal UI:  http://127.0.0.1:{ui}" in out
+    assert "scaled chat-8b from 3 to 1" in out
+    assert out.count("RUNNING") == 4, out  # chat-8b x1, embed-small x2, llama-70b x1
+    assert "llama-70b-0" in out and "simulated" in out
+    servers = [r for h in ("gpu-a", "gpu-b", "gpu-c") for r in ProcessTable(str(data / "agent" / h)).records()]
+    assert len(servers) == 4 and not any(_gone(r.pid) for r in servers)
+
+    p.send_signal(signal.SIGINT)
+    assert p.wait(60) == 0
+    time.sleep(0.5)
+    assert all(_gone(r.pid) for r in servers)
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert str(data) not in ps, [ln for ln in ps.splitlines() if str(data) in ln]
