@@ -8,8 +8,13 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo test bench
+.PHONY: demo dry-run test bench bench-control-plane
+# The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
+# demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
+	$(VENV)/bin/gpuflow dev --demo $(DEMO_ARGS)
+
+dry-run: $(VENV)/.installed
 	$(VENV)/bin/gpuflow demo
 
 test: $(VENV)/.installed
@@ -17,3 +22,6 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_decide.py
+
+bench-control-plane: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_control_plane.py

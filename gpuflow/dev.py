@@ -12,6 +12,7 @@ import sys
 import time
 
 from gpuflow.devserver import DevServer
+from gpuflow.settings import default_data_dir
 from worker_agent.processes import ProcessTable
 
 
@@ -97,8 +98,29 @@ def _wait(p: subprocess.Popen, grace: float = 10.0) -> None:
         p.wait()
 
 
+DEMO_MARK = ".gpuflow-demo"
+
+
+def fresh_demo_dir(path: str) -> None:
+    """The demo starts from a clean slate, in a directory only the demo uses."""
+    import shutil
+
+    from scheduler.errors import InvalidInput
+
+    if os.path.isdir(path) and os.listdir(path):
+        if not os.path.exists(os.path.join(path, DEMO_MARK)):
+            raise InvalidInput(f"--data-dir {path} holds files that are not a previous demo's; "
+                               "the demo starts from scratch, so give it an empty or new directory")
+        shutil.rmtree(path)
+    os.makedirs(path, exist_ok=True)
+    open(os.path.join(path, DEMO_MARK), "w").close()
+
+
 def cmd_dev(a) -> int:
-    stack = Stack(a.data_dir, port=a.port, ui_port=a.ui_port)
+    data_dir = a.data_dir or os.path.join(default_data_dir(), "demo" if a.demo else "dev")
+    if a.demo:
+        fresh_demo_dir(data_dir)
+    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port)
     try:
         stack.start_temporal()
         print(f"Temporal dev server: {stack.temporal.address}  (UI {stack.temporal.ui}, data {stack.temporal.db})",
@@ -125,12 +147,11 @@ def cmd_dev(a) -> int:
 def add_command(sub) -> None:
     import socket
 
-    from gpuflow.settings import default_data_dir
-
     p = sub.add_parser("dev", help="the embedded stack: Temporal dev server, control plane and a local agent")
     p.add_argument("--demo", action="store_true", help="add simulated hosts and deployments, print the result")
     p.add_argument("--exit-after-demo", action="store_true", help="stop everything once the demo has printed")
-    p.add_argument("--data-dir", default=os.path.join(default_data_dir(), "dev"))
+    p.add_argument("--data-dir", help="default ~/.local/share/gpuflow/dev (kept across runs), "
+                                      "or .../demo with --demo (cleared at each demo)")
     p.add_argument("--port", type=int, default=7233)
     p.add_argument("--ui-port", type=int, default=8233)
     p.add_argument("--agent-name", default=socket.gethostname())

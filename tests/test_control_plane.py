@@ -246,7 +246,9 @@ async def test_bad_input_is_named_and_the_system_keeps_working(tmp_path):
 
         await ops.deploy(lv.client, ModelSpec.model_validate(nofiles), FAST)
         await ops.deploy(lv.client, spec("good", vram_gib=4), FAST)
+        await ops.deploy(lv.client, spec("portless", vram_gib=4, command="sleep 600"), FAST)  # up once it lived 0.5 s
         await lv.wait(lambda: lv.states("good") == {"good-0": "running"}, 60, "good RUNNING")
+        await lv.wait(lambda: lv.states("portless") == {"portless-0": "running"}, 60, "portless RUNNING")
 
         def reason(n):
             return next(i for i in lv.instances() if i.name == n)

@@ -97,7 +97,7 @@ class HostActivities:
             if rec.port is not None:
                 if await http_answers(rec.port):
                     break
-            elif time.monotonic() - rec.started_at >= req.settle_s:
+            elif time.time() - rec.started_at >= req.settle_s:
                 break
             if time.monotonic() - started > req.ready_timeout_s:
                 await self._stop(req.instance)
