@@ -271,3 +271,41 @@ async def test_bad_input_is_named_and_the_system_keeps_working(tmp_path):
         assert lv.states("good") == {"good-0": "running"}
     finally:
         lv.close()
+
+
+async def test_pending_proceeds_when_a_host_joins_and_history_stays_bounded(tmp_path):
+    """The server is told to suggest continue-as-new after 40 history events. A 30 GiB replica
+    does not fit a 24 GiB GPU: PENDING with the numbers. A host with an 80 GiB GPU joins: the
+    replica runs there at once (no periodic scan: pending_recheck_s is 120 s). A crash-looping
+    instance and a deployment scaled up and down many times continue as new and carry on."""
+    lv = Live(str(tmp_path))
+    lv.stack.temporal.extra += ["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"]
+    await lv.start({"small": [24]})
+    try:
+        await ops.deploy(lv.client, spec("wide", vram_gib=30), FAST)
+        await lv.wait(lambda: lv.states("wide") == {"wide-0": "pending"}, 30, "wide PENDING")
+        assert "30.0 GiB" in lv.instances("wide")[0].reason
+        lv.add_host("big", [80])
+        await lv.wait(lambda: lv.states("wide") == {"wide-0": "running"}, 30, "wide RUNNING on the new host")
+        assert lv.instances("wide")[0].worker == "big"
+
+        await ops.deploy(lv.client, spec("loop", vram_gib=1, command="python3 -c 'raise SystemExit(3)'"), FAST)
+        await lv.wait(lambda: any(i.restarts >= 6 for i in lv.instances("loop")), 90, "6 restarts")
+        for n in range(1, 9):
+            await ops.scale(lv.client, "wide", 1 + n % 2)
+        await lv.wait(lambda: list(lv.states("wide").values()) == ["running"] * 2, 60, "wide back to 2 RUNNING")
+
+        async def runs(wid: str) -> int:
+            return len([w async for w in lv.client.list_workflows(f"WorkflowId = '{wid}'")])
+
+        await lv.wait(lambda: True, 0, "")
+        import asyncio
+
+        await asyncio.sleep(1.5)  # visibility is eventually consistent
+        assert await runs("deployment/wide") >= 2
+        assert await runs("instance/loop-0") >= 2
+        view = await ops.instance(lv.client, "loop-0")
+        assert view.restarts >= 6  # the count survived continue-as-new
+        assert (await lv.client.get_workflow_handle("deployment/wide").describe()).status.name == "RUNNING"
+    finally:
+        lv.close()
