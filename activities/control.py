@@ -196,7 +196,7 @@ class ControlActivities:
     async def start_instances(self, inputs: list[InstanceInput]) -> None:
         for inp in inputs:
             activity.heartbeat()
-            await self._db(records.record_instance, self.engine, InstanceRecord(
+            await self._db(records.create_instance, self.engine, InstanceRecord(
                 name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending"))
             await self.client.start_workflow(
                 "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,

@@ -98,6 +98,17 @@ async def test_deploy_scale_down_in_order_and_delete(live):
     assert ledger.booked_per_gpu(lv.engine) == {}
     assert not any(alive(lv, i.worker, i.name) for i in insts if i.worker)
 
+    # the workflows are deterministic: their recorded histories replay against today's code
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from gpuflow.server import WORKFLOWS
+
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    for wid in ["deployment/chat", "host/h1"] + [f"instance/{i.name}" for i in insts]:
+        history = await lv.client.get_workflow_handle(wid).fetch_history()
+        await replayer.replay_workflow(history)
+
 
 async def test_temporal_cli_starts_a_deployment_with_plain_json(tmp_path):
     """`temporal workflow start` with plain JSON input is a first-class way in; a bad spec fails
@@ -307,5 +318,32 @@ async def test_pending_proceeds_when_a_host_joins_and_history_stays_bounded(tmp_
         view = await ops.instance(lv.client, "loop-0")
         assert view.restarts >= 6  # the count survived continue-as-new
         assert (await lv.client.get_workflow_handle("deployment/wide").describe()).status.name == "RUNNING"
+    finally:
+        lv.close()
+
+
+async def test_agent_restart_adopts_its_running_processes(tmp_path):
+    """The agent is stopped (SIGTERM) and started again on the same host: the server process it
+    had started keeps running, the new agent adopts it (same pid), and the instance is RUNNING;
+    a stop afterwards still stops that process."""
+    lv = await Live(str(tmp_path)).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("steady", vram_gib=4), FAST)
+        await lv.wait(lambda: lv.states("steady") == {"steady-0": "running"}, 60, "RUNNING")
+        pid = lv.instances("steady")[0].pid
+        agent = lv.stack.agents.pop("h1")
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(30) == 0
+        assert alive(lv, "h1", "steady-0")  # the agent's exit left the server running
+        lv.add_host("h1", [24])
+        await lv.wait(lambda: lv.states("steady") == {"steady-0": "running"} and
+                      lv.instances("steady")[0].pid == pid and "h1" in lv.stack.agents, 60, "adopted, RUNNING")
+        import asyncio
+
+        await asyncio.sleep(2 * FAST.host_heartbeat_s)  # supervised again: no restart happens
+        row = lv.instances("steady")[0]
+        assert (row.state, row.pid, row.restarts) == ("running", pid, 0)
+        await ops.delete(lv.client, "steady", wait=True)
+        assert lv.stack.instance_processes("h1").returncode(pid) is not None  # gone (or a zombie nobody reaped)
     finally:
         lv.close()

@@ -55,6 +55,17 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
         s.commit()
 
 
+def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
+    """Insert the instance's first row; never overwrites one its workflow has written since
+    (a retried start must not turn a RUNNING instance back into PENDING)."""
+    with Session(engine) as s:
+        if s.get(InstanceRow, rec.name) is not None:
+            return False
+        s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state))
+        s.commit()
+        return True
+
+
 def save_deployment(engine: Engine, name: str, spec: dict[str, Any], replicas: int, state: str = "active") -> None:
     with Session(engine) as s:
         row = s.get(DeploymentRow, name) or DeploymentRow(name=name)
