@@ -164,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     except GpuflowError as e:
         print(f"gpuflow: error: {e}", file=sys.stderr)
         code = EXIT_INVALID
+    except Exception as e:  # noqa: BLE001  Temporal's errors, named; anything else is a bug and keeps its traceback
+        from temporalio.client import WorkflowFailureError
+        from temporalio.service import RPCError
+
+        if not isinstance(e, (RPCError, WorkflowFailureError)):
+            raise
+        print(f"gpuflow: error: Temporal: {getattr(e, 'cause', None) or e}", file=sys.stderr)
+        code = 1
     except KeyboardInterrupt:
         code = 130
     if getattr(args, "temporal", False):
