@@ -1,2 +1,2 @@
-"""Control-plane activities (the I/O around the policy: state store, snapshots, reservation
-ledger). Built by the control-plane issue; the scheduler library they call is ready."""
+"""The control plane's I/O: the state store and reservation ledger (``store/``), the activities
+the workflows call (``control.py``), and the payloads that cross Temporal (``payloads.py``)."""

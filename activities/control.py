@@ -5,11 +5,9 @@ a thread pool; the Temporal client is used for signals and starts."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from sqlalchemy.engine import Engine
 from temporalio import activity
@@ -29,28 +27,10 @@ from scheduler.estimate import estimate_request
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
+from scheduler.summary import request_summary, summary_text
 from activities import names as c
 
-log = logging.getLogger("gpuflow.control")
 TOP_CANDIDATES = 10
-
-
-def request_summary(r: Request) -> dict[str, Any]:
-    if r.kind == "gguf":
-        full = r.full
-        return {"kind": "gguf", "architecture": r.model.architecture, "layers": r.total_layers,
-                "context_size": r.options.ctx_size, "full_offload_vram": full.vrams[0].nonuma,
-                "full_offload_ram": full.ram.nonuma, "cpu_only_ram": r.cpu_only.ram.nonuma}
-    return {"kind": "flat", "vram": r.vram, "ram": r.ram, "basis": r.basis}
-
-
-def summary_text(s: dict[str, Any]) -> str:
-    from scheduler.units import gib
-
-    if s["kind"] == "gguf":
-        return (f"{s['architecture']} GGUF, {s['layers']} layers: full offload {gib(s['full_offload_vram'])} GiB VRAM "
-                f"+ {gib(s['full_offload_ram'])} GiB RAM; CPU only {gib(s['cpu_only_ram'])} GiB RAM")
-    return f"{gib(s['vram'])} GiB VRAM, {gib(s['ram'])} GiB RAM ({s['basis']})"
 
 
 class EstimateCache:

@@ -16,30 +16,11 @@ from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.estimate import estimate_request
-from scheduler.request import Request
+from scheduler.summary import request_summary, summary_text
 from scheduler.spec import PlacementStrategy
-from scheduler.units import MiB, gib
+from scheduler.units import MiB
 
 EXIT_OK, EXIT_INVALID, EXIT_UNSCHEDULABLE = 0, 2, 3
-
-
-def request_summary(r: Request) -> dict:
-    if r.kind == "gguf":
-        full = r.full
-        return {"kind": "gguf", "architecture": r.model.architecture, "layers": r.total_layers,
-                "context_size": r.options.ctx_size, "full_offload_vram": full.vrams[0].nonuma,
-                "full_offload_ram": full.ram.nonuma, "cpu_only_ram": r.cpu_only.ram.nonuma}
-    d = {"kind": "flat", "vram": r.vram, "ram": r.ram, "basis": r.basis}
-    if r.kv_bytes_per_token:
-        d["kv_cache_bytes_per_token"] = r.kv_bytes_per_token
-    return d
-
-
-def _summary_text(s: dict) -> str:
-    if s["kind"] == "gguf":
-        return (f"{s['architecture']} GGUF, {s['layers']} layers, ctx {s['context_size']}: full offload "
-                f"{gib(s['full_offload_vram'])} GiB VRAM + {gib(s['full_offload_ram'])} GiB RAM; CPU only {gib(s['cpu_only_ram'])} GiB RAM")
-    return f"{gib(s['vram'])} GiB VRAM, {gib(s['ram'])} GiB RAM ({s['basis']})"
 
 
 def cmd_schedule(a) -> int:
@@ -51,7 +32,7 @@ def cmd_schedule(a) -> int:
     if a.json:
         print(json.dumps({**d.to_dict(), "request": summary}, indent=2))
     else:
-        print(render.decision(d, _summary_text(summary)))
+        print(render.decision(d, summary_text(summary)))
     return EXIT_OK if d.scheduled else EXIT_UNSCHEDULABLE
 
 

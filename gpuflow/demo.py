@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from gpuflow import files, render, synthetic
-from gpuflow.cli import _summary_text, request_summary
+from scheduler.summary import request_summary, summary_text
 from gpuflow.settings import Settings
 from scheduler import scale_down
 from scheduler.decide import decide
@@ -44,7 +44,7 @@ def run_demo(data_dir: str) -> int:
         req = estimate_request(spec, path)
         d = decide(snapshot, spec, req, settings.scheduler)
         print(f"\n=== gpuflow schedule --cluster {cluster_file} --model {spec_file}" + (f" --model-path {path}" if path else ""))
-        print(render.decision(d, _summary_text(request_summary(req))))
+        print(render.decision(d, summary_text(request_summary(req))))
     print(f"\n=== gpuflow rank-scale-down --cluster {cluster_file} --model llama3-8b-q5")
     print(render.ranking(scale_down.rank(snapshot, "llama3-8b-q5", config=settings.scheduler)))
     return 0

@@ -10,6 +10,7 @@ import pytest
 from gpuflow import synthetic
 from scheduler.cluster import GPU, ClusterSnapshot, Instance, Worker
 from scheduler.units import GiB
+from tests.store_fixtures import store  # noqa: F401  (the SQLite/PostgreSQL store fixture)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

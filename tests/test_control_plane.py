@@ -4,6 +4,7 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -60,13 +61,12 @@ async def test_deploy_scale_down_in_order_and_delete(live):
 
     # the Temporal UI's filters: every RUNNING instance of model chat
     q = f"{SA_MODEL.name} = 'chat' AND {SA_STATE.name} = 'RUNNING' AND WorkflowType = 'ModelInstanceWorkflow'"
-    await lv.wait(lambda: True, 0, "")
     found = []
     for _ in range(30):
         found = sorted([w.id async for w in lv.client.list_workflows(q)])
         if len(found) == 3:
             break
-        await __import__("asyncio").sleep(0.3)
+        await asyncio.sleep(0.3)
     assert found == sorted(f"instance/{i.name}" for i in insts)
 
     victim = insts[1]
@@ -144,8 +144,6 @@ async def test_burst_of_50_with_control_plane_killed(tmp_path):
     SIGKILLed mid-burst and started again. At no point does the ledger book more than a GPU
     holds; afterwards no reservation is leaked or doubled, and deleting two running
     deployments lets two pending ones through at once."""
-    import asyncio
-
     lv = await Live(str(tmp_path)).start({"h1": [24, 24], "h2": [24, 24]}, servers=2)
     try:
         names = [f"m{k:02d}" for k in range(50)]
@@ -309,9 +307,6 @@ async def test_pending_proceeds_when_a_host_joins_and_history_stays_bounded(tmp_
         async def runs(wid: str) -> int:
             return len([w async for w in lv.client.list_workflows(f"WorkflowId = '{wid}'")])
 
-        await lv.wait(lambda: True, 0, "")
-        import asyncio
-
         await asyncio.sleep(1.5)  # visibility is eventually consistent
         assert await runs("deployment/wide") >= 2
         assert await runs("instance/loop-0") >= 2
@@ -338,8 +333,6 @@ async def test_agent_restart_adopts_its_running_processes(tmp_path):
         lv.add_host("h1", [24])
         await lv.wait(lambda: lv.states("steady") == {"steady-0": "running"} and
                       lv.instances("steady")[0].pid == pid and "h1" in lv.stack.agents, 60, "adopted, RUNNING")
-        import asyncio
-
         await asyncio.sleep(2 * FAST.host_heartbeat_s)  # supervised again: no restart happens
         row = lv.instances("steady")[0]
         assert (row.state, row.pid, row.restarts) == ("running", pid, 0)

@@ -14,7 +14,6 @@ from activities.store import db, ledger, records
 from activities.store.snapshot import load_snapshot
 from scheduler.cluster import GPU
 from scheduler.units import GiB
-from tests.store_fixtures import store  # noqa: F401
 
 
 

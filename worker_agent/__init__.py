@@ -1,1 +1,2 @@
-"""The host agent (GPU discovery, process launch and supervision). Built by the agent issues."""
+"""The host agent: inventory (NVML or a simulated file), and the activities on the host's own task
+queue that launch, supervise and stop instance processes."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import time
