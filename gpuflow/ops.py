@@ -3,6 +3,7 @@ status, explain, hosts. Only Temporal is needed; the store is the control plane'
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -16,6 +17,20 @@ from scheduler.spec import ModelSpec
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
+
+
+UPDATE_TIMEOUT_S = 60.0
+
+
+async def _update(handle, update, *args):
+    """Run an update; a deployment that does not answer is named instead of waited on forever."""
+    try:
+        return await asyncio.wait_for(handle.execute_update(update, *args), UPDATE_TIMEOUT_S)
+    except WorkflowUpdateFailedError as e:
+        raise _update_error(e) from None
+    except asyncio.TimeoutError:
+        raise InvalidInput(f"{handle.id} did not answer within {UPDATE_TIMEOUT_S:g} s; "
+                           "is a control-plane worker (gpuflow server) running? Its history in the UI says more") from None
 
 
 def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
@@ -36,12 +51,9 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
         static_summary=f"deployment of {spec.name} ({spec.backend.value})")
     view = await handle.query(ModelDeploymentWorkflow.status)
     if view.spec != raw or (replicas is not None and view.replicas != replicas):
-        try:
-            view = await handle.execute_update(ModelDeploymentWorkflow.update_spec, raw)
-            if replicas is not None and view.replicas != replicas:
-                view = await handle.execute_update(ModelDeploymentWorkflow.scale, replicas)
-        except WorkflowUpdateFailedError as e:
-            raise _update_error(e) from None
+        view = await _update(handle, ModelDeploymentWorkflow.update_spec, raw)
+        if replicas is not None and view.replicas != replicas:
+            view = await _update(handle, ModelDeploymentWorkflow.scale, replicas)
     return view
 
 
@@ -62,15 +74,12 @@ async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
     if replicas < 0:
         raise InvalidInput(f"replicas must be >= 0, got {replicas}")
     h = await _deployment(client, name)
-    try:
-        return await h.execute_update(ModelDeploymentWorkflow.scale, replicas)
-    except WorkflowUpdateFailedError as e:
-        raise _update_error(e) from None
+    return await _update(h, ModelDeploymentWorkflow.scale, replicas)
 
 
 async def delete(client: Client, name: str, wait: bool = False) -> DeploymentView:
     h = await _deployment(client, name)
-    view = await h.execute_update(ModelDeploymentWorkflow.delete)
+    view = await _update(h, ModelDeploymentWorkflow.delete)
     if wait:
         view = await h.result()
     return view

@@ -28,6 +28,18 @@ def test_dev_demo_then_ctrl_c_stops_everything(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--demo", "--data-dir", str(data),
                           "--port", str(port), "--ui-port", str(ui)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _check_demo(p, data, ui)
+    finally:
+        if p.poll() is None:  # a failed check still stops what the demo started
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _check_demo(p: subprocess.Popen, data, ui: int) -> None:
     lines: list[str] = []
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -113,7 +113,7 @@ class ModelDeploymentWorkflow:
         while True:
             try:
                 await workflow.wait_condition(
-                    lambda: self.dirty or bool(self.ended) or workflow.info().is_continue_as_new_suggested(),
+                    lambda: self.dirty or bool(self.ended) or self._may_continue_as_new(),
                     timeout=c.secs(self.timings.reconcile_s))
             except asyncio.TimeoutError:
                 await self._drop_closed()
@@ -141,11 +141,16 @@ class ModelDeploymentWorkflow:
             await self._scale_up()
             await self._scale_down()
             self.applied = max(self.applied, target)
-            if workflow.info().is_continue_as_new_suggested() and not self.stopping:
+            if self._may_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(DeploymentInput(
                     spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
                     next_index=self.next_index, deleting=self.deleting))
+
+    def _may_continue_as_new(self) -> bool:
+        """Suggested by the server, and nothing in flight: instances being stopped still owe us
+        their instance_ended signal, and waiting on it must not spin the loop."""
+        return workflow.info().is_continue_as_new_suggested() and not self.stopping
 
     def _absorb_ended(self) -> None:
         for name in sorted(self.ended):
