@@ -68,8 +68,8 @@ class EstimateRecord(BaseModel):
     summary: str
 
 
-class InstanceRecord(BaseModel):
-    """A state change of one instance, as the store records it."""
+class InstanceFields(BaseModel):
+    """One instance as it is now: what the store keeps and the workflow's query answers."""
 
     name: str
     deployment: str
@@ -81,7 +81,18 @@ class InstanceRecord(BaseModel):
     restarts: int = 0
     pid: int | None = None
     port: int | None = None
+
+
+class InstanceRecord(InstanceFields):
+    """A state change, as the store records it (with a summary of the decision, if new)."""
+
     decision: dict[str, Any] | None = None
+
+
+class InstanceView(InstanceFields):
+    """The instance workflow's ``status`` query: the state with the last decision, whole."""
+
+    decision: DecisionRecord | None = None
 
 
 class InstanceInput(BaseModel):
@@ -91,20 +102,6 @@ class InstanceInput(BaseModel):
     timings: Timings = Timings()
     restarts: int = 0
     placement: PlacementPlan | None = None  # carried across continue-as-new
-
-
-class InstanceView(BaseModel):
-    name: str
-    deployment: str
-    model: str
-    state: str
-    reason: str = ""
-    worker: str | None = None
-    gpu_indexes: list[int] = []
-    restarts: int = 0
-    pid: int | None = None
-    port: int | None = None
-    decision: DecisionRecord | None = None
 
 
 class DeploymentInput(BaseModel):
