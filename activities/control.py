@@ -16,7 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.payloads import (CONTROL_QUEUE, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
+from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.store import ledger, records
 from activities.store.snapshot import generations, load_snapshot
@@ -194,17 +194,26 @@ class ControlActivities:
         return await self._db(run)
 
     @activity.defn(name=c.CLOSED_WORKFLOWS)
-    async def closed_workflows(self, ids: list[str]) -> list[str]:
-        closed = []
-        for wid in ids:
+    async def closed_workflows(self, names: list[str]) -> list[ClosedInstance]:
+        """Which of these instances' workflows are not running. One that ended without its own
+        teardown (terminated from the UI, say) has its reservation released here and is
+        recorded deleted; the caller stops its process on the host."""
+        closed: list[ClosedInstance] = []
+        released = 0
+        for n in names:
             activity.heartbeat()
             try:
-                d = await self.client.get_workflow_handle(wid).describe()
+                d = await self.client.get_workflow_handle(f"instance/{n}").describe()
+                status = d.status.name if d.status is not None else "UNKNOWN"
             except RPCError:
-                closed.append(wid)  # never started or deleted
+                status = "NOT_FOUND"
+            if status == "RUNNING":
                 continue
-            if d.status is not None and d.status.name != "RUNNING":
-                closed.append(wid)
+            worker = await self._db(records.mark_gone, self.engine, n, f"its workflow ended: {status}")
+            released += await self._db(ledger.release, self.engine, n)
+            closed.append(ClosedInstance(name=n, status=status, worker=worker))
+        if released:
+            await self.wake_pending()
         return closed
 
     @activity.defn(name=c.HOST_SEEN)

@@ -159,6 +159,14 @@ class HostView(BaseModel):
     since: str = ""
 
 
+class ClosedInstance(BaseModel):
+    """An instance whose workflow is no longer running; ``worker`` may still run its process."""
+
+    name: str
+    status: str
+    worker: str | None = None
+
+
 class ScaleDownOrder(BaseModel):
     order: list[str]
     ranking: list[dict[str, Any]] = []

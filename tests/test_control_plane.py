@@ -340,3 +340,21 @@ async def test_agent_restart_adopts_its_running_processes(tmp_path):
         assert lv.stack.instance_processes("h1").returncode(pid) is not None  # gone (or a zombie nobody reaped)
     finally:
         lv.close()
+
+
+async def test_terminated_instance_is_cleaned_up_and_replaced(tmp_path):
+    """An operator terminates an instance's workflow from the UI or CLI: no teardown ran. The
+    deployment notices within reconcile_s, releases its reservation, stops its process on the
+    host, and starts a replacement."""
+    lv = await Live(str(tmp_path)).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("term", vram_gib=20), FAST)  # 20 GiB: the replacement needs the room back
+        await lv.wait(lambda: lv.states("term") == {"term-0": "running"}, 60, "RUNNING")
+        await lv.client.get_workflow_handle("instance/term-0").terminate("operator")
+        await lv.wait(lambda: lv.states("term") == {"term-1": "running"}, 60, "replacement RUNNING")
+        old = next(i for i in lv.instances("term") if i.name == "term-0")
+        assert old.state == "deleted" and "TERMINATED" in old.reason
+        assert not alive(lv, "h1", "term-0")
+        assert ledger.booked_per_gpu(lv.engine) == {("h1", 0): 20 * 2**30}  # only the replacement's
+    finally:
+        lv.close()

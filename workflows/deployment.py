@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.payloads import DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder, Timings
+    from activities.payloads import (ClosedInstance, DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder,
+                                     Timings, host_queue)
+    from worker_agent import payloads as hp
     from scheduler.spec import ModelSpec
     from workflows import common as c
 
@@ -161,12 +164,21 @@ class ModelDeploymentWorkflow:
         self.ended.clear()
 
     async def _drop_closed(self) -> None:
-        ids = [f"instance/{n}" for n in self.instances + sorted(self.stopping)]
-        if not ids:
+        names = self.instances + sorted(self.stopping)
+        if not names:
             return
-        closed = await workflow.execute_activity(c.CLOSED_WORKFLOWS, ids, result_type=list[str], **c.STORE_CALL)
-        for wid in closed:
-            self.ended.add(wid.split("/", 1)[1])
+        closed = await workflow.execute_activity(c.CLOSED_WORKFLOWS, names, result_type=list[ClosedInstance],
+                                                 **c.STORE_CALL)
+        for gone in closed:
+            self.ended.add(gone.name)
+            if gone.worker:  # it ended without stopping its process: stop it, if the host answers
+                try:
+                    await workflow.execute_activity(
+                        hp.STOP_INSTANCE, gone.name, task_queue=host_queue(gone.worker),
+                        schedule_to_start_timeout=c.secs(self.timings.host_schedule_to_start_s),
+                        start_to_close_timeout=c.secs(120), retry_policy=RetryPolicy(maximum_attempts=1))
+                except ActivityError:
+                    pass
 
     async def _scale_up(self) -> None:
         missing = (self.replicas or 0) - len(self.instances)

@@ -66,6 +66,23 @@ def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
         return True
 
 
+ON_A_HOST = ("scheduled", "starting", "running", "error", "unreachable", "stopping")
+
+
+def mark_gone(engine: Engine, name: str, why: str) -> str | None:
+    """An instance whose workflow ended without its own teardown (terminated, timed out, never
+    started): record it deleted. Returns the worker that may still run its process."""
+    with Session(engine) as s:
+        row = s.get(InstanceRow, name)
+        if row is None or row.state == "deleted":
+            return None
+        worker = row.worker if row.state in ON_A_HOST else None
+        row.state, row.reason, row.updated_at = "deleted", why, utcnow()
+        s.add(row)
+        s.commit()
+        return worker
+
+
 def save_deployment(engine: Engine, name: str, spec: dict[str, Any], replicas: int, state: str = "active") -> None:
     with Session(engine) as s:
         row = s.get(DeploymentRow, name) or DeploymentRow(name=name)
