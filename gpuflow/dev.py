@@ -121,6 +121,13 @@ def cmd_dev(a) -> int:
     if a.demo:
         fresh_demo_dir(data_dir)
     stack = Stack(data_dir, port=a.port, ui_port=a.ui_port)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (`cmd &`)
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
     try:
         stack.start_temporal()
         print(f"Temporal dev server: {stack.temporal.address}  (UI {stack.temporal.ui}, data {stack.temporal.db})",
