@@ -57,13 +57,14 @@ class Stack:
     def instance_processes(self, host: str) -> ProcessTable:
         return ProcessTable(os.path.join(self.data_dir, "agent", host))
 
-    def kill_host(self, name: str) -> None:
-        """A host vanishing: its agent and every process it runs die at once (SIGKILL)."""
+    def kill_host(self, name: str, processes: bool = True) -> None:
+        """A host vanishing: its agent and every process it runs die at once (SIGKILL). With
+        ``processes=False`` only the agent dies (a network split, as the control plane sees it)."""
         p = self.agents.pop(name)
         _signal(p, signal.SIGKILL)
         p.wait()
         table = self.instance_processes(name)
-        for r in table.records():
+        for r in table.records() if processes else []:
             table.signal_group(r.pid, signal.SIGKILL)
 
     def stop(self) -> None:

@@ -336,8 +336,14 @@ async def test_agent_restart_adopts_its_running_processes(tmp_path):
         await asyncio.sleep(2 * FAST.host_heartbeat_s)  # supervised again: no restart happens
         row = lv.instances("steady")[0]
         assert (row.state, row.pid, row.restarts) == ("running", pid, 0)
-        await ops.delete(lv.client, "steady", wait=True)
+
+        # a changed spec recreates the instances: steady-0 stops, steady-1 runs with the new spec
+        await ops.deploy(lv.client, spec("steady", vram_gib=6, env={"GREETING": "hi"}), FAST)
+        await lv.wait(lambda: lv.states("steady") == {"steady-1": "running"}, 60, "recreated with the new spec")
         assert lv.stack.instance_processes("h1").returncode(pid) is not None  # gone (or a zombie nobody reaped)
+        assert ledger.booked_per_gpu(lv.engine) == {("h1", 0): 6 * 2**30}
+        await ops.delete(lv.client, "steady", wait=True)
+        assert not alive(lv, "h1", "steady-1")
     finally:
         lv.close()
 
@@ -356,5 +362,28 @@ async def test_terminated_instance_is_cleaned_up_and_replaced(tmp_path):
         assert old.state == "deleted" and "TERMINATED" in old.reason
         assert not alive(lv, "h1", "term-0")
         assert ledger.booked_per_gpu(lv.engine) == {("h1", 0): 20 * 2**30}  # only the replacement's
+    finally:
+        lv.close()
+
+
+async def test_cut_off_host_comes_back_and_stops_its_leftover(tmp_path):
+    """Only h1's agent dies (a network split, as the control plane sees it): its server keeps
+    running. The instance goes UNREACHABLE and, after the grace, runs on h2. When h1's agent
+    comes back it finds the leftover process of an instance no longer placed there, and stops it."""
+    lv = await Live(str(tmp_path)).start({"h1": [24], "h2": [24]})
+    try:
+        await ops.deploy(lv.client, spec("split", replicas=1, vram_gib=20), FAST)
+        await lv.wait(lambda: lv.states("split") == {"split-0": "running"}, 60, "RUNNING")
+        first = lv.instances("split")[0].worker
+        other = "h2" if first == "h1" else "h1"
+        leftover = lv.stack.instance_processes(first).find("split-0")
+        lv.stack.kill_host(first, processes=False)
+        await lv.wait(lambda: lv.instances("split")[0].worker == other and lv.states("split")["split-0"] == "running",
+                      60, f"split-0 RUNNING on {other}")
+        assert lv.stack.instance_processes(first).alive(leftover.pid)  # still running on the cut-off host
+        lv.add_host(first, [24])
+        await lv.wait(lambda: lv.stack.instance_processes(first).returncode(leftover.pid) is not None, 30,
+                      "the leftover stopped by the returning agent")
+        assert lv.states("split") == {"split-0": "running"} and alive(lv, other, "split-0")
     finally:
         lv.close()

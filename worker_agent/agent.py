@@ -26,12 +26,39 @@ async def say_hello(client: Client, name: str, report, timings: Timings) -> None
         static_summary=f"liveness of host {name}")
 
 
+async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0) -> list[str]:
+    """Processes a previous run of this agent started whose instance is no longer placed here
+    (moved elsewhere while this host was unreachable, or its workflow ended): stop them, so no
+    orphan holds GPU memory. Instances still placed here are left for their workflow to adopt."""
+    from temporalio.service import RPCError
+
+    acts = HostActivities(name, table, lambda: None, stop_grace_s=stop_grace_s)
+    reaped = []
+    for rec in table.records():
+        if not table.alive(rec.pid):
+            table.forget(rec.instance)
+            continue
+        try:
+            handle = client.get_workflow_handle(f"instance/{rec.instance}")
+            desc = await handle.describe()
+            here = desc.status is not None and desc.status.name == "RUNNING" and \
+                (await handle.query("status")).get("worker") == name
+        except RPCError:
+            here = False
+        if not here:
+            await acts._stop(rec.instance)
+            reaped.append(rec.instance)
+    return reaped
+
+
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64) -> None:
     table = ProcessTable(os.path.join(data_dir, "agent", name))
     probe = partial(discover, name, inventory_file, labels)
     report = probe()  # a bad inventory file fails here, before anything is registered
+    for n in await reap_orphans(client, name, table):
+        print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
     acts = HostActivities(name, table, probe)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
                       max_concurrent_activities=2 * max_instances + 8,
