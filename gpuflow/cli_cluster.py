@@ -50,14 +50,17 @@ def cmd_server(a) -> int:
 def cmd_agent(a) -> int:
     from gpuflow.server import until_signalled
     from worker_agent.agent import run_agent
+    from worker_agent.engines import EngineConfig
 
     s = settings_from(a)
     labels = dict(kv.split("=", 1) for kv in a.label or [])
 
     async def go():
         client = await connect(s.temporal, wait_s=30)
+        engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
+                               llama_server=a.llama_server)
         await run_agent(client, a.name or socket.gethostname(), s.data_dir, s.timings, a.inventory, labels,
-                        stop=until_signalled())
+                        stop=until_signalled(), engines=engines)
 
     return _run(go())
 
@@ -138,6 +141,11 @@ def add_commands(sub) -> None:
     p.add_argument("--inventory", help="simulated inventory file (YAML/JSON); without it NVML is asked")
     p.add_argument("--label", action="append", help="KEY=VALUE worker label (repeatable)")
     p.add_argument("--data-dir")
+    p.add_argument("--allow-custom", action="store_true",
+                   help="run custom backends' run_command (off by default: it runs any program)")
+    p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
+    p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
+    p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
     p.set_defaults(fn=cmd_agent, temporal=True)
 
     p = sub.add_parser("deploy", help="create or update a deployment from a model spec")

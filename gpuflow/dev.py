@@ -46,8 +46,11 @@ class Stack:
         self.servers.append(p)
         return p
 
-    def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None) -> subprocess.Popen:
-        args = ["agent", "--name", name] + (["--inventory", inventory] if inventory else [])
+    def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None,
+                    extra: list[str] | None = None) -> subprocess.Popen:
+        # the dev stack's agents serve its owner's own commands: custom run commands are on
+        args = ["agent", "--name", name, "--allow-custom"] + (["--inventory", inventory] if inventory else [])
+        args += extra or []
         for k, v in (labels or {}).items():
             args += ["--label", f"{k}={v}"]
         p = self._spawn(f"agent-{name}.log", *args)

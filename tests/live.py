@@ -57,20 +57,20 @@ class Live:
         db.init_db(self.engine)  # before any process starts, so nobody reads a table not made yet
         self.client = None
 
-    async def start(self, hosts: dict[str, list[float]], servers: int = 1) -> "Live":
+    async def start(self, hosts: dict[str, list[float]], servers: int = 1, agent_args: list[str] | None = None) -> "Live":
         self.stack.start_temporal()
         for _ in range(servers):
             self.stack.start_server()
         for name, gpus in hosts.items():
-            self.add_host(name, gpus)
+            self.add_host(name, gpus, agent_args)
         self.client = await connect(TemporalSettings(address=self.stack.temporal.address), wait_s=20)
         await self.wait(lambda: len([w for w in records.workers(self.engine) if w.state == "ready"]) == len(hosts),
                         30, "every host READY in the store")
         return self
 
-    def add_host(self, name: str, gpus: list[float]) -> None:
+    def add_host(self, name: str, gpus: list[float], extra: list[str] | None = None) -> None:
         inv = write_inventory(os.path.join(self.tmp, f"{name}.yaml"), gpus)
-        self.stack.start_agent(name, inv)
+        self.stack.start_agent(name, inv, extra=extra)
 
     def instances(self, deployment: str | None = None):
         return records.instances_of(self.engine, deployment)

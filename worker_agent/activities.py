@@ -16,7 +16,8 @@ from temporalio.exceptions import ApplicationError
 from activities.payloads import HostReport
 from scheduler.errors import GpuflowError
 from worker_agent import payloads as p
-from worker_agent.processes import ProcessTable, build_argv, free_port, visibility_env
+from worker_agent.engines import EngineConfig, argv_for, needs_port
+from worker_agent.processes import ProcessTable, free_port, visibility_env
 
 
 def _beat_every() -> float:
@@ -43,8 +44,9 @@ async def http_answers(port: int, timeout: float = 1.0) -> bool:
 
 class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
-                 stop_grace_s: float = 10.0, poll_s: float = 0.2):
+                 stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None):
         self.name, self.table, self.discover = name, table, discover
+        self.engines = engines or EngineConfig()
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
@@ -72,12 +74,10 @@ class HostActivities:
         rec = self.table.find(req.instance)
         adopted = rec is not None and self.table.alive(rec.pid)
         if not adopted:
-            if req.backend != "custom" or not req.run_command:
-                raise ApplicationError(f"backend {req.backend} cannot be launched by this agent yet "
-                                       "(only custom run_command)", type="LaunchFailed", non_retryable=True)
-            port = free_port() if "{port}" in req.run_command else None
+            port = free_port() if needs_port(req) else None
+            argv = [req.backend]
             try:
-                argv = build_argv(req.run_command, port, req.model_path, req.gpu_indexes)
+                argv = argv_for(req, port, self.engines)
                 env = {**req.env, **visibility_env(req.gpu_vendor, req.gpu_indexes)}
                 rec = self.table.start(req.instance, argv, env, port)
             except GpuflowError as e:

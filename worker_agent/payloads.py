@@ -21,6 +21,11 @@ class LaunchRequest(BaseModel):
     env: dict[str, str] = {}
     ready_timeout_s: float = 600.0
     settle_s: float = 3.0
+    backend_parameters: list[str] = []
+    offload_layers: int | None = None  # llama.cpp: layers on the GPUs (-ngl)
+    tensor_split: list[int] | None = None  # llama.cpp: bytes per GPU, in gpu_indexes order
+    vram_utilization: float | None = None  # vLLM/SGLang: fraction of each card the claim booked
+    distributed: bool = False  # the placement spans other workers too
 
 
 class LaunchResult(BaseModel):

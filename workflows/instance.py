@@ -192,10 +192,13 @@ class ModelInstanceWorkflow:
         return False
 
     def _launch_request(self, spec: ModelSpec) -> hp.LaunchRequest:
+        claim = self.plan.claim
         return hp.LaunchRequest(instance=self.inp.name, model=spec.name, backend=spec.backend.value,
                                 run_command=spec.run_command, model_path=spec.source.local_path,
                                 gpu_indexes=self.gpus, env=dict(spec.env), ready_timeout_s=self.t.ready_timeout_s,
-                                settle_s=self.t.settle_s)
+                                settle_s=self.t.settle_s, backend_parameters=list(spec.backend_parameters),
+                                offload_layers=claim.offload_layers, tensor_split=claim.tensor_split,
+                                vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates))
 
     async def _run_on_host(self, spec: ModelSpec, sts: float, quiet: bool) -> tuple[str, str]:
         """Launch (or adopt) on the host, then supervise. Returns (outcome, why): stopped,

@@ -1,0 +1,77 @@
+"""Engines launched through the whole system: the real control plane and agent start a stand-in
+executable in the engine's place (it records the argv and environment it was given, then serves
+HTTP on the port it was told), so the command line is checked against the real placement. A
+missing engine is an ERROR that says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from gpuflow import ops
+from scheduler.spec import ModelSpec
+from tests.live import FAST, Live
+
+STAND_IN = """#!{python}
+import http.server, json, os, sys
+args = sys.argv[1:]
+with open({out!r} + "/" + os.path.basename(sys.argv[0]) + ".json", "w") as f:
+    json.dump({{"argv": args, "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}, f)
+port = int(args[args.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+def stand_in(tmp_path, name: str) -> str:
+    import sys
+
+    p = tmp_path / "bin" / name
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(STAND_IN.format(python=sys.executable, out=str(tmp_path)))
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return str(p)
+
+
+async def test_engines_get_their_placement(tmp_path, smollm2):
+    vllm, llama = stand_in(tmp_path, "vllm"), stand_in(tmp_path, "llama-server")
+    lv = await Live(str(tmp_path)).start({"g1": [24, 24, 24, 24]}, agent_args=["--vllm", vllm, "--llama-server", llama])
+    try:
+        big = ModelSpec.model_validate({"name": "big", "source": {"local_path": "/models/big"}, "backend": "vllm",
+                                        "resources": {"vram": "40 GiB"}, "backend_parameters": ["--max-model-len", "4096"]})
+        small = ModelSpec.model_validate({"name": "smol", "source": {"local_path": smollm2}, "backend": "llama.cpp",
+                                          "backend_parameters": ["-c", "2048"]})
+        await ops.deploy(lv.client, big, FAST)
+        await ops.deploy(lv.client, small, FAST)
+        await lv.wait(lambda: lv.states() == {"big-0": "running", "smol-0": "running"}, 60, "both RUNNING")
+        rows = {i.name: i for i in lv.instances()}
+
+        v = json.loads((tmp_path / "vllm.json").read_text())
+        gpus = rows["big-0"].gpu_indexes
+        assert len(gpus) == 2  # 40 GiB does not fit one 24 GiB card
+        assert v["visible"] == ",".join(map(str, gpus))
+        assert v["argv"][:4] == ["serve", "/models/big", "--served-model-name", "big"]
+        assert v["argv"][v["argv"].index("--tensor-parallel-size") + 1] == "2"
+        assert v["argv"][-2:] == ["--max-model-len", "4096"]
+
+        ll = json.loads((tmp_path / "llama-server.json").read_text())
+        assert ll["argv"][:2] == ["-m", smollm2]
+        layers = next(c for c in [rows["smol-0"].decision] if c)["placement"]["claim"]["offload_layers"]
+        assert ll["argv"][ll["argv"].index("-ngl") + 1] == str(layers) and layers == 31  # 30 blocks + output
+        assert ll["visible"] == ",".join(map(str, rows["smol-0"].gpu_indexes))
+        assert ll["argv"][-2:] == ["-c", "2048"]
+    finally:
+        lv.close()
+
+
+async def test_missing_engine_is_an_error_that_says_so(tmp_path):
+    lv = await Live(str(tmp_path)).start({"g1": [24]}, agent_args=["--vllm", str(tmp_path / "no-vllm-here")])
+    try:
+        spec = ModelSpec.model_validate({"name": "v", "source": {"local_path": "/models/v"}, "backend": "vllm",
+                                         "resources": {"vram": "8 GiB"}})
+        await ops.deploy(lv.client, spec, FAST)
+        await lv.wait(lambda: any("vllm is not installed on this host" in i.reason for i in lv.instances("v")), 30,
+                      "ERROR naming the missing engine", every=0.1)
+        assert not os.path.exists(tmp_path / "vllm.json")
+    finally:
+        lv.close()

@@ -1,0 +1,105 @@
+"""Inference engines' command lines, built from the placement: argv lists exec'd directly, never
+a shell string. The user's backend_parameters are appended as separate words, so they can only
+be options of the engine, never another program; a flag the user gave wins over ours.
+
+| backend | argv | from the placement |
+| --- | --- | --- |
+| vllm | vllm serve PATH --served-model-name M --host 127.0.0.1 --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
+| sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
+| llama.cpp | llama-server -m PATH --host 127.0.0.1 --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
+| custom | run_command, placeholders substituted | {port} {model_path} {gpu_indexes} |
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+
+from scheduler import params
+from scheduler.errors import InvalidInput
+from worker_agent.payloads import LaunchRequest
+from worker_agent.processes import build_argv
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which engines this agent runs and where they are. ``allow_custom``: custom run commands
+    run only where the operator enabled them."""
+
+    allow_custom: bool = False
+    vllm: str = "vllm"
+    sglang_python: str = "python3"
+    llama_server: str = "llama-server"
+
+
+class EngineUnavailable(InvalidInput):
+    """The engine is not installed (or not enabled) on this host."""
+
+
+def _ours(user: list[str], flags: tuple[str, ...], value: str | None) -> list[str]:
+    if value is None or params.has(user, *flags):
+        return []
+    return [flags[0], value]
+
+
+def _need_model(req: LaunchRequest) -> str:
+    if not req.model_path:
+        raise InvalidInput(f"backend {req.backend} needs the model's local path (model downloads come later)")
+    return req.model_path
+
+
+def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
+    u = req.backend_parameters
+    n = len(req.gpu_indexes)
+    return ([cfg.vllm, "serve", _need_model(req), "--served-model-name", req.model, "--host", "127.0.0.1",
+             "--port", str(port)]
+            + _ours(u, ("--tensor-parallel-size", "-tp", "--tp"), str(n) if n > 1 and not params.has(
+                u, "--pipeline-parallel-size", "-pp", "--pp") else None)
+            + _ours(u, ("--gpu-memory-utilization",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
+            + list(u))
+
+
+def sglang_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
+    u = req.backend_parameters
+    n = len(req.gpu_indexes)
+    return ([cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", _need_model(req),
+             "--served-model-name", req.model, "--host", "127.0.0.1", "--port", str(port)]
+            + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(n) if n > 1 else None)
+            + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
+            + list(u))
+
+
+def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
+    u = req.backend_parameters
+    split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
+    return ([cfg.llama_server, "-m", _need_model(req), "--host", "127.0.0.1", "--port", str(port)]
+            + _ours(u, ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+                    str(req.offload_layers) if req.offload_layers is not None else None)
+            + _ours(u, ("--tensor-split", "-ts"), ",".join(map(str, split)) if split else None)
+            + list(u))
+
+
+def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
+    if not cfg.allow_custom:
+        raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
+    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes)
+
+
+BUILDERS = {"vllm": vllm_argv, "sglang": sglang_argv, "llama.cpp": llama_cpp_argv, "custom": custom_argv}
+
+
+def needs_port(req: LaunchRequest) -> bool:
+    return req.backend != "custom" or "{port}" in (req.run_command or "")
+
+
+def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
+    """The command that serves ``req`` on ``port``; EngineUnavailable when this host cannot."""
+    build = BUILDERS.get(req.backend)
+    if build is None:
+        raise EngineUnavailable(f"backend {req.backend} has no launcher on this agent")
+    if req.distributed:
+        raise EngineUnavailable(f"placements across several workers are not launched yet (backend {req.backend})")
+    argv = build(req, port, cfg)
+    if req.backend != "custom" and shutil.which(argv[0]) is None:
+        raise EngineUnavailable(f"{req.backend} is not installed on this host: {argv[0]!r} is not on PATH")
+    return argv
