@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.metrics import ControlMetrics
 from activities.store import ledger, records
 from activities.store.snapshot import generations, load_snapshot
 from scheduler import scale_down
@@ -83,8 +84,10 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
 
 
 class ControlActivities:
-    def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16):
+    def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
+                 metrics: ControlMetrics | None = None):
         self.engine, self.client = engine, client
+        self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
         self.estimates = EstimateCache()
@@ -145,9 +148,12 @@ class ControlActivities:
     def _decide(self, instance: str, spec: ModelSpec, bind=None) -> DecisionRecord:
         req = self.estimates.get(spec)
         bind = bind if bind is not None else self.engine
-        gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
-        snap = load_snapshot(bind)
-        return decision_record(decide(snap, spec, req, self.policy, exclude=instance), req, len(snap.workers), gens)
+        with self.metrics.decision_seconds.time():
+            gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
+            snap = load_snapshot(bind)
+            d = decide(snap, spec, req, self.policy, exclude=instance)
+        self.metrics.decisions.labels("scheduled" if d.scheduled else "unschedulable").inc()
+        return decision_record(d, req, len(snap.workers), gens)
 
     @activity.defn(name=c.RESERVE_PLACEMENT)
     async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord) -> ReserveResult:
@@ -162,7 +168,10 @@ class ControlActivities:
         try:
             plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan, d.generations, redecide)
         except ledger.StaleDecision as e:
+            self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        if remade:
+            self.metrics.conflicts.labels("remade").inc()
         return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
 
     @activity.defn(name=c.RELEASE_PLACEMENT)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 
 from gpuflow import files, ops, render_cluster
@@ -44,7 +45,7 @@ def _run(coro) -> int:
 def cmd_server(a) -> int:
     from gpuflow.server import run_server
 
-    return _run(run_server(settings_from(a)))
+    return _run(run_server(settings_from(a), metrics_address=a.metrics_address))
 
 
 def cmd_agent(a) -> int:
@@ -56,11 +57,25 @@ def cmd_agent(a) -> int:
     labels = dict(kv.split("=", 1) for kv in a.label or [])
 
     async def go():
-        client = await connect(s.temporal, wait_s=30)
+        from gpuflow.metrics_http import parse_address, sdk_runtime, serve
+        from worker_agent.inventory import discover
+        from worker_agent.metrics import AgentMetrics
+        from worker_agent.processes import ProcessTable
+
+        name = a.name or socket.gethostname()
+        addr = parse_address(a.metrics_address)
+        runtime, sdk_addr = sdk_runtime() if addr else (None, None)
+        client = await connect(s.temporal, wait_s=30, runtime=runtime)
+        metrics = None
+        if addr:
+            table = ProcessTable(os.path.join(s.data_dir, "agent", name))
+            metrics = AgentMetrics(name, lambda: discover(name, a.inventory, labels), table)
+            serve(addr, metrics.registry, sdk_addr)
+            print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server)
-        await run_agent(client, a.name or socket.gethostname(), s.data_dir, s.timings, a.inventory, labels,
-                        stop=until_signalled(), engines=engines)
+        await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels,
+                        stop=until_signalled(), engines=engines, metrics=metrics)
 
     return _run(go())
 
@@ -133,6 +148,7 @@ def add_commands(sub) -> None:
     temporal_flags(p)
     p.add_argument("--data-dir")
     p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
+    p.add_argument("--metrics-address", default="127.0.0.1:9400", help="Prometheus endpoint HOST:PORT, or off")
     p.set_defaults(fn=cmd_server, temporal=True)
 
     p = sub.add_parser("agent", help="run the host agent (a Temporal worker on gpuflow-host-<name>)")
@@ -146,6 +162,7 @@ def add_commands(sub) -> None:
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
+    p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
     p.set_defaults(fn=cmd_agent, temporal=True)
 
     p = sub.add_parser("deploy", help="create or update a deployment from a model spec")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from gpuflow.devserver import DevServer
+from gpuflow.devserver import DevServer, free_port, port_open
 from gpuflow.settings import default_data_dir
 from worker_agent.processes import ProcessTable
 
@@ -20,7 +20,8 @@ class Stack:
     """The processes of one gpuflow installation on this machine (also what the tests drive)."""
 
     def __init__(self, data_dir: str, port: int = 7233, ui_port: int | None = 8233, database_url: str | None = None,
-                 env: dict[str, str] | None = None, temporal_args: list[str] | None = None):
+                 env: dict[str, str] | None = None, temporal_args: list[str] | None = None,
+                 metrics_defaults: bool = False):
         self.data_dir = os.path.abspath(data_dir)
         self.temporal = DevServer(os.path.join(self.data_dir, "temporal"), port=port, ui_port=ui_port,
                                   extra_args=temporal_args)
@@ -30,6 +31,8 @@ class Stack:
             self.env["GPUFLOW_DATABASE_URL"] = database_url
         self.servers: list[subprocess.Popen] = []
         self.agents: dict[str, subprocess.Popen] = {}
+        self.metrics: dict[str, str] = {}  # process -> its Prometheus endpoint
+        self.metrics_defaults = metrics_defaults  # first server on 9400, first agent on 9401, when free
         self.log_dir = os.path.join(self.data_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
 
@@ -38,19 +41,29 @@ class Stack:
             return subprocess.Popen([sys.executable, "-m", "gpuflow", *args], env=self.env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
+    def _metrics_port(self, default: int) -> str:
+        taken = {a.rsplit(":", 1)[1] for a in self.metrics.values()}
+        if self.metrics_defaults and str(default) not in taken and not port_open("127.0.0.1", default):
+            return f"127.0.0.1:{default}"
+        return f"127.0.0.1:{free_port()}"
+
     def start_temporal(self) -> None:
         self.temporal.start()
 
     def start_server(self) -> subprocess.Popen:
-        p = self._spawn(f"server-{len(self.servers)}.log", "server")
+        addr = self._metrics_port(9400)
+        p = self._spawn(f"server-{len(self.servers)}.log", "server", "--metrics-address", addr)
         self.servers.append(p)
+        self.metrics[f"server-{len(self.servers) - 1}"] = addr
         return p
 
     def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None,
                     extra: list[str] | None = None) -> subprocess.Popen:
         # the dev stack's agents serve its owner's own commands: custom run commands are on
         args = ["agent", "--name", name, "--allow-custom"] + (["--inventory", inventory] if inventory else [])
-        args += extra or []
+        addr = self._metrics_port(9401)
+        args += ["--metrics-address", addr] + (extra or [])
+        self.metrics[f"agent {name}"] = addr
         for k, v in (labels or {}).items():
             args += ["--label", f"{k}={v}"]
         p = self._spawn(f"agent-{name}.log", *args)
@@ -124,7 +137,7 @@ def cmd_dev(a) -> int:
     data_dir = a.data_dir or os.path.join(default_data_dir(), "demo" if a.demo else "dev")
     if a.demo:
         fresh_demo_dir(data_dir)
-    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port)
+    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port, metrics_defaults=True)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -141,10 +154,13 @@ def cmd_dev(a) -> int:
             from gpuflow.live_demo import run_live_demo
 
             code = run_live_demo(stack)
-            if a.exit_after_demo or code:
-                return code
         else:
+            code = 0
             stack.start_agent(a.agent_name, a.inventory)
+        for proc, addr in stack.metrics.items():
+            print(f"Prometheus metrics of {proc}: http://{addr}/metrics", flush=True)
+        if code or (a.demo and a.exit_after_demo):
+            return code
         print("gpuflow dev is up; Ctrl-C stops every process it started.", flush=True)
         while True:
             time.sleep(3600)

@@ -35,13 +35,13 @@ def tls_config(t: TemporalSettings) -> TLSConfig | bool:
     return bool(t.tls or t.api_key)
 
 
-async def connect(t: TemporalSettings, wait_s: float = 0.0) -> Client:
+async def connect(t: TemporalSettings, wait_s: float = 0.0, runtime=None) -> Client:
     """Connect; with ``wait_s``, keep trying that long (a server that is still starting)."""
     deadline = asyncio.get_running_loop().time() + wait_s
     while True:
         try:
             return await Client.connect(t.address, namespace=t.namespace, data_converter=pydantic_data_converter,
-                                        tls=tls_config(t), api_key=t.api_key)
+                                        tls=tls_config(t), api_key=t.api_key, runtime=runtime)
         except RuntimeError as e:
             if asyncio.get_running_loop().time() >= deadline:
                 raise InvalidInput(f"cannot reach Temporal at {t.address}: {e}") from None

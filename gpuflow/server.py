@@ -13,6 +13,8 @@ from temporalio.worker import Worker
 from activities.control import ControlActivities
 from activities.payloads import CONTROL_QUEUE
 from activities.store import db
+from activities.metrics import ControlMetrics
+from gpuflow.metrics_http import parse_address, sdk_runtime, serve
 from gpuflow.runtime import connect, ensure_search_attributes
 from gpuflow.settings import Settings
 from workflows.deployment import ModelDeploymentWorkflow
@@ -31,21 +33,29 @@ def until_signalled() -> asyncio.Event:
     return stop
 
 
-async def run_server(settings: Settings, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+async def run_server(settings: Settings, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
+                     metrics_address: str = "127.0.0.1:9400") -> None:
     engine = db.make_engine(settings.store_url(), schema=settings.database_schema)
     db.init_db(engine)
-    client = await connect(settings.temporal, wait_s=30)
+    addr = parse_address(metrics_address)
+    runtime, sdk_addr = sdk_runtime() if addr else (None, None)
+    client = await connect(settings.temporal, wait_s=30, runtime=runtime)
     await ensure_search_attributes(client)
-    acts = ControlActivities(engine, client, settings.scheduler)
+    metrics = ControlMetrics(engine)
+    acts = ControlActivities(engine, client, settings.scheduler, metrics=metrics)
+    httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
     async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, activities=acts.all(),
                       max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
                       graceful_shutdown_timeout=timedelta(seconds=5)):
         log.info("control plane serving %s on %s (store %s)", CONTROL_QUEUE, settings.temporal.address,
                  engine.url.render_as_string(hide_password=True))
-        print(f"gpuflow server: serving {CONTROL_QUEUE} at {settings.temporal.address}", flush=True)
+        print(f"gpuflow server: serving {CONTROL_QUEUE} at {settings.temporal.address}"
+              + (f"; metrics on http://{addr[0]}:{addr[1]}/metrics" if addr else ""), flush=True)
         if ready:
             ready.set()
         await stop.wait()
     acts.pool.shutdown(wait=False)
+    if httpd:
+        httpd.shutdown()
     engine.dispose()

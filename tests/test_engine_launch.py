@@ -60,6 +60,7 @@ async def test_engines_get_their_placement(tmp_path, smollm2):
         assert ll["argv"][ll["argv"].index("-ngl") + 1] == str(layers) and layers == 31  # 30 blocks + output
         assert ll["visible"] == ",".join(map(str, rows["smol-0"].gpu_indexes))
         assert ll["argv"][-2:] == ["-c", "2048"]
+        check_metrics(lv, rows)
     finally:
         lv.close()
 
@@ -73,5 +74,42 @@ async def test_missing_engine_is_an_error_that_says_so(tmp_path):
         await lv.wait(lambda: any("vllm is not installed on this host" in i.reason for i in lv.instances("v")), 30,
                       "ERROR naming the missing engine", every=0.1)
         assert not os.path.exists(tmp_path / "vllm.json")
+        assert scrape(lv.stack.metrics["agent g1"])['gpuflow_agent_launch_failures_total{backend="vllm",host="g1"}'] >= 1
+        assert scrape(lv.stack.metrics["server-0"])['gpuflow_instances{state="error"}'] == 1
     finally:
         lv.close()
+
+
+def scrape(addr: str) -> dict[str, float]:
+    """name{labels} -> value, from a Prometheus text endpoint."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def check_metrics(lv: Live, rows) -> None:
+    """The named series are there, with the values the cluster has."""
+    srv = scrape(lv.stack.metrics["server-0"])
+    assert srv['gpuflow_decisions_total{result="scheduled"}'] >= 2
+    assert srv["gpuflow_decision_seconds_count"] >= 2
+    assert srv['gpuflow_instances{state="running"}'] == 2
+    from activities.store import ledger
+
+    for (w, g), b in ledger.booked_per_gpu(lv.engine).items():
+        assert srv[f'gpuflow_reserved_vram_bytes{{gpu="{g}",worker="{w}"}}'] == b
+    assert srv['gpuflow_gpu_vram_bytes{gpu="3",worker="g1"}'] == 24 * 2**30
+    assert srv['gpuflow_hosts{state="ready"}'] == 1
+    assert any(k.startswith("temporal_") for k in srv)  # the SDK's own metrics ride along
+    agent = scrape(lv.stack.metrics["agent g1"])
+    assert agent['gpuflow_agent_launches_total{adopted="false",backend="vllm",host="g1"}'] == 1
+    assert agent['gpuflow_agent_launches_total{adopted="false",backend="llama.cpp",host="g1"}'] == 1
+    assert agent['gpuflow_agent_instances{host="g1",state="running"}'] == 2
+    assert agent['gpuflow_agent_gpu_vram_total_bytes{gpu="0",host="g1",simulated="true"}'] == 24 * 2**30
+    assert any(k.startswith("temporal_") for k in agent)

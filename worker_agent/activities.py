@@ -17,6 +17,7 @@ from activities.payloads import HostReport
 from scheduler.errors import GpuflowError
 from worker_agent import payloads as p
 from worker_agent.engines import EngineConfig, argv_for, needs_port
+from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
 
 
@@ -44,9 +45,11 @@ async def http_answers(port: int, timeout: float = 1.0) -> bool:
 
 class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
-                 stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None):
+                 stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
+                 metrics: AgentMetrics | None = None):
         self.name, self.table, self.discover = name, table, discover
         self.engines = engines or EngineConfig()
+        self.metrics = metrics
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
@@ -69,6 +72,17 @@ class HostActivities:
 
     @activity.defn(name=p.LAUNCH_INSTANCE)
     async def launch_instance(self, req: p.LaunchRequest) -> p.LaunchResult:
+        try:
+            res = await self._launch(req)
+        except ApplicationError:
+            if self.metrics:
+                self.metrics.failures.labels(self.name, req.backend).inc()
+            raise
+        if self.metrics:
+            self.metrics.launches.labels(self.name, req.backend, str(res.adopted).lower()).inc()
+        return res
+
+    async def _launch(self, req: p.LaunchRequest) -> p.LaunchResult:
         """Start the instance's process (or adopt the one a previous attempt started) and return
         once it is ready: its port answers HTTP, or, without {port}, it has lived settle_s."""
         rec = self.table.find(req.instance)
@@ -125,6 +139,8 @@ class HostActivities:
                     self.table.forget(req.instance)
                     how = f"exited with code {rc}" if rec.pid in self.table.children else \
                         "ended (adopted from an earlier agent run: exit code unknown)"
+                    if self.metrics:
+                        self.metrics.exits.labels(self.name, req.backend).inc()
                     return p.ExitReport(pid=rec.pid, returncode=rc,
                                         reason=f"{how}: {self.table.tail(req.instance)}".rstrip(": "))
                 activity.heartbeat({"pid": rec.pid})

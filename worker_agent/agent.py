@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 from activities.payloads import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
 from worker_agent.engines import EngineConfig
+from worker_agent.metrics import AgentMetrics
 from worker_agent.inventory import discover
 from worker_agent.processes import ProcessTable
 
@@ -54,13 +55,14 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
 
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
-                    max_instances: int = 64, engines: EngineConfig | None = None) -> None:
+                    max_instances: int = 64, engines: EngineConfig | None = None,
+                    metrics: AgentMetrics | None = None) -> None:
     table = ProcessTable(os.path.join(data_dir, "agent", name))
     probe = partial(discover, name, inventory_file, labels)
     report = probe()  # a bad inventory file fails here, before anything is registered
     for n in await reap_orphans(client, name, table):
         print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
-    acts = HostActivities(name, table, probe, engines=engines)
+    acts = HostActivities(name, table, probe, engines=engines, metrics=metrics)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):

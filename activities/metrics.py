@@ -1,0 +1,69 @@
+"""The control plane's Prometheus series. Counters and the latency histogram are updated by the
+control activities; the store-backed gauges are read from the store at scrape time."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, func, select
+
+from activities.store import ledger
+from activities.store.tables import InstanceRow, WorkerRow
+
+
+def pending_kind(reason: str) -> str:
+    """A bounded label for a PENDING instance's reason."""
+    if reason.startswith("unschedulable"):
+        return "unschedulable"
+    if "unreachable" in reason:
+        return "host_unreachable"
+    return "not_decided_yet"
+
+
+class StoreCollector:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def collect(self):
+        states = GaugeMetricFamily("gpuflow_instances", "Model instances by state (the store's view).", labels=["state"])
+        pending = GaugeMetricFamily("gpuflow_pending_instances", "PENDING instances by kind of reason.", labels=["reason"])
+        reserved = GaugeMetricFamily("gpuflow_reserved_vram_bytes", "VRAM booked in the reservation ledger, per GPU.",
+                                     labels=["worker", "gpu"])
+        total = GaugeMetricFamily("gpuflow_gpu_vram_bytes", "VRAM of each GPU as its host reports it.", labels=["worker", "gpu"])
+        hosts = GaugeMetricFamily("gpuflow_hosts", "Hosts by state.", labels=["state"])
+        try:
+            with Session(self.engine) as s:
+                for state, n in s.exec(select(InstanceRow.state, func.count()).group_by(InstanceRow.state)):
+                    states.add_metric([state], n)
+                kinds: dict[str, int] = {}
+                for reason in s.exec(select(InstanceRow.reason).where(InstanceRow.state == "pending")):
+                    kinds[pending_kind(reason)] = kinds.get(pending_kind(reason), 0) + 1
+                for k, n in sorted(kinds.items()):
+                    pending.add_metric([k], n)
+                by_state: dict[str, int] = {}
+                for w in s.exec(select(WorkerRow)):
+                    by_state[w.state] = by_state.get(w.state, 0) + 1
+                    for g in w.gpus or []:
+                        total.add_metric([w.name, str(g["index"])], g["vram_total"])
+                for st, n in sorted(by_state.items()):
+                    hosts.add_metric([st], n)
+            for (w, g), b in sorted(ledger.booked_per_gpu(self.engine).items()):
+                reserved.add_metric([w, str(g)], b)
+        except Exception:  # noqa: BLE001  a scrape must not fail because the store is busy
+            return
+        yield from (states, pending, reserved, total, hosts)
+
+
+class ControlMetrics:
+    def __init__(self, engine: Engine | None = None, registry: CollectorRegistry | None = None):
+        self.registry = r = registry or CollectorRegistry()
+        self.decisions = Counter("gpuflow_decisions", "Placement decisions made, by result.", ["result"], registry=r)
+        self.decision_seconds = Histogram(
+            "gpuflow_decision_seconds", "Time to make one placement decision (snapshot, filters, scoring).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r)
+        self.conflicts = Counter(
+            "gpuflow_reservation_conflicts", "Bookings whose snapshot had moved on: re-decided under the ledger's "
+            "locks (remade) or no longer placeable (rejected).", ["outcome"], registry=r)
+        if engine is not None:
+            r.register(StoreCollector(engine))

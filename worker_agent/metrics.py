@@ -1,0 +1,48 @@
+"""The agent's Prometheus series: GPU memory as discovered, instance processes it supervises,
+and launch counters."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+
+from activities.payloads import HostReport
+from worker_agent.processes import ProcessTable
+
+
+class HostCollector:
+    def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable):
+        self.name, self.discover, self.table = name, discover, table
+
+    def collect(self):
+        total = GaugeMetricFamily("gpuflow_agent_gpu_vram_total_bytes", "GPU memory.", labels=["host", "gpu", "simulated"])
+        used = GaugeMetricFamily("gpuflow_agent_gpu_vram_used_bytes", "GPU memory in use (NVML; absent when simulated).",
+                                 labels=["host", "gpu"])
+        procs = GaugeMetricFamily("gpuflow_agent_instances", "Instance processes on this host by state.",
+                                  labels=["host", "state"])
+        try:
+            r = self.discover()
+        except Exception:  # noqa: BLE001
+            r = None
+        for g in r.gpus if r else []:
+            total.add_metric([self.name, str(g.index), str(r.simulated).lower()], g.vram_total)
+            if g.vram_used is not None:
+                used.add_metric([self.name, str(g.index)], g.vram_used)
+        alive = sum(self.table.alive(rec.pid) for rec in self.table.records())
+        procs.add_metric([self.name, "running"], alive)
+        yield from (total, used, procs)
+
+
+class AgentMetrics:
+    def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable,
+                 registry: CollectorRegistry | None = None):
+        self.registry = r = registry or CollectorRegistry()
+        self.launches = Counter("gpuflow_agent_launches", "Instance processes started or adopted.",
+                                ["host", "backend", "adopted"], registry=r)
+        self.failures = Counter("gpuflow_agent_launch_failures", "Launches that failed (engine missing, exited, "
+                                "never ready).", ["host", "backend"], registry=r)
+        self.exits = Counter("gpuflow_agent_process_exits", "Supervised processes that ended on their own (each "
+                             "leads to a restart).", ["host", "backend"], registry=r)
+        r.register(HostCollector(name, discover, table))
