@@ -113,3 +113,50 @@ def check_metrics(lv: Live, rows) -> None:
     assert agent['gpuflow_agent_instances{host="g1",state="running"}'] == 2
     assert agent['gpuflow_agent_gpu_vram_total_bytes{gpu="0",host="g1",simulated="true"}'] == 24 * 2**30
     assert any(k.startswith("temporal_") for k in agent)
+
+
+HANGS_LATER = """import http.server, sys, time
+start = time.time()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if time.time() - start > 2:
+            time.sleep(3600)  # alive, listening, and no longer answering
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+async def test_failures_end_in_the_documented_state(tmp_path):
+    """Failure injection. A server that stops answering after it was RUNNING fails its liveness
+    probes (2 misses, 0.5 s apart here): it is stopped, the instance is ERROR with the reason, and
+    it is restarted on the same host. A server that never becomes ready is stopped after the
+    ready timeout (3 s here) and is ERROR with that reason, then restarted."""
+    script = tmp_path / "hangs_later.py"
+    script.write_text(HANGS_LATER)
+    t = FAST.model_copy(update={"liveness_s": 0.5, "liveness_failures": 2, "ready_timeout_s": 3})
+    lv = await Live(str(tmp_path)).start({"g1": [24]})
+    try:
+        from tests.live import spec
+
+        await ops.deploy(lv.client, spec("hangs", vram_gib=4, command=f"python3 {script} {{port}}"), t)
+        await ops.deploy(lv.client, spec("mute", vram_gib=4, command="sleep 600 {port}"), t)  # never listens
+        seen: dict[str, set[str]] = {"hangs-0": set(), "mute-0": set()}
+
+        def watch():
+            for i in lv.instances():
+                if i.name in seen:
+                    seen[i.name].add(f"{i.state}: {i.reason}")
+
+        await lv.wait(lambda: any(s.startswith("running") for s in seen["hangs-0"]) and any(
+            "failed its health check 2 times" in s for s in seen["hangs-0"]), 60, "hangs: RUNNING, then ERROR",
+            check=watch, every=0.1)
+        await lv.wait(lambda: any("not ready within 3 s" in s for s in seen["mute-0"]), 60, "mute: ERROR", check=watch,
+                      every=0.1)
+        await lv.wait(lambda: all(i.restarts >= 1 for i in lv.instances() if i.name in seen), 30, "both restarted")
+        assert {i.worker for i in lv.instances()} == {"g1"}
+        assert not any(s.startswith("running") for s in seen["mute-0"])
+    finally:
+        lv.close()

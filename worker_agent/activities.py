@@ -26,17 +26,27 @@ def _beat_every() -> float:
     return max(0.1, min(hb.total_seconds() / 4, 5.0)) if hb else 5.0
 
 
-async def http_answers(port: int, timeout: float = 1.0) -> bool:
-    """True once anything on 127.0.0.1:port answers an HTTP request with a status line."""
+def health_path(backend: str) -> str | None:
+    """What readiness and liveness ask: the engines' /health (200 only); a custom server's /
+    (any status: it answered)."""
+    return None if backend == "custom" else "/health"
+
+
+async def http_answers(port: int, timeout: float = 1.0, path: str | None = None) -> bool:
+    """True when 127.0.0.1:port answers an HTTP request: with any status line when ``path`` is
+    None (GET /), with 200 for ``path``."""
     try:
         r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
     except (OSError, asyncio.TimeoutError):
         return False
     try:
-        w.write(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
         await w.drain()
         line = await asyncio.wait_for(r.readline(), timeout)
-        return line.startswith(b"HTTP/")
+        if path is None:
+            return line.startswith(b"HTTP/")
+        parts = line.split()
+        return len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1] == b"200"
     except (OSError, asyncio.TimeoutError):
         return False
     finally:
@@ -109,7 +119,7 @@ class HostActivities:
                 raise ApplicationError(f"exited with code {rc} while starting: {self.table.tail(req.instance)}",
                                        {"pid": rec.pid, "returncode": rc}, type="LaunchFailed", non_retryable=True)
             if rec.port is not None:
-                if await http_answers(rec.port):
+                if await http_answers(rec.port, path=health_path(req.backend)):
                     break
             elif time.time() - rec.started_at >= req.settle_s:
                 break
@@ -132,8 +142,19 @@ class HostActivities:
         if rec is None:
             return p.ExitReport(reason="the process is not running on this host")
         every = _beat_every()
+        next_probe, misses = time.monotonic() + req.liveness_s, 0
         try:
             while True:
+                if rec.port is not None and req.liveness_s > 0 and time.monotonic() >= next_probe:
+                    next_probe = time.monotonic() + req.liveness_s
+                    ok = await http_answers(rec.port, timeout=min(5.0, req.liveness_s), path=health_path(req.backend))
+                    misses = 0 if ok else misses + 1
+                    if misses >= req.liveness_failures:
+                        await self._stop(req.instance)
+                        if self.metrics:
+                            self.metrics.exits.labels(self.name, req.backend).inc()
+                        return p.ExitReport(pid=rec.pid, reason=f"failed its health check {misses} times in a row "
+                                            f"(port {rec.port}); stopped")
                 rc = self.table.returncode(rec.pid)
                 if rc is not None:
                     self.table.forget(req.instance)

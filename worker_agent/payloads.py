@@ -26,6 +26,8 @@ class LaunchRequest(BaseModel):
     tensor_split: list[int] | None = None  # llama.cpp: bytes per GPU, in gpu_indexes order
     vram_utilization: float | None = None  # vLLM/SGLang: fraction of each card the claim booked
     distributed: bool = False  # the placement spans other workers too
+    liveness_s: float = 10.0  # probe a RUNNING server this often (0: never)
+    liveness_failures: int = 3  # this many misses in a row: the server is stopped and restarted
 
 
 class LaunchResult(BaseModel):

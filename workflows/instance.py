@@ -198,7 +198,8 @@ class ModelInstanceWorkflow:
                                 gpu_indexes=self.gpus, env=dict(spec.env), ready_timeout_s=self.t.ready_timeout_s,
                                 settle_s=self.t.settle_s, backend_parameters=list(spec.backend_parameters),
                                 offload_layers=claim.offload_layers, tensor_split=claim.tensor_split,
-                                vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates))
+                                vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates),
+                                liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures)
 
     async def _run_on_host(self, spec: ModelSpec, sts: float, quiet: bool) -> tuple[str, str]:
         """Launch (or adopt) on the host, then supervise. Returns (outcome, why): stopped,
