@@ -13,6 +13,7 @@ import socket
 from gpuflow import files, ops, render_cluster
 from gpuflow.runtime import connect
 from gpuflow.settings import Settings
+from scheduler.errors import InvalidInput
 
 
 def settings_from(a) -> Settings:
@@ -143,7 +144,39 @@ def cmd_hosts(a) -> int:
     return _run(go())
 
 
+def cmd_logs(a) -> int:
+    import sys
+
+    s = settings_from(a)
+
+    async def go():
+        client = await connect(s.temporal)
+        chunk = await ops.read_log(client, a.instance, offset=-a.bytes)
+        if not chunk.found:
+            raise InvalidInput(f"instance {a.instance} has no log on its host yet")
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+        worker = (await ops.instance(client, a.instance)).worker
+        while a.follow:
+            await asyncio.sleep(1.0)
+            chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+
+    try:
+        return _run(go())
+    except KeyboardInterrupt:
+        return 0
+
+
 def add_commands(sub) -> None:
+    p = sub.add_parser("logs", help="an instance's output, read on its host")
+    temporal_flags(p)
+    p.add_argument("instance")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new output (Ctrl-C ends)")
+    p.add_argument("--bytes", type=int, default=8192, help="how much of the end to show first (default 8192)")
+    p.set_defaults(fn=cmd_logs, temporal=True)
+
     p = sub.add_parser("server", help="run a control-plane worker (workflows and control activities)")
     temporal_flags(p)
     p.add_argument("--data-dir")

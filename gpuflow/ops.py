@@ -133,3 +133,26 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
         return {"instance": name, "state": v.state, "reason": v.reason, "decision": None}
     return {"instance": name, "state": v.state, "worker": v.worker, "gpu_indexes": v.gpu_indexes,
             **v.decision.model_dump(mode="json")}
+
+
+async def read_log(client: Client, instance_name: str, offset: int = -4096, worker: str | None = None):
+    """One chunk of an instance's log, read on its host through a LogReadWorkflow."""
+    import uuid
+
+    from temporalio.client import WorkflowFailureError
+
+    from worker_agent.payloads import LogRequest
+    from workflows.logs import LogReadWorkflow
+
+    if worker is None:
+        v = await instance(client, instance_name)
+        worker = v.worker
+        if worker is None:
+            raise InvalidInput(f"instance {instance_name} is not placed on a host ({v.state})")
+    try:
+        return await client.execute_workflow(
+            LogReadWorkflow.run, LogRequest(instance=instance_name, worker=worker, offset=offset),
+            id=f"logs/{instance_name}/{uuid.uuid4().hex[:12]}", task_queue=CONTROL_QUEUE)
+    except WorkflowFailureError as e:
+        raise InvalidInput(f"cannot read {instance_name}'s log on {worker}: host {worker} did not answer "
+                           f"({getattr(e.cause, 'message', e.cause)})") from None

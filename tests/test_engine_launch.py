@@ -160,3 +160,33 @@ async def test_failures_end_in_the_documented_state(tmp_path):
         assert not any(s.startswith("running") for s in seen["mute-0"])
     finally:
         lv.close()
+
+
+async def test_logs_are_read_on_the_host(tmp_path):
+    """`gpuflow logs INSTANCE` shows the instance's output, read on its host through Temporal;
+    `--follow` keeps printing what comes next."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.live import spec
+
+    lv = await Live(str(tmp_path)).start({"g1": [24]})
+    try:
+        ticker = "python3 -u -c \"import itertools,time; [print('tick', i) or time.sleep(0.2) for i in itertools.count()]\""
+        await ops.deploy(lv.client, spec("ticker", vram_gib=1, command=ticker), FAST)
+        await lv.wait(lambda: lv.states("ticker") == {"ticker-0": "running"}, 60, "RUNNING")
+        base = [sys.executable, "-m", "gpuflow", "logs", "ticker-0", "--address", lv.stack.temporal.address]
+        out = subprocess.run(base, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "tick 0" in out.stdout, out.stderr
+        follow = subprocess.Popen(base + ["--follow"], stdout=subprocess.PIPE, text=True)
+        time.sleep(4)
+        follow.send_signal(signal.SIGINT)
+        later = follow.communicate(timeout=30)[0]
+        last = lambda text: max(int(ln.split()[1]) for ln in text.splitlines() if ln.startswith("tick "))  # noqa: E731
+        assert last(later) > last(out.stdout) + 5  # 4 s at 5 lines/s, read as it came
+        out = subprocess.run(base[:4] + ["ghost"] + base[5:], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "no instance named 'ghost'" in out.stderr
+    finally:
+        lv.close()

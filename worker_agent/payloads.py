@@ -8,6 +8,7 @@ WATCH_HOST = "watch_host"
 LAUNCH_INSTANCE = "launch_instance"
 SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
+READ_LOG = "read_log"
 
 
 class LaunchRequest(BaseModel):
@@ -42,3 +43,16 @@ class ExitReport(BaseModel):
     pid: int | None = None
     returncode: int | None = None
     reason: str
+
+
+class LogRequest(BaseModel):
+    instance: str
+    worker: str
+    offset: int = -4096  # negative: that many bytes from the end
+    max_bytes: int = 65536
+
+
+class LogChunk(BaseModel):
+    text: str
+    offset: int  # where the next read starts
+    found: bool = True
