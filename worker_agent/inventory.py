@@ -46,34 +46,42 @@ def host_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def from_nvml() -> list[GPU] | None:
-    """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver)."""
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def from_nvml(nvml=None) -> list[GPU] | None:
+    """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver).
+    ``nvml`` is the seam: the ``pynvml`` module by default, an in-memory fake in tests.
+    ``vram_used`` is everything in use on the card, ours and others': the scheduler counts
+    max(gpuflow's claims, used), so memory someone else holds is never offered."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
     try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
+        nvml.nvmlInit()
     except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return None
     try:
         gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=name.decode() if isinstance(name, bytes) else name,
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nvml.nvmlDeviceGetName(h)),
                             vram_total=mem.total, vram_used=_bucket(mem.used)))
         return gpus
     finally:
-        pynvml.nvmlShutdown()
+        nvml.nvmlShutdown()
 
 
-def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None) -> HostReport:
+def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None,
+             nvml=None) -> HostReport:
     if inventory_file:
         r = from_file(name, inventory_file)
     else:
-        gpus = from_nvml() or []
+        gpus = from_nvml(nvml) or []
         r = HostReport(name=name, ram_total=host_ram(), gpus=gpus)
     if labels:
         r = r.model_copy(update={"labels": {**r.labels, **labels}})

@@ -1,0 +1,67 @@
+"""GPU discovery through the NVML seam, with an in-memory NVML: names, memory, and memory used
+by others kept from the scheduler; no library or no driver means CPU only."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from activities.payloads import HostReport
+from scheduler.allocatable import allocatable
+from scheduler.cluster import Worker
+from scheduler.units import GiB, MiB
+from worker_agent.inventory import discover, from_nvml
+
+
+class FakeNVML:
+    """The handful of pynvml calls the agent makes, over a list of cards."""
+
+    def __init__(self, cards, fail_init: Exception | None = None):
+        self.cards, self.fail_init, self.open = cards, fail_init, 0
+
+    def nvmlInit(self):  # noqa: N802
+        if self.fail_init:
+            raise self.fail_init
+        self.open += 1
+
+    def nvmlShutdown(self):  # noqa: N802
+        self.open -= 1
+
+    def nvmlDeviceGetCount(self):  # noqa: N802
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        return self.cards[i]
+
+    def nvmlDeviceGetMemoryInfo(self, h):  # noqa: N802
+        return SimpleNamespace(total=h["total"], used=h["used"], free=h["total"] - h["used"])
+
+    def nvmlDeviceGetName(self, h):  # noqa: N802
+        return h["name"]
+
+
+def test_cards_are_reported_and_the_library_closed():
+    nvml = FakeNVML([{"name": b"NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 600 * MiB},
+                     {"name": "NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 0}])
+    gpus = from_nvml(nvml)
+    assert [(g.index, g.name, g.vram_total, g.vram_used) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", 80 * GiB, 768 * MiB),  # 600 MiB rounded up to 256 MiB steps: 3 x 256
+        (1, "NVIDIA H100 80GB HBM3", 80 * GiB, 0)]
+    assert nvml.open == 0
+
+
+def test_memory_used_by_others_is_not_offered():
+    """A foreign process holds 30 GiB of card 0: 80 - 30 = 50 GiB is what the scheduler sees."""
+    nvml = FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 30 * GiB}])
+    r = discover("g1", nvml=nvml)
+    w = Worker(name=r.name, ram_total=r.ram_total, gpus=r.gpus)
+    assert allocatable(w, None).vram == {0: 50 * GiB}
+    assert isinstance(r, HostReport) and not r.simulated
+
+
+def test_no_library_or_driver_means_cpu_only():
+    class NVMLError_DriverNotLoaded(Exception):  # noqa: N801  (pynvml's own naming)
+        pass
+
+    assert from_nvml(FakeNVML([], fail_init=NVMLError_DriverNotLoaded())) is None
+    r = discover("laptop", nvml=FakeNVML([], fail_init=NVMLError_DriverNotLoaded()))
+    assert r.gpus == [] and r.ram_total > 0
