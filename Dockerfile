@@ -1,0 +1,15 @@
+# gpuflow's image: the control plane (`gpuflow server`) and, on GPU hosts, the agent
+# (`gpuflow agent`, run with the NVIDIA container runtime: docker run --gpus all ...).
+FROM python:3.11-slim
+WORKDIR /opt/gpuflow
+COPY pyproject.toml README.md ./
+COPY scheduler scheduler
+COPY activities activities
+COPY workflows workflows
+COPY worker_agent worker_agent
+COPY gpuflow gpuflow
+RUN pip install --no-cache-dir .
+ENV GPUFLOW_DATA_DIR=/var/lib/gpuflow
+VOLUME /var/lib/gpuflow
+ENTRYPOINT ["gpuflow"]
+CMD ["server", "--metrics-address", "0.0.0.0:9400"]
