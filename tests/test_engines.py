@@ -70,3 +70,29 @@ def test_unavailable_is_named(r, cfg, problem):
 def test_custom_when_enabled():
     r = req("custom", run_command="srv --port {port} --gpus {gpu_indexes}", gpus=(1, 3))
     assert argv_for(r, 7000, EngineConfig(allow_custom=True)) == ["srv", "--port", "7000", "--gpus", "1,3"]
+
+
+@pytest.mark.parametrize("path,ok", [
+    ("/srv/models/llama/x.gguf", True),
+    ("/srv/models", True),
+    ("/srv/models/../secrets/key", False),   # '..' resolved first
+    ("/srv/models-evil/x", False),           # a prefix is not a parent
+    ("/etc/passwd", False),
+])
+def test_model_roots(path, ok):
+    r = req("vllm", model_path=path)
+    cfg = EngineConfig(vllm="/bin/true", model_roots=("/srv/models",))
+    if ok:
+        assert argv_for(r, 8000, cfg)[2] == path
+    else:
+        with pytest.raises(InvalidInput, match="outside this host's model roots"):
+            argv_for(r, 8000, cfg)
+
+
+def test_model_root_symlink_escape(tmp_path):
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "escape").symlink_to("/etc")
+    with pytest.raises(InvalidInput, match="outside"):
+        argv_for(req("vllm", model_path=str(root / "escape" / "passwd")), 8000,
+                 EngineConfig(vllm="/bin/true", model_roots=(str(root),)))

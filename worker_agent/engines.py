@@ -12,6 +12,7 @@ be options of the engine, never another program; a flag the user gave wins over 
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 
@@ -30,6 +31,19 @@ class EngineConfig:
     vllm: str = "vllm"
     sglang_python: str = "python3"
     llama_server: str = "llama-server"
+    model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
+
+
+def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
+    """A local model path must resolve (symlinks and '..' followed) under a configured root."""
+    if not path or not roots:
+        return
+    real = os.path.realpath(path)
+    for r in roots:
+        root = os.path.realpath(r)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return
+    raise InvalidInput(f"model path {path} is outside this host's model roots ({', '.join(roots)}); refused")
 
 
 class EngineUnavailable(InvalidInput):
@@ -99,6 +113,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[st
         raise EngineUnavailable(f"backend {req.backend} has no launcher on this agent")
     if req.distributed:
         raise EngineUnavailable(f"placements across several workers are not launched yet (backend {req.backend})")
+    check_model_path(req.model_path, cfg.model_roots)
     argv = build(req, port, cfg)
     if req.backend != "custom" and shutil.which(argv[0]) is None:
         raise EngineUnavailable(f"{req.backend} is not installed on this host: {argv[0]!r} is not on PATH")
