@@ -60,7 +60,7 @@ def cmd_agent(a) -> int:
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
         from worker_agent.inventory import discover
-        from worker_agent.metrics import AgentMetrics
+        from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
         from worker_agent.processes import ProcessTable
 
         name = a.name or socket.gethostname()
@@ -71,7 +71,7 @@ def cmd_agent(a) -> int:
         if addr:
             table = ProcessTable(os.path.join(s.data_dir, "agent", name))
             metrics = AgentMetrics(name, lambda: discover(name, a.inventory, labels), table)
-            serve(addr, metrics.registry, sdk_addr)
+            serve(addr, metrics.registry, sdk_addr, extra=engine_metrics_proxy(table))
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, model_roots=tuple(a.model_root or ()))

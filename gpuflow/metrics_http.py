@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -31,11 +32,23 @@ def sdk_runtime() -> tuple[Runtime, str]:
     return rt, addr
 
 
-def serve(addr: tuple[str, int], registry: CollectorRegistry, sdk_addr: str | None) -> ThreadingHTTPServer:
+def serve(addr: tuple[str, int], registry: CollectorRegistry, sdk_addr: str | None,
+          extra: Callable[[str], tuple[int, bytes] | None] | None = None) -> ThreadingHTTPServer:
+    """Serve /metrics; ``extra`` may answer other paths (status, body), or None for 404."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             if self.path.split("?")[0] not in ("/metrics", "/"):
-                self.send_error(404)
+                got = extra(self.path.split("?")[0]) if extra else None
+                if got is None:
+                    self.send_error(404)
+                    return
+                status, body = got
+                self.send_response(status)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
                 return
             body = generate_latest(registry)
             if sdk_addr:

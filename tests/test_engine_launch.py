@@ -19,7 +19,15 @@ args = sys.argv[1:]
 with open({out!r} + "/" + os.path.basename(sys.argv[0]) + ".json", "w") as f:
     json.dump({{"argv": args, "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}, f)
 port = int(args[args.index("--port") + 1])
-http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler).serve_forever()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = {{"/health": b"", "/metrics": b"vllm:num_requests_waiting 3.0\\n"}}.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.end_headers()
+        self.wfile.write(body or b"")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
@@ -113,6 +121,18 @@ def check_metrics(lv: Live, rows) -> None:
     assert agent['gpuflow_agent_instances{host="g1",state="running"}'] == 2
     assert agent['gpuflow_agent_gpu_vram_total_bytes{gpu="0",host="g1",simulated="true"}'] == 24 * 2**30
     assert any(k.startswith("temporal_") for k in agent)
+    # the engine's own series, through the agent (one scrape target per host)
+    import urllib.error
+    import urllib.request
+
+    base = f"http://{lv.stack.metrics['agent g1']}/instances"
+    with urllib.request.urlopen(f"{base}/big-0/metrics", timeout=5) as r:
+        assert b"vllm:num_requests_waiting 3.0" in r.read()
+    try:
+        urllib.request.urlopen(f"{base}/ghost/metrics", timeout=5)
+        raise AssertionError("a missing instance must be a 404")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
 
 
 HANGS_LATER = """import http.server, sys, time
