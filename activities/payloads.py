@@ -89,6 +89,7 @@ class InstanceRecord(InstanceFields):
     """A state change, as the store records it (with a summary of the decision, if new)."""
 
     decision: dict[str, Any] | None = None
+    model_source: str | None = None  # the source key; RUNNING means the worker holds its files
 
 
 class InstanceView(InstanceFields):

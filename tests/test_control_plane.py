@@ -387,3 +387,27 @@ async def test_cut_off_host_comes_back_and_stops_its_leftover(tmp_path):
         assert lv.states("split") == {"split-0": "running"} and alive(lv, other, "split-0")
     finally:
         lv.close()
+
+
+async def test_inventory_changes_and_model_files_reach_the_scheduler(tmp_path):
+    """A GPU added to a host's inventory shows in the store within seconds (the agent's watch
+    returns on change); a host where an instance came up is recorded as holding its model files,
+    which the locality scorer reads."""
+    from activities.store.snapshot import load_snapshot
+    from tests.live import write_inventory
+
+    lv = await Live(str(tmp_path)).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("loc", vram_gib=4), FAST)
+        await lv.wait(lambda: lv.states("loc") == {"loc-0": "running"}, 60, "RUNNING")
+        files = load_snapshot(lv.engine).model_files
+        assert [(f.worker, f.source, f.state.value) for f in files] == [("h1", "/models/loc", "ready")]
+
+        from activities.store import records
+
+        write_inventory(str(tmp_path / "h1.yaml"), [24, 48])
+        await lv.wait(lambda: len(records.workers(lv.engine)[0].gpus) == 2, 20, "the new GPU in the store")
+        assert records.workers(lv.engine)[0].gpus[1]["vram_total"] == 48 * 2**30
+        assert lv.states("loc") == {"loc-0": "running"}  # nothing else moved
+    finally:
+        lv.close()

@@ -49,6 +49,7 @@ class ModelInstanceWorkflow:
         self.stop_requested = False
         self.woken = False
         self._recorded: tuple | None = None
+        self.source_key: str | None = None
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal
@@ -91,7 +92,7 @@ class ModelInstanceWorkflow:
             c.RECORD_INSTANCE, InstanceRecord(
                 name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
                 worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
-                decision=decision), **c.STORE_CALL)
+                decision=decision, model_source=self.source_key), **c.STORE_CALL)
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
@@ -100,6 +101,7 @@ class ModelInstanceWorkflow:
             spec = ModelSpec.model_validate(inp.spec)
         except ValidationError as e:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+        self.source_key = spec.source.key
         workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
                                            c.SA_DEPLOYMENT.value_set(inp.deployment)])
         try:

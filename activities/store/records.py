@@ -8,7 +8,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.payloads import HostReport, InstanceRecord
-from activities.store.tables import DeploymentRow, InstanceRow, WorkerRow, utcnow
+from activities.store.tables import DeploymentRow, InstanceRow, ModelFileRow, WorkerRow, utcnow
 
 
 def upsert_worker(engine: Engine, report: HostReport, state: str = "ready") -> bool:
@@ -52,6 +52,12 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
         if rec.decision is not None:
             row.decision = rec.decision
         s.add(row)
+        if rec.state == "running" and rec.worker and rec.model_source:
+            # a server that came up there had its files there: the locality scorer prefers this host next time
+            f = s.get(ModelFileRow, (rec.worker, rec.model_source)) or ModelFileRow(worker=rec.worker,
+                                                                                    source=rec.model_source)
+            f.state, f.updated_at = "ready", utcnow()
+            s.add(f)
         s.commit()
 
 
