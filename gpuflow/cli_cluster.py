@@ -55,6 +55,9 @@ def cmd_agent(a) -> int:
     from worker_agent.engines import EngineConfig
 
     s = settings_from(a)
+    bad = [kv for kv in a.label or [] if "=" not in kv or kv.startswith("=")]
+    if bad:
+        raise InvalidInput(f"--label takes KEY=VALUE, got {bad[0]!r}")
     labels = dict(kv.split("=", 1) for kv in a.label or [])
 
     async def go():
