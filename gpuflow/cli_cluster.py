@@ -62,7 +62,7 @@ def cmd_agent(a) -> int:
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
-        from worker_agent.inventory import discover
+        from worker_agent.inventory import discover, gpu_health
         from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
         from worker_agent.processes import ProcessTable
 
@@ -73,7 +73,8 @@ def cmd_agent(a) -> int:
         metrics = None
         if addr:
             table = ProcessTable(os.path.join(s.data_dir, "agent", name))
-            metrics = AgentMetrics(name, lambda: discover(name, a.inventory, labels), table)
+            health = (lambda: {}) if a.inventory else gpu_health  # simulated GPUs have no sensors
+            metrics = AgentMetrics(name, lambda: discover(name, a.inventory, labels), table, health=health)
             serve(addr, metrics.registry, sdk_addr, extra=engine_metrics_proxy(table))
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,

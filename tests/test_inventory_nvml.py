@@ -38,6 +38,12 @@ class FakeNVML:
     def nvmlDeviceGetName(self, h):  # noqa: N802
         return h["name"]
 
+    def nvmlDeviceGetUtilizationRates(self, h):  # noqa: N802
+        return SimpleNamespace(gpu=h.get("util", 0), memory=0)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):  # noqa: N802
+        return h.get("temp", 40)
+
 
 def test_cards_are_reported_and_the_library_closed():
     nvml = FakeNVML([{"name": b"NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 600 * MiB},
@@ -65,3 +71,21 @@ def test_no_library_or_driver_means_cpu_only():
     assert from_nvml(FakeNVML([], fail_init=NVMLError_DriverNotLoaded())) is None
     r = discover("laptop", nvml=FakeNVML([], fail_init=NVMLError_DriverNotLoaded()))
     assert r.gpus == [] and r.ram_total > 0
+
+
+def test_utilization_and_temperature_reach_the_agent_metrics(tmp_path):
+    from prometheus_client import generate_latest
+
+    from worker_agent.inventory import gpu_health
+    from worker_agent.metrics import AgentMetrics
+    from worker_agent.processes import ProcessTable
+
+    nvml = FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 0, "util": 87, "temp": 71},
+                     {"name": "H100", "total": 80 * GiB, "used": 0, "util": 3, "temp": 35}])
+    assert gpu_health(nvml) == {0: (87.0, 71.0), 1: (3.0, 35.0)}
+    m = AgentMetrics("g1", lambda: discover("g1", nvml=nvml), ProcessTable(str(tmp_path)), health=lambda: gpu_health(nvml))
+    text = generate_latest(m.registry).decode()
+    assert 'gpuflow_agent_gpu_utilization_percent{gpu="0",host="g1"} 87.0' in text
+    assert 'gpuflow_agent_gpu_temperature_celsius{gpu="1",host="g1"} 35.0' in text
+    assert 'gpuflow_agent_gpu_vram_total_bytes{gpu="1",host="g1",simulated="false"} 8.589934592e+10' in text
+    assert gpu_health(FakeNVML([], fail_init=RuntimeError("no driver"))) == {}

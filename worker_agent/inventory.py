@@ -76,6 +76,30 @@ def from_nvml(nvml=None) -> list[GPU] | None:
         nvml.nvmlShutdown()
 
 
+def gpu_health(nvml=None) -> dict[int, tuple[float, float]]:
+    """GPU index -> (utilization %, temperature C) from NVML; empty without NVML. Read at scrape
+    time for metrics, not part of the inventory (it changes every second)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return {}
+    try:
+        nvml.nvmlInit()
+    except Exception:  # noqa: BLE001  no library, no driver
+        return {}
+    try:
+        out = {}
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            util = nvml.nvmlDeviceGetUtilizationRates(h).gpu
+            temp = nvml.nvmlDeviceGetTemperature(h, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+            out[i] = (float(util), float(temp))
+        return out
+    finally:
+        nvml.nvmlShutdown()
+
+
 def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None,
              nvml=None) -> HostReport:
     if inventory_file:

@@ -13,8 +13,9 @@ from worker_agent.processes import ProcessTable
 
 
 class HostCollector:
-    def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable):
-        self.name, self.discover, self.table = name, discover, table
+    def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable,
+                 health: Callable[[], dict[int, tuple[float, float]]] | None = None):
+        self.name, self.discover, self.table, self.health = name, discover, table, health
 
     def collect(self):
         total = GaugeMetricFamily("gpuflow_agent_gpu_vram_total_bytes", "GPU memory.", labels=["host", "gpu", "simulated"])
@@ -32,12 +33,18 @@ class HostCollector:
                 used.add_metric([self.name, str(g.index)], g.vram_used)
         alive = sum(self.table.alive(rec.pid) for rec in self.table.records())
         procs.add_metric([self.name, "running"], alive)
-        yield from (total, used, procs)
+        util = GaugeMetricFamily("gpuflow_agent_gpu_utilization_percent", "GPU utilization (NVML).", labels=["host", "gpu"])
+        temp = GaugeMetricFamily("gpuflow_agent_gpu_temperature_celsius", "GPU temperature (NVML).", labels=["host", "gpu"])
+        for idx, (u, t) in sorted((self.health() if self.health else {}).items()):
+            util.add_metric([self.name, str(idx)], u)
+            temp.add_metric([self.name, str(idx)], t)
+        yield from (total, used, procs, util, temp)
 
 
 class AgentMetrics:
     def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable,
-                 registry: CollectorRegistry | None = None):
+                 registry: CollectorRegistry | None = None,
+                 health: Callable[[], dict[int, tuple[float, float]]] | None = None):
         self.registry = r = registry or CollectorRegistry()
         self.launches = Counter("gpuflow_agent_launches", "Instance processes started or adopted.",
                                 ["host", "backend", "adopted"], registry=r)
@@ -45,7 +52,7 @@ class AgentMetrics:
                                 "never ready).", ["host", "backend"], registry=r)
         self.exits = Counter("gpuflow_agent_process_exits", "Supervised processes that ended on their own (each "
                              "leads to a restart).", ["host", "backend"], registry=r)
-        r.register(HostCollector(name, discover, table))
+        r.register(HostCollector(name, discover, table, health))
 
 
 def engine_metrics_proxy(table: ProcessTable) -> Callable[[str], tuple[int, bytes] | None]:
