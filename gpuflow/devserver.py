@@ -13,6 +13,7 @@ import sys
 import time
 
 from scheduler.errors import InvalidInput
+from worker_agent.processes import free_port  # noqa: F401  (one home; callers here import it from this module)
 from workflows.common import SEARCH_ATTRIBUTES
 
 
@@ -28,12 +29,6 @@ def port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.3)
         return s.connect_ex((host, port)) == 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DevServer:

@@ -4,6 +4,7 @@ simulated GPUs (labelled ``simulated`` everywhere it is shown); otherwise CPU on
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -50,54 +51,56 @@ def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def from_nvml(nvml=None) -> list[GPU] | None:
-    """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver).
-    ``nvml`` is the seam: the ``pynvml`` module by default, an in-memory fake in tests.
-    ``vram_used`` is everything in use on the card, ours and others': the scheduler counts
-    max(gpuflow's claims, used), so memory someone else holds is never offered."""
+@contextmanager
+def nvml_session(nvml=None):
+    """NVML initialised for the block, shut down after: yields the module (``pynvml`` by
+    default, an in-memory fake in tests), or None when there is no library or no driver."""
     if nvml is None:
         try:
             import pynvml as nvml
         except ImportError:
-            return None
+            yield None
+            return
     try:
         nvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None
+    except Exception:  # noqa: BLE001  NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        yield None
+        return
     try:
-        gpus = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nvml.nvmlDeviceGetName(h)),
-                            vram_total=mem.total, vram_used=_bucket(mem.used)))
-        return gpus
+        yield nvml
     finally:
         nvml.nvmlShutdown()
+
+
+def from_nvml(nvml=None) -> list[GPU] | None:
+    """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver).
+    ``vram_used`` is everything in use on the card, ours and others': the scheduler counts
+    max(gpuflow's claims, used), so memory someone else holds is never offered."""
+    with nvml_session(nvml) as nv:
+        if nv is None:
+            return None
+        gpus = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
+                            vram_total=mem.total, vram_used=_bucket(mem.used)))
+        return gpus
 
 
 def gpu_health(nvml=None) -> dict[int, tuple[float, float]]:
     """GPU index -> (utilization %, temperature C) from NVML; empty without NVML. Read at scrape
     time for metrics, not part of the inventory (it changes every second)."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
+    with nvml_session(nvml) as nv:
+        if nv is None:
             return {}
-    try:
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001  no library, no driver
-        return {}
-    try:
         out = {}
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            util = nvml.nvmlDeviceGetUtilizationRates(h).gpu
-            temp = nvml.nvmlDeviceGetTemperature(h, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            util = nv.nvmlDeviceGetUtilizationRates(h).gpu
+            temp = nv.nvmlDeviceGetTemperature(h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
             out[i] = (float(util), float(temp))
         return out
-    finally:
-        nvml.nvmlShutdown()
 
 
 def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None,
