@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
 
 from gpuflow import files, ops, render_cluster
@@ -62,26 +61,20 @@ def cmd_agent(a) -> int:
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
-        from worker_agent.inventory import discover, gpu_health
-        from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
-        from worker_agent.processes import ProcessTable
 
         name = a.name or socket.gethostname()
         addr = parse_address(a.metrics_address)
         runtime, sdk_addr = sdk_runtime() if addr else (None, None)
         client = await connect(s.temporal, wait_s=30, runtime=runtime)
-        metrics = None
-        if addr:
-            table = ProcessTable(os.path.join(s.data_dir, "agent", name))
-            health = (lambda: {}) if a.inventory else gpu_health  # simulated GPUs have no sensors
-            metrics = AgentMetrics(name, lambda: discover(name, a.inventory, labels), table, health=health)
-            serve(addr, metrics.registry, sdk_addr, extra=engine_metrics_proxy(table))
+
+        def serve_metrics(registry, extra):
+            serve(addr, registry, sdk_addr, extra=extra)
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
                                model_roots=tuple(a.model_root or ()))
-        await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels,
-                        stop=until_signalled(), engines=engines, metrics=metrics)
+        await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
+                        engines=engines, serve_metrics=serve_metrics if addr else None)
 
     return _run(go())
 

@@ -6,7 +6,6 @@ LaunchFailed (non-retryable: the command cannot start or never became ready)."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from typing import Callable
 
@@ -193,17 +192,4 @@ class HostActivities:
         return await self._stop(instance)
 
     async def _stop(self, instance: str) -> bool:
-        rec = self.table.find(instance)
-        if rec is None:
-            return False
-        if self.table.alive(rec.pid):
-            self.table.signal_group(rec.pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_grace_s
-            while self.table.alive(rec.pid) and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-            if self.table.alive(rec.pid):
-                self.table.signal_group(rec.pid, signal.SIGKILL)
-                while self.table.alive(rec.pid):
-                    await asyncio.sleep(0.05)
-        self.table.forget(instance)
-        return True
+        return await self.table.stop(instance, self.stop_grace_s)

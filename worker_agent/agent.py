@@ -8,6 +8,7 @@ import asyncio
 import os
 from datetime import timedelta
 from functools import partial
+from typing import Callable
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -16,8 +17,8 @@ from temporalio.worker import Worker
 from activities.payloads import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
 from worker_agent.engines import EngineConfig
-from worker_agent.metrics import AgentMetrics
-from worker_agent.inventory import discover
+from worker_agent.inventory import discover, gpu_health
+from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
 from worker_agent.processes import ProcessTable
 
 
@@ -34,7 +35,6 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
     orphan holds GPU memory. Instances still placed here are left for their workflow to adopt."""
     from temporalio.service import RPCError
 
-    acts = HostActivities(name, table, lambda: None, stop_grace_s=stop_grace_s)
     reaped = []
     for rec in table.records():
         if not table.alive(rec.pid):
@@ -48,7 +48,7 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
         except RPCError:
             here = False
         if not here:
-            await acts._stop(rec.instance)
+            await table.stop(rec.instance, stop_grace_s)
             reaped.append(rec.instance)
     return reaped
 
@@ -56,10 +56,17 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
-                    metrics: AgentMetrics | None = None) -> None:
+                    serve_metrics: Callable | None = None) -> None:
+    """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
+    agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
     table = ProcessTable(os.path.join(data_dir, "agent", name))
     probe = partial(discover, name, inventory_file, labels)
     report = probe()  # a bad inventory file fails here, before anything is registered
+    metrics = None
+    if serve_metrics:
+        health = (lambda: {}) if inventory_file else gpu_health  # simulated GPUs have no sensors
+        metrics = AgentMetrics(name, probe, table, health=health)
+        serve_metrics(metrics.registry, engine_metrics_proxy(table))
     for n in await reap_orphans(client, name, table):
         print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
     acts = HostActivities(name, table, probe, engines=engines, metrics=metrics)

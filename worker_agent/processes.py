@@ -4,9 +4,11 @@ appended to a log file per instance, stopped by process group (SIGTERM, grace, S
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -152,6 +154,24 @@ class ProcessTable:
             os.killpg(pid, sig)  # started with start_new_session: pgid == pid
         except (ProcessLookupError, PermissionError):
             pass
+
+    async def stop(self, instance: str, grace_s: float) -> bool:
+        """SIGTERM the instance's process group, wait ``grace_s``, SIGKILL; forget it.
+        Idempotent: False when nothing was recorded."""
+        rec = self.find(instance)
+        if rec is None:
+            return False
+        if self.alive(rec.pid):
+            self.signal_group(rec.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self.alive(rec.pid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if self.alive(rec.pid):
+                self.signal_group(rec.pid, signal.SIGKILL)
+                while self.alive(rec.pid):
+                    await asyncio.sleep(0.05)
+        self.forget(instance)
+        return True
 
     def forget(self, instance: str) -> None:
         try:
