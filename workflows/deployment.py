@@ -124,8 +124,9 @@ class ModelDeploymentWorkflow:
             target = self.asked
             self._absorb_ended()
             state = "deleting" if self.deleting else "active"
-            if saved != (state, self.replicas, tuple(sorted(self.raw.items(), key=str))):
-                saved = (state, self.replicas, tuple(sorted(self.raw.items(), key=str)))
+            now = (state, self.replicas, tuple(sorted(self.raw.items(), key=str)))
+            if saved != now:
+                saved = now
                 workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
                 await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, self.replicas, state],
                                                 **c.STORE_CALL)
