@@ -12,7 +12,8 @@ def _gpus(h: dict[str, Any]) -> str:
     gs = r.get("gpus") or []
     if not gs:
         return "CPU only"
-    return ", ".join(f"{g['index']}:{gib(g['vram_total'])}GiB" for g in gs)
+    return ", ".join(f"{g['index']}:{gib(g['vram_total'])}GiB"
+                     + (f" ({gib(g['vram_foreign'])} GiB not ours)" if g.get("vram_foreign") else "") for g in gs)
 
 
 def hosts(hs: list[dict[str, Any]]) -> str:

@@ -1,9 +1,11 @@
 """What each worker can still give: total minus claims, system reserve and foreign use.
 
-GPUStack counts claims only. We also honour observed ``vram_used``: memory used beyond what
-gpuflow's own claims explain belongs to someone else and is not available (GPUStack #6044).
-Per GPU: allocatable = max(total - reserve - max(claimed, used), 0). Subordinate claims count
-on their own workers, RAM included (GPUStack forgets subordinate RAM).
+GPUStack counts claims only. We also honour what the host observes: ``vram_foreign``, memory
+held by processes gpuflow did not start (NVML lists each process), is never offered, and
+``vram_used`` (everything in use) covers gpuflow processes that grew past their claims
+(GPUStack #6044). Per GPU:
+allocatable = max(total - reserve - max(claimed + foreign, used), 0).
+Subordinate claims count on their own workers, RAM included (GPUStack forgets subordinate RAM).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def allocatable(worker: Worker, allocated: Allocated | None) -> Allocatable:
     vram = {}
     for g in worker.gpus:
         claimed = a.vram.get(g.index, 0)
-        used = max(claimed, g.vram_used or 0)
+        used = max(claimed + (g.vram_foreign or 0), g.vram_used or 0)
         vram[g.index] = max(g.vram_total - worker.reserved.vram - used, 0)
     ram = max(worker.ram_total - a.ram - worker.reserved.ram, 0)
     if worker.unified_memory:

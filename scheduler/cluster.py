@@ -72,6 +72,7 @@ class GPU(Strict):
     name: str = ""
     vram_total: Bytes
     vram_used: Bytes | None = None  # observed use, ours and others'
+    vram_foreign: Bytes | None = None  # held by processes gpuflow did not start (NVML's per-process list)
 
 
 class Worker(Strict):

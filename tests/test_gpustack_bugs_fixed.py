@@ -1,6 +1,10 @@
 """Where GPUStack is wrong, gpuflow does the right thing (gpustack-scheduler.md §4, §7, §12)."""
 
+import pytest
+
 from scheduler import scale_down
+from scheduler.allocatable import allocatable_map
+from scheduler.cluster import GPU
 from scheduler.decide import decide
 from scheduler.hf.config import ModelParameters
 from scheduler.request import FlatRequest
@@ -49,6 +53,21 @@ def test_memory_used_outside_gpuflow_is_not_available():
     # used memory our own claim explains is not counted twice: claimed 8, used 8 -> 16 left
     snap = cluster([worker("h", 64, [gpu(0, 24, used=8)])], [inst("ours", "other", "h", [0], {0: 8 * GiB})])
     assert decide(snap, custom(), FlatRequest(vram=16 * GiB, ram=1 * GiB)).scheduled
+
+
+@pytest.mark.parametrize("total,claimed,used,foreign,left", [
+    (24, 0, None, None, 24),  # nothing observed: claims only
+    (24, 8, 3, None, 16),     # our 8 GiB claim, its process has only 3 GiB so far: 24 - max(8, 3) = 16
+    (24, 8, 13, 10, 6),       # + 10 GiB foreign: 24 - max(8 + 10, 13) = 6 (used alone would leave 11)
+    (24, 8, 20, 2, 4),        # our process grew past its claim: 24 - max(8 + 2, 20) = 4
+    (24, 0, 30, 30, 0),       # someone holds more than the card: never negative
+])
+def test_foreign_memory_counts_on_top_of_claims(total, claimed, used, foreign, left):
+    g = GPU(index=0, vram_total=total * GiB, vram_used=None if used is None else used * GiB,
+            vram_foreign=None if foreign is None else foreign * GiB)
+    w = worker("h", 64, [g])
+    claims = [inst("ours", "m", "h", [0], {0: claimed * GiB})] if claimed else []
+    assert allocatable_map(cluster([w], claims))["h"].vram == {0: left * GiB}
 
 
 def test_scale_down_placement_sees_other_models():

@@ -3,6 +3,7 @@ by others kept from the scheduler; no library or no driver means CPU only."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 from activities.payloads import HostReport
@@ -44,6 +45,11 @@ class FakeNVML:
     def nvmlDeviceGetTemperature(self, h, sensor):  # noqa: N802
         return h.get("temp", 40)
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h):  # noqa: N802
+        if "procs" not in h:
+            raise RuntimeError("NVMLError_NotSupported")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=b) for pid, b in h["procs"]]
+
 
 def test_cards_are_reported_and_the_library_closed():
     nvml = FakeNVML([{"name": b"NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 600 * MiB},
@@ -62,6 +68,42 @@ def test_memory_used_by_others_is_not_offered():
     w = Worker(name=r.name, ram_total=r.ram_total, gpus=r.gpus)
     assert allocatable(w, None).vram == {0: 50 * GiB}
     assert isinstance(r, HostReport) and not r.simulated
+
+
+async def test_memory_of_processes_gpuflow_did_not_start_is_reported(tmp_path):
+    """Card 0: our engine (a real process started by the agent's table, 10 GiB, and its child,
+    2 GiB) and a stranger (this test's own pid, 5 GiB; 700 MiB more on card 1). Foreign: 5 GiB
+    and 768 MiB (700 rounded up to 256 MiB steps). With our 12 GiB claim the scheduler offers
+    80 - max(12 + 5, 17 used) = 63 GiB of card 0."""
+    import sys
+
+    from worker_agent.processes import ProcessTable
+
+    table = ProcessTable(str(tmp_path))
+    code = "import subprocess, sys, time; c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); time.sleep(60)"
+    rec = table.start("m-0", [sys.executable, "-c", code], {}, None)
+    try:
+        import asyncio
+
+        for _ in range(100):
+            text = open(table.log_path("m-0")).read().split("\n", 1)[1].strip()
+            if text:
+                break
+            await asyncio.sleep(0.05)
+        child = int(text)
+        assert table.owns(rec.pid) and table.owns(child) and not table.owns(os.getpid())
+        nvml = FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 17 * GiB,
+                          "procs": [(rec.pid, 10 * GiB), (child, 2 * GiB), (os.getpid(), 5 * GiB)]},
+                         {"name": "H100", "total": 80 * GiB, "used": 700 * MiB, "procs": [(os.getpid(), 700 * MiB)]},
+                         {"name": "H100", "total": 80 * GiB, "used": 0}])  # lists no processes: unknown
+        r = discover("g1", nvml=nvml, ours=table.owns)
+        assert [g.vram_foreign for g in r.gpus] == [5 * GiB, 768 * MiB, None]
+        w = Worker(name="g1", ram_total=r.ram_total, gpus=r.gpus)
+        from scheduler.allocatable import Allocated
+
+        assert allocatable(w, Allocated(vram={0: 12 * GiB})).vram[0] == 63 * GiB
+    finally:
+        await table.stop("m-0", 2)
 
 
 def test_no_library_or_driver_means_cpu_only():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from typing import Callable
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -72,10 +73,33 @@ def nvml_session(nvml=None):
         nvml.nvmlShutdown()
 
 
-def from_nvml(nvml=None) -> list[GPU] | None:
+def _processes(nv, h) -> dict[int, int | None] | None:
+    """pid -> bytes it holds on the card (None: NVML cannot say), compute and graphics; None when
+    the driver lists no processes at all (not supported)."""
+    out: dict[int, int | None] = {}
+    listed = False
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        get = getattr(nv, fn, None)
+        if get is None:
+            continue
+        try:
+            procs = get(h)
+        except Exception:  # noqa: BLE001  NVMLError_NotSupported, ...
+            continue
+        listed = True
+        for p in procs:
+            mem = getattr(p, "usedGpuMemory", None)
+            prev = out.get(p.pid)
+            out[p.pid] = mem if prev is None else max(prev, mem or 0)
+    return out if listed else None
+
+
+def from_nvml(nvml=None, ours: Callable[[int], bool] | None = None) -> list[GPU] | None:
     """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver).
-    ``vram_used`` is everything in use on the card, ours and others': the scheduler counts
-    max(gpuflow's claims, used), so memory someone else holds is never offered."""
+    ``vram_used`` is everything in use on the card; ``vram_foreign`` the part held by processes
+    gpuflow did not start (``ours(pid)`` says which it did). The scheduler counts
+    max(claims + foreign, used), so memory someone else holds is never offered."""
+    ours = ours or (lambda pid: False)
     with nvml_session(nvml) as nv:
         if nv is None:
             return None
@@ -83,8 +107,10 @@ def from_nvml(nvml=None) -> list[GPU] | None:
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
+            procs = _processes(nv, h)
+            foreign = None if procs is None else _bucket(sum(b or 0 for pid, b in procs.items() if not ours(pid)))
             gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
-                            vram_total=mem.total, vram_used=_bucket(mem.used)))
+                            vram_total=mem.total, vram_used=_bucket(mem.used), vram_foreign=foreign))
         return gpus
 
 
@@ -104,11 +130,11 @@ def gpu_health(nvml=None) -> dict[int, tuple[float, float]]:
 
 
 def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None,
-             nvml=None) -> HostReport:
+             nvml=None, ours: Callable[[int], bool] | None = None) -> HostReport:
     if inventory_file:
         r = from_file(name, inventory_file)
     else:
-        gpus = from_nvml(nvml) or []
+        gpus = from_nvml(nvml, ours) or []
         r = HostReport(name=name, ram_total=host_ram(), gpus=gpus)
     if labels:
         r = r.model_copy(update={"labels": {**r.labels, **labels}})

@@ -21,6 +21,8 @@ class HostCollector:
         total = GaugeMetricFamily("gpuflow_agent_gpu_vram_total_bytes", "GPU memory.", labels=["host", "gpu", "simulated"])
         used = GaugeMetricFamily("gpuflow_agent_gpu_vram_used_bytes", "GPU memory in use (NVML; absent when simulated).",
                                  labels=["host", "gpu"])
+        foreign = GaugeMetricFamily("gpuflow_agent_gpu_vram_foreign_bytes",
+                                    "GPU memory held by processes gpuflow did not start (NVML).", labels=["host", "gpu"])
         procs = GaugeMetricFamily("gpuflow_agent_instances", "Instance processes on this host by state.",
                                   labels=["host", "state"])
         try:
@@ -31,6 +33,8 @@ class HostCollector:
             total.add_metric([self.name, str(g.index), str(r.simulated).lower()], g.vram_total)
             if g.vram_used is not None:
                 used.add_metric([self.name, str(g.index)], g.vram_used)
+            if g.vram_foreign is not None:
+                foreign.add_metric([self.name, str(g.index)], g.vram_foreign)
         alive = sum(self.table.alive(rec.pid) for rec in self.table.records())
         procs.add_metric([self.name, "running"], alive)
         util = GaugeMetricFamily("gpuflow_agent_gpu_utilization_percent", "GPU utilization (NVML).", labels=["host", "gpu"])
@@ -38,7 +42,7 @@ class HostCollector:
         for idx, (u, t) in sorted((self.health() if self.health else {}).items()):
             util.add_metric([self.name, str(idx)], u)
             temp.add_metric([self.name, str(idx)], t)
-        yield from (total, used, procs, util, temp)
+        yield from (total, used, foreign, procs, util, temp)
 
 
 class AgentMetrics:

@@ -105,6 +105,16 @@ class ProcessTable:
                     out.append(r)
         return out
 
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` belongs to a process this table started: each is started in its own
+        session, so its descendants (an engine's workers) share the leader's session id. A pid
+        this host cannot see (another PID namespace) is not ours."""
+        try:
+            sid = os.getsid(pid)
+        except OSError:
+            return False
+        return any(r.pid == sid for r in self.records())
+
     def returncode(self, pid: int) -> int | None:
         """None while running; the exit code when it is our child; -1 when an adopted process is gone."""
         p = self.children.get(pid)
