@@ -218,9 +218,11 @@ class ControlActivities:
                 status = "NOT_FOUND"
             if status == "RUNNING":
                 continue
+            held = await self._db(ledger.workers_of, self.engine, n)
             worker = await self._db(records.mark_gone, self.engine, n, f"its workflow ended: {status}")
             released += await self._db(ledger.release, self.engine, n)
-            closed.append(ClosedInstance(name=n, status=status, worker=worker))
+            hosts = ([worker] if worker else []) + [w for w in held if w != worker]
+            closed.append(ClosedInstance(name=n, status=status, worker=worker, hosts=hosts))
         if released:
             await self.wake_pending()
         return closed

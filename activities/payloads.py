@@ -96,6 +96,7 @@ class InstanceView(InstanceFields):
     """The instance workflow's ``status`` query: the state with the last decision, whole."""
 
     decision: DecisionRecord | None = None
+    subordinate_workers: list[str] = []  # the other workers a placement across several workers uses
 
 
 class InstanceInput(BaseModel):
@@ -168,6 +169,7 @@ class ClosedInstance(BaseModel):
     name: str
     status: str
     worker: str | None = None
+    hosts: list[str] = []  # every worker its placement held (the main worker first)
 
 
 class ScaleDownOrder(BaseModel):

@@ -50,7 +50,7 @@ def cmd_server(a) -> int:
 
 def cmd_agent(a) -> int:
     from gpuflow.server import until_signalled
-    from worker_agent.agent import run_agent
+    from worker_agent.agent import advertised_address, run_agent
     from worker_agent.engines import EngineConfig
 
     s = settings_from(a)
@@ -72,9 +72,10 @@ def cmd_agent(a) -> int:
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
-                               model_roots=tuple(a.model_root or ()))
+                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()))
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
-                        engines=engines, serve_metrics=serve_metrics if addr else None)
+                        engines=engines, serve_metrics=serve_metrics if addr else None,
+                        address=a.advertise_address or advertised_address(s.temporal.address))
 
     return _run(go())
 
@@ -195,6 +196,12 @@ def add_commands(sub) -> None:
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
     p.add_argument("--llama-cpp-python", help="serve llama.cpp models with this Python's llama-cpp-python[server] "
                                                "instead of llama-server")
+    p.add_argument("--rpc-server", default="rpc-server",
+                   help="llama.cpp's rpc-server, run when a placement lends this host's GPUs over RPC")
+    p.add_argument("--ray", default="ray", help="the ray executable, for vLLM across several hosts")
+    p.add_argument("--advertise-address",
+                   help="the address other hosts reach this host's rpc-server and Ray head on (default: the "
+                        "local address that routes to the Temporal server)")
     p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
     p.add_argument("--model-root", action="append",
                    help="a directory model files may come from (repeatable); paths outside every root are refused")

@@ -34,8 +34,8 @@ def status(st: dict[str, Any]) -> str:
         out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} REASON")
         for i in d["instances"]:
             gpus = ",".join(map(str, i.get("gpu_indexes") or [])) or "-"
-            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {i.get('worker') or '-':<12} {gpus:<8} "
-                       f"{i.get('reason') or ''}")
+            worker = "+".join([i.get("worker") or "-", *i.get("subordinate_workers", [])])
+            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {i.get('reason') or ''}")
     if not st["deployments"]:
         out.append("no deployments")
     if st.get("hosts"):

@@ -58,13 +58,53 @@ def test_llama_cpp(r, tail):
     (req("llama.cpp"), CFG, "llama.cpp is not installed on this host: 'llama-server'"),
     (req("custom", run_command="srv {port}"), CFG, "not enabled on this host"),
     (req("tensorrt"), CFG, "no launcher"),
-    (req("vllm", distributed=True), CFG, "several workers are not launched yet"),
+    (req("sglang", distributed=True), CFG, "sglang is not launched across several workers"),
+    (req("vllm", distributed=True), CFG, "no helper endpoints came with the launch"),
+    (req("llama.cpp", role="rpc-server", part="rpc0"), EngineConfig(rpc_server="/nonexistent/rpc-server"),
+     "llama.cpp's rpc-server is not installed on this host"),
+    (req("vllm", role="ray-head", part="ray-head"), EngineConfig(ray="/nonexistent/ray"), "ray is not installed"),
     (req("vllm", model_path=None), CFG, "needs the model's local path"),
 ])
 def test_unavailable_is_named(r, cfg, problem):
     with pytest.raises(InvalidInput, match=problem) as e:
         argv_for(r, 8000, cfg)
     assert isinstance(e.value, EngineUnavailable) == ("local path" not in problem)
+
+
+@pytest.mark.parametrize("r,tail", [
+    # two workers x 2 GPUs: TP = the main worker's GPUs, PP = one stage per worker, Ray executes
+    (req(gpus=(0, 1), distributed=True, ray_address="10.0.0.1:6379", pipeline_parallel=2),
+     ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"]),
+    # one GPU per worker on three workers: TP 1 said out loud, PP 3
+    (req(gpus=(3,), distributed=True, ray_address="10.0.0.1:6379", pipeline_parallel=3),
+     ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "3", "--distributed-executor-backend", "ray"]),
+    # the user's own PP wins; ours is not doubled
+    (req(gpus=(0, 1), distributed=True, ray_address="h:1", pipeline_parallel=2, params=["-pp", "4"]),
+     ["--tensor-parallel-size", "2", "--distributed-executor-backend", "ray", "-pp", "4"]),
+])
+def test_vllm_over_ray(r, tail):
+    assert vllm_argv(r, 8000, CFG) == HEAD_V + tail
+
+
+def test_llama_cpp_over_rpc():
+    # RPC devices come first in llama.cpp's device list, so the split is [rpc0, rpc1, main GPU 0]
+    r = req("llama.cpp", gpus=(0,), offload_layers=31, tensor_split=[5, 3, 8], distributed=True,
+            rpc_servers=["10.0.0.2:50052", "10.0.0.3:50053"])
+    assert llama_cpp_argv(r, 8080, CFG)[7:] == ["-ngl", "31", "--tensor-split", "5,3,8",
+                                                "--rpc", "10.0.0.2:50052,10.0.0.3:50053"]
+
+
+@pytest.mark.parametrize("role,extra,argv", [
+    ("rpc-server", {}, ["/bin/true", "-H", "10.0.0.2", "-p", "50052"]),
+    ("ray-head", {}, ["/bin/true", "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address",
+                      "10.0.0.2", "--port", "50052", "--num-gpus", "2"]),
+    ("ray-worker", {"ray_address": "10.0.0.1:6379"},
+     ["/bin/true", "start", "--block", "--disable-usage-stats", "--address", "10.0.0.1:6379", "--node-ip-address",
+      "10.0.0.2", "--num-gpus", "2"]),
+])
+def test_helpers_bind_the_advertised_address(role, extra, argv):
+    r = req("vllm", gpus=(0, 1), role=role, part="x", **extra)
+    assert argv_for(r, 50052, EngineConfig(rpc_server="/bin/true", ray="/bin/true"), "10.0.0.2") == argv
 
 
 def test_custom_when_enabled():

@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 from activities.payloads import HostReport
 from scheduler.errors import GpuflowError
 from worker_agent import payloads as p
-from worker_agent.engines import EngineConfig, argv_for, needs_port
+from worker_agent.engines import EngineConfig, argv_for, engine_env, needs_port
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
 
@@ -39,6 +39,16 @@ async def engine_answers(port: int, backend: str, timeout: float = 1.0) -> bool:
         if await http_answers(port, timeout, path):
             return True
     return False
+
+
+async def tcp_answers(address: str, port: int, timeout: float = 1.0) -> bool:
+    """True when address:port accepts a connection (rpc-server, the Ray head: not HTTP)."""
+    try:
+        _, w = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    w.close()
+    return True
 
 
 async def http_answers(port: int, timeout: float = 1.0, path: str | None = None) -> bool:
@@ -65,8 +75,9 @@ async def http_answers(port: int, timeout: float = 1.0, path: str | None = None)
 class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
                  stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
-                 metrics: AgentMetrics | None = None):
+                 metrics: AgentMetrics | None = None, address: str = "127.0.0.1"):
         self.name, self.table, self.discover = name, table, discover
+        self.address = address  # where other hosts reach this host's helper processes
         self.engines = engines or EngineConfig()
         self.metrics = metrics
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
@@ -103,16 +114,18 @@ class HostActivities:
 
     async def _launch(self, req: p.LaunchRequest) -> p.LaunchResult:
         """Start the instance's process (or adopt the one a previous attempt started) and return
-        once it is ready: its port answers HTTP, or, without {port}, it has lived settle_s."""
-        rec = self.table.find(req.instance)
+        once it is ready: its port answers HTTP (a helper's: accepts a connection), or, without a
+        port, it has lived settle_s."""
+        key = req.key
+        rec = self.table.find(key)
         adopted = rec is not None and self.table.alive(rec.pid)
         if not adopted:
             port = free_port() if needs_port(req) else None
             argv = [req.backend]
             try:
-                argv = argv_for(req, port, self.engines)
-                env = {**req.env, **visibility_env(req.gpu_vendor, req.gpu_indexes)}
-                rec = self.table.start(req.instance, argv, env, port)
+                argv = argv_for(req, port, self.engines, self.address)
+                env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
+                rec = self.table.start(key, argv, env, port)
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
             except OSError as e:
@@ -124,61 +137,71 @@ class HostActivities:
         while True:
             rc = self.table.returncode(rec.pid)
             if rc is not None:
-                self.table.forget(req.instance)
-                raise ApplicationError(f"exited with code {rc} while starting: {self.table.tail(req.instance)}",
+                self.table.forget(key)
+                what = "" if req.role == "server" else f"{req.role} {req.part}: "
+                raise ApplicationError(f"{what}exited with code {rc} while starting: {self.table.tail(key)}",
                                        {"pid": rec.pid, "returncode": rc}, type="LaunchFailed", non_retryable=True)
             if rec.port is not None:
-                if await engine_answers(rec.port, req.backend):
+                if await self._answers(req, rec.port):
                     break
             elif time.time() - rec.started_at >= req.settle_s:
                 break
             if time.monotonic() - started > req.ready_timeout_s:
-                await self._stop(req.instance)
+                await self._stop(key)
                 raise ApplicationError(f"not ready within {req.ready_timeout_s:g} s (port {rec.port} never answered)",
                                        type="LaunchFailed", non_retryable=True)
             if time.monotonic() - last_beat > every:
                 activity.heartbeat({"pid": rec.pid})
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
-        return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log)
+        return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
+                              address=self.address)
+
+    async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
+        if req.role == "server":
+            return await engine_answers(port, req.backend, timeout)
+        return await tcp_answers(self.address, port, timeout)
 
     @activity.defn(name=p.SUPERVISE_INSTANCE)
     async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport:
         """Heartbeat while the process lives; return how it ended. Cancelled by the workflow:
         stop the process. Cancelled for any other reason (worker shutdown, workflow moved on):
         leave it running, so the next agent run can adopt it."""
-        rec = self.table.find(req.instance)
+        key = req.key
+        what = "" if req.role == "server" else f"{req.role} {req.part} on {self.name}: "
+        rec = self.table.find(key)
         if rec is None:
-            return p.ExitReport(reason="the process is not running on this host")
+            return p.ExitReport(reason=f"{what}the process is not running on this host")
         every = _beat_every()
         next_probe, misses = time.monotonic() + req.liveness_s, 0
         try:
             while True:
-                if rec.port is not None and req.liveness_s > 0 and time.monotonic() >= next_probe:
+                if rec.port is not None and req.role == "server" and req.liveness_s > 0 and \
+                        time.monotonic() >= next_probe:
                     next_probe = time.monotonic() + req.liveness_s
                     ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s))
                     misses = 0 if ok else misses + 1
                     if misses >= req.liveness_failures:
-                        await self._stop(req.instance)
+                        await self._stop(key)
                         if self.metrics:
                             self.metrics.exits.labels(self.name, req.backend).inc()
                         return p.ExitReport(pid=rec.pid, reason=f"failed its health check {misses} times in a row "
                                             f"(port {rec.port}); stopped")
                 rc = self.table.returncode(rec.pid)
                 if rc is not None:
-                    self.table.forget(req.instance)
+                    self.table.forget(key)
                     how = f"exited with code {rc}" if rec.pid in self.table.children else \
                         "ended (adopted from an earlier agent run: exit code unknown)"
                     if self.metrics:
                         self.metrics.exits.labels(self.name, req.backend).inc()
                     return p.ExitReport(pid=rec.pid, returncode=rc,
-                                        reason=f"{how}: {self.table.tail(req.instance)}".rstrip(": "))
+                                        reason=f"{what}{how}: {self.table.tail(key)}".rstrip(": "))
                 activity.heartbeat({"pid": rec.pid})
                 await asyncio.sleep(min(every, 1.0))
         except asyncio.CancelledError:
             d = activity.cancellation_details()
             if d is not None and d.cancel_requested:
-                await self._stop(req.instance)
+                await self._stop(key)
             raise
 
     @activity.defn(name=p.READ_LOG)
@@ -188,8 +211,11 @@ class HostActivities:
 
     @activity.defn(name=p.STOP_INSTANCE)
     async def stop_instance(self, instance: str) -> bool:
-        """SIGTERM the instance's process group, wait the grace period, SIGKILL. Idempotent."""
-        return await self._stop(instance)
+        """SIGTERM the process group of the instance and of each of its helpers on this host, wait
+        the grace period, SIGKILL. Idempotent."""
+        keys = [r.instance for r in self.table.records() if r.instance.split("@", 1)[0] == instance]
+        stopped = [await self._stop(k) for k in sorted(set(keys) | {instance})]
+        return any(stopped)
 
     async def _stop(self, instance: str) -> bool:
         return await self.table.stop(instance, self.stop_grace_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from datetime import timedelta
 from functools import partial
 from typing import Callable
@@ -20,6 +21,19 @@ from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
 from worker_agent.processes import ProcessTable
+
+
+def advertised_address(temporal_address: str) -> str:
+    """The local address that routes to the Temporal server: the one other hosts of the cluster
+    most likely reach this host on (no packet is sent: a UDP socket is only connected)."""
+    host = temporal_address.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
+    try:  # IPv4 first: host:port lists (llama.cpp's --rpc) take it as written
+        info = socket.getaddrinfo(host, 1, socket.AF_INET, socket.SOCK_DGRAM)[0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(info[4])
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
 
 
 async def say_hello(client: Client, name: str, report, timings: Timings) -> None:
@@ -40,11 +54,11 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
         if not table.alive(rec.pid):
             table.forget(rec.instance)
             continue
-        try:
-            handle = client.get_workflow_handle(f"instance/{rec.instance}")
+        try:  # a helper's key is instance@part: it belongs to the instance's placement too
+            handle = client.get_workflow_handle(f"instance/{rec.instance.split('@', 1)[0]}")
             desc = await handle.describe()
-            here = desc.status is not None and desc.status.name == "RUNNING" and \
-                (await handle.query("status")).get("worker") == name
+            view = await handle.query("status") if desc.status is not None and desc.status.name == "RUNNING" else {}
+            here = name in [view.get("worker"), *view.get("subordinate_workers", [])] if view else False
         except RPCError:
             here = False
         if not here:
@@ -56,7 +70,7 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
-                    serve_metrics: Callable | None = None) -> None:
+                    serve_metrics: Callable | None = None, address: str = "127.0.0.1") -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
     table = ProcessTable(os.path.join(data_dir, "agent", name))
@@ -69,7 +83,7 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         serve_metrics(metrics.registry, engine_metrics_proxy(table))
     for n in await reap_orphans(client, name, table):
         print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
-    acts = HostActivities(name, table, probe, engines=engines, metrics=metrics)
+    acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):

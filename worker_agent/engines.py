@@ -8,6 +8,11 @@ be options of the engine, never another program; a flag the user gave wins over 
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
 | llama.cpp | llama-server -m PATH --host 127.0.0.1 --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
 | custom | run_command, placeholders substituted | {port} {model_path} {gpu_indexes} |
+
+Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each subordinate's
+``rpc-server -H ADDR -p P``; vLLM gets ``--distributed-executor-backend ray`` with
+``--pipeline-parallel-size`` (one stage per worker) after ``ray start --head`` here and
+``ray start --address HEAD`` on each subordinate. Helpers bind the agent's advertised address.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class EngineConfig:
     sglang_python: str = "python3"
     llama_server: str = "llama-server"
     llama_cpp_python: str | None = None  # a Python with llama-cpp-python[server]: used instead of llama-server
+    rpc_server: str = "rpc-server"  # llama.cpp's RPC backend server, on hosts that lend GPUs over RPC
+    ray: str = "ray"  # vLLM across several workers
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
 
 
@@ -66,10 +73,14 @@ def _need_model(req: LaunchRequest) -> str:
 def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
     u = req.backend_parameters
     n = len(req.gpu_indexes)
+    pp = req.pipeline_parallel if req.ray_address else None
+    user_pp = params.has(u, "--pipeline-parallel-size", "-pp", "--pp")
     return ([cfg.vllm, "serve", _need_model(req), "--served-model-name", req.model, "--host", "127.0.0.1",
              "--port", str(port)]
-            + _ours(u, ("--tensor-parallel-size", "-tp", "--tp"), str(n) if n > 1 and not params.has(
-                u, "--pipeline-parallel-size", "-pp", "--pp") else None)
+            + _ours(u, ("--tensor-parallel-size", "-tp", "--tp"), str(n) if (n > 1 or pp) and (pp or not user_pp)
+                    else None)
+            + _ours(u, ("--pipeline-parallel-size", "-pp", "--pp"), str(pp) if pp else None)
+            + _ours(u, ("--distributed-executor-backend",), "ray" if pp else None)
             + _ours(u, ("--gpu-memory-utilization",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + list(u))
 
@@ -91,6 +102,7 @@ def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str
             + _ours(u, ("-ngl", "--gpu-layers", "--n-gpu-layers"),
                     str(req.offload_layers) if req.offload_layers is not None else None)
             + _ours(u, ("--tensor-split", "-ts"), ",".join(map(str, split)) if split else None)
+            + _ours(u, ("--rpc",), ",".join(req.rpc_servers) if req.rpc_servers else None)
             + list(u))
 
 
@@ -106,6 +118,7 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
              "--port", str(port)]
             + _ours(u, ("--n_gpu_layers",), str(req.offload_layers) if req.offload_layers is not None else None)
             + (["--tensor_split", *map(str, split)] if split and not params.has(u, "--tensor_split") else [])
+            + _ours(u, ("--rpc_servers",), ",".join(req.rpc_servers) if req.rpc_servers else None)
             + u)
 
 
@@ -115,20 +128,52 @@ def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
     return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes)
 
 
+def rpc_server_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
+    return [cfg.rpc_server, "-H", address, "-p", str(port)]
+
+
+def ray_head_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
+    return [cfg.ray, "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address", address,
+            "--port", str(port), "--num-gpus", str(len(req.gpu_indexes))]
+
+
+def ray_worker_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
+    if not req.ray_address:
+        raise InvalidInput("a Ray worker needs the head's address")
+    return [cfg.ray, "start", "--block", "--disable-usage-stats", "--address", req.ray_address,
+            "--node-ip-address", address, "--num-gpus", str(len(req.gpu_indexes))]
+
+
 BUILDERS = {"vllm": vllm_argv, "sglang": sglang_argv, "llama.cpp": llama_cpp_argv, "custom": custom_argv}
+HELPERS = {"rpc-server": rpc_server_argv, "ray-head": ray_head_argv, "ray-worker": ray_worker_argv}
+WHAT = {"rpc-server": "llama.cpp's rpc-server", "ray-head": "ray", "ray-worker": "ray"}
 
 
 def needs_port(req: LaunchRequest) -> bool:
+    if req.role != "server":
+        return req.role != "ray-worker"
     return req.backend != "custom" or "{port}" in (req.run_command or "")
 
 
-def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
-    """The command that serves ``req`` on ``port``; EngineUnavailable when this host cannot."""
+def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1") -> list[str]:
+    """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``;
+    EngineUnavailable when this host cannot."""
+    if req.role != "server":
+        helper = HELPERS.get(req.role)
+        if helper is None:
+            raise EngineUnavailable(f"role {req.role} has no launcher on this agent")
+        argv = helper(req, port, cfg, address)
+        if shutil.which(argv[0]) is None:
+            raise EngineUnavailable(f"{WHAT[req.role]} is not installed on this host: {argv[0]!r} is not on PATH")
+        return argv
     build = BUILDERS.get(req.backend)
     if build is None:
         raise EngineUnavailable(f"backend {req.backend} has no launcher on this agent")
-    if req.distributed:
-        raise EngineUnavailable(f"placements across several workers are not launched yet (backend {req.backend})")
+    if req.distributed and not (req.rpc_servers or req.ray_address):
+        from worker_agent.topology import unsupported
+
+        raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
+                                "but no helper endpoints came with the launch")
     check_model_path(req.model_path, cfg.model_roots)
     if req.backend == "llama.cpp" and cfg.llama_cpp_python:
         build = llama_cpp_python_argv
@@ -136,3 +181,8 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[st
     if req.backend != "custom" and shutil.which(argv[0]) is None:
         raise EngineUnavailable(f"{req.backend} is not installed on this host: {argv[0]!r} is not on PATH")
     return argv
+
+
+def engine_env(req: LaunchRequest) -> dict[str, str]:
+    """Environment an engine needs beyond GPU visibility: vLLM over Ray finds its cluster by RAY_ADDRESS."""
+    return {"RAY_ADDRESS": req.ray_address} if req.ray_address and req.role == "server" else {}

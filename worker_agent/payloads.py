@@ -11,7 +11,15 @@ STOP_INSTANCE = "stop_instance"
 READ_LOG = "read_log"
 
 
+ROLES = ("server", "rpc-server", "ray-head", "ray-worker")
+
+
 class LaunchRequest(BaseModel):
+    """One process of an instance. ``role`` server is the inference server itself; the other roles
+    are the helpers a placement across several workers needs (llama.cpp's rpc-server on each
+    subordinate GPU; a Ray head beside vLLM and a Ray worker on each subordinate host). A helper's
+    process is kept under ``key`` = instance@part."""
+
     instance: str
     model: str
     backend: str
@@ -27,14 +35,24 @@ class LaunchRequest(BaseModel):
     tensor_split: list[int] | None = None  # llama.cpp: bytes per GPU, in gpu_indexes order
     vram_utilization: float | None = None  # vLLM/SGLang: fraction of each card the claim booked
     distributed: bool = False  # the placement spans other workers too
+    role: str = "server"
+    part: str = ""  # a helper's name within the instance (sub0, ray-head, ...)
+    rpc_servers: list[str] = []  # llama.cpp over RPC: host:port of each rpc-server, tensor-split order
+    ray_address: str | None = None  # vLLM over several workers: the Ray head's host:port
+    pipeline_parallel: int | None = None  # vLLM over several workers: one stage per worker
     liveness_s: float = 10.0  # probe a RUNNING server this often (0: never)
     liveness_failures: int = 3  # this many misses in a row: the server is stopped and restarted
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance}@{self.part}" if self.part else self.instance
 
 
 class LaunchResult(BaseModel):
     pid: int
     port: int | None = None
     adopted: bool = False
+    address: str = ""  # the agent's advertised address: where other hosts reach a helper's port
     argv: list[str] = []
     log: str = ""
 

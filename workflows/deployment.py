@@ -172,10 +172,10 @@ class ModelDeploymentWorkflow:
                                                  **c.STORE_CALL)
         for gone in closed:
             self.ended.add(gone.name)
-            if gone.worker:  # it ended without stopping its process: stop it, if the host answers
-                try:
+            for host in gone.hosts or ([gone.worker] if gone.worker else []):
+                try:  # it ended without stopping its processes: stop them, where the host answers
                     await workflow.execute_activity(
-                        hp.STOP_INSTANCE, gone.name, task_queue=host_queue(gone.worker),
+                        hp.STOP_INSTANCE, gone.name, task_queue=host_queue(host),
                         schedule_to_start_timeout=c.secs(self.timings.host_schedule_to_start_s),
                         start_to_close_timeout=c.secs(120), retry_policy=RetryPolicy(maximum_attempts=1))
                 except ActivityError:

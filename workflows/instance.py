@@ -25,9 +25,18 @@ with workflow.unsafe.imports_passed_through():
                                      ReserveResult, host_queue)
     from scheduler.spec import ModelSpec
     from worker_agent import payloads as hp
+    from worker_agent import topology
     from workflows import common as c
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
+
+
+class HostTrouble(Exception):
+    """A launch on one host failed: ``kind`` failed (it cannot start there) or unreachable."""
+
+    def __init__(self, kind: str, host: str, why: str):
+        super().__init__(why)
+        self.kind, self.host, self.why = kind, host, why
 
 
 def backoff(n: int, base: float, cap: float) -> float:
@@ -64,7 +73,8 @@ class ModelInstanceWorkflow:
     def status(self) -> InstanceView:
         return InstanceView(name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name,
                             state=self.state, reason=self.reason, worker=self.worker, gpu_indexes=self.gpus,
-                            restarts=self.restarts, pid=self.pid, port=self.port, decision=self.decision)
+                            restarts=self.restarts, pid=self.pid, port=self.port, decision=self.decision,
+                            subordinate_workers=self.subordinate_workers)
 
     @property
     def spec_name(self) -> str:
@@ -73,6 +83,10 @@ class ModelInstanceWorkflow:
     @property
     def worker(self) -> str | None:
         return self.plan.worker if self.plan else None
+
+    @property
+    def subordinate_workers(self) -> list[str]:
+        return sorted({s.worker for s in self.plan.subordinates} - {self.plan.worker}) if self.plan else []
 
     @property
     def gpus(self) -> list[int]:
@@ -123,15 +137,15 @@ class ModelInstanceWorkflow:
             sts = self.t.host_schedule_to_start_s
             if unreachable_since is not None:
                 sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
-            kind, why = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
+            kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
                 return
             if kind == "unreachable":
                 if unreachable_since is None:
                     unreachable_since = workflow.now()
-                    await self._record("unreachable", f"host {self.worker} stopped answering: {why}")
+                    await self._record("unreachable", f"host {host} stopped answering: {why}")
                     continue
-                await self._abandon_host()
+                await self._abandon_host(host)
                 unreachable_since = None
                 continue
             unreachable_since = None
@@ -203,45 +217,96 @@ class ModelInstanceWorkflow:
                                 vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates),
                                 liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures)
 
-    async def _run_on_host(self, spec: ModelSpec, sts: float, quiet: bool) -> tuple[str, str]:
-        """Launch (or adopt) on the host, then supervise. Returns (outcome, why): stopped,
-        exited, failed (could not start) or unreachable."""
-        req, queue = self._launch_request(spec), host_queue(self.worker)
-        host_timeouts = dict(task_queue=queue, schedule_to_start_timeout=c.secs(sts),
-                             heartbeat_timeout=c.secs(self.t.host_heartbeat_s))
-        if not quiet:
-            await self._record("starting")
+    def _host_timeouts(self, worker: str, sts: float) -> dict:
+        return dict(task_queue=host_queue(worker), schedule_to_start_timeout=c.secs(sts),
+                    heartbeat_timeout=c.secs(self.t.host_heartbeat_s))
+
+    async def _launch(self, worker: str, req: hp.LaunchRequest, sts: float) -> hp.LaunchResult:
         try:
-            res: hp.LaunchResult = await workflow.execute_activity(
-                hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **host_timeouts,
+            return await workflow.execute_activity(
+                hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **self._host_timeouts(worker, sts),
                 start_to_close_timeout=c.secs(self.t.ready_timeout_s + 60),
-                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed"]))
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed"]),
+                summary=f"launch {req.key} on {worker}")
         except ActivityError as e:
             kind, msg = c.cause(e)
-            return ("failed", msg) if kind == "LaunchFailed" else ("unreachable", msg)
+            raise HostTrouble("failed" if kind == "LaunchFailed" else "unreachable", worker, msg) from None
+
+    async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
+        """A placement across several workers: start the engine's helpers (topology.py) and
+        return the server's request pointing at them, with the (worker, request) of each."""
+        subs = self.plan.subordinates
+        why = topology.unsupported(req)
+        if why:
+            raise HostTrouble("failed", self.worker, why)
+        if req.backend == "llama.cpp":
+            parts = topology.rpc_servers(req, subs)
+            done = await asyncio.gather(*(self._launch(w, r, sts) for w, r in parts))
+            return topology.server_over_rpc(req, [f"{d.address}:{d.port}" for d in done]), parts
+        head = topology.ray_head(req)
+        h = await self._launch(self.worker, head, sts)
+        address = f"{h.address}:{h.port}"
+        parts = topology.ray_workers(req, subs, address)
+        await asyncio.gather(*(self._launch(w, r, sts) for w, r in parts))
+        return topology.server_over_ray(req, address, 1 + len(subs)), [(self.worker, head)] + parts
+
+    async def _run_on_host(self, spec: ModelSpec, sts: float, quiet: bool) -> tuple[str, str, str]:
+        """Launch (or adopt) on the host, and the helpers on every host a placement across several
+        workers uses, then supervise them all. Returns (outcome, why, host): stopped, exited,
+        failed (could not start) or unreachable."""
+        req = self._launch_request(spec)
+        if not quiet:
+            await self._record("starting")
+        parts: list[tuple[str, hp.LaunchRequest]] = []
+        try:
+            if self.plan.subordinates:
+                req, parts = await self._start_helpers(req, sts)
+            res = await self._launch(self.worker, req, sts)
+        except HostTrouble as t:
+            if t.kind == "failed" and self.plan.subordinates:
+                await self._stop_everywhere()  # the next attempt starts every part afresh
+            return t.kind, t.why, t.host
         self.pid, self.port = res.pid, res.port
         await self._record("running", "adopted the running process" if res.adopted else "")
-        sup = workflow.start_activity(
-            hp.SUPERVISE_INSTANCE, req, result_type=hp.ExitReport, **host_timeouts,
-            start_to_close_timeout=timedelta(days=3650),
-            retry_policy=RetryPolicy(maximum_attempts=2),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
-        await workflow.wait_condition(lambda: sup.done() or self.stop_requested)
-        if not sup.done():
-            sup.cancel()
+        watched = [(self.worker, req)] + parts
+        sups = [workflow.start_activity(
+            hp.SUPERVISE_INSTANCE, r, result_type=hp.ExitReport, **self._host_timeouts(w, sts),
+            start_to_close_timeout=timedelta(days=3650), retry_policy=RetryPolicy(maximum_attempts=2),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED) for w, r in watched]
+        await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested)
+        ended = next((i for i, s in enumerate(sups) if s.done()), None)
+        for s in sups:  # a cancelled supervisor stops its process: one part ending ends them all
+            if not s.done():
+                s.cancel()
+        for s in sups:
             try:
-                await sup
+                await s
             except (ActivityError, asyncio.CancelledError):
                 pass
-            return "stopped", ""
+        if ended is None:
+            return "stopped", "", self.worker
+        host = watched[ended][0]
         try:
-            ex = sup.result()
+            ex = sups[ended].result()
         except ActivityError as e:
-            return "unreachable", c.cause(e)[1]
-        return "exited", ex.reason
+            return "unreachable", c.cause(e)[1], host
+        return "exited", ex.reason, host
 
-    async def _abandon_host(self) -> None:
-        lost = self.worker
+    async def _stop_everywhere(self) -> None:
+        """Stop the instance's processes on every host of the placement; a host that does not
+        answer is skipped (its processes went with it, or its agent reaps them on return)."""
+        for w in [self.worker] + self.subordinate_workers:
+            try:
+                await workflow.execute_activity(
+                    hp.STOP_INSTANCE, self.inp.name, task_queue=host_queue(w),
+                    schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
+                    start_to_close_timeout=c.secs(120), retry_policy=RetryPolicy(maximum_attempts=2))
+            except ActivityError:
+                pass
+
+    async def _abandon_host(self, lost: str) -> None:
+        if self.plan.subordinates:
+            await self._stop_everywhere()  # the hosts that still answer let go of their parts
         await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
         self.plan, self.pid, self.port = None, None, None
         await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
@@ -250,13 +315,7 @@ class ModelInstanceWorkflow:
     async def _teardown(self) -> None:
         await self._record("stopping")
         if self.plan is not None:
-            try:
-                await workflow.execute_activity(
-                    hp.STOP_INSTANCE, self.inp.name, task_queue=host_queue(self.worker),
-                    schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
-                    start_to_close_timeout=c.secs(120), retry_policy=RetryPolicy(maximum_attempts=2))
-            except ActivityError:
-                pass  # the host is gone; its processes went with it
+            await self._stop_everywhere()
             await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
             self.plan = None
         self.pid = self.port = None

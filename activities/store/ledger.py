@@ -161,6 +161,12 @@ def release(engine: Engine, instance: str) -> int:
         return n or 0
 
 
+def workers_of(engine: Engine, instance: str) -> list[str]:
+    """The workers ``instance`` holds ledger lines on (its main worker and its subordinates')."""
+    with Session(engine) as s:
+        return sorted(set(s.exec(select(ReservationRow.worker).where(ReservationRow.instance == instance))))
+
+
 def booked_per_gpu(engine: Engine) -> dict[tuple[str, int], int]:
     """(worker, GPU index) -> VRAM bytes booked; for invariant checks and metrics."""
     out: dict[tuple[str, int], int] = {}
