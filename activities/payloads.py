@@ -32,6 +32,7 @@ class Timings(BaseModel):
     pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: a PENDING instance re-decides at least this often. Default 600 s.")
     host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
     reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
+    download_attempts: int = Field(5, ge=1, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
 
 
 class PlacementPlan(BaseModel):
@@ -90,6 +91,7 @@ class InstanceRecord(InstanceFields):
 
     decision: dict[str, Any] | None = None
     model_source: str | None = None  # the source key; RUNNING means the worker holds its files
+    model_file_state: str | None = None  # downloading | error: the worker's copy of the source is in this state
 
 
 class InstanceView(InstanceFields):

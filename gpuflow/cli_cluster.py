@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 
 from gpuflow import files, ops, render_cluster
@@ -51,6 +52,7 @@ def cmd_server(a) -> int:
 def cmd_agent(a) -> int:
     from gpuflow.server import until_signalled
     from worker_agent.agent import advertised_address, run_agent
+    from worker_agent.downloads import HubConfig
     from worker_agent.engines import EngineConfig
 
     s = settings_from(a)
@@ -75,7 +77,9 @@ def cmd_agent(a) -> int:
                                rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()))
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
                         engines=engines, serve_metrics=serve_metrics if addr else None,
-                        address=a.advertise_address or advertised_address(s.temporal.address))
+                        address=a.advertise_address or advertised_address(s.temporal.address),
+                        hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
+                                      hf_endpoint=a.hf_endpoint or s.hf_endpoint))
 
     return _run(go())
 
@@ -202,6 +206,8 @@ def add_commands(sub) -> None:
     p.add_argument("--advertise-address",
                    help="the address other hosts reach this host's rpc-server and Ray head on (default: the "
                         "local address that routes to the Temporal server)")
+    p.add_argument("--model-cache", help="where hub models are downloaded (default: DATA_DIR/models)")
+    p.add_argument("--hf-endpoint", help="a Hugging Face mirror (default: HF_ENDPOINT, else huggingface.co)")
     p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
     p.add_argument("--model-root", action="append",
                    help="a directory model files may come from (repeatable); paths outside every root are refused")

@@ -26,10 +26,13 @@ HOSTS = {
 SERVER = "python3 -m http.server {port} --bind 127.0.0.1"
 
 
-def demo_specs() -> list[ModelSpec]:
+def demo_specs(models_dir: str) -> list[ModelSpec]:
+    """Local model folders (made here: the demo needs no hub), sized by ``resources``."""
     def s(name, vram, replicas, strategy="spread"):
+        path = os.path.join(models_dir, name)
+        os.makedirs(path, exist_ok=True)
         return ModelSpec.model_validate({
-            "name": name, "source": {"huggingface": {"repo": f"demo/{name}"}}, "backend": "custom",
+            "name": name, "source": {"local_path": path}, "backend": "custom",
             "run_command": SERVER, "replicas": replicas, "placement_strategy": strategy,
             "resources": {"vram": vram, "ram": "2 GiB"}})
 
@@ -63,7 +66,7 @@ async def scenario(stack) -> int:
     if not await _until(lambda: _ready_hosts(client), 60):
         print("the hosts did not report in; see the logs in " + stack.log_dir)
         return 1
-    specs = demo_specs()
+    specs = demo_specs(os.path.join(stack.data_dir, "demo-models"))
     for sp in specs:
         view = await ops.deploy(client, sp, settings.timings)
         print(f"deployed {view.name}: {view.replicas} replica(s) of {sp.resources.vram / 2**30:g} GiB", flush=True)

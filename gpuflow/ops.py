@@ -95,6 +95,22 @@ async def instance(client: Client, name: str) -> InstanceView:
         raise
 
 
+async def download_progress(client: Client, name: str) -> dict[str, Any] | None:
+    """A download under way for this instance: the last progress its prepare_model activity
+    heartbeated ({what, done, total}), read off the workflow's pending activities."""
+    from worker_agent.payloads import PREPARE_MODEL
+
+    try:
+        desc = await client.get_workflow_handle(f"instance/{name}").describe()
+    except RPCError:
+        return None
+    for act in desc.raw_description.pending_activities:
+        if act.activity_type.name == PREPARE_MODEL and act.heartbeat_details.payloads:
+            details = await client.data_converter.decode(act.heartbeat_details.payloads)
+            return details[0] if details and isinstance(details[0], dict) else None
+    return None
+
+
 async def _running(client: Client, wtype: str) -> list[str]:
     q = f"WorkflowType = '{wtype}' AND ExecutionStatus = 'Running'"
     return sorted([w.id async for w in client.list_workflows(q)])
@@ -109,7 +125,10 @@ async def status(client: Client, name: str | None = None) -> dict[str, Any]:
         insts = []
         for i in view.instances:
             try:
-                insts.append((await instance(client, i)).model_dump(mode="json", exclude={"decision"}))
+                row = (await instance(client, i)).model_dump(mode="json", exclude={"decision"})
+                if row["state"] == "downloading":
+                    row["download"] = await download_progress(client, i)
+                insts.append(row)
             except (InvalidInput, RPCError):
                 insts.append({"name": i, "state": "unknown"})
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,

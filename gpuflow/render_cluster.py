@@ -16,6 +16,16 @@ def _gpus(h: dict[str, Any]) -> str:
                      + (f" ({gib(g['vram_foreign'])} GiB not ours)" if g.get("vram_foreign") else "") for g in gs)
 
 
+def progress(d: dict[str, Any] | None) -> str:
+    """'1.25 of 4.00 GiB (31%)' from a download's heartbeat."""
+    if not d:
+        return ""
+    done, total = d.get("done", 0), d.get("total")
+    if total:
+        return f"{gib(done)} of {gib(total)} GiB ({100 * done // total}%)"
+    return f"{gib(done)} GiB so far"
+
+
 def hosts(hs: list[dict[str, Any]]) -> str:
     if not hs:
         return "no hosts"
@@ -35,7 +45,10 @@ def status(st: dict[str, Any]) -> str:
         for i in d["instances"]:
             gpus = ",".join(map(str, i.get("gpu_indexes") or [])) or "-"
             worker = "+".join([i.get("worker") or "-", *i.get("subordinate_workers", [])])
-            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {i.get('reason') or ''}")
+            reason = i.get("reason") or ""
+            if i.get("download"):
+                reason = f"{reason}: {progress(i['download'])}"
+            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {reason}")
     if not st["deployments"]:
         out.append("no deployments")
     if st.get("hosts"):

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")
+    hf_endpoint: str | None = Field(None, description="A Hugging Face mirror for estimates and downloads (default: HF_ENDPOINT, else huggingface.co).")
 
     def store_url(self) -> str:
         return self.database_url or f"sqlite:///{os.path.join(os.path.abspath(self.data_dir), 'gpuflow.db')}"

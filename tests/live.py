@@ -46,9 +46,10 @@ def spec(name: str, vram_gib: float = 10, replicas: int = 1, command: str = ECHO
 
 
 class Live:
-    def __init__(self, tmp: str, database_url: str | None = None, schema: str | None = None, t: Timings = FAST):
+    def __init__(self, tmp: str, database_url: str | None = None, schema: str | None = None, t: Timings = FAST,
+                 env: dict[str, str] | None = None):
         self.tmp, self.t = tmp, t
-        env = timings_env(t)
+        env = {**timings_env(t), **(env or {})}
         if schema:
             env["GPUFLOW_DATABASE_SCHEMA"] = schema
         self.stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env=env,

@@ -391,12 +391,15 @@ async def test_cut_off_host_comes_back_and_stops_its_leftover(tmp_path):
 
 async def test_inventory_changes_and_model_files_reach_the_scheduler(tmp_path):
     """A GPU added to a host's inventory shows in the store within seconds (the agent's watch
-    returns on change); a host where an instance came up is recorded as holding its model files,
-    which the locality scorer reads."""
+    returns on change); a host where an instance came up is recorded as holding its model files
+    (downloaded from a local Hugging Face mirror), which the locality scorer reads."""
     from activities.store.snapshot import load_snapshot
+    from tests.hub_mirror import HubMirror
     from tests.live import write_inventory
 
-    lv = await Live(str(tmp_path)).start({"h1": [24]})
+    mirror = HubMirror({"org/loc": {"config.json": b"{}"}})
+    lv = await Live(str(tmp_path), env={"HF_HUB_OFFLINE": "0"}).start({"h1": [24]},
+                                                                        agent_args=["--hf-endpoint", mirror.url])
     try:
         await ops.deploy(lv.client, spec("loc", vram_gib=4, source={"huggingface": {"repo": "org/loc"}}), FAST)
         await ops.deploy(lv.client, spec("path", vram_gib=4), FAST)  # a local path: not recorded
@@ -412,3 +415,4 @@ async def test_inventory_changes_and_model_files_reach_the_scheduler(tmp_path):
         assert lv.states() == {"loc-0": "running", "path-0": "running"}  # nothing else moved
     finally:
         lv.close()
+        mirror.close()

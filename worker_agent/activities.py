@@ -6,7 +6,9 @@ LaunchFailed (non-retryable: the command cannot start or never became ready)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from dataclasses import replace
 from typing import Callable
 
 from temporalio import activity
@@ -14,7 +16,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.payloads import HostReport
 from scheduler.errors import GpuflowError
+from scheduler.spec import Source
 from worker_agent import payloads as p
+from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engines import EngineConfig, argv_for, engine_env, needs_port
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
@@ -75,15 +79,19 @@ async def http_answers(port: int, timeout: float = 1.0, path: str | None = None)
 class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
                  stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
-                 metrics: AgentMetrics | None = None, address: str = "127.0.0.1"):
+                 metrics: AgentMetrics | None = None, address: str = "127.0.0.1", hub: HubConfig | None = None):
         self.name, self.table, self.discover = name, table, discover
+        self.hub = hub or HubConfig(cache_dir=os.path.join(os.path.dirname(table.run_dir), "models"))
         self.address = address  # where other hosts reach this host's helper processes
         self.engines = engines or EngineConfig()
+        if self.engines.model_roots:  # what this agent downloaded is allowed too
+            self.engines = replace(self.engines, model_roots=(*self.engines.model_roots, self.hub.cache_dir))
         self.metrics = metrics
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
-        return [self.watch_host, self.launch_instance, self.supervise_instance, self.stop_instance, self.read_log]
+        return [self.watch_host, self.prepare_model, self.launch_instance, self.supervise_instance, self.stop_instance,
+                self.read_log]
 
     @activity.defn(name=p.WATCH_HOST)
     async def watch_host(self, known: str) -> HostReport:
@@ -99,6 +107,32 @@ class HostActivities:
                 return report
             activity.heartbeat(report.fingerprint())
             await asyncio.sleep(every)
+
+    @activity.defn(name=p.PREPARE_MODEL)
+    async def prepare_model(self, req: p.ModelFetch) -> p.ModelReady:
+        """The source's files on this host: found in the model cache, or downloaded into it while
+        heartbeating the progress. Errors: ModelNotFound (not retried: no such repository or
+        file, or no client for the hub), DownloadFailed (retried: the next attempt resumes)."""
+        try:
+            want = wanted(Source.model_validate(req.source))
+        except ValueError as e:
+            raise ApplicationError(f"invalid model source: {e}", type="ModelNotFound", non_retryable=True) from None
+        if want is None:
+            return p.ModelReady(path=req.source["local_path"])
+        progress = Progress()
+        job = asyncio.ensure_future(asyncio.to_thread(fetch, self.hub, want, progress))
+        every = _beat_every()
+        try:
+            while not job.done():
+                activity.heartbeat(p.DownloadProgress(what=want.what, done=progress.done,
+                                                      total=progress.total).model_dump())
+                await asyncio.wait({job}, timeout=every)
+            path = job.result()
+        except NotOnHub as e:
+            raise ApplicationError(str(e), type="ModelNotFound", non_retryable=True) from None
+        except DownloadFailed as e:
+            raise ApplicationError(str(e), type="DownloadFailed") from None
+        return p.ModelReady(path=path, bytes=progress.done)
 
     @activity.defn(name=p.LAUNCH_INSTANCE)
     async def launch_instance(self, req: p.LaunchRequest) -> p.LaunchResult:

@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities.payloads import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
+from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
@@ -70,7 +71,8 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
-                    serve_metrics: Callable | None = None, address: str = "127.0.0.1") -> None:
+                    serve_metrics: Callable | None = None, address: str = "127.0.0.1",
+                    hub: HubConfig | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
     table = ProcessTable(os.path.join(data_dir, "agent", name))
@@ -83,7 +85,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         serve_metrics(metrics.registry, engine_metrics_proxy(table))
     for n in await reap_orphans(client, name, table):
         print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
-    acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address)
+    hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
+    acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address, hub=hub)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):

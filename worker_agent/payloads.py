@@ -9,6 +9,7 @@ LAUNCH_INSTANCE = "launch_instance"
 SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
 READ_LOG = "read_log"
+PREPARE_MODEL = "prepare_model"
 
 
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker")
@@ -46,6 +47,26 @@ class LaunchRequest(BaseModel):
     @property
     def key(self) -> str:
         return f"{self.instance}@{self.part}" if self.part else self.instance
+
+
+class ModelFetch(BaseModel):
+    """Fetch a hub source's files into the host's model cache (``source`` as in the model spec)."""
+
+    instance: str
+    source: dict
+
+
+class ModelReady(BaseModel):
+    path: str  # the file, or the repository's snapshot folder
+    bytes: int = 0  # on disk for this repository
+
+
+class DownloadProgress(BaseModel):
+    """What prepare_model heartbeats: ``gpuflow status`` reads it off the pending activity."""
+
+    what: str
+    done: int
+    total: int | None = None
 
 
 class LaunchResult(BaseModel):

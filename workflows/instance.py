@@ -93,10 +93,11 @@ class ModelInstanceWorkflow:
         return list(self.plan.gpu_indexes) if self.plan else []
 
     # --- store and search attributes ------------------------------------------------------------
-    async def _record(self, state: str, reason: str = "", decision: dict | None = None) -> None:
+    async def _record(self, state: str, reason: str = "", decision: dict | None = None,
+                      file_state: str | None = None) -> None:
         self.state, self.reason = state, reason
         key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port)
-        if key == self._recorded and decision is None:
+        if key == self._recorded and decision is None and file_state is None:
             return
         self._recorded = key
         workflow.upsert_search_attributes([
@@ -106,7 +107,7 @@ class ModelInstanceWorkflow:
             c.RECORD_INSTANCE, InstanceRecord(
                 name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
                 worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
-                decision=decision, model_source=self.source_key), **c.STORE_CALL)
+                decision=decision, model_source=self.source_key, model_file_state=file_state), **c.STORE_CALL)
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
@@ -255,10 +256,12 @@ class ModelInstanceWorkflow:
         workers uses, then supervise them all. Returns (outcome, why, host): stopped, exited,
         failed (could not start) or unreachable."""
         req = self._launch_request(spec)
-        if not quiet:
-            await self._record("starting")
         parts: list[tuple[str, hp.LaunchRequest]] = []
         try:
+            if spec.source.huggingface or spec.source.modelscope:
+                req = await self._fetch_model(spec, req, sts, quiet)
+            if not quiet:
+                await self._record("starting")
             if self.plan.subordinates:
                 req, parts = await self._start_helpers(req, sts)
             res = await self._launch(self.worker, req, sts)
@@ -291,6 +294,35 @@ class ModelInstanceWorkflow:
         except ActivityError as e:
             return "unreachable", c.cause(e)[1], host
         return "exited", ex.reason, host
+
+    async def _fetch_model(self, spec: ModelSpec, req: hp.LaunchRequest, sts: float, quiet: bool) -> hp.LaunchRequest:
+        """A hub source: its files into the model cache of the main worker (and, for vLLM over Ray,
+        of each subordinate: every node loads the weights). Recorded DOWNLOADING; ``gpuflow status``
+        shows the bytes from the activity's heartbeats. A broken download is retried and resumes."""
+        hosts = [self.worker] + (self.subordinate_workers if spec.backend.value == "vllm" else [])
+        if not quiet:
+            await self._record("downloading", f"fetching {self.source_key} on {', '.join(hosts)}",
+                               file_state="downloading")
+        fetch = hp.ModelFetch(instance=self.inp.name, source=spec.source.model_dump(mode="json", exclude_none=True))
+
+        async def on(worker: str) -> hp.ModelReady:
+            try:
+                return await workflow.execute_activity(
+                    hp.PREPARE_MODEL, fetch, result_type=hp.ModelReady, **self._host_timeouts(worker, sts),
+                    start_to_close_timeout=timedelta(days=2),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                                             maximum_attempts=self.t.download_attempts,
+                                             non_retryable_error_types=["ModelNotFound"]),
+                    summary=f"fetch {self.source_key} on {worker}")
+            except ActivityError as e:
+                kind, msg = c.cause(e)
+                if kind in ("ModelNotFound", "DownloadFailed"):
+                    await self._record("error", msg, file_state="error")
+                    raise HostTrouble("failed", worker, msg) from None
+                raise HostTrouble("unreachable", worker, msg) from None
+
+        ready = await asyncio.gather(*(on(w) for w in hosts))
+        return req.model_copy(update={"model_path": ready[0].path})
 
     async def _stop_everywhere(self) -> None:
         """Stop the instance's processes on every host of the placement; a host that does not

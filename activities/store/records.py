@@ -52,13 +52,15 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
         if rec.decision is not None:
             row.decision = rec.decision
         s.add(row)
-        if rec.state == "running" and rec.worker and rec.model_source and not rec.model_source.startswith("/"):
+        file_state = "ready" if rec.state == "running" else rec.model_file_state
+        if file_state and rec.worker and rec.model_source and not rec.model_source.startswith("/"):
             # a server that came up there had its hub files there: the locality scorer prefers this host
-            # next time. Local paths are not recorded: the local-path filter would read one sighting as
-            # "only there", while shared storage may hold them everywhere.
+            # next time (a download under way or broken is recorded too). Local paths are not recorded:
+            # the local-path filter would read one sighting as "only there", while shared storage may
+            # hold them everywhere.
             f = s.get(ModelFileRow, (rec.worker, rec.model_source)) or ModelFileRow(worker=rec.worker,
                                                                                     source=rec.model_source)
-            f.state, f.updated_at = "ready", utcnow()
+            f.state, f.updated_at = file_state, utcnow()
             s.add(f)
         s.commit()
 
