@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.store import ledger, records
 from activities.store.snapshot import generations, load_snapshot
@@ -37,9 +38,10 @@ TOP_CANDIDATES = 10
 class EstimateCache:
     """Requests by spec and file mtime: a model is costed once, not once per decision."""
 
-    def __init__(self) -> None:
+    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None) -> None:
         self._d: dict[tuple, Request] = {}
         self._lock = threading.Lock()
+        self.hub_cache, self.hf_endpoint = hub_cache, hf_endpoint
 
     def get(self, spec: ModelSpec) -> Request:
         path = spec.source.local_path
@@ -52,7 +54,10 @@ class EstimateCache:
             hit = self._d.get(key)
         if hit is not None:
             return hit
-        req = estimate_request(spec)
+        override = None
+        if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
+            override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
+        req = estimate_request(spec, override)
         with self._lock:
             if len(self._d) > 256:
                 self._d.clear()
@@ -85,12 +90,12 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
 
 class ControlActivities:
     def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
-                 metrics: ControlMetrics | None = None):
+                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None):
         self.engine, self.client = engine, client
         self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
-        self.estimates = EstimateCache()
+        self.estimates = EstimateCache(hub_cache, hf_endpoint)
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
@@ -131,6 +136,8 @@ class ControlActivities:
         spec = _spec(raw)
         try:
             req = await self._db(self.estimates.get, spec)
+        except HubUnreachable as e:
+            raise ApplicationError(str(e), type="HubUnreachable") from None
         except GpuflowError as e:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
         s = request_summary(req)

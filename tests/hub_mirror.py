@@ -39,7 +39,7 @@ def _etag(v: bytes | str) -> str:
 class HubMirror:
     """``repos``: repository -> file name -> its bytes, or the path of a local file to serve."""
 
-    def __init__(self, repos: dict[str, dict[str, bytes | str]], rate: float | None = None):
+    def __init__(self, repos: dict[str, dict[str, bytes | str]], rate: float | None = None, port: int = 0):
         self.repos, self.rate = repos, rate  # rate: bytes per second per response (None: as fast as it can)
         self.served = 0  # body bytes of files sent
         self.cut_after: int | None = None  # every GET of a file is cut after this many bytes of its body
@@ -60,7 +60,7 @@ class HubMirror:
             def do_GET(self):  # noqa: N802
                 mirror._serve(self, body=True)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

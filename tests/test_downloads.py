@@ -110,3 +110,62 @@ async def test_broken_download_is_an_error_then_recovers(tmp_path, mirror):
     finally:
         lv.close()
 
+
+async def test_a_hub_gguf_is_estimated_from_its_header_downloaded_and_served(tmp_path, smollm2):
+    """The whole path for a hub model, with a real engine: the control plane estimates SmolLM2
+    from its GGUF header alone (fetched from the mirror), the agent downloads the 98 MB file,
+    llama-cpp-python serves it, and a completion comes back."""
+    import sys
+    import urllib.request
+
+    m = HubMirror({"HuggingFaceTB/SmolLM2-135M-Instruct-GGUF": {"smollm2-135m-instruct-q4_1.gguf": smollm2}})
+    lv = await Live(str(tmp_path), env={**HUB_ENV, "GPUFLOW_HF_ENDPOINT": m.url}).start(
+        {"cpu1": [24]}, agent_args=["--llama-cpp-python", sys.executable])
+    try:
+        spec = ModelSpec.model_validate({
+            "name": "smol", "backend": "llama.cpp", "backend_parameters": ["-c", "512"],
+            "source": {"huggingface": {"repo": "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
+                                       "file": "smollm2-135m-instruct-q4_1.gguf"}}})
+        await ops.deploy(lv.client, spec, FAST.model_copy(update={"ready_timeout_s": 120}))
+        await lv.wait(lambda: lv.states("smol") == {"smol-0": "running"}, 150, "smol RUNNING")
+        row = lv.instances("smol")[0]
+        assert row.decision["placement"]["claim"]["offload_layers"] == 31  # the same estimate as the local file's
+        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode()
+        rq = urllib.request.Request(f"http://127.0.0.1:{row.port}/v1/completions", data=body,
+                                    headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(rq, timeout=120) as r:
+            out = json.loads(r.read())
+        assert out["usage"]["completion_tokens"] > 0 and out["choices"][0]["text"].strip(), out
+        rec = lv.stack.instance_processes("cpu1").find("smol-0")
+        model = rec.argv[rec.argv.index("--model") + 1]
+        assert model.startswith(os.path.join(lv.stack.data_dir, "models", "huggingface")) and model.endswith(".gguf")
+        assert os.path.getsize(model) == os.path.getsize(smollm2)
+        assert file_states(lv) == {("cpu1", "huggingface:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:"
+                                            "smollm2-135m-instruct-q4_1.gguf"): "ready"}
+    finally:
+        lv.close()
+        m.close()
+
+
+async def test_an_unreachable_hub_is_retried_until_it_answers(tmp_path, smollm2):
+    """Estimation needs the hub: while it does not answer, the instance is ERROR saying so and
+    tries again with backoff; once the mirror is up, the model is placed and started."""
+    from gpuflow.devserver import free_port
+
+    port = free_port()
+    (llama,) = stand_ins(tmp_path, "llama-server")
+    lv = await Live(str(tmp_path), env={**HUB_ENV, "GPUFLOW_HF_ENDPOINT": f"http://127.0.0.1:{port}"}).start(
+        {"g1": [24]}, agent_args=["--llama-server", llama])
+    m = None
+    try:
+        spec = ModelSpec.model_validate({"name": "smol", "backend": "llama.cpp",
+                                         "source": {"huggingface": {"repo": "org/smol", "file": "smol.gguf"}}})
+        await ops.deploy(lv.client, spec, FAST)
+        await lv.wait(lambda: any("cannot reach the hub" in i.reason and "trying again in" in i.reason
+                                  for i in lv.instances()), 60, "ERROR: the hub does not answer", every=0.1)
+        m = HubMirror({"org/smol": {"smol.gguf": smollm2}}, port=port)
+        await lv.wait(lambda: lv.states() == {"smol-0": "running"}, 60, "RUNNING once the hub answers")
+    finally:
+        lv.close()
+        if m:
+            m.close()

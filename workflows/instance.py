@@ -162,15 +162,28 @@ class ModelInstanceWorkflow:
     async def _place(self, spec: ModelSpec) -> bool:
         """Estimate, decide, reserve. True once a placement is held; False when stopping."""
         await self._record("analyzing")
-        try:
-            est: EstimateRecord = await workflow.execute_activity(
-                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
-                heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
-        except ActivityError as e:
-            await self._record("error", f"cannot estimate the model: {c.cause(e)[1]}")
-            await workflow.wait_condition(lambda: self.stop_requested)
-            return False
+        tries = 0
+        while True:
+            try:
+                est: EstimateRecord = await workflow.execute_activity(
+                    c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
+                    heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                    retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
+                break
+            except ActivityError as e:
+                kind, msg = c.cause(e)
+                if kind != "HubUnreachable":  # the model itself is wrong: wait for a new spec
+                    await self._record("error", f"cannot estimate the model: {msg}")
+                    await workflow.wait_condition(lambda: self.stop_requested)
+                    return False
+                tries += 1  # the hub did not answer: try again later
+                delay = backoff(tries, self.t.restart_base_s, self.t.restart_cap_s)
+                await self._record("error", f"cannot estimate the model: {msg}; trying again in {delay:g} s")
+                try:
+                    await workflow.wait_condition(lambda: self.stop_requested, timeout=c.secs(delay))
+                    return False
+                except asyncio.TimeoutError:
+                    pass
         while not self.stop_requested:
             self.woken = False
             d: DecisionRecord = await workflow.execute_activity(

@@ -205,6 +205,12 @@ def _parse(c: _Cursor, size: int):
     return version, metadata, tensors, size, data_start
 
 
+def header_extent(path: str) -> int:
+    """Where one GGUF file's header ends (the data section's start): how many leading bytes of
+    the file the estimator reads."""
+    return _read_one(path)[4]
+
+
 def shard_paths(path: str) -> list[str]:
     """All shards of a split model given any one of them (or just ``[path]``)."""
     m = _SHARD.match(os.path.basename(path))

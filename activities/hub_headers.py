@@ -1,0 +1,134 @@
+"""Estimating a hub model without downloading it: the control plane fetches only the bytes the
+estimator reads, into a header cache, and estimates from that copy as from local files.
+
+- GGUF (a ``file`` ending in .gguf, every shard of a split model): the header, by Range
+  requests of growing size (1, 4, 16 ... MiB) until the parsed header ends inside what was
+  fetched.
+- A repository: config.json, the safetensors index if any, and each safetensors header (8 bytes
+  of length, then that many bytes of JSON).
+
+Each copy is a sparse file of the real size (the bytes past the header are holes, which take no
+disk), so size checks and tensor offsets read as they would on the real file. Copies are kept
+per commit: the same revision is never fetched twice. A mirror comes from HF_ENDPOINT or
+``gpuflow server --hf-endpoint``; a token from HF_TOKEN.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import urllib.error
+import urllib.request
+
+from scheduler.errors import GpuflowError, InvalidInput, ModelFileError
+from scheduler.gguf.reader import header_extent, shard_paths
+from scheduler.spec import Source
+
+FIRST = 1 << 20
+
+
+class HubUnavailable(InvalidInput):
+    """The hub does not have it (or will not give it without a token): not retried."""
+
+
+class HubUnreachable(GpuflowError):
+    """The hub (or the mirror) did not answer: retried."""
+
+
+def _head(url: str, n: int | None = None) -> bytes:
+    """The first ``n`` bytes of the file at ``url`` (all of it for None)."""
+    from huggingface_hub.utils import build_hf_headers
+
+    headers = build_hf_headers()
+    if n is not None:
+        headers["Range"] = f"bytes=0-{n - 1}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+            return r.read() if n is None else r.read(n)  # a server that ignores Range: the first n bytes
+    except urllib.error.HTTPError as e:
+        raise HubUnavailable(f"cannot read {url}: HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise HubUnreachable(f"cannot read {url}: {e}") from None
+
+
+def _sparse(path: str, head: bytes, size: int) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    os.replace(tmp, path)
+
+
+def _gguf(url: str, size: int, dest: str) -> None:
+    n = FIRST
+    while True:
+        n = min(n, size)
+        _sparse(dest, _head(url, n), size)
+        try:
+            if header_extent(dest) <= n:
+                return
+        except ModelFileError:
+            if n >= size:
+                raise
+        if n >= size:
+            return
+        n *= 4
+
+
+def _safetensors(url: str, size: int, dest: str) -> None:
+    (length,) = struct.unpack("<Q", _head(url, 8))
+    if length > min(size, 100 * 2**20):
+        raise ModelFileError(url, f"safetensors header of {length} bytes is not plausible")
+    _sparse(dest, _head(url, 8 + length), size)
+
+
+def header_copy(source: Source, cache_dir: str, endpoint: str | None = None) -> str:
+    """A local stand-in for a hub source that the estimator can read: the GGUF file (its first
+    shard for a split model) or the repository's folder."""
+    import huggingface_hub as hf
+    from huggingface_hub import errors
+    from huggingface_hub.hf_api import RepoFile
+
+    hub = source.huggingface
+    if hub is None:
+        raise HubUnavailable(f"{source.key}: estimation from ModelScope needs resources in the spec or a local copy")
+    where = endpoint or "huggingface.co"
+    try:
+        api = hf.HfApi(endpoint=endpoint)
+        commit = api.model_info(hub.repo).sha
+        tree = {f.path: f.size for f in api.list_repo_tree(hub.repo, recursive=True, revision=commit)
+                if isinstance(f, RepoFile)}
+    except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError) as e:
+        raise HubUnavailable(f"{source.key} is not on the hub ({where}): {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001  unreachable
+        raise HubUnreachable(f"cannot reach the hub ({where}) for {source.key}: {type(e).__name__}: {e}") from None
+    folder = os.path.join(cache_dir, "hub-headers", *hub.repo.split("/"), commit)
+
+    def url(name: str) -> str:
+        return hf.hf_hub_url(hub.repo, name, revision=commit, endpoint=endpoint)
+
+    def done(name: str) -> bool:
+        p = os.path.join(folder, name)
+        return os.path.exists(p) and os.path.getsize(p) == tree[name]
+
+    if hub.file:
+        if hub.file not in tree:
+            raise HubUnavailable(f"{source.key}: {hub.repo} has no file {hub.file} on the hub ({where})")
+        names = shard_paths(hub.file)  # every shard of a split model, by the same naming rule
+        for name in names:
+            if name not in tree:
+                raise HubUnavailable(f"{source.key}: shard {name} is missing on the hub")
+            if not done(name):
+                _gguf(url(name), tree[name], os.path.join(folder, name))
+        return os.path.join(folder, names[0])
+    for name, size in tree.items():
+        if done(name):
+            continue
+        if name in ("config.json", "model.safetensors.index.json"):
+            _sparse(os.path.join(folder, name), _head(url(name)), size)
+        elif name.endswith(".safetensors"):
+            _safetensors(url(name), size, os.path.join(folder, name))
+    if "config.json" not in tree:
+        raise HubUnavailable(f"{source.key} has no config.json on the hub: not a Transformers model")
+    return folder
