@@ -113,9 +113,10 @@ def header_copy(source: Source, cache_dir: str, endpoint: str | None = None) -> 
         return os.path.exists(p) and os.path.getsize(p) == tree[name]
 
     if hub.file:
-        if hub.file not in tree:
+        picked = hub.pick(list(tree))
+        if not picked:
             raise HubUnavailable(f"{source.key}: {hub.repo} has no file {hub.file} on the hub ({where})")
-        names = shard_paths(hub.file)  # every shard of a split model, by the same naming rule
+        names = shard_paths(picked[0])  # every shard of a split model, by the same naming rule
         for name in names:
             if name not in tree:
                 raise HubUnavailable(f"{source.key}: shard {name} is missing on the hub")

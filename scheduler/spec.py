@@ -3,6 +3,7 @@ Documented in docs/formats.md."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from enum import Enum
 
@@ -29,6 +30,19 @@ class PlacementStrategy(str, Enum):
 class HubFile(Strict):
     repo: str = Field(min_length=1)
     file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
+
+    @property
+    def is_glob(self) -> bool:
+        return bool(self.file) and any(ch in self.file for ch in "*?[")
+
+    def pick(self, names: list[str]) -> list[str]:
+        """The repository files ``file`` names, sorted (a glob may match every shard of a split
+        GGUF); [] when none does."""
+        if not self.file:
+            return sorted(names)
+        if not self.is_glob:
+            return [self.file] if self.file in names else []
+        return sorted(n for n in names if fnmatch.fnmatchcase(n, self.file))
 
 
 class Source(Strict):

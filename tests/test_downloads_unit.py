@@ -100,3 +100,55 @@ def test_sources():
     assert wanted(Source(local_path="/m")) is None
     assert wanted(Source(huggingface={"repo": "a/b", "file": "x.gguf"})) == Want("huggingface", "a/b", "x.gguf")
     assert issubclass(NotOnHub, InvalidInput) and not issubclass(DownloadFailed, InvalidInput)
+
+
+def test_a_cancelled_download_stops_and_keeps_its_partial_file(tmp_path, mirror):
+    import threading
+    import time
+
+    mirror.rate = 4 * MiB  # slow enough to cancel midway
+    p = Progress()
+    errors = []
+
+    def run():
+        try:
+            fetch(HubConfig(str(tmp_path), mirror.url), Want("huggingface", "org/m", "m.gguf"), p)
+        except DownloadFailed as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    while p.done < MiB:
+        time.sleep(0.02)
+    p.cancelled = True
+    t.join(5)
+    assert not t.is_alive() and "cancelled" in errors[0]
+    part = tmp_path / "huggingface/org/m" / COMMIT / "m.gguf.partial"
+    assert MiB <= part.stat().st_size < len(DATA)
+
+
+def test_a_glob_takes_its_first_match_with_every_shard(tmp_path, mirror):
+    # "*Q4*.gguf" matches a split model (two shards) and a single file; the first match in name
+    # order is the split one's first shard, so both shards come, and nothing else
+    mirror.repos["org/split"] = {"m-Q4-00001-of-00002.gguf": b"a" * 10, "m-Q4-00002-of-00002.gguf": b"b" * 20,
+                                 "n-Q4.gguf": b"c", "m-Q8.gguf": b"d"}
+    p = Progress()
+    path = fetch(HubConfig(str(tmp_path), mirror.url), Want("huggingface", "org/split", "*Q4*.gguf"), p)
+    assert path.endswith("m-Q4-00001-of-00002.gguf") and p.total == 30
+    assert sorted(os.listdir(os.path.dirname(path))) == [".complete-_Q4_.gguf", "m-Q4-00001-of-00002.gguf",
+                                                         "m-Q4-00002-of-00002.gguf"]
+    with pytest.raises(NotOnHub, match="no file of org/split on .* matches"):
+        fetch(HubConfig(str(tmp_path), mirror.url), Want("huggingface", "org/split", "*Q2*.gguf"))
+
+
+@pytest.mark.parametrize("file,names,picked", [
+    (None, ["b", "a"], ["a", "b"]),                                    # no file: the whole repository
+    ("x.gguf", ["x.gguf", "y.gguf"], ["x.gguf"]),                      # a name: itself
+    ("x.gguf", ["y.gguf"], []),
+    ("*Q4_K_M*.gguf", ["m-Q4_K_M.gguf", "m-Q8_0.gguf", "README.md"], ["m-Q4_K_M.gguf"]),
+    ("sub/*.gguf", ["sub/a.gguf", "a.gguf"], ["sub/a.gguf"]),
+])
+def test_pick(file, names, picked):
+    from scheduler.spec import HubFile
+
+    assert HubFile(repo="o/r", file=file).pick(names) == picked

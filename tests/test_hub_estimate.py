@@ -37,6 +37,8 @@ def test_gguf_from_its_header(tmp_path, smollm2, offline_off):
         assert request_summary(estimate_request(hub, copy)) == request_summary(estimate_request(local))
         served = m.served
         header_copy(src, str(tmp_path), m.url)  # kept per commit: nothing fetched again
+        glob = Source(huggingface={"repo": "org/smol", "file": "*.gguf"})  # a glob names the same file
+        assert header_copy(glob, str(tmp_path), m.url) == copy
         assert m.served == served
     finally:
         m.close()

@@ -128,6 +128,9 @@ class HostActivities:
                                                       total=progress.total).model_dump())
                 await asyncio.wait({job}, timeout=every)
             path = job.result()
+        except asyncio.CancelledError:
+            progress.cancelled = True  # the thread stops at its next chunk; the partial file stays
+            raise
         except NotOnHub as e:
             raise ApplicationError(str(e), type="ModelNotFound", non_retryable=True) from None
         except DownloadFailed as e:

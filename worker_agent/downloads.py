@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from scheduler.errors import GpuflowError, InvalidInput
-from scheduler.spec import Source
+from scheduler.gguf.reader import shard_paths
+from scheduler.spec import HubFile, Source
 
 CHUNK = 1 << 20
 STALLS = 3  # tries in a row without a new byte before a file's download fails
@@ -62,6 +63,7 @@ class Progress:
 
     done: int = 0
     total: int | None = None
+    cancelled: bool = False  # set by the activity when it is cancelled: the transfer stops at the next chunk
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, n: int) -> None:
@@ -86,9 +88,9 @@ def fetch(cfg: HubConfig, want: Want, progress: Progress | None = None) -> str:
         return _fetch_modelscope(cfg, want)
     commit, files = _listing(cfg, want)
     folder = os.path.join(cfg.cache_dir, "huggingface", *want.repo.split("/"), commit)
-    target = os.path.join(folder, want.file) if want.file else folder
+    target = os.path.join(folder, files[0][0]) if want.file else folder  # a glob: its first match
     progress.total = sum(size for _, size in files)
-    marker = os.path.join(folder, ".complete" if not want.file else f".complete-{want.file.replace('/', '--')}")
+    marker = os.path.join(folder, ".complete" + (f"-{_safe(want.file)}" if want.file else ""))
     if os.path.exists(marker):
         progress.add(progress.total)
         return target
@@ -99,6 +101,10 @@ def fetch(cfg: HubConfig, want: Want, progress: Progress | None = None) -> str:
     return target
 
 
+def _safe(pattern: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in pattern)
+
+
 def _hf_errors():
     from huggingface_hub import errors
 
@@ -107,13 +113,15 @@ def _hf_errors():
 
 
 def _listing(cfg: HubConfig, want: Want) -> tuple[str, list[tuple[str, int]]]:
-    """(commit, [(file, size)]) from the hub."""
+    """(commit, [(file, size)]) from the hub: the file, every file a glob matches, or the whole
+    repository."""
     import huggingface_hub as hf
     from huggingface_hub.hf_api import RepoFile
 
     where = cfg.hf_endpoint or "huggingface.co"
+    wanted_file = HubFile(repo=want.repo, file=want.file)
     try:
-        if want.file:
+        if want.file and not wanted_file.is_glob:
             meta = hf.get_hf_file_metadata(hf.hf_hub_url(want.repo, want.file, endpoint=cfg.hf_endpoint),
                                            endpoint=cfg.hf_endpoint)
             if not meta.commit_hash or meta.size is None:
@@ -121,17 +129,24 @@ def _listing(cfg: HubConfig, want: Want) -> tuple[str, list[tuple[str, int]]]:
             return meta.commit_hash, [(want.file, meta.size)]
         api = hf.HfApi(endpoint=cfg.hf_endpoint)
         commit = api.model_info(want.repo).sha
-        files = [(f.path, f.size) for f in api.list_repo_tree(want.repo, recursive=True, revision=commit)
-                 if isinstance(f, RepoFile)]
-        if not files:
-            raise NotOnHub(f"{want.what} has no files on {where}")
-        return commit, files
+        sizes = {f.path: f.size for f in api.list_repo_tree(want.repo, recursive=True, revision=commit)
+                 if isinstance(f, RepoFile)}
     except _hf_errors() as e:
         raise NotOnHub(f"{want.what} is not on the hub ({where}): {str(e).splitlines()[0]}") from None
     except GpuflowError:
         raise
     except Exception as e:  # noqa: BLE001  connection refused, DNS, timeouts: retried
         raise DownloadFailed(f"cannot reach the hub ({where}) for {want.what}: {type(e).__name__}: {e}") from None
+    names = wanted_file.pick(list(sizes))
+    if not names:
+        raise NotOnHub(f"{want.what}: no file of {want.repo} on {where} matches" if want.file
+                       else f"{want.what} has no files on {where}")
+    if want.file:  # a glob: its first match, with every shard when that is one of a split GGUF
+        names = shard_paths(names[0])
+        missing = [n for n in names if n not in sizes]
+        if missing:
+            raise NotOnHub(f"{want.what}: shard {missing[0]} is missing on {where}")
+    return commit, [(n, sizes[n]) for n in names]
 
 
 class _SameHostAuth(urllib.request.HTTPRedirectHandler):
@@ -177,6 +192,8 @@ def _fetch_file(cfg: HubConfig, want: Want, commit: str, name: str, size: int, d
                 with open(partial, "r+b" if have else "wb") as f:
                     f.seek(have)
                     while chunk := r.read(CHUNK):
+                        if progress.cancelled:
+                            raise DownloadFailed(f"download of {want.what} cancelled at {have} of {size} bytes")
                         f.write(chunk)
                         have += len(chunk)
                         progress.add(len(chunk))
