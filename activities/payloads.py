@@ -108,6 +108,7 @@ class InstanceInput(BaseModel):
     timings: Timings = Timings()
     restarts: int = 0
     placement: PlacementPlan | None = None  # carried across continue-as-new
+    decision: DecisionRecord | None = None  # likewise: the decision that placed it, for explain
 
 
 class DeploymentInput(BaseModel):

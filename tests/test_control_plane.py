@@ -312,6 +312,7 @@ async def test_pending_proceeds_when_a_host_joins_and_history_stays_bounded(tmp_
         assert await runs("instance/loop-0") >= 2
         view = await ops.instance(lv.client, "loop-0")
         assert view.restarts >= 6  # the count survived continue-as-new
+        assert view.decision is not None and view.decision.plan.worker == view.worker  # explain still answers
         assert (await lv.client.get_workflow_handle("deployment/wide").describe()).status.name == "RUNNING"
     finally:
         lv.close()

@@ -54,7 +54,7 @@ class ModelInstanceWorkflow:
         self.restarts = inp.restarts
         self.pid: int | None = None
         self.port: int | None = None
-        self.decision: DecisionRecord | None = None
+        self.decision: DecisionRecord | None = inp.decision  # carried across continue-as-new, for explain
         self.stop_requested = False
         self.woken = False
         self._recorded: tuple | None = None
@@ -132,7 +132,8 @@ class ModelInstanceWorkflow:
         unreachable_since = None
         while not self.stop_requested:
             if workflow.info().is_continue_as_new_suggested():
-                workflow.continue_as_new(self.inp.model_copy(update={"restarts": self.restarts, "placement": self.plan}))
+                workflow.continue_as_new(self.inp.model_copy(update={"restarts": self.restarts, "placement": self.plan,
+                                                                     "decision": self.decision}))
             if self.plan is None and not await self._place(spec):
                 continue
             sts = self.t.host_schedule_to_start_s
