@@ -99,6 +99,7 @@ class InstanceView(InstanceFields):
 
     decision: DecisionRecord | None = None
     subordinate_workers: list[str] = []  # the other workers a placement across several workers uses
+    parts: dict[str, str] = {}  # its helper processes (instance@part: rpc-server, Ray) -> their worker
 
 
 class InstanceInput(BaseModel):

@@ -154,12 +154,12 @@ def cmd_logs(a) -> int:
 
     async def go():
         client = await connect(s.temporal)
-        chunk = await ops.read_log(client, a.instance, offset=-a.bytes)
+        worker = await ops.log_host(client, a.instance)
+        chunk = await ops.read_log(client, a.instance, offset=-a.bytes, worker=worker)
         if not chunk.found:
             raise InvalidInput(f"instance {a.instance} has no log on its host yet")
         sys.stdout.write(chunk.text)
         sys.stdout.flush()
-        worker = (await ops.instance(client, a.instance)).worker
         while a.follow:
             await asyncio.sleep(1.0)
             chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
@@ -175,7 +175,8 @@ def cmd_logs(a) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("logs", help="an instance's output, read on its host")
     temporal_flags(p)
-    p.add_argument("instance")
+    p.add_argument("instance", help="an instance, or one of its helper processes (INSTANCE@rpc0, INSTANCE@ray-head; "
+                                    "see 'gpuflow status --json')")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output (Ctrl-C ends)")
     p.add_argument("--bytes", type=int, default=8192, help="how much of the end to show first (default 8192)")
     p.set_defaults(fn=cmd_logs, temporal=True)

@@ -154,6 +154,19 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
             **v.decision.model_dump(mode="json")}
 
 
+async def log_host(client: Client, name: str) -> str:
+    """The host that keeps ``name``'s log: the instance's worker, or for a helper process
+    (instance@part: an rpc-server, a Ray node) the worker that runs that part."""
+    base = name.split("@", 1)[0]
+    v = await instance(client, base)
+    worker = v.parts.get(name) if base != name else v.worker
+    if worker is None:
+        if base == name:
+            raise InvalidInput(f"instance {base} is not placed on a host ({v.state})")
+        raise InvalidInput(f"{base} has no part {name} (its parts: {', '.join(sorted(v.parts)) or 'none'})")
+    return worker
+
+
 async def read_log(client: Client, instance_name: str, offset: int = -4096, worker: str | None = None):
     """One chunk of an instance's log, read on its host through a LogReadWorkflow."""
     import uuid
@@ -163,11 +176,7 @@ async def read_log(client: Client, instance_name: str, offset: int = -4096, work
     from worker_agent.payloads import LogRequest
     from workflows.logs import LogReadWorkflow
 
-    if worker is None:
-        v = await instance(client, instance_name)
-        worker = v.worker
-        if worker is None:
-            raise InvalidInput(f"instance {instance_name} is not placed on a host ({v.state})")
+    worker = worker or await log_host(client, instance_name)
     try:
         return await client.execute_workflow(
             LogReadWorkflow.run, LogRequest(instance=instance_name, worker=worker, offset=offset),

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -96,3 +98,9 @@ class Live:
     def close(self) -> None:
         self.stack.stop()
         self.engine.dispose()
+
+
+def cli(lv: Live, *args: str) -> subprocess.CompletedProcess:
+    """``gpuflow ARGS --address <this installation's Temporal>``, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "gpuflow", *args, "--address", lv.stack.temporal.address],
+                          capture_output=True, text=True, timeout=60)

@@ -9,14 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from activities.store import ledger
 from gpuflow import ops
 from gpuflow.devserver import temporal_binary
-from tests.live import FAST, Live, spec
+from tests.live import FAST, Live, cli, spec
 from tests.store_fixtures import PG_URL, pg_schema
 from workflows.common import SA_MODEL, SA_STATE
 
@@ -32,11 +31,6 @@ async def live(request, tmp_path):
     lv.close()
     if drop:
         drop()
-
-
-def cli(lv: Live, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuflow", *args, "--address", lv.stack.temporal.address],
-                          capture_output=True, text=True, timeout=60)
 
 
 def alive(lv: Live, host: str, instance: str) -> bool:

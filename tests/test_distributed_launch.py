@@ -14,7 +14,7 @@ import sys
 
 from gpuflow import ops
 from scheduler.spec import ModelSpec
-from tests.live import FAST, Live
+from tests.live import FAST, Live, cli
 
 STAND_IN = """#!{python}
 import http.server, json, os, socket, sys, time
@@ -148,6 +148,12 @@ async def test_vllm_over_ray(tmp_path):
 
         view = await ops.instance(lv.client, "big-0")
         assert view.subordinate_workers == [sub["worker"]]
+        assert view.parts == {"big-0@ray-head": row.worker, "big-0@ray0": sub["worker"]}
+        # a helper's log is read on the host that runs it
+        out = cli(lv, "logs", "big-0@ray0")
+        assert out.returncode == 0 and "--- gpuflow: starting" in out.stdout and "--address" in out.stdout, out.stderr
+        bad = cli(lv, "logs", "big-0@rpc7")
+        assert bad.returncode == 2 and "big-0 has no part big-0@rpc7 (its parts: big-0@ray-head, big-0@ray0)" in bad.stderr
         await ops.delete(lv.client, "big", wait=True)
         assert not any(alive(c["pid"]) for c in calls(tmp_path))  # the Ray worker on the other host too
     finally:

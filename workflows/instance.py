@@ -58,6 +58,7 @@ class ModelInstanceWorkflow:
         self.stop_requested = False
         self.woken = False
         self._recorded: tuple | None = None
+        self.parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
         self.source_key: str | None = None
 
     # --- messages -------------------------------------------------------------------------------
@@ -74,7 +75,7 @@ class ModelInstanceWorkflow:
         return InstanceView(name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name,
                             state=self.state, reason=self.reason, worker=self.worker, gpu_indexes=self.gpus,
                             restarts=self.restarts, pid=self.pid, port=self.port, decision=self.decision,
-                            subordinate_workers=self.subordinate_workers)
+                            subordinate_workers=self.subordinate_workers, parts=dict(self.parts))
 
     @property
     def spec_name(self) -> str:
@@ -278,6 +279,7 @@ class ModelInstanceWorkflow:
                 await self._record("starting")
             if self.plan.subordinates:
                 req, parts = await self._start_helpers(req, sts)
+                self.parts = {r.key: w for w, r in parts}
             res = await self._launch(self.worker, req, sts)
         except HostTrouble as t:
             if t.kind == "failed" and self.plan.subordinates:
