@@ -70,6 +70,7 @@ class GPU(Strict):
     vendor: str = "nvidia"
     type: str = "cuda"
     name: str = ""
+    uuid: str | None = None  # NVML's GPU-... id, stable across reboots and reorderings
     vram_total: Bytes
     vram_used: Bytes | None = None  # observed use, ours and others'
     vram_foreign: Bytes | None = None  # held by processes gpuflow did not start (NVML's per-process list)

@@ -33,9 +33,9 @@ def test_build_argv_refuses(command, problem):
 
 
 @pytest.mark.parametrize("vendor,gpus,env", [
-    ("nvidia", [0, 2], {"CUDA_VISIBLE_DEVICES": "0,2"}),
+    ("nvidia", [0, 2], {"CUDA_VISIBLE_DEVICES": "0,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),  # NVML's numbering
     ("amd", [1], {"ROCR_VISIBLE_DEVICES": "1"}),
-    ("nvidia", [], {"CUDA_VISIBLE_DEVICES": ""}),  # CPU placement: no GPU visible
+    ("nvidia", [], {"CUDA_VISIBLE_DEVICES": "", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}),  # CPU placement: none visible
 ])
 def test_visibility(vendor, gpus, env):
     assert visibility_env(vendor, gpus) == env

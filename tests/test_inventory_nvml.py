@@ -39,6 +39,9 @@ class FakeNVML:
     def nvmlDeviceGetName(self, h):  # noqa: N802
         return h["name"]
 
+    def nvmlDeviceGetUUID(self, h):  # noqa: N802
+        return h.get("uuid", b"GPU-00000000-0000-0000-0000-000000000000")
+
     def nvmlDeviceGetUtilizationRates(self, h):  # noqa: N802
         return SimpleNamespace(gpu=h.get("util", 0), memory=0)
 
@@ -52,12 +55,15 @@ class FakeNVML:
 
 
 def test_cards_are_reported_and_the_library_closed():
-    nvml = FakeNVML([{"name": b"NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 600 * MiB},
-                     {"name": "NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 0}])
+    nvml = FakeNVML([{"name": b"NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 600 * MiB,
+                      "uuid": b"GPU-5d1b4c2e-8d0f-4f63-9c1a-2b7e0a9f1c11"},
+                     {"name": "NVIDIA H100 80GB HBM3", "total": 80 * GiB, "used": 0,
+                      "uuid": "GPU-9a0c7e55-1e2b-4b8f-a3d4-6c5b4a3f2e10"}])
     gpus = from_nvml(nvml)
-    assert [(g.index, g.name, g.vram_total, g.vram_used) for g in gpus] == [
-        (0, "NVIDIA H100 80GB HBM3", 80 * GiB, 768 * MiB),  # 600 MiB rounded up to 256 MiB steps: 3 x 256
-        (1, "NVIDIA H100 80GB HBM3", 80 * GiB, 0)]
+    assert [(g.index, g.name, g.uuid, g.vram_total, g.vram_used) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", "GPU-5d1b4c2e-8d0f-4f63-9c1a-2b7e0a9f1c11", 80 * GiB,
+         768 * MiB),  # 600 MiB rounded up to 256 MiB steps: 3 x 256
+        (1, "NVIDIA H100 80GB HBM3", "GPU-9a0c7e55-1e2b-4b8f-a3d4-6c5b4a3f2e10", 80 * GiB, 0)]
     assert nvml.open == 0
 
 

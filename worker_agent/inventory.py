@@ -110,7 +110,8 @@ def from_nvml(nvml=None, ours: Callable[[int], bool] | None = None) -> list[GPU]
             procs = _processes(nv, h)
             foreign = None if procs is None else _bucket(sum(b or 0 for pid, b in procs.items() if not ours(pid)))
             gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
-                            vram_total=mem.total, vram_used=_bucket(mem.used), vram_foreign=foreign))
+                            uuid=_text(nv.nvmlDeviceGetUUID(h)), vram_total=mem.total, vram_used=_bucket(mem.used),
+                            vram_foreign=foreign))
         return gpus
 
 

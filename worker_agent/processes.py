@@ -45,9 +45,13 @@ def free_port() -> int:
 
 
 def visibility_env(vendor: str, gpu_indexes: list[int]) -> dict[str, str]:
+    """The placement's GPUs, by the indexes the inventory reported. NVML numbers NVIDIA cards in
+    PCI bus order while CUDA's default is fastest first, so CUDA is told to count as NVML does:
+    on a host with mixed cards, index 1 is then the same card for both."""
     ids = ",".join(map(str, gpu_indexes))
-    key = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}.get(vendor, "CUDA_VISIBLE_DEVICES")
-    return {key: ids}
+    if vendor == "amd":
+        return {"ROCR_VISIBLE_DEVICES": ids}
+    return {"CUDA_VISIBLE_DEVICES": ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 @dataclass
