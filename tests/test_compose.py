@@ -1,10 +1,15 @@
 """The compose file hangs together: every dependency and mounted file exists, gpuflow's control
-plane points at Temporal and its own database, and Prometheus scrapes it. (`docker compose
-config` needs Docker's compose plugin, which this machine lacks; this checks what it would.)"""
+plane points at Temporal and its own database, and Prometheus scrapes it; and Compose itself
+validates it (`docker compose config`, or `docker-compose config` from Debian's docker-compose
+package, where either is installed)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+
+import pytest
 
 import yaml
 
@@ -41,3 +46,17 @@ def test_prometheus_scrapes_the_control_plane():
     jobs = {j["job_name"]: j for j in p["scrape_configs"]}
     assert jobs["gpuflow-control"]["dns_sd_configs"][0]["port"] == 9400
     assert load("deploy/grafana/provisioning/datasources/prometheus.yml")["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def compose_command() -> list[str] | None:
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
+@pytest.mark.skipif(compose_command() is None, reason="neither docker compose nor docker-compose is installed")
+def test_compose_config_validates():
+    out = subprocess.run(compose_command() + ["-f", os.path.join(ROOT, "docker-compose.yml"), "-p", "gpuflow", "config"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "gpuflow-control" in out.stdout and "temporal-ui" in out.stdout
