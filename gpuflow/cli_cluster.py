@@ -150,9 +150,14 @@ def cmd_hosts(a) -> int:
 def cmd_logs(a) -> int:
     import sys
 
+    from gpuflow.server import until_signalled
+
     s = settings_from(a)
 
     async def go():
+        # Ctrl-C (or SIGTERM) ends --follow between reads. asyncio's own handling would cancel the
+        # task instead, and a cancellation landing inside the Temporal client's polling can be lost.
+        stop = until_signalled()
         client = await connect(s.temporal)
         worker = await ops.log_host(client, a.instance)
         chunk = await ops.read_log(client, a.instance, offset=-a.bytes, worker=worker)
@@ -160,8 +165,12 @@ def cmd_logs(a) -> int:
             raise InvalidInput(f"instance {a.instance} has no log on its host yet")
         sys.stdout.write(chunk.text)
         sys.stdout.flush()
-        while a.follow:
-            await asyncio.sleep(1.0)
+        while a.follow and not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+                break
+            except asyncio.TimeoutError:
+                pass
             chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
             sys.stdout.write(chunk.text)
             sys.stdout.flush()

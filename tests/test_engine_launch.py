@@ -204,6 +204,7 @@ async def test_logs_are_read_on_the_host(tmp_path):
         time.sleep(4)
         follow.send_signal(signal.SIGINT)
         later = follow.communicate(timeout=30)[0]
+        assert follow.returncode == 0  # Ctrl-C ends --follow cleanly
         last = lambda text: max(int(ln.split()[1]) for ln in text.splitlines() if ln.startswith("tick "))  # noqa: E731
         assert last(later) > last(out.stdout) + 5  # 4 s at 5 lines/s, read as it came
         out = subprocess.run(base[:4] + ["ghost"] + base[5:], capture_output=True, text=True, timeout=60)

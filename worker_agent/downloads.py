@@ -222,9 +222,16 @@ def _fetch_modelscope(cfg: HubConfig, want: Want) -> str:
         raise NotOnHub(f"{want.what}: ModelScope's client is not installed on this host "
                        "(pip install modelscope)") from None
     where = os.path.join(cfg.cache_dir, "modelscope")
+    hub_file = HubFile(repo=want.repo, file=want.file)
     try:
-        if want.file:
+        if want.file and not hub_file.is_glob:
             return model_file_download(want.repo, want.file, cache_dir=where)
-        return snapshot_download(want.repo, cache_dir=where)
+        folder = snapshot_download(want.repo, cache_dir=where, allow_patterns=[want.file] if want.file else None)
     except Exception as e:  # noqa: BLE001
         raise DownloadFailed(f"download of {want.what} failed: {type(e).__name__}: {e}") from None
+    if not want.file:
+        return folder
+    names = hub_file.pick([os.path.relpath(os.path.join(r, f), folder) for r, _, fs in os.walk(folder) for f in fs])
+    if not names:
+        raise NotOnHub(f"{want.what}: no file of {want.repo} matches")
+    return os.path.join(folder, names[0])
