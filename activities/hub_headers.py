@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import os
 import struct
-import urllib.error
-import urllib.request
 
 from scheduler.errors import GpuflowError, InvalidInput, ModelFileError
 from scheduler.gguf.reader import header_extent, shard_paths
@@ -36,19 +34,22 @@ class HubUnreachable(GpuflowError):
 
 
 def _head(url: str, n: int | None = None) -> bytes:
-    """The first ``n`` bytes of the file at ``url`` (all of it for None)."""
-    from huggingface_hub.utils import build_hf_headers
+    """The first ``n`` bytes of the file at ``url`` (all of it for None), through huggingface_hub's
+    own HTTP session: its headers (HF_TOKEN), and redirects to the CDN without the token."""
+    from huggingface_hub.utils import build_hf_headers, get_session
 
     headers = build_hf_headers()
     if n is not None:
         headers["Range"] = f"bytes=0-{n - 1}"
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
-            return r.read() if n is None else r.read(n)  # a server that ignores Range: the first n bytes
-    except urllib.error.HTTPError as e:
-        raise HubUnavailable(f"cannot read {url}: HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise HubUnreachable(f"cannot read {url}: {e}") from None
+        r = get_session().get(url, headers=headers, follow_redirects=True, timeout=60)
+    except Exception as e:  # noqa: BLE001  refused, reset, timed out
+        raise HubUnreachable(f"cannot read {url}: {type(e).__name__}: {e}") from None
+    if r.status_code in (401, 403, 404):
+        raise HubUnavailable(f"cannot read {url}: HTTP {r.status_code}")
+    if r.status_code >= 400:
+        raise HubUnreachable(f"cannot read {url}: HTTP {r.status_code}")
+    return r.content if n is None else r.content[:n]  # a server that ignores Range: the first n bytes
 
 
 def _sparse(path: str, head: bytes, size: int) -> None:

@@ -16,6 +16,7 @@ is there, so a second instance on the host downloads nothing.
 
 from __future__ import annotations
 
+import http.client
 import os
 import threading
 import time
@@ -201,7 +202,7 @@ def _fetch_file(cfg: HubConfig, want: Want, commit: str, name: str, size: int, d
             if e.code in (401, 403, 404):
                 raise NotOnHub(f"{want.what}: {name} answered HTTP {e.code}") from None
             why = f"HTTP {e.code}"
-        except (OSError, ValueError) as e:  # a connection cut mid-file, a timeout
+        except (OSError, ValueError, http.client.HTTPException) as e:  # a connection cut mid-file, a timeout
             why = f"{type(e).__name__}: {e}"
         if have < size:
             stalls = 0 if have > before else stalls + 1
