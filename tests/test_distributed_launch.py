@@ -1,8 +1,8 @@
 """Placements across several workers, launched through the whole system: real control plane, real
-agents on two simulated hosts, and stand-ins in the place of llama-server, rpc-server, vllm and
-ray. Each stand-in records its argv and environment, then listens where it was told (HTTP for a
-server, TCP for rpc-server and the Ray head), so the RPC list, the tensor split, TP/PP and GPU
-visibility are checked against the real decision. One helper dying ends every part, and the
+agents on two simulated hosts, and stand-ins in the place of llama-server, rpc-server, vllm, ray
+and SGLang's Python. Each stand-in records its argv and environment, then listens where it was
+told (HTTP for a server, TCP for rpc-server and the Ray head), so the RPC list, the tensor split,
+TP/PP, SGLang's ranks and GPU visibility are checked against the real decision. One helper dying ends every part, and the
 instance restarts; deleting it stops every part on every host."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if me == "rpc-server" or (me == "ray" and "--head" in args):
     s.listen()
     while True:
         s.accept()[0].close()
-if me == "ray":
+if me == "ray" or ("--node-rank" in args and arg("--node-rank") != "0"):  # a Ray worker, an SGLang node
     while True:
         time.sleep(1)
 class H(http.server.BaseHTTPRequestHandler):
@@ -160,13 +160,30 @@ async def test_vllm_over_ray(tmp_path):
         lv.close()
 
 
-async def test_sglang_across_workers_is_an_error_that_says_so(tmp_path):
-    lv = await Live(str(tmp_path)).start({"a": [24], "b": [24]})
+async def test_sglang_nodes(tmp_path):
+    (sglang,) = stand_ins(tmp_path, "sglang-python")
+    lv = await Live(str(tmp_path)).start({"a": [24], "b": [24]}, agent_args=["--sglang-python", sglang])
     try:
+        # 40 GiB: more than either worker's one 24 GiB card, so one SGLang node on each
         spec = ModelSpec.model_validate({"name": "sg", "source": {"local_path": "/models/sg"}, "backend": "sglang",
-                                         "distributed_inference_across_workers": True, "resources": {"vram": "40 GiB"}})
+                                         "resources": {"vram": "40 GiB"}})
         await ops.deploy(lv.client, spec, FAST)
-        await lv.wait(lambda: any("not launched across several workers" in i.reason for i in lv.instances()), 30,
-                      "ERROR naming the limit", every=0.1)
+        await lv.wait(lambda: lv.states() == {"sg-0": "running"}, 60, "RUNNING across two nodes")
+        row = lv.instances()[0]
+        assert row.reason == ""  # rank 0 was started by this launch, not adopted from an earlier one
+        sub = row.decision["placement"]["subordinates"][0]
+        seen = calls(tmp_path)
+        rank0 = next(c for c in seen if c["argv"][c["argv"].index("--node-rank") + 1] == "0")
+        rank1 = next(c for c in seen if c["argv"][c["argv"].index("--node-rank") + 1] == "1")
+        a0, a1 = rank0["argv"], rank1["argv"]
+        dist = a0[a0.index("--dist-init-addr") + 1]
+        assert dist.startswith("127.0.0.1:") and a1[a1.index("--dist-init-addr") + 1] == dist
+        assert a0[a0.index("--tp") + 1] == a1[a1.index("--tp") + 1] == "2"  # TP spans both nodes' GPUs
+        assert a0[a0.index("--nnodes") + 1] == "2" and "--port" in a0 and "--port" not in a1
+        assert rank1["visible"] == ",".join(map(str, sub["gpu_indexes"]))
+        view = await ops.instance(lv.client, "sg-0")
+        assert view.parts == {"sg-0@node1": sub["worker"]}
+        await ops.delete(lv.client, "sg", wait=True)
+        assert not any(alive(c["pid"]) for c in calls(tmp_path))
     finally:
         lv.close()

@@ -58,7 +58,7 @@ def test_llama_cpp(r, tail):
     (req("llama.cpp"), CFG, "llama.cpp is not installed on this host: 'llama-server'"),
     (req("custom", run_command="srv {port}"), CFG, "not enabled on this host"),
     (req("tensorrt"), CFG, "no launcher"),
-    (req("sglang", distributed=True), CFG, "sglang is not launched across several workers"),
+    (req("custom", distributed=True), EngineConfig(allow_custom=True), "custom is not launched across several workers"),
     (req("vllm", distributed=True), CFG, "no helper endpoints came with the launch"),
     (req("llama.cpp", role="rpc-server", part="rpc0"), EngineConfig(rpc_server="/nonexistent/rpc-server"),
      "llama.cpp's rpc-server is not installed on this host"),
@@ -84,6 +84,19 @@ def test_unavailable_is_named(r, cfg, problem):
 ])
 def test_vllm_over_ray(r, tail):
     assert vllm_argv(r, 8000, CFG) == HEAD_V + tail
+
+
+def test_sglang_nodes():
+    # two workers x 2 GPUs: TP spans all 4; rank 0 serves HTTP, rank 1 meets it at --dist-init-addr
+    head = req("sglang", gpus=(0, 1), vram_utilization=0.85, distributed=True, nnodes=2, node_rank=0, tp_total=4,
+               dist_init_addr="10.0.0.1:5000")
+    nodes = ["--dist-init-addr", "10.0.0.1:5000", "--nnodes", "2"]
+    assert sglang_argv(head, 9000, CFG)[11:] == ["--tp", "4", "--mem-fraction-static", "0.8500", *nodes,
+                                                  "--node-rank", "0"]
+    other = head.model_copy(update={"role": "sglang-node", "part": "node1", "node_rank": 1})
+    argv = argv_for(other, None, EngineConfig(sglang_python="/bin/true"), "10.0.0.2")
+    assert argv == ["/bin/true", "-m", "sglang.launch_server", "--model-path", "/models/m", "--served-model-name", "m",
+                    "--tp", "4", "--mem-fraction-static", "0.8500", *nodes, "--node-rank", "1"]  # no port: rank 0 serves
 
 
 def test_llama_cpp_over_rpc():

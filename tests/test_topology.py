@@ -39,7 +39,23 @@ def test_ray_head_here_and_a_worker_on_each_subordinate():
     assert (server.ray_address, server.pipeline_parallel) == ("10.0.0.1:6379", 3)  # 1 main + 2 subordinates
 
 
+def test_sglang_rank_0_here_then_a_node_on_each_subordinate():
+    sg = MAIN.model_copy(update={"backend": "sglang", "gpu_indexes": [0, 1], "vram_utilization": 0.8})
+    subs = [Subordinate(worker="h2", gpu_indexes=[0, 1], claim={"vram_utilization": 0.7}),
+            Subordinate(worker="h3", gpu_indexes=[3])]
+    head = topology.sglang_head(sg, subs)
+    # 3 nodes; TP = 2 + 2 + 1 = 5 GPUs; rank 0 is started without waiting (it is ready once all joined)
+    assert (head.key, head.nnodes, head.node_rank, head.tp_total, head.wait_ready) == ("m-0", 3, 0, 5, False)
+    nodes = topology.sglang_nodes(head, subs, "10.0.0.1:5000")
+    assert [(w, r.role, r.key, r.node_rank, r.gpu_indexes, r.vram_utilization, r.dist_init_addr)
+            for w, r in nodes] == [("h2", "sglang-node", "m-0@node1", 1, [0, 1], 0.7, "10.0.0.1:5000"),
+                                   ("h3", "sglang-node", "m-0@node2", 2, [3], None, "10.0.0.1:5000")]
+    assert all(r.model_path == sg.model_path and r.tp_total == 5 for _, r in nodes)  # the same command elsewhere
+    server = topology.sglang_server(head, "10.0.0.1:5000")
+    assert (server.key, server.wait_ready, server.dist_init_addr) == ("m-0", True, "10.0.0.1:5000")
+
+
 def test_other_backends_are_refused_with_a_reason():
     assert topology.unsupported(MAIN) is None
-    assert "sglang is not launched across several workers" in topology.unsupported(
-        MAIN.model_copy(update={"backend": "sglang"}))
+    assert "custom is not launched across several workers" in topology.unsupported(
+        MAIN.model_copy(update={"backend": "custom"}))

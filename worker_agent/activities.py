@@ -76,6 +76,13 @@ async def http_answers(port: int, timeout: float = 1.0, path: str | None = None)
         w.close()
 
 
+def _dist_port(argv: list[str]) -> int | None:
+    """The port of an SGLang rank 0's --dist-init-addr HOST:PORT (from its argv: an adopted process too)."""
+    if "--dist-init-addr" not in argv[:-1]:
+        return None
+    return int(argv[argv.index("--dist-init-addr") + 1].rsplit(":", 1)[1])
+
+
 class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
                  stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
@@ -158,6 +165,9 @@ class HostActivities:
         adopted = rec is not None and self.table.alive(rec.pid)
         if not adopted:
             port = free_port() if needs_port(req) else None
+            if req.backend == "sglang" and req.role == "server" and (req.nnodes or 1) > 1 and not req.dist_init_addr:
+                # SGLang's rank 0: the other nodes meet it at this host's address, on a port picked here
+                req = req.model_copy(update={"dist_init_addr": f"{self.address}:{free_port()}"})
             argv = [req.backend]
             try:
                 argv = argv_for(req, port, self.engines, self.address)
@@ -168,6 +178,10 @@ class HostActivities:
             except OSError as e:
                 raise ApplicationError(f"cannot start {argv[0]!r}: {e.strerror}", type="LaunchFailed",
                                        non_retryable=True) from None
+        dist = _dist_port(rec.argv)
+        if not req.wait_ready:
+            return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
+                                  address=self.address, dist_port=dist)
         started = time.monotonic()
         every = _beat_every()
         last_beat = 0.0
@@ -192,7 +206,7 @@ class HostActivities:
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                              address=self.address)
+                              address=self.address, dist_port=dist)
 
     async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
         if req.role == "server":

@@ -12,7 +12,9 @@ be options of the engine, never another program; a flag the user gave wins over 
 Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each subordinate's
 ``rpc-server -H ADDR -p P``; vLLM gets ``--distributed-executor-backend ray`` with
 ``--pipeline-parallel-size`` (one stage per worker) after ``ray start --head`` here and
-``ray start --address HEAD`` on each subordinate. Helpers bind the agent's advertised address.
+``ray start --address HEAD`` on each subordinate; SGLang runs one node per worker, rank 0 here
+(serving HTTP) and the others with ``--dist-init-addr`` at rank 0, ``--nnodes``, ``--node-rank``.
+Helpers bind the agent's advertised address.
 """
 
 from __future__ import annotations
@@ -85,14 +87,18 @@ def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
             + list(u))
 
 
-def sglang_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
+def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
+    """One SGLang node: the server (rank 0, with a port), or, across several workers, another
+    rank (no port: only rank 0 serves HTTP). TP spans every node's GPUs."""
     u = req.backend_parameters
-    n = len(req.gpu_indexes)
+    tp = req.tp_total or len(req.gpu_indexes)
+    nodes = (["--dist-init-addr", req.dist_init_addr, "--nnodes", str(req.nnodes), "--node-rank", str(req.node_rank or 0)]
+             if req.nnodes and req.nnodes > 1 and req.dist_init_addr else [])
     return ([cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", _need_model(req),
-             "--served-model-name", req.model, "--host", "127.0.0.1", "--port", str(port)]
-            + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(n) if n > 1 else None)
+             "--served-model-name", req.model] + (["--host", "127.0.0.1", "--port", str(port)] if port else [])
+            + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(tp) if tp > 1 else None)
             + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
-            + list(u))
+            + nodes + list(u))
 
 
 def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
@@ -144,14 +150,20 @@ def ray_worker_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, add
             "--node-ip-address", address, "--num-gpus", str(len(req.gpu_indexes))]
 
 
+def sglang_node_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
+    check_model_path(req.model_path, cfg.model_roots)
+    return sglang_argv(req, None, cfg)
+
+
 BUILDERS = {"vllm": vllm_argv, "sglang": sglang_argv, "llama.cpp": llama_cpp_argv, "custom": custom_argv}
-HELPERS = {"rpc-server": rpc_server_argv, "ray-head": ray_head_argv, "ray-worker": ray_worker_argv}
-WHAT = {"rpc-server": "llama.cpp's rpc-server", "ray-head": "ray", "ray-worker": "ray"}
+HELPERS = {"rpc-server": rpc_server_argv, "ray-head": ray_head_argv, "ray-worker": ray_worker_argv,
+           "sglang-node": sglang_node_argv}
+WHAT = {"rpc-server": "llama.cpp's rpc-server", "ray-head": "ray", "ray-worker": "ray", "sglang-node": "sglang's Python"}
 
 
 def needs_port(req: LaunchRequest) -> bool:
     if req.role != "server":
-        return req.role != "ray-worker"
+        return req.role not in ("ray-worker", "sglang-node")
     return req.backend != "custom" or "{port}" in (req.run_command or "")
 
 
@@ -169,7 +181,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
     build = BUILDERS.get(req.backend)
     if build is None:
         raise EngineUnavailable(f"backend {req.backend} has no launcher on this agent")
-    if req.distributed and not (req.rpc_servers or req.ray_address):
+    if req.distributed and not (req.rpc_servers or req.ray_address or req.nnodes):
         from worker_agent.topology import unsupported
 
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "

@@ -12,7 +12,7 @@ READ_LOG = "read_log"
 PREPARE_MODEL = "prepare_model"
 
 
-ROLES = ("server", "rpc-server", "ray-head", "ray-worker")
+ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")
 
 
 class LaunchRequest(BaseModel):
@@ -41,6 +41,11 @@ class LaunchRequest(BaseModel):
     rpc_servers: list[str] = []  # llama.cpp over RPC: host:port of each rpc-server, tensor-split order
     ray_address: str | None = None  # vLLM over several workers: the Ray head's host:port
     pipeline_parallel: int | None = None  # vLLM over several workers: one stage per worker
+    nnodes: int | None = None  # SGLang over several workers: how many nodes, this one's rank,
+    node_rank: int | None = None  # rank 0's torch.distributed address (host:port; rank 0's agent
+    dist_init_addr: str | None = None  # picks the port) and the tensor parallelism across all of them
+    tp_total: int | None = None
+    wait_ready: bool = True  # False: return once started (SGLang's rank 0 is ready only when every node joined)
     liveness_s: float = 10.0  # probe a RUNNING server this often (0: never)
     liveness_failures: int = 3  # this many misses in a row: the server is stopped and restarted
 
@@ -74,6 +79,7 @@ class LaunchResult(BaseModel):
     port: int | None = None
     adopted: bool = False
     address: str = ""  # the agent's advertised address: where other hosts reach a helper's port
+    dist_port: int | None = None  # SGLang's rank 0: the port of its --dist-init-addr
     argv: list[str] = []
     log: str = ""
 

@@ -259,6 +259,13 @@ class ModelInstanceWorkflow:
             parts = topology.rpc_servers(req, subs)
             done = await asyncio.gather(*(self._launch(w, r, sts) for w, r in parts))
             return topology.server_over_rpc(req, [f"{d.address}:{d.port}" for d in done]), parts
+        if req.backend == "sglang":  # rank 0 first (it picks the port the others meet it on), not waited for
+            head = topology.sglang_head(req, subs)
+            h = await self._launch(self.worker, head, sts)
+            address = f"{h.address}:{h.dist_port}"
+            parts = topology.sglang_nodes(head, subs, address)
+            await asyncio.gather(*(self._launch(w, r, sts) for w, r in parts))
+            return topology.sglang_server(head, address), parts
         head = topology.ray_head(req)
         h = await self._launch(self.worker, head, sts)
         address = f"{h.address}:{h.port}"
@@ -286,7 +293,8 @@ class ModelInstanceWorkflow:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
         self.pid, self.port = res.pid, res.port
-        await self._record("running", "adopted the running process" if res.adopted else "")
+        started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
+        await self._record("running", "adopted the running process" if res.adopted and not started_here else "")
         watched = [(self.worker, req)] + parts
         sups = [workflow.start_activity(
             hp.SUPERVISE_INSTANCE, r, result_type=hp.ExitReport, **self._host_timeouts(w, sts),
@@ -312,10 +320,10 @@ class ModelInstanceWorkflow:
         return "exited", ex.reason, host
 
     async def _fetch_model(self, spec: ModelSpec, req: hp.LaunchRequest, sts: float, quiet: bool) -> hp.LaunchRequest:
-        """A hub source: its files into the model cache of the main worker (and, for vLLM over Ray,
-        of each subordinate: every node loads the weights). Recorded DOWNLOADING; ``gpuflow status``
+        """A hub source: its files into the model cache of the main worker (and, for vLLM and SGLang
+        across workers, of each subordinate: every node loads the weights). Recorded DOWNLOADING; ``gpuflow status``
         shows the bytes from the activity's heartbeats. A broken download is retried and resumes."""
-        hosts = [self.worker] + (self.subordinate_workers if spec.backend.value == "vllm" else [])
+        hosts = [self.worker] + (self.subordinate_workers if spec.backend.value in ("vllm", "sglang") else [])
         if not quiet:
             await self._record("downloading", f"fetching {self.source_key} on {', '.join(hosts)}",
                                file_state="downloading")
