@@ -86,3 +86,14 @@ def test_plan_rows_one_line_per_gpu_ram_once_per_worker():
     assert rows == [("a", 0, 10, 4, "main"),    # RAM booked on the first line of a worker
                     ("a", 1, 6, 0, "main"),
                     ("b", -1, 0, 2, "subordinate")]  # no GPU: one RAM-only line
+
+
+@pytest.mark.parametrize("temporal,address", [
+    ("127.0.0.1:7233", "127.0.0.1"),               # the route to a local server is loopback
+    ("localhost:7233", "127.0.0.1"),               # IPv4 first: host:port lists take it as written
+    ("no-such-host.invalid:7233", "127.0.0.1"),    # unresolvable: loopback, not a crash
+])
+def test_advertised_address(temporal, address):
+    from worker_agent.agent import advertised_address
+
+    assert advertised_address(temporal) == address
