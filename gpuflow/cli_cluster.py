@@ -26,6 +26,8 @@ def settings_from(a) -> Settings:
         upd["data_dir"] = a.data_dir
     if getattr(a, "database_url", None):
         upd["database_url"] = a.database_url
+    if getattr(a, "hf_endpoint", None):
+        upd["hf_endpoint"] = a.hf_endpoint
     return s.model_copy(update=upd)
 
 
@@ -79,7 +81,7 @@ def cmd_agent(a) -> int:
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
                         hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
-                                      hf_endpoint=a.hf_endpoint or s.hf_endpoint))
+                                      hf_endpoint=s.hf_endpoint))
 
     return _run(go())
 
@@ -195,6 +197,8 @@ def add_commands(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
     p.add_argument("--metrics-address", default="127.0.0.1:9400", help="Prometheus endpoint HOST:PORT, or off")
+    p.add_argument("--hf-endpoint", help="a Hugging Face mirror for estimating hub models from their headers "
+                                         "(default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
     p.set_defaults(fn=cmd_server, temporal=True)
 
     p = sub.add_parser("agent", help="run the host agent (a Temporal worker on gpuflow-host-<name>)")
@@ -214,10 +218,11 @@ def add_commands(sub) -> None:
                    help="llama.cpp's rpc-server, run when a placement lends this host's GPUs over RPC")
     p.add_argument("--ray", default="ray", help="the ray executable, for vLLM across several hosts")
     p.add_argument("--advertise-address",
-                   help="the address other hosts reach this host's rpc-server and Ray head on (default: the "
-                        "local address that routes to the Temporal server)")
+                   help="the address other hosts reach this host's rpc-server, Ray head and SGLang rank 0 on "
+                        "(default: the local address that routes to the Temporal server)")
     p.add_argument("--model-cache", help="where hub models are downloaded (default: DATA_DIR/models)")
-    p.add_argument("--hf-endpoint", help="a Hugging Face mirror (default: HF_ENDPOINT, else huggingface.co)")
+    p.add_argument("--hf-endpoint",
+                   help="a Hugging Face mirror (default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
     p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
     p.add_argument("--model-root", action="append",
                    help="a directory model files may come from (repeatable); paths outside every root are refused")
