@@ -39,6 +39,27 @@ def test_reserve_is_idempotent_and_release_symmetric(store):
     assert ledger.booked_per_gpu(engine) == {}
 
 
+def test_a_retried_booking_that_was_re_decided_books_again(store):
+    """The reserve activity committed a re-decided plan, then its worker died before reporting:
+    the retry brings the original plan and generations again. Its held lines differ from that plan
+    and the generations moved (its own booking bumped them), so it re-decides and books again: the
+    old lines must go before the new ones come, even when they are the same GPU (one unique key
+    per instance, worker and GPU; an INSERT flushed before the DELETE failed here forever)."""
+    from activities.store.snapshot import generations
+
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    seen = generations(engine)
+    decided = plan("h1", 0, 10)  # the decision's plan: GPU 0
+    again = plan("h1", 1, 10)  # what the re-decision under the locks picks: GPU 1
+    records.upsert_worker(engine, host("h1", gpus=2, gib=48))  # the inventory moved: generations bumped
+    booked, now = ledger.reserve(engine, "a-0", decided, seen, lambda s: again)
+    assert (booked, now) == (again, True)
+    booked, now = ledger.reserve(engine, "a-0", decided, seen, lambda s: again)  # the retry
+    assert (booked, now) == (again, True)
+    assert ledger.booked_per_gpu(engine) == {("h1", 1): 10 * GiB}  # held once
+
+
 @pytest.mark.parametrize("first,second,fits", [
     (10, 14, True),    # 10 + 14 = 24 GiB = the whole card
     (10, 14.5, False),  # 10 + 14.5 = 24.5 > 24

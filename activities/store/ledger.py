@@ -126,8 +126,8 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, seen: dict[str, 
         problems = check(workers, _booked(s, list(workers), instance), wanted)
         if problems:
             raise StaleDecision(f"instance {instance}: the plan no longer fits: " + "; ".join(problems))
-        for r in held:
-            s.delete(r)
+        if held:  # a DELETE statement now: the unit of work would flush the INSERTs below first
+            s.exec(delete(ReservationRow).where(ReservationRow.instance == instance))
         s.add_all(wanted)
         _bump(s, workers.values())
         row = s.get(InstanceRow, instance)
