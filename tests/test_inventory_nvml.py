@@ -102,7 +102,7 @@ async def test_memory_of_processes_gpuflow_did_not_start_is_reported(tmp_path):
                           "procs": [(rec.pid, 10 * GiB), (child, 2 * GiB), (os.getpid(), 5 * GiB)]},
                          {"name": "H100", "total": 80 * GiB, "used": 700 * MiB, "procs": [(os.getpid(), 700 * MiB)]},
                          {"name": "H100", "total": 80 * GiB, "used": 0}])  # lists no processes: unknown
-        r = discover("g1", nvml=nvml, ours=table.owns)
+        r = discover("g1", nvml=nvml, owner=table.owner)
         assert [g.vram_foreign for g in r.gpus] == [5 * GiB, 768 * MiB, None]
         w = Worker(name="g1", ram_total=r.ram_total, gpus=r.gpus)
         from scheduler.allocatable import Allocated

@@ -94,15 +94,15 @@ def _processes(nv, h) -> dict[int, int | None] | None:
     return out if listed else None
 
 
-def from_nvml(nvml=None, ours: Callable[[int], bool] | None = None) -> list[GPU] | None:
+def from_nvml(nvml=None, owner: Callable[[], Callable[[int], bool]] | None = None) -> list[GPU] | None:
     """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver).
     ``vram_used`` is everything in use on the card; ``vram_foreign`` the part held by processes
-    gpuflow did not start (``ours(pid)`` says which it did). The scheduler counts
-    max(claims + foreign, used), so memory someone else holds is never offered."""
-    ours = ours or (lambda pid: False)
+    gpuflow did not start (``owner()``, asked once per discovery, says which it did). The
+    scheduler counts max(claims + foreign, used), so memory someone else holds is never offered."""
     with nvml_session(nvml) as nv:
         if nv is None:
             return None
+        ours = owner() if owner else (lambda pid: False)
         gpus = []
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
@@ -131,11 +131,11 @@ def gpu_health(nvml=None) -> dict[int, tuple[float, float]]:
 
 
 def discover(name: str, inventory_file: str | None = None, labels: dict[str, str] | None = None,
-             nvml=None, ours: Callable[[int], bool] | None = None) -> HostReport:
+             nvml=None, owner: Callable[[], Callable[[int], bool]] | None = None) -> HostReport:
     if inventory_file:
         r = from_file(name, inventory_file)
     else:
-        gpus = from_nvml(nvml, ours) or []
+        gpus = from_nvml(nvml, owner) or []
         r = HostReport(name=name, ram_total=host_ram(), gpus=gpus)
     if labels:
         r = r.model_copy(update={"labels": {**r.labels, **labels}})

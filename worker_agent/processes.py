@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from scheduler.errors import InvalidInput
 
@@ -109,15 +110,22 @@ class ProcessTable:
                     out.append(r)
         return out
 
+    def owner(self) -> Callable[[int], bool]:
+        """Whether a pid belongs to a process this table started, as of now (the pid files are
+        read once, here): each is started in its own session, so its descendants (an engine's
+        workers) share the leader's session id. A pid this host cannot see (another PID
+        namespace) is not ours."""
+        leaders = {r.pid for r in self.records()}
+
+        def ours(pid: int) -> bool:
+            try:
+                return os.getsid(pid) in leaders
+            except OSError:
+                return False
+        return ours
+
     def owns(self, pid: int) -> bool:
-        """Whether ``pid`` belongs to a process this table started: each is started in its own
-        session, so its descendants (an engine's workers) share the leader's session id. A pid
-        this host cannot see (another PID namespace) is not ours."""
-        try:
-            sid = os.getsid(pid)
-        except OSError:
-            return False
-        return any(r.pid == sid for r in self.records())
+        return self.owner()(pid)
 
     def returncode(self, pid: int) -> int | None:
         """None while running; the exit code when it is our child; -1 when an adopted process is gone."""
