@@ -157,7 +157,9 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
 async def log_host(client: Client, name: str) -> str:
     """The host that keeps ``name``'s log: the instance's worker, or for a helper process
     (instance@part: an rpc-server, a Ray node) the worker that runs that part."""
-    base = name.split("@", 1)[0]
+    from worker_agent.payloads import instance_of
+
+    base = instance_of(name)
     v = await instance(client, base)
     worker = v.parts.get(name) if base != name else v.worker
     if worker is None:

@@ -3,23 +3,13 @@ the UI's address, and Ctrl-C stops every process it started."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 
 from gpuflow.devserver import free_port
-from worker_agent.processes import ProcessTable
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+from worker_agent.processes import ProcessTable, pid_alive
 
 
 def test_dev_demo_then_ctrl_c_stops_everything(tmp_path):
@@ -56,11 +46,11 @@ def _check_demo(p: subprocess.Popen, data, ui: int) -> None:
     assert out.count("RUNNING") == 4, out  # chat-8b x1, embed-small x2, llama-70b x1
     assert "llama-70b-0" in out and "simulated" in out
     servers = [r for h in ("gpu-a", "gpu-b", "gpu-c") for r in ProcessTable(str(data / "agent" / h)).records()]
-    assert len(servers) == 4 and not any(_gone(r.pid) for r in servers)
+    assert len(servers) == 4 and all(pid_alive(r.pid) for r in servers)
 
     p.send_signal(signal.SIGINT)
     assert p.wait(60) == 0
     time.sleep(0.5)
-    assert all(_gone(r.pid) for r in servers)
+    assert not any(pid_alive(r.pid) for r in servers)
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     assert str(data) not in ps, [ln for ln in ps.splitlines() if str(data) in ln]

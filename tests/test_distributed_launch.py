@@ -15,6 +15,7 @@ import sys
 from gpuflow import ops
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live, cli
+from worker_agent.processes import pid_alive
 
 STAND_IN = """#!{python}
 import http.server, json, os, socket, sys, time
@@ -62,15 +63,6 @@ def calls(tmp_path) -> list[dict]:
         return []
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-
-
 async def test_llama_cpp_over_rpc(tmp_path, smollm2):
     llama, rpc = stand_ins(tmp_path, "llama-server", "rpc-server")
     # SmolLM2 at ctx 2048 needs 0.82 GiB on one GPU (weights, KV cache and compute buffers). Over
@@ -109,12 +101,12 @@ async def test_llama_cpp_over_rpc(tmp_path, smollm2):
                       30, "ERROR naming the rpc-server", every=0.1)
         await lv.wait(lambda: lv.states() == {"smol-0": "running"} and lv.instances()[0].restarts == 1, 60,
                       "RUNNING again")
-        assert not any(alive(p) for p in first)
+        assert not any(pid_alive(p) for p in first)
         again = [c for c in calls(tmp_path) if c["pid"] not in first]
         assert sorted(c["prog"] for c in again) == sorted(["llama-server"] + ["rpc-server"] * len(subs))
 
         await ops.delete(lv.client, "smol", wait=True)
-        assert not any(alive(c["pid"]) for c in calls(tmp_path))
+        assert not any(pid_alive(c["pid"]) for c in calls(tmp_path))
     finally:
         lv.close()
 
@@ -155,7 +147,7 @@ async def test_vllm_over_ray(tmp_path):
         bad = cli(lv, "logs", "big-0@rpc7")
         assert bad.returncode == 2 and "big-0 has no part big-0@rpc7 (its parts: big-0@ray-head, big-0@ray0)" in bad.stderr
         await ops.delete(lv.client, "big", wait=True)
-        assert not any(alive(c["pid"]) for c in calls(tmp_path))  # the Ray worker on the other host too
+        assert not any(pid_alive(c["pid"]) for c in calls(tmp_path))  # the Ray worker on the other host too
     finally:
         lv.close()
 
@@ -184,6 +176,6 @@ async def test_sglang_nodes(tmp_path):
         view = await ops.instance(lv.client, "sg-0")
         assert view.parts == {"sg-0@node1": sub["worker"]}
         await ops.delete(lv.client, "sg", wait=True)
-        assert not any(alive(c["pid"]) for c in calls(tmp_path))
+        assert not any(pid_alive(c["pid"]) for c in calls(tmp_path))
     finally:
         lv.close()

@@ -264,7 +264,7 @@ class HostActivities:
     async def stop_instance(self, instance: str) -> bool:
         """SIGTERM the process group of the instance and of each of its helpers on this host, wait
         the grace period, SIGKILL. Idempotent."""
-        keys = [r.instance for r in self.table.records() if r.instance.split("@", 1)[0] == instance]
+        keys = [r.instance for r in self.table.records() if p.instance_of(r.instance) == instance]
         stopped = [await self._stop(k) for k in sorted(set(keys) | {instance})]
         return any(stopped)
 

@@ -21,6 +21,7 @@ from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
+from worker_agent.payloads import instance_of
 from worker_agent.processes import ProcessTable
 
 
@@ -56,7 +57,7 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
             table.forget(rec.instance)
             continue
         try:  # a helper's key is instance@part: it belongs to the instance's placement too
-            handle = client.get_workflow_handle(f"instance/{rec.instance.split('@', 1)[0]}")
+            handle = client.get_workflow_handle(f"instance/{instance_of(rec.instance)}")
             desc = await handle.describe()
             view = await handle.query("status") if desc.status is not None and desc.status.name == "RUNNING" else {}
             here = name in [view.get("worker"), *view.get("subordinate_workers", [])] if view else False

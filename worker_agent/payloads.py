@@ -15,6 +15,11 @@ PREPARE_MODEL = "prepare_model"
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")
 
 
+def instance_of(key: str) -> str:
+    """The instance a process key belongs to: ``m-0`` for ``m-0`` and for its helper ``m-0@rpc0``."""
+    return key.split("@", 1)[0]
+
+
 class LaunchRequest(BaseModel):
     """One process of an instance. ``role`` server is the inference server itself; the other roles
     are the helpers a placement across several workers needs (llama.cpp's rpc-server on each

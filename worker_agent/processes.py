@@ -55,6 +55,21 @@ def visibility_env(vendor: str, gpu_indexes: list[int]) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ids, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether any process (ours or not) ``pid`` still runs; a zombie counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @dataclass
 class Record:
     instance: str
@@ -132,19 +147,7 @@ class ProcessTable:
         p = self.children.get(pid)
         if p is not None:
             return p.poll()
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return -1
-        except PermissionError:
-            return None
-        try:  # a zombie counts as gone
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return -1
-        except OSError:
-            return -1
-        return None
+        return None if pid_alive(pid) else -1
 
     def alive(self, pid: int) -> bool:
         return self.returncode(pid) is None
