@@ -54,6 +54,10 @@ class Want:
     file: str | None
 
     @property
+    def hub_file(self) -> HubFile:
+        return HubFile(repo=self.repo, file=self.file)
+
+    @property
     def what(self) -> str:
         return f"{self.hub}:{self.repo}" + (f"/{self.file}" if self.file else "")
 
@@ -120,7 +124,7 @@ def _listing(cfg: HubConfig, want: Want) -> tuple[str, list[tuple[str, int]]]:
     from huggingface_hub.hf_api import RepoFile
 
     where = cfg.hf_endpoint or "huggingface.co"
-    wanted_file = HubFile(repo=want.repo, file=want.file)
+    wanted_file = want.hub_file
     try:
         if want.file and not wanted_file.is_glob:
             meta = hf.get_hf_file_metadata(hf.hf_hub_url(want.repo, want.file, endpoint=cfg.hf_endpoint),
@@ -223,7 +227,7 @@ def _fetch_modelscope(cfg: HubConfig, want: Want) -> str:
         raise NotOnHub(f"{want.what}: ModelScope's client is not installed on this host "
                        "(pip install modelscope)") from None
     where = os.path.join(cfg.cache_dir, "modelscope")
-    hub_file = HubFile(repo=want.repo, file=want.file)
+    hub_file = want.hub_file
     try:
         if want.file and not hub_file.is_glob:
             return model_file_download(want.repo, want.file, cache_dir=where)
