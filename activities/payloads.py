@@ -84,6 +84,7 @@ class InstanceFields(BaseModel):
     restarts: int = 0
     pid: int | None = None
     port: int | None = None
+    address: str | None = None  # the host agent's advertised address; the server listens there on ``port``
 
 
 class InstanceRecord(InstanceFields):

@@ -48,7 +48,7 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
         row = s.get(InstanceRow, rec.name) or InstanceRow(name=rec.name, deployment=rec.deployment)
         row.deployment, row.model, row.state, row.reason = rec.deployment, rec.model, rec.state, rec.reason
         row.worker, row.gpu_indexes, row.restarts = rec.worker, list(rec.gpu_indexes), rec.restarts
-        row.pid, row.port, row.updated_at = rec.pid, rec.port, utcnow()
+        row.pid, row.port, row.address, row.updated_at = rec.pid, rec.port, rec.address, utcnow()
         if rec.decision is not None:
             row.decision = rec.decision
         s.add(row)

@@ -61,6 +61,7 @@ class InstanceRow(SQLModel, table=True):
     restarts: int = 0
     pid: int | None = None
     port: int | None = None
+    address: str | None = None  # where the gateway reaches the server: the host agent's advertised address
     updated_at: datetime = Field(default_factory=utcnow)
 
 

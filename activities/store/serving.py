@@ -1,0 +1,97 @@
+"""What the serving path keeps in the store: the routing table's source (RUNNING instances with
+the address and port of their server) and each gateway's in-flight counts, which the control
+plane reads to drain a replica before it stops it.
+
+Gateways are stateless apart from their in-flight counters. Each one reports them every
+``REPORT_S`` (``report_load``); a gateway whose report is older than ``LIVE_S`` is gone and its
+counts no longer hold a drain back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, Session, SQLModel, select
+
+from activities.store.tables import InstanceRow, utcnow
+
+REPORT_S = 0.5  # a gateway reports its in-flight counts this often
+LIVE_S = 5.0  # a gateway silent this long no longer counts
+
+
+class GatewayRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_gateways"
+    id: str = Field(primary_key=True)  # unique per gateway process
+    url: str = ""  # its base URL, as it was told to listen
+    started_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class GatewayLoadRow(SQLModel, table=True):
+    """Requests one gateway has in flight on one instance right now."""
+
+    __tablename__ = "gpuflow_gateway_load"
+    gateway: str = Field(primary_key=True)
+    instance: str = Field(primary_key=True)
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """One RUNNING replica a gateway may send requests to."""
+
+    instance: str
+    deployment: str  # the name requests use as their ``model``
+    address: str
+    port: int
+    worker: str | None = None
+
+
+def routes(engine: Engine) -> list[Route]:
+    """Every RUNNING instance whose server has an address and a port, sorted by name."""
+    with Session(engine) as s:
+        rows = s.exec(select(InstanceRow).where(InstanceRow.state == "running").order_by(InstanceRow.name))
+        return [Route(instance=r.name, deployment=r.deployment, address=r.address or "127.0.0.1", port=r.port,
+                      worker=r.worker) for r in rows if r.port]
+
+
+def report_load(engine: Engine, gateway: str, url: str, in_flight: dict[str, int],
+                now: datetime | None = None) -> None:
+    """Replace ``gateway``'s counts with ``in_flight`` (instance -> requests; zeros may be left
+    out) and mark it alive, in one transaction."""
+    now = now or utcnow()
+    with Session(engine) as s:
+        row = s.get(GatewayRow, gateway) or GatewayRow(id=gateway, url=url, started_at=now)
+        row.url, row.updated_at = url, now
+        s.add(row)
+        s.exec(delete(GatewayLoadRow).where(GatewayLoadRow.gateway == gateway))
+        s.add_all(GatewayLoadRow(gateway=gateway, instance=i, in_flight=n) for i, n in in_flight.items() if n > 0)
+        s.commit()
+
+
+def forget_gateway(engine: Engine, gateway: str) -> None:
+    """A gateway shutting down cleanly takes its rows with it."""
+    with Session(engine) as s:
+        s.exec(delete(GatewayLoadRow).where(GatewayLoadRow.gateway == gateway))
+        s.exec(delete(GatewayRow).where(GatewayRow.id == gateway))
+        s.commit()
+
+
+def in_flight(engine: Engine, instance: str, now: datetime | None = None, live_s: float = LIVE_S) -> int:
+    """Requests the live gateways have in flight on ``instance`` (0 when none is live)."""
+    since = (now or utcnow()) - timedelta(seconds=live_s)
+    with Session(engine) as s:
+        total = s.exec(select(func.coalesce(func.sum(GatewayLoadRow.in_flight), 0))
+                       .join(GatewayRow, GatewayRow.id == GatewayLoadRow.gateway)
+                       .where(GatewayLoadRow.instance == instance, GatewayRow.updated_at >= since))
+        return int(total.one())
+
+
+def live_gateways(engine: Engine, now: datetime | None = None, live_s: float = LIVE_S) -> list[GatewayRow]:
+    since = (now or utcnow()) - timedelta(seconds=live_s)
+    with Session(engine) as s:
+        return list(s.exec(select(GatewayRow).where(GatewayRow.updated_at >= since)
+                           .order_by(GatewayRow.id)))
+
