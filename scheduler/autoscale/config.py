@@ -29,6 +29,7 @@ class QueueTpot(Strict):
     up_tpot_s: float = Field(0.120, ge=0, description="Time per output token above which (with the queue) it votes up. Default 0.120 s.")
     down_queue: float = Field(2, ge=0, description="Queue at or below which (with TPOT) it votes down. Default 2.")
     down_tpot_s: float = Field(0.060, ge=0, description="TPOT below which (with the queue) it votes down. Default 0.060 s.")
+    up_step: int = Field(1, ge=1, le=100, description="Replicas an up vote adds. Default 1.")
 
 
 class LatencyP95(Strict):

@@ -12,8 +12,12 @@
      there (starting included) covers that, hold (one burst never scales up twice);
    - never down while a replica is still starting;
    - no down until the signals cover the whole down window with complete samples and no replica
-     was added within it: a new replica or a failed scrape is no evidence of idleness.
-5. ``max_step`` bounds every change.
+     was added within it: a new replica or a failed scrape is no evidence of idleness;
+   - every change restarts its direction's window (as Ray Serve resets its decision counter), so
+     scale-down goes one step per window and never saws against the saturation point.
+5. A down window with no traffic at all removes ``max_step`` at once (towards min_replicas, 0
+   for scale to zero); a busy one removes the rule's step.
+6. ``max_step`` bounds every change.
 
 The caller asks the scheduler whether the added replicas fit before creating them."""
 
@@ -102,7 +106,7 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
         if target <= current:
             why = (f"{starting} replica(s) still starting cover +{v.step}" if starting else f"at max_replicas {hi}")
             return _hold(current, starting, v.rule, f"{why}: {v.why}", votes), state
-        return Decision(current, starting, target, UP, v.rule, v.why, votes), replace(state, last_up_at=now)
+        return Decision(current, starting, target, UP, v.rule, v.why, votes), replace(state, since=now, last_up_at=now)
 
     v = min(votes, key=lambda v: v.step)
     if starting:
@@ -113,7 +117,10 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     lacking = _covered(cfg, history, now, state.last_up_at)
     if lacking:
         return _hold(current, starting, v.rule, f"{lacking}: {v.why}", votes), state
-    target = max(lo, current - min(v.step, cfg.max_step))
+    window = max(cfg.scale_down_stabilization_s, cfg.interval_s)
+    idle = all(s.idle for s in history if now - window < s.at <= now)
+    target = max(lo, current - (cfg.max_step if idle else min(v.step, cfg.max_step)))
     if target >= current:
         return _hold(current, starting, v.rule, f"at min_replicas {lo}", votes), state
-    return Decision(current, starting, target, DOWN, v.rule, v.why, votes), state
+    why = f"no traffic for {window:.0f} s" if idle else v.why
+    return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), replace(state, since=now)

@@ -28,7 +28,7 @@ def queue_tpot(r: QueueTpot, history: list[Sample], now: float) -> Vote:
     tpot = 0.0 if s.idle else s.tpot_s
     q = f"queue {s.queue:.1f}/replica, TPOT {_ms(tpot)}"
     if s.queue >= r.up_queue and tpot is not None and tpot > r.up_tpot_s:
-        return Vote(r.kind, +1, 1, f"{q}: >= {r.up_queue:g} and > {_ms(r.up_tpot_s)}")
+        return Vote(r.kind, +1, r.up_step, f"{q}: >= {r.up_queue:g} and > {_ms(r.up_tpot_s)}")
     if s.complete and s.queue <= r.down_queue and tpot is not None and tpot < r.down_tpot_s:
         return Vote(r.kind, -1, 1, f"{q}: <= {r.down_queue:g} and < {_ms(r.down_tpot_s)}")
     return Vote(r.kind, 0, 0, q)
