@@ -240,3 +240,33 @@ def test_merge_and_combine_replicas_with_the_gateway():
 def test_config_errors_name_the_problem(bad, field):
     with pytest.raises(ValueError, match=field):
         Autoscaling.model_validate({"max_replicas": 4, **bad})
+
+
+# --- asking the scheduler before scaling up: k dry placements, each booked for the next
+def _custom(vram_gib=10):
+    from scheduler.spec import ModelSpec
+    return ModelSpec.model_validate({"name": "chat", "backend": "custom", "run_command": "serve {port}",
+                                     "source": {"local_path": "/m"}, "worker_selector": {"zone": "a"},
+                                     "resources": {"vram": f"{vram_gib} GiB", "ram": "1 GiB"}})
+
+
+@pytest.mark.parametrize("gpus, k, fits", [
+    ([24, 24], 5, 4),  # 10 GiB replicas: two on each 24 GiB GPU (24 - 2 x 10 = 4 left) -> 4 of 5
+    ([24, 24], 3, 3),  # all fit
+    ([8], 2, 0),       # 8 GiB < 10 GiB: none
+])
+def test_fit_books_each_dry_placement(gpus, k, fits):
+    from scheduler.autoscale.fit import demand, fit
+    from scheduler.request import FlatRequest
+    from scheduler.units import GiB
+    from tests.conftest import cluster, gpu, worker
+    snap = cluster([worker(f"w{i}", 64, [gpu(0, g)], labels={"zone": "a"}) for i, g in enumerate(gpus)])
+    req = FlatRequest(vram=10 * GiB, ram=GiB)
+    got = fit(snap, _custom(), req, k)
+    assert got.fits == fits and got.blocked == (fits < k)
+    assert len(snap.instances) == 0  # the snapshot itself is untouched
+    if got.blocked:
+        assert got.reasons  # the scheduler's own words for the first replica that did not fit
+        d = demand(_custom(), req, got)
+        assert d["replicas"] == k - fits
+        assert d["per_replica"]["vram_bytes"] == 10 * GiB and d["worker_selector"] == {"zone": "a"}
