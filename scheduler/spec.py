@@ -9,6 +9,7 @@ from enum import Enum
 
 from pydantic import Field, field_validator, model_validator
 
+from scheduler.autoscale.config import Autoscaling
 from scheduler.cluster import Bytes, Strict
 
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
@@ -128,6 +129,7 @@ class ModelSpec(Strict):
     draft_model: Source | None = None
     resources: Resources | None = None
     cluster: str = "default"
+    autoscaling: Autoscaling | None = None  # metric-driven replicas (docs/formats.md); replicas is then the start
 
     @model_validator(mode="after")
     def _coherent(self) -> "ModelSpec":
