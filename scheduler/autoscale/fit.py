@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.cluster import Claim, ClusterSnapshot, Instance, InstanceState, Subordinate
+from scheduler.cluster import ClusterSnapshot
 from scheduler.decide import decide
 from scheduler.decision import Candidate
+from scheduler.dry_run import book
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -31,13 +32,6 @@ class Fit:
         return self.fits < self.asked
 
 
-def _booked(c: Candidate, name: str, model: str) -> Instance:
-    return Instance(name=name, model=model, state=InstanceState.SCHEDULED, worker=c.worker,
-                    gpu_indexes=list(c.gpu_indexes), claim=Claim(**c.claim.model_dump()),
-                    subordinates=[Subordinate(worker=s.worker, gpu_indexes=list(s.gpu_indexes),
-                                              claim=Claim(**s.claim.model_dump())) for s in c.subordinates])
-
-
 def fit(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request, k: int,
         config: PolicyConfig | None = None) -> Fit:
     """How many of ``k`` new replicas of ``spec`` fit, where, and why the next one does not."""
@@ -48,8 +42,7 @@ def fit(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request, k: int,
             out.reasons = list(d.reasons)
             break
         out.placed.append(d.placement)
-        snap = snap.model_copy(update={"instances": [*snap.instances,
-                                                     _booked(d.placement, f"{spec.name}~dry-run-{i}", spec.name)]})
+        snap = book(snap, d.placement, f"{spec.name}~dry-run-{i}", spec.name)
     return out
 
 
