@@ -62,6 +62,10 @@ def cmd_agent(a) -> int:
     if bad:
         raise InvalidInput(f"--label takes KEY=VALUE, got {bad[0]!r}")
     labels = dict(kv.split("=", 1) for kv in a.label or [])
+    from scheduler.spec_env import allow_pattern_problem
+
+    for why in filter(None, map(allow_pattern_problem, a.allow_env or [])):
+        raise InvalidInput(why)
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
@@ -76,7 +80,8 @@ def cmd_agent(a) -> int:
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
-                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()))
+                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()),
+                               allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code)
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
@@ -209,6 +214,12 @@ def add_commands(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--allow-custom", action="store_true",
                    help="run custom backends' run_command (off by default: it runs any program)")
+    p.add_argument("--allow-env", action="append", metavar="PATTERN",
+                   help="also let specs set these env variables (a name, or a prefix ending in '*'; repeatable); "
+                        "gpuflow's own variables stay off limits")
+    p.add_argument("--allow-remote-code", action="store_true",
+                   help="let specs pass --trust-remote-code and other flags that run code from the model's files "
+                        "(off by default)")
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")

@@ -7,9 +7,12 @@ import fnmatch
 import re
 from enum import Enum
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scheduler.cluster import Bytes, Strict
+from scheduler.engine_flags import flag_problems
+from scheduler.naming import NAME_PATTERN
+from scheduler.spec_env import env_problems
 
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
 
@@ -111,7 +114,7 @@ class Resources(Strict):
 
 
 class ModelSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)  # its instances are NAME-<n>
     source: Source
     backend: Backend
     backend_version: str | None = None
@@ -129,8 +132,22 @@ class ModelSpec(Strict):
     resources: Resources | None = None
     cluster: str = "default"
 
+    @field_validator("env")
+    @classmethod
+    def _allowed_env(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """scheduler/spec_env.py: only known engine-tuning variables; a caller that knows the
+        host operator's extra patterns passes them as context {"allow_env": (...)}."""
+        extra = tuple((info.context or {}).get("allow_env", ()))
+        problems = env_problems(env, extra)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return env
+
     @model_validator(mode="after")
     def _coherent(self) -> "ModelSpec":
+        problems = flag_problems(self.backend.value, self.backend_parameters)
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.backend == Backend.CUSTOM and not self.run_command:
             raise ValueError("backend custom needs run_command")
         if self.run_command and self.backend != Backend.CUSTOM:

@@ -76,7 +76,9 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     hub: HubConfig | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
-    table = ProcessTable(os.path.join(data_dir, "agent", name))
+    from scheduler.naming import check_name, path_in
+
+    table = ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
     probe = partial(discover, name, inventory_file, labels, owner=table.owner)
     report = probe()  # a bad inventory file fails here, before anything is registered
     metrics = None

@@ -15,6 +15,11 @@ Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each sub
 ``ray start --address HEAD`` on each subordinate; SGLang runs one node per worker, rank 0 here
 (serving HTTP) and the others with ``--dist-init-addr`` at rank 0, ``--nnodes``, ``--node-rank``.
 Helpers bind the agent's advertised address.
+
+Before any of it, ``check_launch`` refuses what the spec may not ask of this host
+(scheduler/engine_flags.py, scheduler/spec_env.py): names that are not names, env outside the
+allowlist (plus this agent's --allow-env patterns), flags gpuflow owns, and flags that run the
+model's code unless this agent was started with --allow-remote-code.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import shutil
 from dataclasses import dataclass
 
 from scheduler import params
+from scheduler.engine_flags import flag_problems, remote_code_flags
 from scheduler.errors import InvalidInput
+from scheduler.naming import check_key, check_name
+from scheduler.spec_env import env_problems
 from worker_agent.payloads import LaunchRequest
 from worker_agent.processes import build_argv
 
@@ -42,6 +50,8 @@ class EngineConfig:
     rpc_server: str = "rpc-server"  # llama.cpp's RPC backend server, on hosts that lend GPUs over RPC
     ray: str = "ray"  # vLLM across several workers
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
+    allow_env: tuple[str, ...] = ()  # the operator's extra env patterns (gpuflow agent --allow-env)
+    allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -58,6 +68,29 @@ def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
 
 class EngineUnavailable(InvalidInput):
     """The engine is not installed (or not enabled) on this host."""
+
+
+class LaunchRefused(InvalidInput):
+    """The launch asks what this host does not allow; retrying cannot help."""
+
+
+def check_launch(req: LaunchRequest, cfg: EngineConfig) -> None:
+    """Everything in ``req`` that came from a spec, checked again here: the names, the env, the
+    engine flags. LaunchRefused names each problem."""
+    try:
+        check_key(req.key)
+        check_name("model", req.model)
+    except InvalidInput as e:
+        raise LaunchRefused(str(e)) from None
+    problems = env_problems(req.env, cfg.allow_env)
+    if req.backend != "custom":
+        problems += flag_problems(req.backend, req.backend_parameters)
+        code = remote_code_flags(req.backend, req.backend_parameters)
+        if code and not cfg.allow_remote_code:
+            problems.append(f"backend_parameters {', '.join(code)} make the engine run code from the model's files "
+                            "or from requests; this host allows that only when its agent runs with --allow-remote-code")
+    if problems:
+        raise LaunchRefused("; ".join(problems))
 
 
 def _ours(user: list[str], flags: tuple[str, ...], value: str | None) -> list[str]:
@@ -109,6 +142,7 @@ def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str
                     str(req.offload_layers) if req.offload_layers is not None else None)
             + _ours(u, ("--tensor-split", "-ts"), ",".join(map(str, split)) if split else None)
             + _ours(u, ("--rpc",), ",".join(req.rpc_servers) if req.rpc_servers else None)
+            + ["--alias", req.model]  # /v1/models then lists the deployment's name, as vLLM's and SGLang's do
             + list(u))
 
 
@@ -125,6 +159,7 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
             + _ours(u, ("--n_gpu_layers",), str(req.offload_layers) if req.offload_layers is not None else None)
             + (["--tensor_split", *map(str, split)] if split and not params.has(u, "--tensor_split") else [])
             + _ours(u, ("--rpc_servers",), ",".join(req.rpc_servers) if req.rpc_servers else None)
+            + ["--model_alias", req.model]
             + u)
 
 
@@ -169,7 +204,8 @@ def needs_port(req: LaunchRequest) -> bool:
 
 def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1") -> list[str]:
     """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``;
-    EngineUnavailable when this host cannot."""
+    EngineUnavailable when this host cannot, LaunchRefused when it may not."""
+    check_launch(req, cfg)
     if req.role != "server":
         helper = HELPERS.get(req.role)
         if helper is None:
