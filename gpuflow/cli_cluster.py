@@ -28,6 +28,9 @@ def settings_from(a) -> Settings:
         upd["database_url"] = a.database_url
     if getattr(a, "hf_endpoint", None):
         upd["hf_endpoint"] = a.hf_endpoint
+    from scheduler.spec_env import allow_more
+
+    allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
     return s.model_copy(update=upd)
 
 

@@ -12,7 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from scheduler.cluster import Bytes, Strict
 from scheduler.engine_flags import flag_problems
 from scheduler.naming import NAME_PATTERN
-from scheduler.spec_env import env_problems
+from scheduler.spec_env import env_problems, operator_patterns
 
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
 
@@ -135,9 +135,10 @@ class ModelSpec(Strict):
     @field_validator("env")
     @classmethod
     def _allowed_env(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        """scheduler/spec_env.py: only known engine-tuning variables; a caller that knows the
-        host operator's extra patterns passes them as context {"allow_env": (...)}."""
-        extra = tuple((info.context or {}).get("allow_env", ()))
+        """scheduler/spec_env.py: only known engine-tuning variables, and those the control
+        plane's operator added (or, given as context {"allow_env": (...)}, the caller's)."""
+        ctx = info.context or {}
+        extra = tuple(ctx["allow_env"]) if "allow_env" in ctx else operator_patterns()
         problems = env_problems(env, extra)
         if problems:
             raise ValueError("; ".join(problems))

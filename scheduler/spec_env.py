@@ -5,7 +5,9 @@ where a deployer could reach code on a GPU host: the dynamic loader (LD_PRELOAD)
 (BASH_ENV), the interpreter (PYTHONPATH, PYTHONSTARTUP) and the engines' own libraries all obey
 variables. A denylist misses the next one; so only names known to tune an engine pass:
 ``DEFAULT_ALLOW`` (exact names, or a pattern where every member of the family is a plain knob).
-The host's operator widens it per agent with ``gpuflow agent --allow-env PATTERN``.
+The operators widen it: the control plane's (GPUFLOW_ALLOW_ENV: what a spec may name at all),
+and each host's (``gpuflow agent --allow-env PATTERN``: what that host runs; a launch asking for
+more is refused there, naming the variable).
 
 Left out on purpose, though they share a prefix with names that are in (whole families such as
 ``VLLM_*`` or ``NCCL_*`` are not allowed, because each has members like these):
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+
+from scheduler.errors import InvalidInput
 
 OWNED = frozenset({
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "RAY_ADDRESS",
@@ -88,6 +92,25 @@ def owned(name: str) -> bool:
     return name in OWNED or _matches(name, OWNED_PATTERNS)
 
 
+_OPERATOR: tuple[str, ...] = ()  # this process's extra patterns: see allow_more
+
+
+def allow_more(patterns) -> None:
+    """The control plane's operator widens what specs may set, for this process, once at start
+    (settings ``allow_env``, GPUFLOW_ALLOW_ENV). Spec validation in this process then accepts
+    those names too (each agent still decides for itself with --allow-env). Only widen it: a
+    running workflow that validated a name must validate it again when replayed."""
+    global _OPERATOR
+    bad = [why for p in patterns if (why := allow_pattern_problem(p))]
+    if bad:
+        raise InvalidInput("GPUFLOW_ALLOW_ENV: " + "; ".join(bad))
+    _OPERATOR = tuple(patterns)
+
+
+def operator_patterns() -> tuple[str, ...]:
+    return _OPERATOR
+
+
 def env_problem(name: object, value: object, extra: tuple[str, ...] = ()) -> str | None:
     """Why the spec may not set ``name`` to ``value`` (None when it may). ``extra``: the patterns
     this host's operator added with ``gpuflow agent --allow-env``."""
@@ -104,7 +127,8 @@ def env_problem(name: object, value: object, extra: tuple[str, ...] = ()) -> str
         return f"env {name} is set by gpuflow for every launch and cannot be overridden"
     if not (name in DEFAULT_ALLOW or _matches(name, extra)):
         return (f"env {name} is not allowed: a spec may set only known engine-tuning variables (docs/formats.md, "
-                "'env'); a host's operator may allow more with 'gpuflow agent --allow-env PATTERN'")
+                "'env'), and those its operators allowed (GPUFLOW_ALLOW_ENV on the control plane, "
+                "'gpuflow agent --allow-env PATTERN' on each host)")
     return None
 
 
@@ -113,7 +137,7 @@ def env_problems(env: dict, extra: tuple[str, ...] = ()) -> list[str]:
 
 
 def allow_pattern_problem(pattern: str) -> str | None:
-    """An operator's --allow-env pattern: a name, or a name with '*' (a bare '*' would allow LD_PRELOAD)."""
+    """An operator's pattern: a name, or a prefix and '*' (a bare '*' would allow LD_PRELOAD)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*?", pattern or ""):
         return (f"--allow-env {pattern!r}: give a variable name, or a prefix ending in '*' (such as MYAPP_*); "
                 "a bare '*' or other wildcards would let a spec set anything")

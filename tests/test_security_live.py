@@ -138,29 +138,37 @@ async def test_a_specs_env_cannot_run_code_on_a_host(tmp_path):
         lv.close()
 
 
-async def test_remote_code_needs_the_agents_permission(tmp_path):
-    """--trust-remote-code passes spec validation (whether it may run is the host's call): on an
-    agent without --allow-remote-code the instance is ERROR naming the flag and the option, with
-    no restart loop and nothing launched; on an agent started with it, the engine gets the flag."""
+async def test_remote_code_and_more_env_need_the_agents_permission(tmp_path):
+    """--trust-remote-code passes spec validation, and so does MYAPP_MODE once the control plane's
+    operator allowed MYAPP_* (GPUFLOW_ALLOW_ENV); whether they may run is each host's call. On an
+    agent without --allow-remote-code and --allow-env the instance is ERROR naming the flag, the
+    variable and the options, with no restart loop and nothing launched; on an agent started with
+    them, the engine gets both."""
     (vllm,) = launchers(tmp_path, "vllm")
     lv = await start(tmp_path, {"plain": ["--vllm", vllm, "--label", "code=no"],
-                                "trusting": ["--vllm", vllm, "--label", "code=yes", "--allow-remote-code"]})
+                                "trusting": ["--vllm", vllm, "--label", "code=yes", "--allow-remote-code",
+                                             "--allow-env", "MYAPP_*"]},
+                     env={"GPUFLOW_ALLOW_ENV": '["MYAPP_*"]'})
     try:
         def vllm_spec(name: str, code: str) -> ModelSpec:
             return ModelSpec.model_validate({"name": name, "source": {"local_path": f"/models/{name}"},
                                              "backend": "vllm", "resources": {"vram": "4 GiB"},
                                              "backend_parameters": ["--trust_remote_code"],
-                                             "worker_selector": {"code": code}})
+                                             "env": {"MYAPP_MODE": "fast"},
+                                             "worker_selector": {"code": code}},
+                                            context={"allow_env": ["MYAPP_*"]})  # as a CLI with the setting
 
         await ops.deploy(lv.client, vllm_spec("refused", "no"), FAST)
         await lv.wait(lambda: any("--allow-remote-code" in i.reason for i in lv.instances("refused")), 60,
                       "ERROR naming the agent option")
         row = lv.instances("refused")[0]
-        assert row.state == "error" and "--trust_remote_code" in row.reason and "refused by plain" in row.reason
+        assert row.state == "error" and "refused by plain" in row.reason
+        assert "--trust_remote_code" in row.reason and "env MYAPP_MODE is not allowed" in row.reason
         assert not (tmp_path / "vllm.json").exists()  # nothing was started
         await ops.deploy(lv.client, vllm_spec("allowed", "yes"), FAST)
         await lv.wait(lambda: lv.states("allowed") == {"allowed-0": "running"}, 90, "allowed RUNNING")
-        assert "--trust_remote_code" in json.loads((tmp_path / "vllm.json").read_text())["argv"]
+        seen = json.loads((tmp_path / "vllm.json").read_text())
+        assert "--trust_remote_code" in seen["argv"] and seen["env"]["MYAPP_MODE"] == "fast"
         row = lv.instances("refused")[0]
         assert (row.state, row.restarts, row.worker) == ("error", 0, None)  # not retried; its GPUs released
     finally:
