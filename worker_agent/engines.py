@@ -1,6 +1,7 @@
 """Inference engines' command lines, built from the placement: argv lists exec'd directly, never
 a shell string. The user's backend_parameters are appended as separate words, so they can only
-be options of the engine, never another program; a flag the user gave wins over ours.
+be options of the engine, never another program; a placement input the user gave (the scheduler
+booked from it) is kept instead of ours.
 
 | backend | argv | from the placement |
 | --- | --- | --- |
