@@ -11,7 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scheduler.cluster import Bytes, Strict
 from scheduler.engine_flags import flag_problems
-from scheduler.naming import NAME_PATTERN
+from scheduler.naming import NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
 
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
@@ -33,6 +33,24 @@ class PlacementStrategy(str, Enum):
 class HubFile(Strict):
     repo: str = Field(min_length=1)
     file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
+
+    @field_validator("repo")
+    @classmethod
+    def _repo_id(cls, repo: str) -> str:
+        """ORG/NAME (or NAME), each a name (scheduler/naming.py): it becomes folders on the host."""
+        parts = repo.split("/")
+        if len(parts) > 2 or ".." in repo or any(name_problem(x) for x in parts):
+            raise ValueError(f"repo {repo!r} is not ORG/NAME (letters, digits, '.', '_', '-')")
+        return repo
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, file: str | None) -> str | None:
+        """A path inside the repository: no absolute path, no '..', no empty or '.' segment."""
+        if file is not None and (file.startswith("/") or "\\" in file or "\x00" in file
+                                 or any(seg in ("", ".", "..") for seg in file.split("/"))):
+            raise ValueError(f"file {file!r} is not a path inside the repository")
+        return file
 
     @property
     def is_glob(self) -> bool:

@@ -161,3 +161,32 @@ def test_operator_patterns_reach_spec_validation():
     with pytest.raises(ValidationError):
         ModelSpec.model_validate(raw)
     assert ModelSpec.model_validate(raw, context={"allow_env": ["MYAPP_*"]}).env == {"MYAPP_MODE": "x"}
+
+
+@pytest.mark.parametrize("hub,ok", [
+    ({"repo": "Qwen/Qwen2.5-0.5B-Instruct-GGUF", "file": "*q4_k_m.gguf"}, True),
+    ({"repo": "gpt2"}, True),
+    ({"repo": "org/name", "file": "sub/dir/model.gguf"}, True),
+    ({"repo": "../../etc"}, False),                       # becomes folders in the host's model cache
+    ({"repo": "org/../../x"}, False),
+    ({"repo": "a/b/c"}, False),
+    ({"repo": "org/name", "file": "../../../root/.bashrc"}, False),
+    ({"repo": "org/name", "file": "/etc/passwd"}, False),
+    ({"repo": "org/name", "file": "a//b"}, False),
+])
+def test_hub_names_stay_names(hub, ok):
+    raw = {"name": "m", "source": {"huggingface": hub}, "backend": "vllm"}
+    if ok:
+        ModelSpec.model_validate(raw)
+    else:
+        with pytest.raises(ValidationError, match="repo|file"):
+            ModelSpec.model_validate(raw)
+
+
+def test_a_hub_listing_cannot_write_outside_the_cache(tmp_path):
+    from worker_agent.downloads import NotOnHub, _inside
+
+    cache = tmp_path / "models"
+    assert _inside(str(cache), str(cache / "huggingface" / "org" / "name" / "abc"))
+    with pytest.raises(NotOnHub, match="does not resolve inside"):
+        _inside(str(cache / "f"), str(cache / "f" / ".." / ".." / "x.gguf"))  # a file name a hub listed

@@ -137,20 +137,18 @@ class ProcessTable:
         return rec
 
     def find(self, instance: str) -> Record | None:
+        """The record of ``instance``; None when there is none (a key that is not a name has none)."""
         try:
             with open(self._pidfile(instance)) as f:
                 return Record(**json.load(f))
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, InvalidInput):
             return None
 
     def records(self) -> list[Record]:
         out = []
         for fn in sorted(os.listdir(self.run_dir)):
             if fn.endswith(".json"):
-                try:
-                    r = self.find(fn[:-5])
-                except InvalidInput:  # not a file this table wrote
-                    continue
+                r = self.find(fn[:-5])  # None for a file this table did not write
                 if r:
                     out.append(r)
         return out
