@@ -119,7 +119,8 @@ async def test_a_specs_env_cannot_run_code_on_a_host(tmp_path):
             path.write_text(yaml.safe_dump(sglang_spec("evil", env={var: value})))
             out = cli(lv, "deploy", str(path))
             assert out.returncode == 2 and f"env {var} " in out.stderr, (var, out.stdout, out.stderr)
-        h = await lv.client.start_workflow("ModelDeploymentWorkflow", DeploymentInput(spec=sglang_spec("evil", env=bad)),
+        h = await lv.client.start_workflow("ModelDeploymentWorkflow",
+                                           DeploymentInput(spec=sglang_spec("evil", env=bad)),
                                            id="deployment/evil", task_queue=CONTROL_QUEUE)
         why = await failure(h)
         assert all(f"env {var} " in why for var in bad), why

@@ -263,7 +263,8 @@ class ModelInstanceWorkflow:
                 summary=f"launch {req.key} on {worker}")
         except ActivityError as e:
             kind, msg = c.cause(e)
-            kind = {"LaunchFailed": "failed", "LaunchRefused": "refused", "InvalidName": "refused"}.get(kind, "unreachable")
+            kind = {"LaunchFailed": "failed", "LaunchRefused": "refused",
+                    "InvalidName": "refused"}.get(kind, "unreachable")
             raise HostTrouble(kind, worker, msg) from None
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
