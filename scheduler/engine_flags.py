@@ -7,7 +7,8 @@ kinds of flags are checked, at spec validation and again by the agent before a l
   port, socket), which model it serves and under which name, how the nodes of a placement across
   workers find each other (llama.cpp's --rpc, SGLang's --dist-init-addr/--nnodes/--node-rank),
   KV-cache sizes in bytes that bypass the memory share the ledger booked, and flags that read
-  further flags, models or files from elsewhere (vLLM --config, llama-server --model-url,
+  further flags, models or files from elsewhere (vLLM --config, --download-dir,
+  --allowed-local-media-path (lets clients read the host's files), llama-server --model-url,
   --hf-repo, --path, --log-file, --slot-save-path, llama-cpp-python --config_file).
 - **placement inputs**: parallel sizes, the GPU memory share, llama.cpp's --gpu-layers and
   --tensor-split. The scheduler reads these (scheduler/params.py, as GPUStack does) and books the
@@ -27,7 +28,7 @@ from __future__ import annotations
 OWNED = {
     "vllm": ("--host", "--port", "--uds", "--model", "--served-model-name", "--config", "--headless",
              "--distributed-executor-backend", "--data-parallel-address", "--data-parallel-rpc-port",
-             "--kv-cache-memory-bytes", "--kv-cache-memory"),
+             "--kv-cache-memory-bytes", "--kv-cache-memory", "--allowed-local-media-path", "--download-dir"),
     "sglang": ("--host", "--port", "--model-path", "--model", "--served-model-name", "--config", "--dist-init-addr",
                "--nccl-init-addr", "--nnodes", "--node-rank", "--base-gpu-id", "--gpu-id-step"),
     "llama.cpp": ("-m", "--model", "--host", "--port", "-a", "--alias", "--rpc", "-mu", "--model-url", "-hf", "-hfr",
@@ -78,7 +79,8 @@ def flag_problems(backend: str, params: list[str]) -> list[str]:
     out = []
     for word, name in _flags(backend, params):
         if (f := _hits(backend, name, owned)) is not None:
-            out.append(f"backend_parameters: {word!r} sets {f}, which gpuflow sets from the placement; remove it")
+            out.append(f"backend_parameters: {word!r} sets {f}, which a spec may not set (gpuflow sets it from the "
+                       "placement, or it reaches files outside the instance); remove it")
         elif name not in inputs and (f := _hits(backend, name, inputs)) is not None:
             out.append(f"backend_parameters: {word!r} abbreviates {f}; write {f} in full (gpuflow reads it to book "
                        "the placement)")

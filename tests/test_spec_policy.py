@@ -85,6 +85,7 @@ def test_launch_env_is_clean():
     ("vllm", ["--model", "/other"], "sets --model"),
     ("vllm", ["--config", "/m/evil.yaml"], "sets --config"),        # more flags from a file
     ("vllm", ["--kv-cache-memory-bytes", "80G"], "sets --kv-cache-memory-bytes"),  # beyond the booked share
+    ("vllm", ["--allowed-local-media-path=/"], "sets --allowed-local-media-path"),  # clients read host files
     ("vllm", ["--gpu-memory-util", "0.99"], "abbreviates --gpu-memory-utilization"),  # unread by the scheduler
     ("vllm", ["--tensor-parallel", "8"], "abbreviates --tensor-parallel-size"),
     ("sglang", ["--model-path", "/other"], "sets --model-path"),
