@@ -191,3 +191,30 @@ def test_a_hub_listing_cannot_write_outside_the_cache(tmp_path):
     assert _inside(str(cache), str(cache / "huggingface" / "org" / "name" / "abc"))
     with pytest.raises(NotOnHub, match="does not resolve inside"):
         _inside(str(cache / "f"), str(cache / "f" / ".." / ".." / "x.gguf"))  # a file name a hub listed
+
+
+def test_engine_flags_read_only_the_models_files(tmp_path):
+    """On the host: a parameter naming an existing file or folder must lie in the model's folder
+    (or a --model-root); words that name nothing on this host (an inline template) pass."""
+    from worker_agent.engines import EngineConfig, host_file_problems
+    from worker_agent.payloads import LaunchRequest
+
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    (model / "chat.jinja").write_text("{{ messages }}")
+    (tmp_path / "secret").write_text("s3cr3t")
+    os.symlink(tmp_path / "secret", model / "sneaky.jinja")  # inside by name, outside once resolved
+
+    def problems(*params: str, roots: tuple[str, ...] = ()) -> list[str]:
+        r = LaunchRequest(instance="m-0", model="m", backend="vllm", model_path=str(model),
+                          backend_parameters=list(params))
+        return host_file_problems(r, EngineConfig(model_roots=roots))
+
+    assert problems("--chat-template", str(model / "chat.jinja")) == []
+    assert problems("--chat-template", "{{ messages[0]['content'] }} / done") == []  # not a path here
+    assert problems("--max-model-len", "4096") == []
+    assert len(problems("--chat-template", "/etc/passwd")) == 1                # echoed back to clients
+    assert len(problems(f"--chat-template={model}/../../secret")) == 1
+    assert len(problems("--chat-template", str(model / "sneaky.jinja"))) == 1
+    assert len(problems("--lora-modules", f"a={tmp_path}")) == 1                 # NAME=PATH forms too
+    assert problems("--tokenizer", str(tmp_path / "secret"), roots=(str(tmp_path),)) == []  # the operator's root

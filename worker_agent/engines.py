@@ -75,6 +75,28 @@ class LaunchRefused(InvalidInput):
     """The launch asks what this host does not allow; retrying cannot help."""
 
 
+def host_file_problems(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
+    """A backend parameter that names a file or folder on this host (a chat template, a
+    tokenizer, a LoRA, a draft model, an SSL key...) must name one inside the model's folder or a
+    --model-root: the engine would otherwise read (and could serve back) any file the agent's user
+    can read. Checked on the host, where the paths are; words that name nothing here pass."""
+    roots = [p for p in (req.model_path,) if p]
+    roots = [p if os.path.isdir(p) else os.path.dirname(p) for p in roots] + list(cfg.model_roots)
+    out = []
+    for word in req.backend_parameters:
+        for value in {word, word.split("=", 1)[-1]}:
+            if "/" not in value or not os.path.exists(os.path.expanduser(value)):
+                continue
+            try:
+                check_model_path(os.path.expanduser(value), tuple(roots) or ("/nonexistent-root",))
+            except InvalidInput:
+                out.append(f"backend_parameters: {word!r} names {value}, outside the model's folder"
+                           + (f" and this host's model roots ({', '.join(cfg.model_roots)})" if cfg.model_roots else "")
+                           + "; an engine may read only the model's files")
+                break
+    return out
+
+
 def check_launch(req: LaunchRequest, cfg: EngineConfig) -> None:
     """Everything in ``req`` that came from a spec, checked again here: the names, the env, the
     engine flags. LaunchRefused names each problem."""
@@ -86,6 +108,7 @@ def check_launch(req: LaunchRequest, cfg: EngineConfig) -> None:
     problems = env_problems(req.env, cfg.allow_env)
     if req.backend != "custom":
         problems += flag_problems(req.backend, req.backend_parameters)
+        problems += host_file_problems(req, cfg)
         code = remote_code_flags(req.backend, req.backend_parameters)
         if code and not cfg.allow_remote_code:
             problems.append(f"backend_parameters {', '.join(code)} make the engine run code from the model's files "
