@@ -133,7 +133,9 @@ def cmd_explain(a) -> int:
 
     async def go():
         d = await ops.explain(await connect(s.temporal), a.instance)
-        print(json.dumps(d, indent=2) if a.json else render_cluster.explain(d))
+        from gpuflow.render_explain import explain
+
+        print(json.dumps(d, indent=2) if a.json else explain(d))
 
     return _run(go())
 
