@@ -8,7 +8,6 @@ WATCH_HOST = "watch_host"
 LAUNCH_INSTANCE = "launch_instance"
 SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
-READ_LOG = "read_log"
 PREPARE_MODEL = "prepare_model"
 
 
