@@ -69,3 +69,16 @@ def test_a_gguf_model_on_a_gpu_less_worker_names_the_cpu_rule_not_the_labels(smo
     assert not any("label" in r for r in head)
     assert d.reasons[2:4] == ["Matched 1/2 workers by label selector: {'role': 'cpu'}.",
                               "labels: worker dev: label role wanted, worker has none"]
+
+
+def test_a_custom_server_on_a_gpu_less_worker_says_the_cpu_is_off():
+    """Custom backends run anywhere; with no GPU left the CPU is the only way, and it is off."""
+    from scheduler.request import FlatRequest
+    from scheduler.units import GiB
+
+    snap = cluster([worker("cpu1", 16)])
+    spec = ModelSpec.model_validate({"name": "c", "source": {"local_path": "/m"}, "backend": "custom",
+                                     "run_command": "serve", "resources": {"vram": "1 GiB", "ram": "1 GiB"}})
+    d = decide(snap, spec, FlatRequest(vram=GiB, ram=GiB))
+    assert not d.scheduled
+    assert d.reasons[:d.decisive][-1] == "cpu: Workers without a GPU (cpu1) could run it on the CPU, but cpu_offloading is off."
