@@ -57,7 +57,15 @@ LOG = b"--- gpuflow: starting llama-server -m /m.gguf --port 9000\nline one\nlin
 def test_reads_start_at_a_line(tmp_path, offset, text, nxt):
     (tmp_path / "m-0.log").write_bytes(LOG)
     chunk = read_chunk(str(tmp_path), LogRequest(instance="m-0", worker="w", offset=offset))
-    assert (chunk.text, chunk.offset, chunk.found) == (text, nxt, True)
+    assert (chunk.text, chunk.offset, chunk.found, chunk.more) == (text, nxt, True, False)
+
+
+def test_a_read_stops_at_max_bytes_and_says_there_is_more(tmp_path):
+    (tmp_path / "m-0.log").write_bytes(LOG)
+    chunk = read_chunk(str(tmp_path), LogRequest(instance="m-0", worker="w", offset=0, max_bytes=60))
+    assert (chunk.offset, chunk.more) == (60, True)  # 76 bytes: 60 read, 16 left
+    chunk = read_chunk(str(tmp_path), LogRequest(instance="m-0", worker="w", offset=60, max_bytes=60))
+    assert (chunk.text, chunk.offset, chunk.more) == ("ne one\nline two\n", 76, False)
 
 
 def test_a_log_not_written_yet(tmp_path):

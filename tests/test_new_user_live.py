@@ -18,7 +18,8 @@ from tests.live import FAST, Live, cli, spec
 from worker_agent.log_reader import QUERY, workflow_id
 from worker_agent.payloads import LogChunk, LogRequest
 
-TICKER = ("python3 -u -c \"import itertools,time; "
+# 2000 'boot' lines of 50 bytes (100 kB, more than one 64 KiB read) at once, then a tick every 0.1 s
+TICKER = ("python3 -u -c \"import itertools,time; [print('boot', i, 'y' * 40) for i in range(2000)]; "
           "[print('tick', i, 'x' * 40) or time.sleep(0.1) for i in itertools.count()]\"")
 
 
@@ -55,11 +56,15 @@ async def _logs(lv: Live) -> None:
     assert out.stdout and all(ln.startswith("tick ") for ln in out.stdout.splitlines()), out.stdout
     whole = cli(lv, "logs", "ticker-0", "--bytes", "1000000")
     assert whole.stdout.startswith("--- gpuflow: starting python3 -u -c"), whole.stdout[:200]  # the command line
+    lines = whole.stdout.splitlines()
+    assert [ln.split()[1] for ln in lines if ln.startswith("boot ")] == [str(i) for i in range(2000)]  # read on
+    assert lines[-1].startswith("tick ")  # past the first 64 KiB, to the end as it was
     base = [sys.executable, "-m", "gpuflow", "logs", "ticker-0", "--follow", "--address", lv.stack.temporal.address]
     follow = subprocess.Popen(base, stdout=subprocess.PIPE, text=True)
+    first = follow.stdout.readline()  # it is reading (and handles Ctrl-C) once it has printed
     time.sleep(4)
     follow.send_signal(signal.SIGINT)
-    later = follow.communicate(timeout=30)[0]
+    later = first + follow.communicate(timeout=30)[0]
     assert follow.returncode == 0
     last = lambda text: max(int(ln.split()[1]) for ln in text.splitlines() if ln.startswith("tick "))  # noqa: E731
     assert last(later) > last(out.stdout) + 10  # 4 s at 10 lines/s, read as it came

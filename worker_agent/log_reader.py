@@ -61,7 +61,8 @@ def read_chunk(log_dir: str, req: LogRequest) -> LogChunk:
             data = f.read(limit)
     except OSError:
         return LogChunk(text="", offset=max(req.offset, 0), found=False)
-    return LogChunk(text=data.decode(errors="replace"), offset=start + len(data), found=True)
+    end = start + len(data)
+    return LogChunk(text=data.decode(errors="replace"), offset=end, found=True, more=end < size)
 
 
 _LOG_DIRS: dict[str, str] = {}  # host task queue -> that agent's log folder (agents in this process)

@@ -105,3 +105,4 @@ class LogChunk(BaseModel):
     text: str
     offset: int  # where the next read starts
     found: bool = True
+    more: bool = False  # the file already holds more after ``offset`` (the read stopped at max_bytes)
