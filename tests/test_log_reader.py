@@ -49,7 +49,7 @@ LOG = b"--- gpuflow: starting llama-server -m /m.gguf --port 9000\nline one\nlin
     (-1000, LOG.decode(), 76),  # more than the file: from its start, the command line included
     (-12, "line two\n", 76),  # 76 - 12 = 64 is inside 'line one' (58..66): skip to the next line, at 67
     (-9, "line two\n", 76),  # 76 - 9 = 67: already at a line boundary
-    (-3, "", 76),  # inside the last line: its end is the next boundary, nothing whole to show yet
+    (-3, "wo\n", 76),  # 73 is inside the last line and no line starts after it: its tail beats nothing
     (59, "ine one\nline two\n", 76),  # an explicit offset (--follow) is read as asked
     (76, "", 76),
     (500, "", 76),  # past the end: nothing, the next read starts at the end

@@ -45,7 +45,8 @@ def log_file(log_dir: str, key: str) -> str:
 
 def read_chunk(log_dir: str, req: LogRequest) -> LogChunk:
     """Up to ``max_bytes`` of the log from ``offset`` (negative: that far from the end). A read
-    from the end starts at the next line boundary, so the first line shown is whole."""
+    from the end starts at the next line boundary, so the first line shown is whole (unless no
+    line starts in the window: then the tail of the last line beats nothing)."""
     path = log_file(log_dir, req.instance)
     limit = max(0, min(req.max_bytes, MAX_BYTES))
     try:
@@ -54,9 +55,9 @@ def read_chunk(log_dir: str, req: LogRequest) -> LogChunk:
         with open(path, "rb") as f:
             if req.offset < 0 and start > 0:
                 f.seek(start - 1)
-                if f.read(1) != b"\n":  # mid-line: skip to the next line, if it starts in this read
+                if f.read(1) != b"\n":  # mid-line: skip to the next line, if one starts in this window
                     cut = f.read(limit).find(b"\n")
-                    start += cut + 1 if cut >= 0 else 0
+                    start += cut + 1 if 0 <= cut < size - start - 1 else 0
             f.seek(start)
             data = f.read(limit)
     except OSError:
