@@ -190,7 +190,8 @@ async def read_log(client: Client, instance_name: str, offset: int = -4096, work
         raise InvalidInput(f"cannot read {instance_name}'s log on {worker}: {e}") from None
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise Unreachable(f"host {worker} has no log reader: is its agent running (gpuflow agent --name {worker})?") from None
+            raise Unreachable(f"host {worker} has no log reader: is its agent running "
+                              f"(gpuflow agent --name {worker})?") from None
         if e.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
                         RPCStatusCode.UNAVAILABLE):  # FAILED_PRECONDITION: "no poller seen for task queue recently"
             raise Unreachable(f"cannot read {instance_name}'s log: host {worker} did not answer ({e.message}); "
