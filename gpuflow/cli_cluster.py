@@ -141,7 +141,9 @@ def cmd_explain(a) -> int:
 
     async def go():
         d = await ops.explain(await connect(s.temporal), a.instance)
-        print(json.dumps(d, indent=2) if a.json else render_cluster.explain(d))
+        from gpuflow.render_explain import explain
+
+        print(json.dumps(d, indent=2) if a.json else explain(d))
 
     return _run(go())
 
@@ -173,22 +175,29 @@ def cmd_logs(a) -> int:
         chunk = await ops.read_log(client, a.instance, offset=-a.bytes, worker=worker)
         if not chunk.found:
             raise InvalidInput(f"instance {a.instance} has no log on its host yet")
-        sys.stdout.write(chunk.text)
-        sys.stdout.flush()
-        while a.follow and not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), 1.0)
-                break
-            except asyncio.TimeoutError:
-                pass
-            chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
+        while True:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
+            if not chunk.more:  # caught up: done, or wait for more
+                if not a.follow:
+                    break
+                try:
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+            chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
 
     try:
         return _run(go())
     except KeyboardInterrupt:
         return 0
+
+
+def _positive(v: str) -> int:
+    if not v.isdigit() or int(v) < 1:
+        raise argparse.ArgumentTypeError(f"a number of bytes >= 1, got {v!r}")
+    return int(v)
 
 
 def add_commands(sub) -> None:
@@ -197,7 +206,7 @@ def add_commands(sub) -> None:
     p.add_argument("instance", help="an instance, or one of its helper processes (INSTANCE@rpc0, INSTANCE@ray-head; "
                                     "see 'gpuflow status --json')")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output (Ctrl-C ends)")
-    p.add_argument("--bytes", type=int, default=8192, help="how much of the end to show first (default 8192)")
+    p.add_argument("--bytes", type=_positive, default=8192, help="how much of the end to show first (default 8192)")
     p.set_defaults(fn=cmd_logs, temporal=True)
 
     p = sub.add_parser("server", help="run a control-plane worker (workflows and control activities)")

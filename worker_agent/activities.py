@@ -108,8 +108,7 @@ class HostActivities:
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
-        return [self.watch_host, self.prepare_model, self.launch_instance, self.supervise_instance, self.stop_instance,
-                self.read_log]
+        return [self.watch_host, self.prepare_model, self.launch_instance, self.supervise_instance, self.stop_instance]
 
     @activity.defn(name=p.WATCH_HOST)
     async def watch_host(self, known: str) -> HostReport:
@@ -273,11 +272,6 @@ class HostActivities:
             if d is not None and d.cancel_requested:
                 await self._stop(key)
             raise
-
-    @activity.defn(name=p.READ_LOG)
-    async def read_log(self, req: p.LogRequest) -> p.LogChunk:
-        data, nxt, found = self.table.read_log(req.instance, req.offset, min(req.max_bytes, 1 << 20))
-        return p.LogChunk(text=data.decode(errors="replace"), offset=nxt, found=found)
 
     @activity.defn(name=p.STOP_INSTANCE)
     async def stop_instance(self, instance: str) -> bool:

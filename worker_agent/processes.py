@@ -189,19 +189,6 @@ class ProcessTable:
             return ""
         return " | ".join(ln for ln in text.strip().splitlines()[-lines:] if not ln.startswith("--- gpuflow"))
 
-    def read_log(self, instance: str, offset: int, max_bytes: int) -> tuple[bytes, int, bool]:
-        """Bytes of the instance's log from ``offset`` (negative: from the end); (data, next, found)."""
-        path = self.log_path(instance)
-        try:
-            size = os.path.getsize(path)
-            start = max(0, size + offset) if offset < 0 else min(offset, size)
-            with open(path, "rb") as f:
-                f.seek(start)
-                data = f.read(max_bytes)
-        except OSError:
-            return b"", max(offset, 0), False
-        return data, start + len(data), True
-
     def signal_group(self, pid: int, sig: int) -> None:
         try:
             os.killpg(pid, sig)  # started with start_new_session: pgid == pid

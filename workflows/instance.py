@@ -211,7 +211,8 @@ class ModelInstanceWorkflow:
                 summary=f"decide {self.inp.name}")
             self.decision = d
             if not d.scheduled or d.plan is None:
-                reason = "; ".join(d.reasons[:3]) or "no candidate"
+                shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
+                reason = "; ".join(d.reasons[:shown]) or "no candidate"
                 await self._record("pending", f"unschedulable: {reason}",
                                    decision={"request": est.summary, "reasons": d.reasons[:20]})
                 try:
