@@ -1,6 +1,8 @@
 """The gpuflow command line. Dry-run commands: schedule, estimate, rank-scale-down, demo.
 
-Exit codes: 0 done (scheduled), 3 unschedulable, 2 invalid input.
+Exit codes: 0 done (scheduled); 1 Temporal reported an error; 2 invalid input (a file, spec, name
+or argument); 3 unschedulable (schedule); 4 unreachable: Temporal, or a host through it, did not
+answer; 130 interrupted; 141 the reader of stdout left (``| head``), quietly.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from scheduler.summary import request_summary, summary_text
 from scheduler.spec import PlacementStrategy
 from scheduler.units import MiB
 
-EXIT_OK, EXIT_INVALID, EXIT_UNSCHEDULABLE = 0, 2, 3
+EPILOG = """\
+start here: 'gpuflow dev' runs Temporal, a control plane and an agent on this machine;
+then 'gpuflow deploy SPEC', 'gpuflow status', 'gpuflow explain INSTANCE', 'gpuflow logs INSTANCE'.
+
+exit codes: 0 done; 1 Temporal reported an error; 2 invalid input; 3 unschedulable (schedule);
+4 Temporal (or a host through it) did not answer; 130 interrupted; 141 stdout closed early."""
+EXIT_OK, EXIT_INVALID, EXIT_UNSCHEDULABLE, EXIT_UNREACHABLE = 0, 2, 3, 4
+EXIT_PIPE = 128 + 13  # SIGPIPE: the reader of stdout went away
 
 
 def cmd_schedule(a) -> int:
@@ -90,7 +99,8 @@ def cmd_demo(a) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpuflow", description="GPU-cluster orchestrator for LLM inference servers")
+    p = argparse.ArgumentParser(prog="gpuflow", description="GPU-cluster orchestrator for LLM inference servers",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("schedule", help="dry run: where would one replica go, and why")
@@ -127,7 +137,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_rank)
 
-    d = sub.add_parser("demo", help="the main job: dry-run placements of bundled examples")
+    d = sub.add_parser("demo", help="dry-run placements of the bundled examples (no Temporal needed)")
     d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
     d.set_defaults(fn=cmd_demo)
 
@@ -143,8 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = args.fn(args)
     except GpuflowError as e:
+        from gpuflow.runtime import Unreachable
+
         print(f"gpuflow: error: {e}", file=sys.stderr)
-        code = EXIT_INVALID
+        code = EXIT_UNREACHABLE if isinstance(e, Unreachable) else EXIT_INVALID
+    except BrokenPipeError:
+        code = _reader_gone()
     except Exception as e:  # noqa: BLE001  Temporal's errors, named; anything else is a bug and keeps its traceback
         from temporalio.client import WorkflowFailureError
         from temporalio.service import RPCError
@@ -158,10 +172,22 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "temporal", False):
         # The Temporal SDK's core threads can crash CPython's finalisation (sdk-python #300):
         # leave without it once our own work is done.
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            code = _reader_gone()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _reader_gone() -> int:
+    """stdout's reader left (``gpuflow status --json | head``): end quietly, as ``cat`` does, with
+    the exit status of a process ended by SIGPIPE. What is still buffered goes nowhere (Python's
+    own flush at exit would otherwise print a second error)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_PIPE
 
 
 if __name__ == "__main__":

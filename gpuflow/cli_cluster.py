@@ -28,6 +28,9 @@ def settings_from(a) -> Settings:
         upd["database_url"] = a.database_url
     if getattr(a, "hf_endpoint", None):
         upd["hf_endpoint"] = a.hf_endpoint
+    from scheduler.spec_env import allow_more
+
+    allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
     return s.model_copy(update=upd)
 
 
@@ -62,6 +65,10 @@ def cmd_agent(a) -> int:
     if bad:
         raise InvalidInput(f"--label takes KEY=VALUE, got {bad[0]!r}")
     labels = dict(kv.split("=", 1) for kv in a.label or [])
+    from scheduler.spec_env import allow_pattern_problem
+
+    for why in filter(None, map(allow_pattern_problem, a.allow_env or [])):
+        raise InvalidInput(why)
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
@@ -76,7 +83,8 @@ def cmd_agent(a) -> int:
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
-                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()))
+                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()),
+                               allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code)
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
@@ -133,7 +141,9 @@ def cmd_explain(a) -> int:
 
     async def go():
         d = await ops.explain(await connect(s.temporal), a.instance)
-        print(json.dumps(d, indent=2) if a.json else render_cluster.explain(d))
+        from gpuflow.render_explain import explain
+
+        print(json.dumps(d, indent=2) if a.json else explain(d))
 
     return _run(go())
 
@@ -165,22 +175,29 @@ def cmd_logs(a) -> int:
         chunk = await ops.read_log(client, a.instance, offset=-a.bytes, worker=worker)
         if not chunk.found:
             raise InvalidInput(f"instance {a.instance} has no log on its host yet")
-        sys.stdout.write(chunk.text)
-        sys.stdout.flush()
-        while a.follow and not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), 1.0)
-                break
-            except asyncio.TimeoutError:
-                pass
-            chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
+        while True:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
+            if not chunk.more:  # caught up: done, or wait for more
+                if not a.follow:
+                    break
+                try:
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+            chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
 
     try:
         return _run(go())
     except KeyboardInterrupt:
         return 0
+
+
+def _positive(v: str) -> int:
+    if not v.isdigit() or int(v) < 1:
+        raise argparse.ArgumentTypeError(f"a number of bytes >= 1, got {v!r}")
+    return int(v)
 
 
 def add_commands(sub) -> None:
@@ -189,7 +206,7 @@ def add_commands(sub) -> None:
     p.add_argument("instance", help="an instance, or one of its helper processes (INSTANCE@rpc0, INSTANCE@ray-head; "
                                     "see 'gpuflow status --json')")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output (Ctrl-C ends)")
-    p.add_argument("--bytes", type=int, default=8192, help="how much of the end to show first (default 8192)")
+    p.add_argument("--bytes", type=_positive, default=8192, help="how much of the end to show first (default 8192)")
     p.set_defaults(fn=cmd_logs, temporal=True)
 
     p = sub.add_parser("server", help="run a control-plane worker (workflows and control activities)")
@@ -209,6 +226,12 @@ def add_commands(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--allow-custom", action="store_true",
                    help="run custom backends' run_command (off by default: it runs any program)")
+    p.add_argument("--allow-env", action="append", metavar="PATTERN",
+                   help="also let specs set these env variables (a name, or a prefix ending in '*'; repeatable); "
+                        "gpuflow's own variables stay off limits")
+    p.add_argument("--allow-remote-code", action="store_true",
+                   help="let specs pass --trust-remote-code and other flags that run code from the model's files "
+                        "(off by default)")
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")

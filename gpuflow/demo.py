@@ -1,4 +1,4 @@
-"""The main job for now: dry-run placements of the bundled examples, printed with their
+"""`gpuflow demo`: dry-run placements of the bundled examples, printed with their
 explanation. Model files are real-format files written locally (sparse GGUF and safetensors
 with Llama-3-8B Q5_K_M and Qwen2.5-7B shapes), since nothing is downloaded."""
 

@@ -58,9 +58,10 @@ class Stack:
         return p
 
     def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None,
-                    extra: list[str] | None = None) -> subprocess.Popen:
+                    extra: list[str] | None = None, allow_custom: bool = True) -> subprocess.Popen:
         # the dev stack's agents serve its owner's own commands: custom run commands are on
-        args = ["agent", "--name", name, "--allow-custom"] + (["--inventory", inventory] if inventory else [])
+        args = ["agent", "--name", name] + (["--allow-custom"] if allow_custom else []) + \
+            (["--inventory", inventory] if inventory else [])
         addr = self._metrics_port(9401)
         args += ["--metrics-address", addr] + (extra or [])
         self.metrics[f"agent {name}"] = addr

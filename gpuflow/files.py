@@ -13,7 +13,9 @@ from scheduler.errors import InvalidInput
 from scheduler.spec import ModelSpec
 
 
-def _explain(path: str, e: ValidationError) -> InvalidInput:
+def _explain(path: str, e: ValidationError, model: type[BaseModel] | None = None) -> InvalidInput:
+    from gpuflow.field_hint import suggestion
+
     lines = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
@@ -22,6 +24,8 @@ def _explain(path: str, e: ValidationError) -> InvalidInput:
         if err.get("type") in ("enum", "literal_error", "string_pattern_mismatch", "int_parsing", "greater_than_equal") \
                 and isinstance(got, (str, int, float)):
             msg += f" (got {got!r})"
+        if err.get("type") == "extra_forbidden" and model is not None:
+            msg += suggestion(model, tuple(err["loc"]))
         lines.append(f"  {loc}: {msg}")
     return InvalidInput(f"{path}: invalid:\n" + "\n".join(lines))
 
@@ -46,7 +50,7 @@ def load(path: str, model: type[BaseModel]):
     try:
         obj = model.model_validate(data)
     except ValidationError as e:
-        raise _explain(path, e) from None
+        raise _explain(path, e, model) from None
     return obj
 
 

@@ -20,6 +20,7 @@ from workflows.instance import ModelInstanceWorkflow
 
 
 UPDATE_TIMEOUT_S = 60.0
+LOG_QUERY_TIMEOUT_S = 15.0
 
 
 async def _update(handle, update, *args):
@@ -170,19 +171,29 @@ async def log_host(client: Client, name: str) -> str:
 
 
 async def read_log(client: Client, instance_name: str, offset: int = -4096, worker: str | None = None):
-    """One chunk of an instance's log, read on its host through a LogReadWorkflow."""
-    import uuid
+    """One chunk of an instance's log, read on its host by the agent's ``read_log`` query
+    (worker_agent/log_reader.py): nothing is started and no history grows."""
+    from datetime import timedelta
 
-    from temporalio.client import WorkflowFailureError
+    from temporalio.client import WorkflowQueryFailedError
 
-    from worker_agent.payloads import LogRequest
-    from workflows.logs import LogReadWorkflow
+    from gpuflow.runtime import Unreachable
+    from worker_agent.log_reader import QUERY, workflow_id
+    from worker_agent.payloads import LogChunk, LogRequest
 
     worker = worker or await log_host(client, instance_name)
+    handle = client.get_workflow_handle(workflow_id(worker))
     try:
-        return await client.execute_workflow(
-            LogReadWorkflow.run, LogRequest(instance=instance_name, worker=worker, offset=offset),
-            id=f"logs/{instance_name}/{uuid.uuid4().hex[:12]}", task_queue=CONTROL_QUEUE)
-    except WorkflowFailureError as e:
-        raise InvalidInput(f"cannot read {instance_name}'s log on {worker}: host {worker} did not answer "
-                           f"({getattr(e.cause, 'message', e.cause)})") from None
+        return await handle.query(QUERY, LogRequest(instance=instance_name, worker=worker, offset=offset),
+                                  result_type=LogChunk, rpc_timeout=timedelta(seconds=LOG_QUERY_TIMEOUT_S))
+    except WorkflowQueryFailedError as e:
+        raise InvalidInput(f"cannot read {instance_name}'s log on {worker}: {e}") from None
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise Unreachable(f"host {worker} has no log reader: is its agent running "
+                              f"(gpuflow agent --name {worker})?") from None
+        if e.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
+                        RPCStatusCode.UNAVAILABLE):  # FAILED_PRECONDITION: "no poller seen for task queue recently"
+            raise Unreachable(f"cannot read {instance_name}'s log: host {worker} did not answer ({e.message}); "
+                              "is its agent running?") from None
+        raise

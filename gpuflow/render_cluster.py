@@ -56,21 +56,3 @@ def status(st: dict[str, Any]) -> str:
         out.append(hosts(st["hosts"]))
     return "\n".join(out)
 
-
-def explain(d: dict[str, Any]) -> str:
-    if d.get("decision") is None:
-        return f"instance {d['instance']}: {d['state']} (no decision recorded yet) {d.get('reason', '')}"
-    lines = [f"instance {d['instance']}: {d['state'].upper()} on {d.get('worker') or '-'} GPUs {d.get('gpu_indexes')}"]
-    lines.append(f"request: {d.get('request')}")
-    lines.append(f"scheduled: {d['scheduled']} by {d.get('strategy')} with score {d.get('score')}")
-    dec = d["decision"]
-    for f in dec.get("filters", []):
-        lines.append(f"  filter {f['filter']}: {f['before']} -> {f['kept']}")
-        for r in f.get("removed", []):
-            lines.append(f"    - {r['worker']}: {'; '.join(r['reasons'])}")
-    lines.append(f"  candidates (top {len(dec.get('candidates', []))} of {dec.get('candidates_total')}):")
-    for c in dec.get("candidates", []):
-        lines.append(f"    {c['worker']} GPUs {c['gpu_indexes']}: score {c.get('score')} {c.get('scores')}")
-    for r in d.get("reasons", []):
-        lines.append(f"  reason: {r}")
-    return "\n".join(lines)

@@ -12,8 +12,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, TLSConfig
 
 from gpuflow.settings import TemporalSettings
-from scheduler.errors import InvalidInput
+from scheduler.errors import GpuflowError, InvalidInput
 from workflows.common import SEARCH_ATTRIBUTES
+
+
+class Unreachable(GpuflowError):
+    """Temporal, or a host through it, did not answer: nothing was wrong with the input (exit 4)."""
 
 
 def _read(path: str | None) -> bytes | None:
@@ -44,7 +48,9 @@ async def connect(t: TemporalSettings, wait_s: float = 0.0, runtime=None) -> Cli
                                         tls=tls_config(t), api_key=t.api_key, runtime=runtime)
         except RuntimeError as e:
             if asyncio.get_running_loop().time() >= deadline:
-                raise InvalidInput(f"cannot reach Temporal at {t.address}: {e}") from None
+                raise Unreachable(f"cannot reach Temporal at {t.address}: {e}\n"
+                                  "Start one on this machine with 'gpuflow dev' (Temporal, a control plane and an agent), "
+                                  "or point at yours with --address or GPUFLOW_TEMPORAL__ADDRESS.") from None
             await asyncio.sleep(0.5)
 
 

@@ -21,10 +21,9 @@ from gpuflow.settings import Settings
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
-from workflows.logs import LogReadWorkflow
 
 log = logging.getLogger("gpuflow.server")
-WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, LogReadWorkflow]
+WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow]
 
 
 def until_signalled() -> asyncio.Event:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler import filters, selectors
+from scheduler import filters, reasons, selectors
 from scheduler.allocatable import allocatable_map
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decision import Candidate, Context, Decision
@@ -38,17 +38,12 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
     instance being re-placed, whose own claim and counts are left out."""
     ctx = Context(spec, snapshot, request, config or PolicyConfig(), allocatable_map(snapshot, exclude), exclude)
     workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN)
-    reasons = [v.note for v in verdicts if v.note]
-    for v in verdicts:
-        for w, rs in v.removed.items():
-            reasons.extend(f"{v.name}: worker {w}: {r}" for r in rs)
     if not workers:
-        reasons.append("No worker passed the filters.")
-        return Decision(False, None, None, [], verdicts, reasons)
+        return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts))
     msgs: list[str] = []
     strategy, cands = selectors.select(ctx, workers, msgs)
     if not cands:
-        return Decision(False, None, None, [], verdicts, reasons + (msgs or ["No workers meet the resource requirements."]))
+        return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts, msgs))
     apply_chain(cands, scale_up_chain(ctx))
     best = pick(cands)
-    return Decision(True, best, strategy, cands, verdicts, reasons)
+    return Decision(True, best, strategy, cands, verdicts, reasons.rank(verdicts, scheduled=True)[0])

@@ -108,7 +108,8 @@ class Decision:
     strategy: str | None
     candidates: list[Candidate]
     filters: list[FilterVerdict]
-    reasons: list[str]
+    reasons: list[str]  # the decisive ones first (scheduler/reasons.py)
+    decisive: int = 0  # how many of ``reasons`` decided that the replica is not placed
 
     @property
     def score(self) -> float | None:
@@ -121,4 +122,4 @@ class Decision:
                 "score": round(self.score, 4) if self.score is not None else None,
                 "candidates": [c.to_dict() for c in self.candidates],
                 "filters": [f.to_dict() for f in self.filters],
-                "reasons": self.reasons}
+                "reasons": self.reasons, "decisive": self.decisive}

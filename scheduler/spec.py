@@ -7,10 +7,13 @@ import fnmatch
 import re
 from enum import Enum
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scheduler.autoscale.config import Autoscaling
 from scheduler.cluster import Bytes, Strict
+from scheduler.engine_flags import flag_problems
+from scheduler.naming import NAME_PATTERN, name_problem
+from scheduler.spec_env import env_problems, operator_patterns
 
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
 
@@ -31,6 +34,24 @@ class PlacementStrategy(str, Enum):
 class HubFile(Strict):
     repo: str = Field(min_length=1)
     file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
+
+    @field_validator("repo")
+    @classmethod
+    def _repo_id(cls, repo: str) -> str:
+        """ORG/NAME (or NAME), each a name (scheduler/naming.py): it becomes folders on the host."""
+        parts = repo.split("/")
+        if len(parts) > 2 or ".." in repo or any(name_problem(x) for x in parts):
+            raise ValueError(f"repo {repo!r} is not ORG/NAME (letters, digits, '.', '_', '-')")
+        return repo
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, file: str | None) -> str | None:
+        """A path inside the repository: no absolute path, no '..', no empty or '.' segment."""
+        if file is not None and (file.startswith("/") or "\\" in file or "\x00" in file
+                                 or any(seg in ("", ".", "..") for seg in file.split("/"))):
+            raise ValueError(f"file {file!r} is not a path inside the repository")
+        return file
 
     @property
     def is_glob(self) -> bool:
@@ -112,7 +133,7 @@ class Resources(Strict):
 
 
 class ModelSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)  # its instances are NAME-<n>
     source: Source
     backend: Backend
     backend_version: str | None = None
@@ -131,8 +152,23 @@ class ModelSpec(Strict):
     cluster: str = "default"
     autoscaling: Autoscaling | None = None  # metric-driven replicas (docs/formats.md); replicas is then the start
 
+    @field_validator("env")
+    @classmethod
+    def _allowed_env(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """scheduler/spec_env.py: only known engine-tuning variables, and those the control
+        plane's operator added (or, given as context {"allow_env": (...)}, the caller's)."""
+        ctx = info.context or {}
+        extra = tuple(ctx["allow_env"]) if "allow_env" in ctx else operator_patterns()
+        problems = env_problems(env, extra)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return env
+
     @model_validator(mode="after")
     def _coherent(self) -> "ModelSpec":
+        problems = flag_problems(self.backend.value, self.backend_parameters)
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.backend == Backend.CUSTOM and not self.run_command:
             raise ValueError("backend custom needs run_command")
         if self.run_command and self.backend != Backend.CUSTOM:

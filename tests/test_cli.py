@@ -54,7 +54,13 @@ def test_schedule_table_and_unschedulable_exit_3(tmp_path):
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "vllm", "gpu_selector": {"gpu_ids": ["host1-0"]}}, "gpu_selector.gpu_ids: GPU id 'host1-0' is not 'worker:type:index'"),
     ({"name": "x", "source": {}, "backend": "vllm"}, "source: give exactly one of local_path, huggingface, modelscope"),
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom"}, "backend custom needs run_command"),
-    ({"name": "x", "source": {"local_path": "/m"}, "backend": "vllm", "replica": 2}, "replica: Extra inputs are not permitted"),
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "vllm", "replica": 2},
+     "replica: Extra inputs are not permitted (did you mean 'replicas'?)"),
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "vllm", "worker_selecter": {"a": "b"}},
+     "worker_selecter: Extra inputs are not permitted (did you mean 'worker_selector'?)"),
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "resources": {"vrma": 1}},
+     "resources.vrma: Extra inputs are not permitted (did you mean 'vram'?)"),  # a field of the nested block
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "vllm", "zzz": 1}, "zzz: Extra inputs are not permitted\n"),
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "resources": {"vram": "lots"}}, "resources.vram: Value error, 'lots' is not a byte size"),
 ])
 def test_invalid_spec_exit_2_names_the_field(tmp_path, spec, message):
@@ -69,6 +75,10 @@ def test_invalid_spec_exit_2_names_the_field(tmp_path, spec, message):
     ({"workers": [{"name": "a", "ram_total": 1, "state": "sleepy"}]}, "workers.0.state: Input should be"),
     ({"workers": [{"name": "a"}]}, "workers.0.ram_total: Field required"),
     ({"version": 2}, "version 2 is not supported"),
+    ({"workers": [{"name": "a", "ram_total": 1, "lables": {}, "gpus": [{"index": 0, "vram_totl": 1}]}]},
+     "workers.0.gpus.0.vram_totl: Extra inputs are not permitted (did you mean 'vram_total'?)"),
+    ({"workers": [{"name": "a", "ram_total": 1, "lables": {}}]},
+     "workers.0.lables: Extra inputs are not permitted (did you mean 'labels'?)"),
 ])
 def test_invalid_cluster_exit_2(tmp_path, snapshot, message):
     p = gpuflow("schedule", "--cluster", write(tmp_path, "c.json", snapshot), "--model",
@@ -130,3 +140,31 @@ def test_weights_from_environment(tmp_path, llama3_gguf):
 def test_demo_runs(tmp_path):
     p = gpuflow("demo", "--data-dir", str(tmp_path / "demo"), check=0)
     assert p.stdout.count("SCHEDULED on") == 3 and "removal order" in p.stdout
+
+
+def test_help_names_the_way_in_and_the_exit_codes():
+    out = gpuflow("--help", check=0).stdout
+    assert "main job" not in out
+    assert "demo                dry-run placements of the bundled examples" in out
+    assert "start here: 'gpuflow dev'" in out
+    assert "exit codes: 0 done; 1 Temporal reported an error; 2 invalid input; 3 unschedulable" in out
+
+
+def test_no_temporal_says_how_to_start_one_exit_4():
+    """Not invalid input (2): nothing the user typed was wrong; the service is not there."""
+    from gpuflow.devserver import free_port
+
+    p = gpuflow("status", "--address", f"127.0.0.1:{free_port()}", check=4)
+    assert "cannot reach Temporal at 127.0.0.1:" in p.stderr and "Start one on this machine with 'gpuflow dev'" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_stdout_closed_early_is_quiet():
+    """`gpuflow schedule --json | head -0`: the reader is gone before anything is written."""
+    p = subprocess.Popen([sys.executable, "-m", "gpuflow.cli", "schedule", "--cluster", CLUSTER, "--model",
+                          os.path.join(EXAMPLES, "model-custom.yaml"), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 141  # as a process ended by SIGPIPE
+    assert err == ""

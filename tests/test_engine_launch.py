@@ -235,6 +235,8 @@ async def test_llama_cpp_serves_a_real_completion(tmp_path, smollm2):
             out = json.loads(r.read())
         text = out["choices"][0]["text"]
         assert out["usage"]["completion_tokens"] > 0 and text.strip(), out
+        with urllib.request.urlopen(f"http://127.0.0.1:{row.port}/v1/models", timeout=30) as r:
+            assert [m["id"] for m in json.loads(r.read())["data"]] == ["smol"]  # the deployment's name, not a path
         rec = lv.stack.instance_processes("cpu1").find("smol-0")
         assert rec.argv[1:3] == ["-m", "llama_cpp.server"]
         assert rec.argv[rec.argv.index("--n_gpu_layers") + 1] == "31" and "--n_ctx" in rec.argv

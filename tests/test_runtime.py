@@ -31,4 +31,4 @@ def test_tls_options(tmp_path):
 def test_cli_names_an_unreachable_server():
     out = subprocess.run([sys.executable, "-m", "gpuflow", "status", "--address", f"127.0.0.1:{free_port()}"],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "cannot reach Temporal at 127.0.0.1:" in out.stderr, out.stderr
+    assert out.returncode == 4 and "cannot reach Temporal at 127.0.0.1:" in out.stderr, out.stderr  # not invalid input

@@ -1,7 +1,9 @@
 """The agent's activities, on its own task queue ``gpuflow-host-<name>``: report the host's
 inventory (a heartbeating watch), launch an instance and wait until it is ready, supervise it
 until it exits, stop it. Expected failures are ApplicationErrors with a type the workflows read:
-LaunchFailed (non-retryable: the command cannot start or never became ready)."""
+LaunchFailed (non-retryable: the command cannot start or never became ready), LaunchRefused
+(non-retryable: the spec asks what this host does not allow), InvalidName (non-retryable: a name
+from the caller that is not a name; nothing on the host is touched)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,22 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.payloads import HostReport
-from scheduler.errors import GpuflowError
+from scheduler.errors import GpuflowError, InvalidInput
+from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from worker_agent import payloads as p
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
-from worker_agent.engines import EngineConfig, argv_for, engine_env, needs_port
+from worker_agent.engines import EngineConfig, LaunchRefused, argv_for, check_launch, engine_env, needs_port
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
+
+
+def _valid(check, *args) -> None:
+    """A name that came through Temporal, checked before it reaches a file or a process."""
+    try:
+        check(*args)
+    except InvalidInput as e:
+        raise ApplicationError(str(e), type="InvalidName", non_retryable=True) from None
 
 
 def _beat_every() -> float:
@@ -97,8 +108,7 @@ class HostActivities:
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
-        return [self.watch_host, self.prepare_model, self.launch_instance, self.supervise_instance, self.stop_instance,
-                self.read_log]
+        return [self.watch_host, self.prepare_model, self.launch_instance, self.supervise_instance, self.stop_instance]
 
     @activity.defn(name=p.WATCH_HOST)
     async def watch_host(self, known: str) -> HostReport:
@@ -120,6 +130,7 @@ class HostActivities:
         """The source's files on this host: found in the model cache, or downloaded into it while
         heartbeating the progress. Errors: ModelNotFound (not retried: no such repository or
         file, or no client for the hub), DownloadFailed (retried: the next attempt resumes)."""
+        _valid(check_name, "instance", req.instance)
         try:
             want = wanted(Source.model_validate(req.source))
         except ValueError as e:
@@ -160,6 +171,10 @@ class HostActivities:
         """Start the instance's process (or adopt the one a previous attempt started) and return
         once it is ready: its port answers HTTP (a helper's: accepts a connection), or, without a
         port, it has lived settle_s."""
+        try:
+            check_launch(req, self.engines)
+        except LaunchRefused as e:
+            raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
         key = req.key
         rec = self.table.find(key)
         adopted = rec is not None and self.table.alive(rec.pid)
@@ -173,6 +188,8 @@ class HostActivities:
                 argv = argv_for(req, port, self.engines, self.address)
                 env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
                 rec = self.table.start(key, argv, env, port)
+            except LaunchRefused as e:
+                raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
             except OSError as e:
@@ -218,6 +235,7 @@ class HostActivities:
         """Heartbeat while the process lives; return how it ended. Cancelled by the workflow:
         stop the process. Cancelled for any other reason (worker shutdown, workflow moved on):
         leave it running, so the next agent run can adopt it."""
+        _valid(check_key, req.key)
         key = req.key
         what = "" if req.role == "server" else f"{req.role} {req.part} on {self.name}: "
         rec = self.table.find(key)
@@ -255,15 +273,11 @@ class HostActivities:
                 await self._stop(key)
             raise
 
-    @activity.defn(name=p.READ_LOG)
-    async def read_log(self, req: p.LogRequest) -> p.LogChunk:
-        data, nxt, found = self.table.read_log(req.instance, req.offset, min(req.max_bytes, 1 << 20))
-        return p.LogChunk(text=data.decode(errors="replace"), offset=nxt, found=found)
-
     @activity.defn(name=p.STOP_INSTANCE)
     async def stop_instance(self, instance: str) -> bool:
         """SIGTERM the process group of the instance and of each of its helpers on this host, wait
         the grace period, SIGKILL. Idempotent."""
+        _valid(check_name, "instance", instance)
         keys = [r.instance for r in self.table.records() if p.instance_of(r.instance) == instance]
         stopped = [await self._stop(k) for k in sorted(set(keys) | {instance})]
         return any(stopped)

@@ -20,6 +20,7 @@ from worker_agent.activities import HostActivities
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
+from worker_agent.log_reader import logs_workflow, open_reader
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
 from worker_agent.payloads import instance_of
 from worker_agent.processes import ProcessTable
@@ -76,7 +77,9 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     hub: HubConfig | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
-    table = ProcessTable(os.path.join(data_dir, "agent", name))
+    from scheduler.naming import check_name, path_in
+
+    table = ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
     probe = partial(discover, name, inventory_file, labels, owner=table.owner)
     report = probe()  # a bad inventory file fails here, before anything is registered
     metrics = None
@@ -89,9 +92,11 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address, hub=hub)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
+                      workflows=[logs_workflow(host_queue(name), table.log_dir)],
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
         await say_hello(client, name, report, timings)
+        await open_reader(client, name, host_queue(name))
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
         print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind})", flush=True)
         await (stop or asyncio.Event()).wait()

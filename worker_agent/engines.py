@@ -1,6 +1,7 @@
 """Inference engines' command lines, built from the placement: argv lists exec'd directly, never
 a shell string. The user's backend_parameters are appended as separate words, so they can only
-be options of the engine, never another program; a flag the user gave wins over ours.
+be options of the engine, never another program; a placement input the user gave (the scheduler
+booked from it) is kept instead of ours.
 
 | backend | argv | from the placement |
 | --- | --- | --- |
@@ -15,6 +16,11 @@ Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each sub
 ``ray start --address HEAD`` on each subordinate; SGLang runs one node per worker, rank 0 here
 (serving HTTP) and the others with ``--dist-init-addr`` at rank 0, ``--nnodes``, ``--node-rank``.
 Helpers bind the agent's advertised address.
+
+Before any of it, ``check_launch`` refuses what the spec may not ask of this host
+(scheduler/engine_flags.py, scheduler/spec_env.py): names that are not names, env outside the
+allowlist (plus this agent's --allow-env patterns), flags gpuflow owns, and flags that run the
+model's code unless this agent was started with --allow-remote-code.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ import shutil
 from dataclasses import dataclass
 
 from scheduler import params
+from scheduler.engine_flags import flag_problems, remote_code_flags
 from scheduler.errors import InvalidInput
+from scheduler.naming import check_key, check_name
+from scheduler.spec_env import env_problems
 from worker_agent.payloads import LaunchRequest
 from worker_agent.processes import build_argv
 
@@ -42,6 +51,8 @@ class EngineConfig:
     rpc_server: str = "rpc-server"  # llama.cpp's RPC backend server, on hosts that lend GPUs over RPC
     ray: str = "ray"  # vLLM across several workers
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
+    allow_env: tuple[str, ...] = ()  # the operator's extra env patterns (gpuflow agent --allow-env)
+    allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -58,6 +69,52 @@ def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
 
 class EngineUnavailable(InvalidInput):
     """The engine is not installed (or not enabled) on this host."""
+
+
+class LaunchRefused(InvalidInput):
+    """The launch asks what this host does not allow; retrying cannot help."""
+
+
+def host_file_problems(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
+    """A backend parameter that names a file or folder on this host (a chat template, a
+    tokenizer, a LoRA, a draft model, an SSL key...) must name one inside the model's folder or a
+    --model-root: the engine would otherwise read (and could serve back) any file the agent's user
+    can read. Checked on the host, where the paths are; words that name nothing here pass."""
+    roots = [p for p in (req.model_path,) if p]
+    roots = [p if os.path.isdir(p) else os.path.dirname(p) for p in roots] + list(cfg.model_roots)
+    out = []
+    for word in req.backend_parameters:
+        for value in {word, word.split("=", 1)[-1]}:
+            if "/" not in value or not os.path.exists(os.path.expanduser(value)):
+                continue
+            try:
+                check_model_path(os.path.expanduser(value), tuple(roots) or ("/nonexistent-root",))
+            except InvalidInput:
+                out.append(f"backend_parameters: {word!r} names {value}, outside the model's folder"
+                           + (f" and this host's model roots ({', '.join(cfg.model_roots)})" if cfg.model_roots else "")
+                           + "; an engine may read only the model's files")
+                break
+    return out
+
+
+def check_launch(req: LaunchRequest, cfg: EngineConfig) -> None:
+    """Everything in ``req`` that came from a spec, checked again here: the names, the env, the
+    engine flags. LaunchRefused names each problem."""
+    try:
+        check_key(req.key)
+        check_name("model", req.model)
+    except InvalidInput as e:
+        raise LaunchRefused(str(e)) from None
+    problems = env_problems(req.env, cfg.allow_env)
+    if req.backend != "custom":
+        problems += flag_problems(req.backend, req.backend_parameters)
+        problems += host_file_problems(req, cfg)
+        code = remote_code_flags(req.backend, req.backend_parameters)
+        if code and not cfg.allow_remote_code:
+            problems.append(f"backend_parameters {', '.join(code)} make the engine run code from the model's files "
+                            "or from requests; this host allows that only when its agent runs with --allow-remote-code")
+    if problems:
+        raise LaunchRefused("; ".join(problems))
 
 
 def _ours(user: list[str], flags: tuple[str, ...], value: str | None) -> list[str]:
@@ -109,6 +166,7 @@ def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str
                     str(req.offload_layers) if req.offload_layers is not None else None)
             + _ours(u, ("--tensor-split", "-ts"), ",".join(map(str, split)) if split else None)
             + _ours(u, ("--rpc",), ",".join(req.rpc_servers) if req.rpc_servers else None)
+            + ["--alias", req.model]  # /v1/models then lists the deployment's name, as vLLM's and SGLang's do
             + list(u))
 
 
@@ -125,6 +183,7 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
             + _ours(u, ("--n_gpu_layers",), str(req.offload_layers) if req.offload_layers is not None else None)
             + (["--tensor_split", *map(str, split)] if split and not params.has(u, "--tensor_split") else [])
             + _ours(u, ("--rpc_servers",), ",".join(req.rpc_servers) if req.rpc_servers else None)
+            + ["--model_alias", req.model]
             + u)
 
 
@@ -169,7 +228,8 @@ def needs_port(req: LaunchRequest) -> bool:
 
 def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1") -> list[str]:
     """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``;
-    EngineUnavailable when this host cannot."""
+    EngineUnavailable when this host cannot, LaunchRefused when it may not."""
+    check_launch(req, cfg)
     if req.role != "server":
         helper = HELPERS.get(req.role)
         if helper is None:

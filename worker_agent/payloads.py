@@ -8,7 +8,6 @@ WATCH_HOST = "watch_host"
 LAUNCH_INSTANCE = "launch_instance"
 SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
-READ_LOG = "read_log"
 PREPARE_MODEL = "prepare_model"
 
 
@@ -106,3 +105,4 @@ class LogChunk(BaseModel):
     text: str
     offset: int  # where the next read starts
     found: bool = True
+    more: bool = False  # the file already holds more after ``offset`` (the read stopped at max_bytes)

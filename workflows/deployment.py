@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from worker_agent import payloads as hp
     from scheduler.spec import ModelSpec
     from workflows import common as c
+    from workflows import guards
 
 
 def parse_spec(raw: dict) -> ModelSpec:
@@ -106,6 +107,8 @@ class ModelDeploymentWorkflow:
             spec = parse_spec(self.raw)
         except ValueError as e:
             raise ApplicationError(str(e), type="InvalidSpec", non_retryable=True) from None
+        guards.workflow_id(f"deployment/{spec.name}", f"spec name {spec.name!r}")
+        guards.instance_names(spec.name, self.instances)
         if self.replicas is None:
             self.replicas = spec.replicas
         if self.replicas < 0:

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.payloads import HostInput, HostReport, HostView, host_queue
     from worker_agent import payloads as hp
     from workflows import common as c
+    from workflows import guards
 
 
 @workflow.defn(name="HostWorkflow")
@@ -33,7 +34,8 @@ class HostWorkflow:
 
     @workflow.signal
     def hello(self, report: HostReport) -> None:
-        self.greeting = report
+        if report.name == self.inp.name:  # another host's report is not this host's news
+            self.greeting = report
 
     @workflow.query
     def status(self) -> HostView:
@@ -45,6 +47,8 @@ class HostWorkflow:
 
     @workflow.run
     async def run(self, inp: HostInput) -> None:
+        guards.names(worker=inp.name)
+        guards.workflow_id(f"host/{inp.name}", f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
         while True:
             if self.greeting is not None:

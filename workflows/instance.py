@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from worker_agent import payloads as hp
     from worker_agent import topology
     from workflows import common as c
+    from workflows import guards
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
@@ -117,6 +118,7 @@ class ModelInstanceWorkflow:
             spec = ModelSpec.model_validate(inp.spec)
         except ValidationError as e:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+        self._check_names(spec)
         self.source_key = spec.source.key
         workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
                                            c.SA_DEPLOYMENT.value_set(inp.deployment)])
@@ -128,6 +130,18 @@ class ModelInstanceWorkflow:
             raise
         await self._teardown()
         return self.status()
+
+    def _check_names(self, spec: ModelSpec) -> None:
+        """Names from whoever started this workflow: checked before any host hears them."""
+        inp = self.inp
+        guards.names(instance=inp.name, deployment=inp.deployment)
+        if spec.name != inp.deployment:
+            raise guards.refuse(f"spec name {spec.name!r} does not match deployment {inp.deployment!r}")
+        guards.instance_names(inp.deployment, [inp.name])
+        guards.workflow_id(f"instance/{inp.name}", f"instance name {inp.name!r}")
+        if self.plan is not None:
+            guards.names(worker=self.plan.worker, **{f"subordinate worker {i}": s.worker
+                                                      for i, s in enumerate(self.plan.subordinates)})
 
     async def _live(self, spec: ModelSpec) -> None:
         unreachable_since = None
@@ -142,6 +156,9 @@ class ModelInstanceWorkflow:
                 sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
+                return
+            if kind == "refused":  # the spec asks what the host does not allow: no retry can help
+                await self._refused(host, why)
                 return
             if kind == "unreachable":
                 if unreachable_since is None:
@@ -194,7 +211,8 @@ class ModelInstanceWorkflow:
                 summary=f"decide {self.inp.name}")
             self.decision = d
             if not d.scheduled or d.plan is None:
-                reason = "; ".join(d.reasons[:3]) or "no candidate"
+                shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
+                reason = "; ".join(d.reasons[:shown]) or "no candidate"
                 await self._record("pending", f"unschedulable: {reason}",
                                    decision={"request": est.summary, "reasons": d.reasons[:20]})
                 try:
@@ -246,7 +264,9 @@ class ModelInstanceWorkflow:
                 summary=f"launch {req.key} on {worker}")
         except ActivityError as e:
             kind, msg = c.cause(e)
-            raise HostTrouble("failed" if kind == "LaunchFailed" else "unreachable", worker, msg) from None
+            kind = {"LaunchFailed": "failed", "LaunchRefused": "refused",
+                    "InvalidName": "refused"}.get(kind, "unreachable")
+            raise HostTrouble(kind, worker, msg) from None
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
         """A placement across several workers: start the engine's helpers (topology.py) and
@@ -289,7 +309,7 @@ class ModelInstanceWorkflow:
                 self.parts = {r.key: w for w, r in parts}
             res = await self._launch(self.worker, req, sts)
         except HostTrouble as t:
-            if t.kind == "failed" and self.plan.subordinates:
+            if t.kind in ("failed", "refused") and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
         self.pid, self.port = res.pid, res.port
@@ -359,6 +379,14 @@ class ModelInstanceWorkflow:
                     start_to_close_timeout=c.secs(120), retry_policy=RetryPolicy(maximum_attempts=2))
             except ActivityError:
                 pass
+
+    async def _refused(self, host: str, why: str) -> None:
+        """ERROR with the host's reason until stopped (a new spec recreates the instance); the
+        reservation is released meanwhile, so the GPUs serve others."""
+        await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+        self.plan, self.pid, self.port = None, None, None
+        await self._record("error", f"refused by {host}: {why}")
+        await workflow.wait_condition(lambda: self.stop_requested)
 
     async def _abandon_host(self, lost: str) -> None:
         if self.plan.subordinates:

@@ -60,6 +60,9 @@ def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
 
 def cpu(ctx: Context, workers, msgs) -> list[Candidate]:
     if not ctx.spec.cpu_offloading:
+        if any(not w.gpus for w in workers):
+            msgs.append(f"Workers without a GPU ({', '.join(w.name for w in workers if not w.gpus)}) could run it "
+                        "on the CPU, but cpu_offloading is off.")
         return []
     req = ctx.request
     out = [Candidate(w.name, [], claim(ram=req.ram)) for w in workers if req.ram <= ctx.allocatable[w.name].ram]

@@ -47,7 +47,18 @@ def allowed(ctx: Context, workers, msgs: list[str]) -> set[str]:
         ok &= {"cpu"}
         if any(w.gpus for w in workers):
             msgs.append("No GPU has allocatable VRAM left.")
+        if not ok:
+            msgs.append(_no_cpu_run(ctx, workers, bool(sel)))
     return ok
+
+
+def _no_cpu_run(ctx: Context, workers, selected: bool) -> str:
+    """Why nothing can run: no worker left has VRAM to offload to, and the CPU-only run is off."""
+    seen = "; ".join(f"{w.name}: " + (f"{len(w.gpus)} GPU(s), {gib(ctx.allocatable[w.name].vram_total)} GiB allocatable"
+                                      if w.gpus else "no GPU") for w in workers)
+    why = ("cpu_offloading is off" if not ctx.spec.cpu_offloading else "gpu_selector asks for GPUs" if selected
+           else f"--gpu-layers {ctx.request.gpu_layers} asks for GPUs")
+    return f"No GPU to offload layers to ({seen}), and a CPU-only run is not allowed: {why}."
 
 
 def restrict_to_selected(ctx: Context, workers):

@@ -1,0 +1,79 @@
+"""``gpuflow explain INSTANCE`` in words: the request in GiB, the placement with its strategy and
+scores, or, for a replica not placed, the decisive reasons first (scheduler/reasons.py); then each
+filter's verdict and the best candidates. ``--json`` gives the recorded decision whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuflow.render import _table
+from scheduler.summary import summary_text
+from scheduler.units import gib
+
+
+def _request(r: dict[str, Any] | None) -> str:
+    try:
+        return summary_text(r) if r else "-"
+    except (KeyError, TypeError):  # a record written by another version: show it as it is
+        return str(r)
+
+
+def _where(worker: str | None, gpus: list[int] | None, subs: list[dict]) -> str:
+    gpu = f"GPUs {','.join(map(str, gpus))}" if gpus else "CPU only"
+    return f"{worker or '-'} {gpu}" + "".join(f" + {s['worker']} GPUs {','.join(map(str, s.get('gpu_indexes', [])))}"
+                                              for s in subs)
+
+
+def _scores(c: dict[str, Any]) -> str:
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in (c.get("scores") or {}).items())
+    return f"{c.get('score', 0):.2f}" + (f" ({parts})" if parts else "")
+
+
+def _candidates(dec: dict[str, Any], placed: dict[str, Any] | None) -> list[str]:
+    cands = dec.get("candidates") or []
+    if not cands:
+        return []
+    names = list(cands[0].get("scores") or {})
+    rows = []
+    for c in cands:
+        claim = c.get("claim") or {}
+        vram = ", ".join(f"{i}:{gib(b)}" for i, b in (claim.get("vram") or {}).items()) or "-"
+        same = placed is not None and (c["worker"], c["gpu_indexes"]) == (placed.get("worker"), placed.get("gpu_indexes"))
+        rows.append(["*" if same else "", _where(c["worker"], c["gpu_indexes"], c.get("subordinates") or []), vram,
+                     gib(claim.get("ram", 0)), *[f"{c['scores'].get(n, 0):.2f}" for n in names], f"{c.get('score', 0):.2f}"])
+    head = f"candidates (top {len(cands)} of {dec.get('candidates_total', len(cands))}):"
+    table = _table(rows, ["", "where", "vram GiB", "ram GiB", *names, "score"])
+    return ["", head] + ["  " + ln for ln in table.splitlines()]
+
+
+def _filters(dec: dict[str, Any]) -> list[str]:
+    out = []
+    for f in dec.get("filters") or []:
+        note = f" ({f['note']})" if f.get("note") else ""
+        out.append(f"  {f['filter']}: kept {f['kept']} of {f['before']}{note}")
+        out.extend(f"    - {r['worker']}: {'; '.join(r['reasons'])}" for r in f.get("removed") or [])
+    return ["", "filters:"] + out if out else []
+
+
+def explain(d: dict[str, Any]) -> str:
+    state = str(d.get("state", "?")).upper()
+    if d.get("decision") is None:
+        return f"instance {d['instance']}: {state} (no decision recorded yet) {d.get('reason') or ''}".rstrip()
+    dec = d["decision"]
+    lines = [f"instance {d['instance']}: {state}", f"request: {_request(d.get('request'))}"]
+    if d.get("scheduled"):
+        placed = dec.get("placement") or {}
+        where = _where(d.get("worker") or placed.get("worker"), d.get("gpu_indexes") or placed.get("gpu_indexes"),
+                       placed.get("subordinates") or [])
+        chosen = _chosen(dec, placed) or {"score": d.get("score") or 0}
+        lines.append(f"placed on {where} by strategy {d.get('strategy')}, score {_scores(chosen)}")
+    else:  # every other reason is a filter's, shown with its filter below
+        placed, reasons = None, list(d.get("reasons") or dec.get("reasons") or [])
+        lines.append(f"not placed, because (decided on {d.get('workers_seen', '?')} worker(s)):")
+        lines.extend(f"  - {r}" for r in reasons[:dec.get("decisive") or len(reasons)])
+    return "\n".join(lines + _filters(dec) + _candidates(dec, placed))
+
+
+def _chosen(dec: dict[str, Any], placed: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in dec.get("candidates") or []
+                 if (c["worker"], c["gpu_indexes"]) == (placed.get("worker"), placed.get("gpu_indexes"))), None)
