@@ -1,0 +1,97 @@
+"""CPU pinning of engines (worker_agent/pinning.py): real processes bound through taskset, their
+affinity read back from /proc/<pid>/status, and the whole path from a spec with
+``cpu_pinning: true`` through the placement to ``gpuflow status``. This machine has 2 cores,
+so the engine is pinned to one of them (CPU 1). numactl is not installed here: its command line
+is checked, but a real --membind run is not."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import yaml
+
+from gpuflow import ops
+from tests.live import FAST, Live, cli, spec
+from worker_agent import pinning
+from worker_agent.payloads import LaunchRequest
+from worker_agent.processes import ProcessTable
+
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0),
+                                reason="needs CPU 1 among this process's CPUs")
+
+
+def req(**kw) -> LaunchRequest:
+    return LaunchRequest(instance="m-0", model="m", backend="custom", gpu_indexes=[3, 4], **kw)
+
+
+ARGV = ["serve", "--port", "8000"]
+HAS = {"taskset": "/usr/bin/taskset", "numactl": "/usr/bin/numactl"}
+
+
+@pytest.mark.parametrize("r, tools, usable, argv, note", [
+    (req(), HAS, {0, 1}, ARGV, ""),  # not asked: untouched
+    (req(cpu_pinning=True, cpus="1", numa_nodes=[0]), HAS, {0, 1},
+     ["numactl", "--physcpubind=1", "--membind=0", "--", *ARGV], "pinned to CPUs 1, memory of NUMA node 0 (numactl)"),
+    (req(cpu_pinning=True, numa_nodes=[0, 1]), HAS, {0, 1},  # nodes known, CPUs not: the nodes' CPUs
+     ["numactl", "--cpunodebind=0,1", "--membind=0,1", "--", *ARGV],
+     "pinned to the CPUs of NUMA nodes 0,1, memory of NUMA nodes 0,1 (numactl)"),
+    (req(cpu_pinning=True, cpus="1", numa_nodes=[0]), {"taskset": "/usr/bin/taskset"}, {0, 1},
+     ["taskset", "-c", "1", *ARGV], "pinned to CPUs 1 (memory not bound: numactl is not installed)"),
+    # a simulated host names CPUs 0-31; this agent may use 0-1: the two it has
+    (req(cpu_pinning=True, cpus="0-31", numa_nodes=[0]), {"taskset": "/usr/bin/taskset"}, {0, 1},
+     ["taskset", "-c", "0-1", *ARGV], "pinned to CPUs 0-1 (memory not bound: numactl is not installed)"),
+    (req(cpu_pinning=True), HAS, {0, 1}, ARGV, "cpu pinning skipped: no topology data for GPUs [3, 4] on this host"),
+    (req(cpu_pinning=True, cpus="32-63", numa_nodes=[1]), {"taskset": "/usr/bin/taskset"}, {0, 1}, ARGV,
+     "cpu pinning skipped: none of CPUs 32-63 are available here (this agent may use 0-1)"),
+    (req(cpu_pinning=True, cpus="1"), {}, {0, 1}, ARGV, "cpu pinning skipped: neither numactl nor taskset is installed"),
+])
+def test_the_binder_command(r, tools, usable, argv, note):
+    assert pinning.wrap(list(ARGV), r, which=tools.get, usable=usable) == (argv, note)
+
+
+async def test_a_real_process_runs_on_the_cpus_it_was_pinned_to(tmp_path):
+    table = ProcessTable(str(tmp_path))
+    argv, note = pinning.wrap([sys.executable, "-c", "import time; time.sleep(60)"],
+                              req(cpu_pinning=True, cpus="1", numa_nodes=[0]))
+    assert note.startswith("pinned to CPUs 1")
+    rec = table.start("m-0", argv, {}, None)
+    try:
+        assert pinning.allowed(rec.pid) == "1"  # /proc/<pid>/status Cpus_allowed_list: the same pid, exec'd
+        assert pinning.allowed(os.getpid()) != "1"  # the agent itself is not bound
+    finally:
+        await table.stop("m-0", 2)
+
+
+def inventory(path, cpus: str | None) -> str:
+    gpu = {"index": 0, "vram_total": "24 GiB", "name": "Simulated 24G"}
+    if cpus:
+        gpu.update(numa_node=0, cpus=cpus)
+    with open(path, "w") as f:
+        yaml.safe_dump({"ram_total": "64 GiB", "gpus": [gpu]}, f)
+    return str(path)
+
+
+async def test_pinned_engine_end_to_end(tmp_path):
+    """Host 'numa' reports GPU 0 on NUMA node 0 with local CPU 1; host 'plain' reports no topology.
+    The pinned replica runs on CPU 1 and status says so; the other runs unpinned, with the warning."""
+    lv = await Live(str(tmp_path)).start({})
+    try:
+        lv.stack.start_agent("numa", inventory(tmp_path / "numa.yaml", "1"), labels={"kind": "numa"})
+        lv.stack.start_agent("plain", inventory(tmp_path / "plain.yaml", None), labels={"kind": "plain"})
+        await ops.deploy(lv.client, spec("pinned", cpu_pinning=True, worker_selector={"kind": "numa"}), FAST)
+        await ops.deploy(lv.client, spec("loose", cpu_pinning=True, worker_selector={"kind": "plain"}), FAST)
+        await lv.wait(lambda: lv.states() == {"pinned-0": "running", "loose-0": "running"}, 90, "both RUNNING")
+        rows = {i.name: i for i in lv.instances()}
+        assert pinning.allowed(rows["pinned-0"].pid) == "1"
+        assert pinning.allowed(rows["loose-0"].pid) == pinning.allowed(os.getpid())
+        assert rows["pinned-0"].reason == "pinned to CPUs 1 (memory not bound: numactl is not installed)" \
+            or rows["pinned-0"].reason == "pinned to CPUs 1, memory of NUMA node 0 (numactl)"
+        assert rows["loose-0"].reason == "cpu pinning skipped: no topology data for GPUs [0] on this host"
+        out = cli(lv, "status").stdout
+        assert "pinned to CPUs 1" in out and "cpu pinning skipped: no topology data" in out
+        plan = (await ops.explain(lv.client, "pinned-0"))["plan"]
+        assert (plan["cpus"], plan["numa_nodes"]) == ("1", [0])
+    finally:
+        lv.close()
