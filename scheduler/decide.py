@@ -65,8 +65,8 @@ def _topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> li
     """Each candidate's link level (where workers report topology), and the placement's CPU
     binding when the spec asks for pinning (a note when the worker cannot say)."""
     if topology.applies(ctx.snapshot):
-        for c in cands:
-            c.link = topology.link(ctx.snapshot, c)
+        for c, lv in zip(cands, topology.links(ctx.snapshot, cands)):
+            c.link = lv
     if not topology_policy.wants_pinning(ctx.spec):
         return []
     best.cpus, best.numa_nodes = topology_policy.binding(ctx.snapshot, best)

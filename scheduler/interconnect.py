@@ -54,7 +54,11 @@ def _gpus(w: Worker, indexes) -> list[GPU]:
 
 def level(w: Worker, indexes) -> str | None:
     """The worst pair's level (``internal`` for one GPU); None when some pair is unknown."""
-    gs = _gpus(w, indexes)
+    return level_of(_gpus(w, indexes))
+
+
+def level_of(gs: list[GPU]) -> str | None:
+    """``level`` for GPUs of one worker given as objects."""
     if len(gs) < 2:
         return Link.INTERNAL.value if gs else None
     worst = NVLINK

@@ -70,6 +70,8 @@ def check(snapshot: ClusterSnapshot, policy: TopologyPolicy, cand) -> str | None
 
 def keep(snapshot: ClusterSnapshot, policy: TopologyPolicy, cands: list) -> tuple[list, list[str]]:
     """The candidates the policy admits, and why the others were refused (the first few, then a count)."""
+    if policy in (TopologyPolicy.NONE, TopologyPolicy.BEST_EFFORT):
+        return cands, []
     kept, why = [], []
     for c in cands:
         r = check(snapshot, policy, c)

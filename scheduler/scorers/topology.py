@@ -19,20 +19,20 @@ def applies(snapshot: ClusterSnapshot) -> bool:
     return any(interconnect.reports(w) for w in snapshot.workers)
 
 
-def link(snapshot: ClusterSnapshot, c) -> str | None:
-    """The level joining the candidate's GPUs: ``network`` across workers, None for fewer than
+def links(snapshot: ClusterSnapshot, cands) -> list[str | None]:
+    """The level joining each candidate's GPUs: ``network`` across workers, None for fewer than
     two GPUs or where the worker does not say."""
-    if c.subordinates:
-        return "network"
-    w = snapshot.worker(c.worker)
-    return interconnect.level(w, c.gpu_indexes) if w is not None and len(c.gpu_indexes) > 1 else None
-
-
-def score(snapshot: ClusterSnapshot, c) -> float:
-    if len(c.gpu_indexes) == 1 and not c.subordinates:
-        return 100.0
-    return interconnect.SCORE.get(link(snapshot, c) or "", 0.0)
+    workers = {w.name: w for w in snapshot.workers}
+    out = []
+    for c in cands:
+        w = workers.get(c.worker)
+        if c.subordinates:
+            out.append("network")
+        else:
+            out.append(interconnect.level(w, c.gpu_indexes) if w is not None and len(c.gpu_indexes) > 1 else None)
+    return out
 
 
 def scores(snapshot: ClusterSnapshot, cands) -> list[float]:
-    return [score(snapshot, c) for c in cands]
+    return [100.0 if len(c.gpu_indexes) == 1 and not c.subordinates else interconnect.SCORE.get(lv or "", 0.0)
+            for c, lv in zip(cands, links(snapshot, cands))]

@@ -66,7 +66,7 @@ def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
             vram = {g.index: _per_card(req.vram, frac, g.vram_total, s) for g, s in zip(top, shares)}
             if all(vram[g.index] <= al for g, al in zip(top, allocs)):
                 out.append(Candidate(w.name, [g.index for g in top], claim(ram=req.ram, vram=vram), gpu_type=top[0].type))
-                out.extend(c for s in gpu_sets.others(w, gpus, top) if (c := _set_candidate(ctx, w, frac, list(s))))
+                out.extend(gpu_sets.better(w, gpus, top, lambda s: _set_candidate(ctx, w, frac, s)))
                 break
     if not out:
         msgs.append(f"No worker's GPUs can together hold {gib(req.vram)} GiB with each GPU holding its share.")

@@ -134,7 +134,7 @@ def multi_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]
                 (vram,) = book_all(shape, ctx, [(w, chosen)], req.vram)
                 r = shape.ratio(w, chosen[0])
                 found.append(Candidate(w.name, [x.index for x in chosen], claim(ram=req.ram, vram=vram, vram_utilization=r or None), gpu_type=t))
-                found.extend(c for s in gpu_sets.others(w, usable, chosen) if (c := _set_candidate(ctx, shape, w, t, list(s))))
+                found.extend(gpu_sets.better(w, usable, chosen, lambda s: _set_candidate(ctx, shape, w, t, s)))
             if shape.gpu_count or vram_sum >= req.vram:
                 break
     if not found:

@@ -86,7 +86,7 @@ def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candida
                         ram=_ram(item, uma), vram=vram, offload_layers=item.offload_layers,
                         total_layers=req.total_layers, tensor_split=allocs, is_unified_memory=uma), gpu_type=comb[0][0].type))
             if cands:
-                found.extend(cands)
+                found.extend(gpu_sets.first_per_level(w, cands))
                 break
     if not found:
         msgs.append("No worker's GPUs can together hold the whole model.")

@@ -2,10 +2,12 @@
 take one set (the GPUs with the most allocatable first); on a worker that reports topology,
 sets that fit as well but are better joined are worth scoring too (scorers/topology.py).
 
-Order, on a worker that reports topology: the sets inside each NVLink group (GPUs joined by
-NVLink, directly or through each other), then inside each PCIe switch, then inside each NUMA node,
-then every set in the strategy's own order; repeats dropped, at most ``limit``. A worker without
-topology gets exactly the strategy's own order, so its decisions do not move.
+Order, on a worker that reports topology: the strategy's first set, then the sets inside each
+NVLink group (GPUs joined by NVLink, directly or through each other), inside each PCIe switch,
+inside each NUMA node, then every set in the strategy's own order; repeats dropped, at most
+``limit``. Of these, one candidate per interconnect level is kept (the first that fits), so a
+worker offers at most 7 sets, not dozens. A worker without topology gets exactly the strategy's
+own order and its one set, so its decisions do not move.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from itertools import combinations, islice
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from scheduler.cluster import GPU, Worker
-from scheduler.interconnect import reports
+from scheduler.interconnect import NVLINK, SCORE, level, level_of, reports
 
 T = TypeVar("T")
+C = TypeVar("C")
 MAX_SETS = 64  # sets of one size tried per worker
+BEST = SCORE[NVLINK]
 
 
 def _nvlink_groups(w: Worker) -> list[set[int]]:
@@ -58,12 +62,13 @@ def _groups(w: Worker) -> list[set[int]]:
 
 def ordered(w: Worker, items: list[T], n: int, gpu: Callable[[T], GPU] = lambda x: x,
             limit: int = MAX_SETS) -> Iterator[tuple[T, ...]]:
-    """The n-item combinations of ``items`` (GPUs, or rows holding one) to try, in the order above."""
+    """The n-item combinations of ``items`` (GPUs, or rows holding one) to try: on a worker without
+    topology, the strategy's own order; otherwise its first set, then the groups' sets, then the rest."""
     if not reports(w):
         yield from combinations(items, n)
         return
     seen: set[frozenset[int]] = set()
-    runs: list[Iterable[tuple[T, ...]]] = []
+    runs: list[Iterable[tuple[T, ...]]] = [islice(combinations(items, n), 1)]
     for group in _groups(w):
         inside = [x for x in items if gpu(x).index in group]
         if len(inside) >= n:
@@ -80,12 +85,42 @@ def ordered(w: Worker, items: list[T], n: int, gpu: Callable[[T], GPU] = lambda 
                 return
 
 
-def others(w: Worker, items: list[T], chosen: list[T], gpu: Callable[[T], GPU] = lambda x: x,
-           limit: int = MAX_SETS) -> list[tuple[T, ...]]:
-    """On a worker that reports topology: the other sets of len(chosen) to try beside ``chosen``
-    (which a strategy found by memory); [] elsewhere."""
+def first_per_level(w: Worker, cands: list[C]) -> list[C]:
+    """On a worker that reports topology, the first candidate of each interconnect level: sets
+    joined alike fit alike, and the first (by memory) stands for its level. Elsewhere all of them."""
+    if not reports(w):
+        return cands
+    out, levels = [], set()
+    for c in cands:
+        lv = level(w, c.gpu_indexes)
+        if lv not in levels:
+            levels.add(lv)
+            out.append(c)
+    return out
+
+
+def better(w: Worker, items: list[T], chosen: list[T], build: Callable[[list[T]], C | None],
+           gpu: Callable[[T], GPU] = lambda x: x, limit: int = MAX_SETS) -> list[C]:
+    """On a worker that reports topology: beside ``chosen`` (the set a strategy found by memory),
+    a candidate for each interconnect level better than chosen's, built from the first set of that
+    level that ``build`` accepts (it returns None for a set that does not fit). [] elsewhere."""
     if not reports(w) or len(chosen) < 2:
         return []
-    mine = frozenset(gpu(x).index for x in chosen)
-    return [c for c in islice(ordered(w, items, len(chosen), gpu, limit), limit)
-            if frozenset(gpu(x).index for x in c) != mine]
+    base = _score([gpu(x) for x in chosen])
+    out, done = [], set()
+    for comb in ordered(w, items, len(chosen), gpu, limit):
+        s = _score([gpu(x) for x in comb])
+        if s <= base or s in done:
+            continue
+        c = build(list(comb))
+        if c is not None:
+            done.add(s)
+            out.append(c)
+            if s >= BEST:
+                break  # nothing is better joined than all pairs on NVLink
+    return out
+
+
+def _score(gpus: list[GPU]) -> float:
+    lv = level_of(gpus)
+    return SCORE[lv] if lv is not None else 0.0
