@@ -16,6 +16,20 @@ def _gpus(h: dict[str, Any]) -> str:
                      + (f" ({gib(g['vram_foreign'])} GiB not ours)" if g.get("vram_foreign") else "") for g in gs)
 
 
+def topology(gs: list[dict[str, Any]]) -> str:
+    """'NUMA 0: GPUs 0,1 (CPUs 0-31); NVLink: 0-1' from the GPUs' topology fields; '' without any."""
+    nodes: dict[int, list[dict[str, Any]]] = {}
+    for g in gs:
+        if g.get("numa_node") is not None:
+            nodes.setdefault(g["numa_node"], []).append(g)
+    parts = [f"NUMA {n}: GPUs {','.join(str(g['index']) for g in members)}"
+             + (f" (CPUs {members[0]['cpus']})" if members[0].get("cpus") else "") for n, members in sorted(nodes.items())]
+    pairs = sorted({tuple(sorted((g["index"], p))) for g in gs for p in g.get("nvlink_peers") or []})
+    if pairs:
+        parts.append("NVLink: " + " ".join(f"{a}-{b}" for a, b in pairs))
+    return "; ".join(parts)
+
+
 def progress(d: dict[str, Any] | None) -> str:
     """'1.25 of 4.00 GiB (31%)' from a download's heartbeat."""
     if not d:
@@ -33,6 +47,9 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     for h in hs:
         kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
         lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}")
+        topo = topology((h.get("report") or {}).get("gpus") or [])
+        if topo:
+            lines.append(f"{'':<16} topology: {topo}")
     return "\n".join(lines)
 
 
@@ -62,7 +79,10 @@ def explain(d: dict[str, Any]) -> str:
         return f"instance {d['instance']}: {d['state']} (no decision recorded yet) {d.get('reason', '')}"
     lines = [f"instance {d['instance']}: {d['state'].upper()} on {d.get('worker') or '-'} GPUs {d.get('gpu_indexes')}"]
     lines.append(f"request: {d.get('request')}")
-    lines.append(f"scheduled: {d['scheduled']} by {d.get('strategy')} with score {d.get('score')}")
+    placed = (d.get("decision") or {}).get("placement") or {}
+    lines.append(f"scheduled: {d['scheduled']} by {d.get('strategy')} with score {d.get('score')}"
+                 + (f", link {placed['link']}" if placed.get("link") else "")
+                 + (f", pinned to CPUs {placed['cpus']}" if placed.get("cpus") else ""))
     dec = d["decision"]
     for f in dec.get("filters", []):
         lines.append(f"  filter {f['filter']}: {f['before']} -> {f['kept']}")
@@ -70,7 +90,8 @@ def explain(d: dict[str, Any]) -> str:
             lines.append(f"    - {r['worker']}: {'; '.join(r['reasons'])}")
     lines.append(f"  candidates (top {len(dec.get('candidates', []))} of {dec.get('candidates_total')}):")
     for c in dec.get("candidates", []):
-        lines.append(f"    {c['worker']} GPUs {c['gpu_indexes']}: score {c.get('score')} {c.get('scores')}")
+        lines.append(f"    {c['worker']} GPUs {c['gpu_indexes']}: score {c.get('score')} {c.get('scores')}"
+                     + (f" link {c['link']}" if c.get("link") else ""))
     for r in d.get("reasons", []):
         lines.append(f"  reason: {r}")
     return "\n".join(lines)

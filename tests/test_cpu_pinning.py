@@ -64,23 +64,25 @@ async def test_a_real_process_runs_on_the_cpus_it_was_pinned_to(tmp_path):
         await table.stop("m-0", 2)
 
 
-def inventory(path, cpus: str | None) -> str:
-    gpu = {"index": 0, "vram_total": "24 GiB", "name": "Simulated 24G"}
+def inventory(path, cpus: str | None, n: int = 1) -> str:
+    gpus = [{"index": i, "vram_total": "24 GiB", "name": "Simulated 24G"} for i in range(n)]
     if cpus:
-        gpu.update(numa_node=0, cpus=cpus)
+        for g in gpus:
+            g.update(numa_node=0, cpus=cpus, nvlink_peers=[j for j in range(n) if j != g["index"]])
     with open(path, "w") as f:
-        yaml.safe_dump({"ram_total": "64 GiB", "gpus": [gpu]}, f)
+        yaml.safe_dump({"ram_total": "64 GiB", "gpus": gpus}, f)
     return str(path)
 
 
 async def test_pinned_engine_end_to_end(tmp_path):
-    """Host 'numa' reports GPU 0 on NUMA node 0 with local CPU 1; host 'plain' reports no topology.
-    The pinned replica runs on CPU 1 and status says so; the other runs unpinned, with the warning."""
+    """Host 'numa' reports GPUs 0 and 1 on NUMA node 0, joined by NVLink, with local CPU 1; host
+    'plain' reports no topology. The pinned replica (30 GiB: both 24 GiB GPUs) runs on CPU 1 and
+    status, explain and hosts say so; the other runs unpinned, with the warning."""
     lv = await Live(str(tmp_path)).start({})
     try:
-        lv.stack.start_agent("numa", inventory(tmp_path / "numa.yaml", "1"), labels={"kind": "numa"})
+        lv.stack.start_agent("numa", inventory(tmp_path / "numa.yaml", "1", n=2), labels={"kind": "numa"})
         lv.stack.start_agent("plain", inventory(tmp_path / "plain.yaml", None), labels={"kind": "plain"})
-        await ops.deploy(lv.client, spec("pinned", cpu_pinning=True, worker_selector={"kind": "numa"}), FAST)
+        await ops.deploy(lv.client, spec("pinned", 30, cpu_pinning=True, worker_selector={"kind": "numa"}), FAST)
         await ops.deploy(lv.client, spec("loose", cpu_pinning=True, worker_selector={"kind": "plain"}), FAST)
         await lv.wait(lambda: lv.states() == {"pinned-0": "running", "loose-0": "running"}, 90, "both RUNNING")
         rows = {i.name: i for i in lv.instances()}
@@ -92,6 +94,10 @@ async def test_pinned_engine_end_to_end(tmp_path):
         out = cli(lv, "status").stdout
         assert "pinned to CPUs 1" in out and "cpu pinning skipped: no topology data" in out
         plan = (await ops.explain(lv.client, "pinned-0"))["plan"]
-        assert (plan["cpus"], plan["numa_nodes"]) == ("1", [0])
+        assert (plan["gpu_indexes"], plan["cpus"], plan["numa_nodes"]) == ([0, 1], "1", [0])
+        out = cli(lv, "explain", "pinned-0").stdout
+        assert "link nvlink, pinned to CPUs 1" in out, out
+        out = cli(lv, "hosts").stdout
+        assert "topology: NUMA 0: GPUs 0,1 (CPUs 1); NVLink: 0-1" in out, out
     finally:
         lv.close()
