@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+MAX_CPU = 65535  # Linux's NR_CPUS tops out at 8192 today; a bigger number is a mistake (or an attack)
+
 
 def parse(text: str) -> list[int]:
     """'0-3,8' -> [0, 1, 2, 3, 8]; ValueError naming the bad part."""
     out: set[int] = set()
-    for part in text.replace(" ", "").split(","):
+    for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         lo, sep, hi = part.partition("-")
@@ -18,6 +20,8 @@ def parse(text: str) -> list[int]:
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
             raise ValueError(f"{text!r} is not a CPU list: range {part!r} runs backwards")
+        if b > MAX_CPU:
+            raise ValueError(f"{text!r} is not a CPU list: CPU {b} is above {MAX_CPU}")
         out.update(range(a, b + 1))
     return sorted(out)
 
@@ -41,7 +45,7 @@ def normalise(v: Any) -> Any:
     if isinstance(v, str):
         return format(parse(v))
     if isinstance(v, (list, tuple)):
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
-            raise ValueError(f"{v!r} is not a list of CPU numbers")
+        if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_CPU for x in v):
+            raise ValueError(f"{v!r} is not a list of CPU numbers (0..{MAX_CPU})")
         return format(v)
     return v

@@ -46,6 +46,13 @@ HAS = {"taskset": "/usr/bin/taskset", "numactl": "/usr/bin/numactl"}
     (req(cpu_pinning=True, cpus="32-63", numa_nodes=[1]), {"taskset": "/usr/bin/taskset"}, {0, 1}, ARGV,
      "cpu pinning skipped: none of CPUs 32-63 are available here (this agent may use 0-1)"),
     (req(cpu_pinning=True, cpus="1"), {}, {0, 1}, ARGV, "cpu pinning skipped: neither numactl nor taskset is installed"),
+    # what comes through Temporal is checked: a bad list, a huge range, a negative node never reach argv
+    (req(cpu_pinning=True, cpus="1;rm -rf /"), HAS, {0, 1}, ARGV,
+     "cpu pinning skipped: '1;rm -rf /' is not a CPU list (example: '0-15,32-47'): bad part '1;rm -rf /'"),
+    (req(cpu_pinning=True, cpus="0-999999999"), HAS, {0, 1}, ARGV,
+     "cpu pinning skipped: '0-999999999' is not a CPU list: CPU 999999999 is above 65535"),
+    (req(cpu_pinning=True, cpus="1", numa_nodes=[-1]), HAS, {0, 1}, ARGV,
+     "cpu pinning skipped: NUMA nodes [-1] are not node numbers"),
 ])
 def test_the_binder_command(r, tools, usable, argv, note):
     assert pinning.wrap(list(ARGV), r, which=tools.get, usable=usable) == (argv, note)

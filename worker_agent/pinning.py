@@ -33,7 +33,13 @@ def wrap(argv: list[str], req: LaunchRequest, which: Callable[[str], str | None]
     if not req.cpu_pinning:
         return argv, ""
     here = usable if usable is not None else os.sched_getaffinity(0)
-    wanted = set(cpulist.parse(req.cpus)) if req.cpus else set()
+    try:  # both come through Temporal: checked, never trusted
+        wanted = set(cpulist.parse(req.cpus)) if req.cpus else set()
+        if any(not 0 <= n <= cpulist.MAX_CPU for n in req.numa_nodes or []):
+            raise ValueError(f"NUMA nodes {req.numa_nodes} are not node numbers")
+    except ValueError as e:
+        log.warning("cpu pinning skipped for %s: %s", req.key, e)
+        return argv, f"cpu pinning skipped: {e}"
     cpus = sorted(wanted & here)
     nodes = req.numa_nodes
     why = None
