@@ -163,3 +163,17 @@ def test_cpu_masks_and_bus_ids():
     assert nvml_topology.mask_cpus([0b1011, 1 << 63]) == [0, 1, 3, 127]
     assert nvml_topology.bus_key("00000000:4E:00.0") == nvml_topology.bus_key(b"0000:4e:00.0") == (0, 0x4E, 0, 0)
     assert nvml_topology.bus_key("garbage") is None
+
+
+def test_topology_is_asked_once_per_set_of_cards(tmp_path):
+    """Discovery runs at every inventory heartbeat; the real driver's topology is kept by the cards' uuids."""
+    nv = dgx_like()
+    for i, c in enumerate(nv.cards):
+        c["uuid"] = f"GPU-{i:08d}-0000-0000-0000-000000000000"
+    first = nvml_topology.annotate(nv, nv.cards, from_nvml(FakeNVML(nv.cards)), sysfs=str(tmp_path), cache=True)
+    asked = nv.calls
+    again = nvml_topology.annotate(nv, nv.cards, from_nvml(FakeNVML(nv.cards)), sysfs=str(tmp_path), cache=True)
+    assert nv.calls == asked and again == first
+    nv.cards[0]["uuid"] = "GPU-swapped"  # another card: asked again
+    nvml_topology.annotate(nv, nv.cards, from_nvml(FakeNVML(nv.cards)), sysfs=str(tmp_path), cache=True)
+    assert nv.calls == 2 * asked

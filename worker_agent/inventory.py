@@ -114,7 +114,7 @@ def from_nvml(nvml=None, owner: Callable[[], Callable[[int], bool]] | None = Non
             gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
                             uuid=_text(nv.nvmlDeviceGetUUID(h)), vram_total=mem.total, vram_used=_bucket(mem.used),
                             vram_foreign=foreign))
-        return nvml_topology.annotate(nv, handles, gpus)
+        return nvml_topology.annotate(nv, handles, gpus, cache=nvml is None)  # the real driver's answers keep
 
 
 def gpu_health(nvml=None) -> dict[int, tuple[float, float]]:

@@ -95,10 +95,31 @@ def _nvlink_ends(nv, h) -> tuple[list[tuple[int, ...]], bool]:
     return ends, answered
 
 
+_KEPT: dict[tuple, list[dict]] = {}  # the GPUs' uuids -> their topology fields
+
+
 def annotate(nv, handles: list, gpus: list[GPU], sysfs: str = "/sys/devices/system/node",
-             cpu_count: int | None = None) -> list[GPU]:
+             cpu_count: int | None = None, cache: bool = False) -> list[GPU]:
     """``gpus`` (NVML's, in handle order) with the topology NVML answers for (``sysfs`` and
-    ``cpu_count``, this host's by default, let tests describe another host)."""
+    ``cpu_count``, this host's by default, let tests describe another host). Topology does not
+    change while the cards do not, so with ``cache`` it is asked once per set of GPU uuids
+    (discovery runs at every inventory heartbeat)."""
+    key = tuple(g.uuid for g in gpus)
+    if not cache or key not in _KEPT:
+        fields = _fields(nv, handles, gpus, sysfs, cpu_count)
+        if not cache:
+            return _merge(gpus, fields)
+        _KEPT.clear()
+        _KEPT[key] = fields
+    return _merge(gpus, _KEPT[key])
+
+
+def _merge(gpus: list[GPU], fields: list[dict]) -> list[GPU]:
+    return [GPU.model_validate({**g.model_dump(), **f}) if f else g for g, f in zip(gpus, fields)]
+
+
+def _fields(nv, handles: list, gpus: list[GPU], sysfs: str, cpu_count: int | None) -> list[dict]:
+    """Per GPU, the topology fields NVML answered."""
     words = max(1, -(-(cpu_count or os.cpu_count() or 1) // 64))
     nodes = node_cpus(sysfs)
     by_bus: dict[tuple[int, ...], int] = {}
@@ -137,5 +158,5 @@ def annotate(nv, handles: list, gpus: list[GPU], sysfs: str = "/sys/devices/syst
             more["nvlink_peers"] = sorted(peers[g.index])
         if links[g.index]:
             more["links"] = links[g.index]
-        out.append(GPU.model_validate({**g.model_dump(), **more}) if more else g)
+        out.append(more)
     return out
