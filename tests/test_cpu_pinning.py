@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or 1 not in os.
 
 
 def req(**kw) -> LaunchRequest:
-    return LaunchRequest(instance="m-0", model="m", backend="custom", gpu_indexes=[3, 4], **kw)
+    return LaunchRequest(**{"instance": "m-0", "model": "m", "backend": "custom", "gpu_indexes": [3, 4], **kw})
 
 
 ARGV = ["serve", "--port", "8000"]
@@ -108,3 +108,15 @@ async def test_pinned_engine_end_to_end(tmp_path):
         assert "topology: NUMA 0: GPUs 0,1 (CPUs 1); NVLink: 0-1" in out, out
     finally:
         lv.close()
+
+
+def test_the_placements_cpus_stay_on_the_main_worker():
+    """SGLang's other ranks are copies of rank 0's request on other hosts: they must not take its CPU list."""
+    from scheduler.cluster import Subordinate
+    from worker_agent import topology
+
+    head = topology.sglang_head(req(backend="sglang", cpu_pinning=True, cpus="32-63", numa_nodes=[1]),
+                                [Subordinate(worker="h2", gpu_indexes=[0, 1])])
+    assert (head.cpu_pinning, head.cpus) == (True, "32-63")
+    (_, node), = topology.sglang_nodes(head, [Subordinate(worker="h2", gpu_indexes=[0, 1])], "10.0.0.1:5000")
+    assert (node.cpu_pinning, node.cpus, node.numa_nodes) == (False, None, None)
