@@ -67,10 +67,11 @@ def _topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> li
     if topology.applies(ctx.snapshot):
         for c, lv in zip(cands, topology.links(ctx.snapshot, cands)):
             c.link = lv
+    notes = topology_policy.admitted_note(ctx.snapshot, ctx.spec.topology_policy, best)
     if not topology_policy.wants_pinning(ctx.spec):
-        return []
+        return notes
     best.cpus, best.numa_nodes = topology_policy.binding(ctx.snapshot, best)
     if best.cpus is None and best.numa_nodes is None:
-        return [f"cpu pinning: worker {best.worker} reports no NUMA node or local CPUs for GPUs "
-                f"{best.gpu_indexes}; the engine will run unpinned"]
-    return []
+        notes.append(f"cpu pinning: worker {best.worker} reports no NUMA node or local CPUs for GPUs "
+                     f"{best.gpu_indexes}; the engine will run unpinned")
+    return notes

@@ -3,7 +3,8 @@ nodes of a replica's GPUs, and the CPU set a pinned engine is bound to.
 
 - ``none`` (default): no check.
 - ``best-effort``: any placement is admitted; the topology scorer still prefers the best joined
-  set (as the kubelet admits a pod whose preferred affinity is not met).
+  set (as the kubelet admits a pod whose preferred affinity is not met), and a placement across
+  NUMA nodes is noted in the reasons.
 - ``restricted``: a GPU set is refused when it spans more NUMA nodes than the fewest its worker
   could give that many GPUs from. As the kubelet's preferred hint, this counts all of the
   worker's GPUs, free or not: 2 GPUs on a box of 4 per node must share a node; 6 may use 2.
@@ -82,6 +83,14 @@ def keep(snapshot: ClusterSnapshot, policy: TopologyPolicy, cands: list) -> tupl
     if len(why) > SHOWN:
         why = why[:SHOWN] + [f"{policy.value}: {len(why) - SHOWN} more GPU sets refused"]
     return kept, why
+
+
+def admitted_note(snapshot: ClusterSnapshot, policy: TopologyPolicy, cand) -> list[str]:
+    """best-effort: say so when the placement spans NUMA nodes (admitted all the same)."""
+    if policy != TopologyPolicy.BEST_EFFORT:
+        return []
+    why = check(snapshot, TopologyPolicy.SINGLE_NUMA_NODE, cand)
+    return [why.replace(TopologyPolicy.SINGLE_NUMA_NODE.value, policy.value, 1) + "; admitted"] if why else []
 
 
 def wants_pinning(spec: ModelSpec) -> bool:

@@ -78,7 +78,8 @@ ONLY_3_AND_4 = (0, 1, 2, 5, 6, 7)  # one GPU left on each socket
 @pytest.mark.parametrize("policy, busy, vram, want, refusal", [
     ("single-numa-node", ONLY_3_AND_4, "100 GiB", None,
      "single-numa-node: GPUs 3 and 4 are on NUMA nodes 0 and 1 (worker dgx1)"),
-    ("best-effort", ONLY_3_AND_4, "100 GiB", [3, 4], None),  # admitted, across sockets
+    ("best-effort", ONLY_3_AND_4, "100 GiB", [3, 4],  # admitted across sockets, and said so
+     "best-effort: GPUs 3 and 4 are on NUMA nodes 0 and 1 (worker dgx1); admitted"),
     ("none", ONLY_3_AND_4, "100 GiB", [3, 4], None),
     # restricted: 2 GPUs could share one node on this box (4 per node), so 3+4 breaks it
     ("restricted", ONLY_3_AND_4, "100 GiB", None,
@@ -93,6 +94,7 @@ def test_topology_policy(tmp_path, policy, busy, vram, want, refusal):
     out = schedule(tmp_path, box(busy), custom(policy, vram), check=0 if want else 3)
     if want:
         assert out["placement"]["gpu_indexes"] == want
+        assert refusal is None or refusal in out["reasons"]
     else:
         assert out["placement"] is None and any(r.startswith(refusal) for r in out["reasons"]), out["reasons"]
 
