@@ -27,7 +27,8 @@ def req(**kw) -> LaunchRequest:
 
 
 ARGV = ["serve", "--port", "8000"]
-HAS = {"taskset": "/usr/bin/taskset", "numactl": "/usr/bin/numactl"}
+HAS = {"taskset": "/usr/bin/taskset", "numactl": "/usr/bin/numactl", "serve": "/usr/bin/serve"}
+TASKSET = {"taskset": "/usr/bin/taskset", "serve": "/usr/bin/serve"}
 
 
 @pytest.mark.parametrize("r, tools, usable, argv, note", [
@@ -37,15 +38,17 @@ HAS = {"taskset": "/usr/bin/taskset", "numactl": "/usr/bin/numactl"}
     (req(cpu_pinning=True, numa_nodes=[0, 1]), HAS, {0, 1},  # nodes known, CPUs not: the nodes' CPUs
      ["numactl", "--cpunodebind=0,1", "--membind=0,1", "--", *ARGV],
      "pinned to the CPUs of NUMA nodes 0,1, memory of NUMA nodes 0,1 (numactl)"),
-    (req(cpu_pinning=True, cpus="1", numa_nodes=[0]), {"taskset": "/usr/bin/taskset"}, {0, 1},
+    (req(cpu_pinning=True, cpus="1", numa_nodes=[0]), TASKSET, {0, 1},
      ["taskset", "-c", "1", *ARGV], "pinned to CPUs 1 (memory not bound: numactl is not installed)"),
     # a simulated host names CPUs 0-31; this agent may use 0-1: the two it has
-    (req(cpu_pinning=True, cpus="0-31", numa_nodes=[0]), {"taskset": "/usr/bin/taskset"}, {0, 1},
+    (req(cpu_pinning=True, cpus="0-31", numa_nodes=[0]), TASKSET, {0, 1},
      ["taskset", "-c", "0-1", *ARGV], "pinned to CPUs 0-1 (memory not bound: numactl is not installed)"),
     (req(cpu_pinning=True), HAS, {0, 1}, ARGV, "cpu pinning skipped: no topology data for GPUs [3, 4] on this host"),
-    (req(cpu_pinning=True, cpus="32-63", numa_nodes=[1]), {"taskset": "/usr/bin/taskset"}, {0, 1}, ARGV,
+    (req(cpu_pinning=True, cpus="32-63", numa_nodes=[1]), TASKSET, {0, 1}, ARGV,
      "cpu pinning skipped: none of CPUs 32-63 are available here (this agent may use 0-1)"),
-    (req(cpu_pinning=True, cpus="1"), {}, {0, 1}, ARGV, "cpu pinning skipped: neither numactl nor taskset is installed"),
+    (req(cpu_pinning=True, cpus="1"), {"serve": "/usr/bin/serve"}, {0, 1}, ARGV,
+     "cpu pinning skipped: neither numactl nor taskset is installed"),
+    (req(cpu_pinning=True, cpus="1"), {"taskset": "/usr/bin/taskset"}, {0, 1}, ARGV, ""),  # no such program: its own error
     # what comes through Temporal is checked: a bad list, a huge range, a negative node never reach argv
     (req(cpu_pinning=True, cpus="1;rm -rf /"), HAS, {0, 1}, ARGV,
      "cpu pinning skipped: '1;rm -rf /' is not a CPU list (example: '0-15,32-47'): bad part '1;rm -rf /'"),

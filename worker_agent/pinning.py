@@ -30,8 +30,8 @@ def _plural(what: str, xs: list[int]) -> str:
 def wrap(argv: list[str], req: LaunchRequest, which: Callable[[str], str | None] = shutil.which,
          usable: set[int] | None = None) -> tuple[list[str], str]:
     """(the argv to exec, what it is bound to or why it is not); (argv, "") when pinning is not asked."""
-    if not req.cpu_pinning:
-        return argv, ""
+    if not req.cpu_pinning or which(argv[0]) is None:
+        return argv, ""  # not asked; or a missing program, which fails to start with its own name
     here = usable if usable is not None else os.sched_getaffinity(0)
     try:  # both come through Temporal: checked, never trusted
         wanted = set(cpulist.parse(req.cpus)) if req.cpus else set()
