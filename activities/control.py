@@ -82,7 +82,8 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
         p = d.placement
         plan = PlacementPlan(worker=p.worker, gpu_indexes=list(p.gpu_indexes),
                              claim=p.claim.model_dump(exclude_none=True),
-                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates])
+                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates],
+                             cpus=p.cpus, numa_nodes=p.numa_nodes)
     return DecisionRecord(scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score,
                           reasons=list(d.reasons), request=request_summary(req), decision=full, workers_seen=workers,
                           generations=gens)

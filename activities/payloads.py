@@ -40,6 +40,8 @@ class PlacementPlan(BaseModel):
     gpu_indexes: list[int] = []
     claim: Claim = Claim()
     subordinates: list[Subordinate] = []
+    cpus: str | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
+    numa_nodes: list[int] | None = None
 
 
 class DecisionRecord(BaseModel):

@@ -16,6 +16,20 @@ def _gpus(h: dict[str, Any]) -> str:
                      + (f" ({gib(g['vram_foreign'])} GiB not ours)" if g.get("vram_foreign") else "") for g in gs)
 
 
+def topology(gs: list[dict[str, Any]]) -> str:
+    """'NUMA 0: GPUs 0,1 (CPUs 0-31); NVLink: 0-1' from the GPUs' topology fields; '' without any."""
+    nodes: dict[int, list[dict[str, Any]]] = {}
+    for g in gs:
+        if g.get("numa_node") is not None:
+            nodes.setdefault(g["numa_node"], []).append(g)
+    parts = [f"NUMA {n}: GPUs {','.join(str(g['index']) for g in members)}"
+             + (f" (CPUs {members[0]['cpus']})" if members[0].get("cpus") else "") for n, members in sorted(nodes.items())]
+    pairs = sorted({tuple(sorted((g["index"], p))) for g in gs for p in g.get("nvlink_peers") or []})
+    if pairs:
+        parts.append("NVLink: " + " ".join(f"{a}-{b}" for a, b in pairs))
+    return "; ".join(parts)
+
+
 def progress(d: dict[str, Any] | None) -> str:
     """'1.25 of 4.00 GiB (31%)' from a download's heartbeat."""
     if not d:
@@ -33,6 +47,9 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     for h in hs:
         kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
         lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}")
+        topo = topology((h.get("report") or {}).get("gpus") or [])
+        if topo:
+            lines.append(f"{'':<16} topology: {topo}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from scheduler import cpulist
+
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
@@ -65,6 +67,21 @@ class Reserved(Strict):
     vram: Bytes = 0  # reserved on each GPU
 
 
+class Link(str, Enum):
+    """The PCIe/system path between two GPUs, as NVML's nvmlDeviceGetTopologyCommonAncestor names it
+    (nvidia-smi topo -m: PIX = single, PXB = multiple, PHB = hostbridge, NODE = node, SYS = system)."""
+
+    INTERNAL = "internal"  # one board
+    SINGLE = "single"  # one PCIe switch
+    MULTIPLE = "multiple"  # several switches, no host bridge
+    HOSTBRIDGE = "hostbridge"
+    NODE = "node"  # one NUMA node, across host bridges
+    SYSTEM = "system"  # across CPU sockets
+
+
+CpuList = Annotated[str, BeforeValidator(cpulist.normalise)]
+
+
 class GPU(Strict):
     index: int = Field(ge=0)
     vendor: str = "nvidia"
@@ -74,6 +91,13 @@ class GPU(Strict):
     vram_total: Bytes
     vram_used: Bytes | None = None  # observed use, ours and others'
     vram_foreign: Bytes | None = None  # held by processes gpuflow did not start (NVML's per-process list)
+    # topology, each optional (absent: unknown); see scheduler/interconnect.py
+    numa_node: int | None = Field(None, ge=0)
+    pci_bus_id: str | None = None
+    nvlink_peers: list[int] | None = None  # GPU indexes on the same worker joined to this one by NVLink
+    pcie_switch: str | None = None  # GPUs with the same id sit under one PCIe switch
+    links: dict[int, Link] | None = None  # GPU index -> the path to it (NVML's common ancestor)
+    cpus: CpuList | None = None  # CPUs local to the GPU, as a Linux CPU list ("0-31,64-95")
 
 
 class Worker(Strict):
@@ -95,6 +119,11 @@ class Worker(Strict):
             if g.index in seen:
                 raise ValueError(f"GPU index {g.index} appears twice; indexes must be unique per worker")
             seen.add(g.index)
+        for g in gpus:
+            named = set(g.nvlink_peers or []) | set(g.links or {})
+            if named - seen or g.index in named:
+                bad = sorted((named - seen) | ({g.index} & named))
+                raise ValueError(f"GPU {g.index}: nvlink_peers/links name GPU {bad[0]}, which is not another GPU of this worker")
         return gpus
 
     def gpu(self, index: int) -> GPU | None:

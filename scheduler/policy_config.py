@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 class PolicyConfig(BaseModel):
     placement: float = Field(100.0, ge=0, description="Scale-up placement (binpack/spread). Default 100.")
     locality: float = Field(5.0, ge=0, description="Scale-up model-file locality; 0 disables. Default 5.")
+    topology: float = Field(10.0, ge=0, description="Scale-up GPU interconnect (NVLink, PCIe switch, NUMA node), "
+                            "only where some worker reports topology; 0 disables. Default 10.")
     scale_down_status: float = Field(100.0, ge=0, description="Scale-down instance/worker status. Default 100.")
     scale_down_offload: float = Field(10.0, ge=0, description="Scale-down offloaded GGUF layers. Default 10.")
     scale_down_placement: float = Field(1.0, ge=0, description="Scale-down placement (removal mode). Default 1.")

@@ -31,6 +31,16 @@ class PlacementStrategy(str, Enum):
     BINPACK = "binpack"
 
 
+class TopologyPolicy(str, Enum):
+    """Kubernetes Topology Manager's policies, over the NUMA nodes of a replica's GPUs
+    (scheduler/topology_policy.py)."""
+
+    NONE = "none"
+    BEST_EFFORT = "best-effort"
+    RESTRICTED = "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node"
+
+
 class HubFile(Strict):
     repo: str = Field(min_length=1)
     file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
@@ -151,6 +161,8 @@ class ModelSpec(Strict):
     resources: Resources | None = None
     cluster: str = "default"
     autoscaling: Autoscaling | None = None  # metric-driven replicas (docs/formats.md); replicas is then the start
+    topology_policy: TopologyPolicy = TopologyPolicy.NONE
+    cpu_pinning: bool = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
 
     @field_validator("env")
     @classmethod

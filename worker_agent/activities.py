@@ -21,6 +21,7 @@ from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from worker_agent import payloads as p
+from worker_agent import pinning
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engines import EngineConfig, LaunchRefused, argv_for, check_launch, engine_env, needs_port
 from worker_agent.metrics import AgentMetrics
@@ -178,6 +179,7 @@ class HostActivities:
         key = req.key
         rec = self.table.find(key)
         adopted = rec is not None and self.table.alive(rec.pid)
+        bound = f"running on CPUs {pinning.allowed(rec.pid)}" if adopted and req.cpu_pinning else ""
         if not adopted:
             port = free_port() if needs_port(req) else None
             if req.backend == "sglang" and req.role == "server" and (req.nnodes or 1) > 1 and not req.dist_init_addr:
@@ -186,6 +188,7 @@ class HostActivities:
             argv = [req.backend]
             try:
                 argv = argv_for(req, port, self.engines, self.address)
+                argv, bound = pinning.wrap(argv, req)
                 env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
                 rec = self.table.start(key, argv, env, port)
             except LaunchRefused as e:
@@ -198,7 +201,7 @@ class HostActivities:
         dist = _dist_port(rec.argv)
         if not req.wait_ready:
             return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                                  address=self.address, dist_port=dist)
+                                  address=self.address, dist_port=dist, binding=bound)
         started = time.monotonic()
         every = _beat_every()
         last_beat = 0.0
@@ -223,7 +226,7 @@ class HostActivities:
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                              address=self.address, dist_port=dist)
+                              address=self.address, dist_port=dist, binding=bound)
 
     async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
         if req.role == "server":

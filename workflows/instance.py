@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
                                      ReserveResult, host_queue)
     from scheduler.spec import ModelSpec
+    from scheduler.topology_policy import wants_pinning
     from worker_agent import payloads as hp
     from worker_agent import topology
     from workflows import common as c
@@ -249,7 +250,9 @@ class ModelInstanceWorkflow:
                                 settle_s=self.t.settle_s, backend_parameters=list(spec.backend_parameters),
                                 offload_layers=claim.offload_layers, tensor_split=claim.tensor_split,
                                 vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates),
-                                liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures)
+                                liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures,
+                                cpu_pinning=wants_pinning(spec),
+                                cpus=self.plan.cpus, numa_nodes=self.plan.numa_nodes)
 
     def _host_timeouts(self, worker: str, sts: float) -> dict:
         return dict(task_queue=host_queue(worker), schedule_to_start_timeout=c.secs(sts),
@@ -314,7 +317,8 @@ class ModelInstanceWorkflow:
             return t.kind, t.why, t.host
         self.pid, self.port = res.pid, res.port
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
-        await self._record("running", "adopted the running process" if res.adopted and not started_here else "")
+        why = "adopted the running process" if res.adopted and not started_here else ""
+        await self._record("running", "; ".join(x for x in (why, res.binding) if x))
         watched = [(self.worker, req)] + parts
         sups = [workflow.start_activity(
             hp.SUPERVISE_INSTANCE, r, result_type=hp.ExitReport, **self._host_timeouts(w, sts),

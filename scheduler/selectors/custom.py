@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from scheduler.decision import Candidate, Context, claim
 from scheduler.params import whole_card_fraction
+from scheduler.selectors import gpu_sets
 from scheduler.selectors.base import first_nonempty
 from scheduler.selectors.fraction import Shape, split
 from scheduler.selectors.manual import manual
@@ -36,6 +37,19 @@ def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
     return out
 
 
+def _set_candidate(ctx: Context, w, frac, gpus) -> Candidate | None:
+    """Another set of as many GPUs on the same worker (gpu_sets.py), if each can hold its share."""
+    req, a = ctx.request, ctx.allocatable[w.name]
+    allocs = [a.vram.get(g.index, 0) for g in gpus]
+    if sum(allocs) < req.vram:
+        return None
+    shares = split(req.vram, allocs) if not frac else [req.vram // len(gpus)] * len(gpus)
+    vram = {g.index: _per_card(req.vram, frac, g.vram_total, s) for g, s in zip(gpus, shares)}
+    if any(vram[g.index] > al for g, al in zip(gpus, allocs)):
+        return None
+    return Candidate(w.name, [g.index for g in gpus], claim(ram=req.ram, vram=vram), gpu_type=gpus[0].type)
+
+
 def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
     req, out = ctx.request, []
     for w in workers:
@@ -52,6 +66,7 @@ def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
             vram = {g.index: _per_card(req.vram, frac, g.vram_total, s) for g, s in zip(top, shares)}
             if all(vram[g.index] <= al for g, al in zip(top, allocs)):
                 out.append(Candidate(w.name, [g.index for g in top], claim(ram=req.ram, vram=vram), gpu_type=top[0].type))
+                out.extend(gpu_sets.better(w, gpus, top, lambda s: _set_candidate(ctx, w, frac, s)))
                 break
     if not out:
         msgs.append(f"No worker's GPUs can together hold {gib(req.vram)} GiB with each GPU holding its share.")

@@ -9,6 +9,7 @@ from typing import Callable
 
 from scheduler.cluster import GPU, Worker
 from scheduler.decision import Candidate, Context, claim, subordinate
+from scheduler.selectors import gpu_sets
 from scheduler.units import gib
 
 
@@ -89,6 +90,16 @@ def single_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str
     return out
 
 
+def _set_candidate(ctx: Context, shape: Shape, w: Worker, t: str, gpus: list[GPU]) -> Candidate | None:
+    """Another set of as many GPUs on the same worker (gpu_sets.py), if it holds the model too."""
+    a = ctx.allocatable[w.name]
+    if sum(_book(shape.ratio(w, g), g, a.vram[g.index], a.vram[g.index]) for g in gpus) < ctx.request.vram:
+        return None
+    (vram,) = book_all(shape, ctx, [(w, gpus)], ctx.request.vram)
+    r = shape.ratio(w, gpus[0])
+    return Candidate(w.name, [g.index for g in gpus], claim(ram=ctx.request.ram, vram=vram, vram_utilization=r or None), gpu_type=t)
+
+
 def multi_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]) -> list[Candidate]:
     if shape.gpu_count == 1:
         return []
@@ -123,6 +134,7 @@ def multi_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]
                 (vram,) = book_all(shape, ctx, [(w, chosen)], req.vram)
                 r = shape.ratio(w, chosen[0])
                 found.append(Candidate(w.name, [x.index for x in chosen], claim(ram=req.ram, vram=vram, vram_utilization=r or None), gpu_type=t))
+                found.extend(gpu_sets.better(w, usable, chosen, lambda s: _set_candidate(ctx, shape, w, t, s)))
             if shape.gpu_count or vram_sum >= req.vram:
                 break
     if not found:

@@ -14,6 +14,8 @@ from itertools import combinations, islice
 
 from scheduler.decision import Candidate, Context, claim, subordinate
 from scheduler.gguf.estimate import EstimateItem
+from scheduler.interconnect import reports
+from scheduler.selectors import gpu_sets
 from scheduler.units import gib
 
 MAX_COMBINATIONS = 32  # tensor-split runs tried per GPU count on one worker
@@ -72,7 +74,8 @@ def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candida
         for n in range(2, len(gpus) + 1):
             cands = []
             equal = len({x[1] for x in gpus}) == 1
-            for comb in islice(combinations(gpus, n), 1 if equal else MAX_COMBINATIONS):
+            tries = 1 if equal and not reports(w) else MAX_COMBINATIONS  # equal GPUs differ only by topology
+            for comb in islice(gpu_sets.ordered(w, gpus, n, lambda x: x[0]), tries):
                 allocs = [x[1] for x in comb]
                 if sum(allocs) < _vram(req.full, 0, uma):
                     continue
@@ -83,7 +86,7 @@ def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candida
                         ram=_ram(item, uma), vram=vram, offload_layers=item.offload_layers,
                         total_layers=req.total_layers, tensor_split=allocs, is_unified_memory=uma), gpu_type=comb[0][0].type))
             if cands:
-                found.extend(cands)
+                found.extend(gpu_sets.first_per_level(w, cands))
                 break
     if not found:
         msgs.append("No worker's GPUs can together hold the whole model.")
