@@ -6,6 +6,8 @@ is checked, but a real --membind run is not."""
 
 from __future__ import annotations
 
+import asyncio
+
 import os
 import sys
 
@@ -68,6 +70,14 @@ async def test_a_real_process_runs_on_the_cpus_it_was_pinned_to(tmp_path):
     assert note.startswith("pinned to CPUs 1")
     rec = table.start("m-0", argv, {}, None)
     try:
+        # the binder sets the affinity, then execs the engine under the same pid: wait until the
+        # pid runs the engine (under load it may still be the binder, or not yet exec'd at all)
+        for _ in range(200):
+            with open(f"/proc/{rec.pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            if b"time.sleep(60)" in cmd and not cmd.startswith(b"taskset"):
+                break
+            await asyncio.sleep(0.05)
         assert pinning.allowed(rec.pid) == "1"  # /proc/<pid>/status Cpus_allowed_list: the same pid, exec'd
         assert pinning.allowed(os.getpid()) != "1"  # the agent itself is not bound
     finally:
