@@ -12,6 +12,7 @@ import time
 import yaml
 
 from gpuflow import demo_llm, ops, render_cluster
+from activities.store.serving import REPORT_S
 from gpuflow.serving_view import add_serving, open_store
 from gpuflow.runtime import connect
 from gpuflow.settings import Settings
@@ -90,6 +91,7 @@ async def scenario(stack, gateway: str | None = None, llm: str | None = None) ->
     await _until(lambda: _all_closed(client, removed), 60)
     if llm and gateway:
         await _ask(gateway)
+        await asyncio.sleep(2 * REPORT_S)  # the gateway's next in-flight report, for the status below
     st = add_serving(await ops.status(client), open_store(Settings(database_url=stack.database_url), True))
     print()
     print(render_cluster.status(st))
@@ -97,6 +99,7 @@ async def scenario(stack, gateway: str | None = None, llm: str | None = None) ->
     print()
     if first:
         print(f"why {first} is where it is:  gpuflow explain {first} --address {stack.temporal.address}")
+    print(f"the cluster again:  gpuflow status --address {stack.temporal.address} --data-dir {stack.data_dir}")
     print(f"Temporal UI:  {stack.temporal.ui or '(disabled)'}   (filter: GpuflowModel = 'chat-8b')")
     print(f"Temporal:     {stack.temporal.address}   data: {stack.data_dir}")
     return 0
