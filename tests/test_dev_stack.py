@@ -79,3 +79,66 @@ def _check_gateway(out: str) -> None:
     curl = next(ln.strip() for ln in out.splitlines() if ln.strip().startswith(f"curl -s {url}/chat/completions"))
     got = json.loads(subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=120).stdout)
     assert got["model"] and got["choices"][0]["message"]["content"].strip(), got
+
+
+def test_dev_serves_a_real_gguf_out_of_the_box(tmp_path, smollm2):
+    """Plain `gpuflow dev`, no engine flags: its agent finds llama-cpp-python in this Python, a
+    deployed GGUF answers at the address:port `gpuflow status` reports, and through the gateway
+    whose base URL dev printed (where this checkout has the gateway)."""
+    import importlib.util
+    import json
+    import urllib.request
+
+    port, data = free_port(), tmp_path / "dev"
+    p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--data-dir", str(data), "--port", str(port),
+                          "--ui-port", str(free_port()), "--gateway-port", str(free_port()), "--agent-name", "box"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = _read_until(p, "gpuflow dev is up", 120)
+        assert "llama.cpp models run through this Python's llama-cpp-python" in out, out
+        spec = tmp_path / "smol.yaml"  # today a CPU-only host still needs cpu_offloading said
+        spec.write_text(json.dumps({"name": "smol", "source": {"local_path": smollm2}, "backend": "llama.cpp",
+                                    "cpu_offloading": True}))
+        cli = [sys.executable, "-m", "gpuflow"]
+        addr = ["--address", f"127.0.0.1:{port}"]
+        assert subprocess.run(cli + ["deploy", str(spec)] + addr, capture_output=True, timeout=60).returncode == 0
+        line = ""
+        deadline = time.monotonic() + 240
+        while "RUNNING" not in line and time.monotonic() < deadline:
+            time.sleep(1)
+            st = subprocess.run(cli + ["status", "smol", "--data-dir", str(data)] + addr, capture_output=True,
+                                text=True, timeout=60).stdout
+            line = next((ln for ln in st.splitlines() if ln.strip().startswith("smol-0")), "")
+        assert "RUNNING" in line and 'requests use "model": "smol"' in st, st
+        where = next(w for w in line.split() if w.startswith("127.0.0.1:"))  # the replica's address:port
+        body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}).encode()
+        rq = urllib.request.Request(f"http://{where}/v1/chat/completions", data=body,
+                                    headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(rq, timeout=120) as r:
+            assert json.loads(r.read())["choices"][0]["message"]["content"]
+        if importlib.util.find_spec("gateway") is not None:
+            from openai import OpenAI
+
+            url = next(ln.split()[2] for ln in out.splitlines() if ln.startswith("OpenAI-compatible gateway: "))
+            answer = OpenAI(base_url=url, api_key="unused", max_retries=0).chat.completions.create(
+                model="smol", messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
+            assert answer.choices[0].message.content
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def _read_until(p: subprocess.Popen, marker: str, timeout: float) -> str:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if marker in line:
+            break
+    return "".join(lines)
