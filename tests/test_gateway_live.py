@@ -56,6 +56,13 @@ async def deploy(lv: Live, sp: ModelSpec) -> dict[str, int]:
     return {i.name: i.pid for i in lv.instances(sp.name) if i.state == "running"}
 
 
+def completions(lv: Live, instance: str) -> int:
+    """Chat completions the replica answered, from its server's access log on the host."""
+    rec = lv.stack.instance_processes("cpu1").find(instance)
+    with open(rec.log, errors="replace") as f:
+        return sum("POST /v1/chat/completions" in ln and " 200" in ln for ln in f)
+
+
 class Load:
     """``workers`` clients sending plain chat completions back to back until stopped; every
     outcome is kept."""
@@ -108,6 +115,8 @@ async def test_two_replicas_share_the_load_and_one_dies_without_a_failed_request
     load = Load(stack, "pair")
     try:
         await load.until(12)
+        served = {n: completions(stack, n) for n in pids}
+        assert all(served.values()), served  # both replicas took a share (least outstanding requests)
         victim = sorted(pids)[0]
         os.killpg(pids[victim], signal.SIGKILL)  # the server and anything it started, at once
         await load.until(12)  # the load goes on, on the other replica
