@@ -303,8 +303,8 @@ class ModelInstanceWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED) for w, r in watched]
         await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested)
         ended = next((i for i, s in enumerate(sups) if s.done()), None)
-        if ended is None:  # asked to stop while it serves: out of the routing table, requests finish first
-            await self._drain(sups)
+        if ended is None and workflow.patched("drain-before-stop"):  # asked to stop while it serves:
+            await self._drain(sups)  # out of the routing table, its requests finish first
         for s in sups:  # a cancelled supervisor stops its process: one part ending ends them all
             if not s.done():
                 s.cancel()
