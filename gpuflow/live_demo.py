@@ -69,7 +69,7 @@ async def scenario(stack, gateway: str | None = None, llm: str | None = None) ->
     client = await connect(settings.temporal.model_copy(update={"address": stack.temporal.address}), wait_s=30)
     hosts = len(HOSTS) + (1 if llm else 0)
     print(f"waiting for {len(HOSTS)} simulated hosts" + (" and this machine..." if llm else "..."), flush=True)
-    if not await _until(lambda: _ready_hosts(client, hosts), 60):
+    if not await _until(lambda: _ready_hosts(client, hosts), 120):
         print("the hosts did not report in; see the logs in " + stack.log_dir)
         return 1
     specs = demo_specs(os.path.join(stack.data_dir, "demo-models"))
