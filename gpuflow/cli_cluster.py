@@ -124,8 +124,8 @@ def cmd_status(a) -> int:
     async def go():
         from gpuflow.serving_view import add_serving, open_store
 
-        st = add_serving(await ops.status(await connect(s.temporal), a.name),
-                         open_store(s, bool(a.database_url or a.data_dir)))
+        store = open_store(s, bool(a.database_url or a.data_dir))
+        st = add_serving(await ops.status(await connect(s.temporal), a.name), store)
         print(json.dumps(st, indent=2) if a.json else render_cluster.status(st))
 
     return _run(go())

@@ -12,6 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from activities.store import db, serving
 from gpuflow.settings import Settings
+from scheduler.errors import InvalidInput
 
 
 def open_store(s: Settings, explicit: bool) -> Engine | None:
@@ -20,7 +21,10 @@ def open_store(s: Settings, explicit: bool) -> Engine | None:
     url = s.store_url()
     if not explicit and url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
         return None
-    return db.make_engine(url, schema=s.database_schema)
+    try:
+        return db.make_engine(url, schema=s.database_schema)
+    except (SQLAlchemyError, ValueError) as e:
+        raise InvalidInput(f"the store's URL {url!r}: {e}") from None
 
 
 def add_serving(st: dict[str, Any], engine: Engine | None) -> dict[str, Any]:
