@@ -2,9 +2,18 @@
 PY ?= python3
 VENV ?= .venv
 
+SHELL := /bin/bash
+LLAMA_CPP := $(shell grep -o 'llama-cpp-python\[server\][^"]*' pyproject.toml)
+
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
+	@# llama-cpp-python (the demo's real model) compiles llama.cpp where no wheel is cached: say so, show progress
+	@$(VENV)/bin/python -c 'import llama_cpp' 2>/dev/null || { \
+	  echo "installing $(LLAMA_CPP): on a fresh machine pip compiles llama.cpp, which takes a few minutes;"; \
+	  echo "the compiler's progress follows"; \
+	  set -o pipefail; $(VENV)/bin/pip install -v '$(LLAMA_CPP)' 2>&1 \
+	    | awk '/^ *\[ *[0-9]+(%|\/[0-9]+)\]|Building wheel|Successfully|[Ee]rror/ {print; fflush()}'; }
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 

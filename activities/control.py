@@ -20,7 +20,8 @@ from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, 
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
-from activities.store import ledger, records
+from activities.drain import wait_drained
+from activities.store import ledger, records, serving
 from activities.store.snapshot import generations, load_snapshot
 from scheduler import scale_down
 from scheduler.decide import decide
@@ -101,7 +102,7 @@ class ControlActivities:
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
-                self.closed_workflows, self.host_seen, self.host_lost]
+                self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance]
 
     async def _db(self, fn, *args):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -243,3 +244,16 @@ class ControlActivities:
     @activity.defn(name=c.HOST_LOST)
     async def host_lost(self, name: str, reason: str) -> None:
         await self._db(records.set_worker_state, self.engine, name, "not_ready", reason)
+
+    @activity.defn(name=c.DRAIN_INSTANCE)
+    async def drain_instance(self, instance: str, timeout_s: float) -> int:
+        """Wait until the live gateways have no request in flight on ``instance`` (already out of
+        the routing table), at most ``timeout_s``; returns the requests left (activities/drain.py)."""
+        def ask(fn, *args):
+            return asyncio.get_running_loop().run_in_executor(self.pool, fn, self.engine, *args)
+
+        async def gateways() -> int:
+            return len(await ask(serving.live_gateways))
+
+        return await wait_drained(lambda: ask(serving.in_flight, instance), gateways,
+                                  lambda n: activity.heartbeat({"in_flight": n}), timeout_s)

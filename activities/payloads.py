@@ -32,6 +32,7 @@ class Timings(BaseModel):
     pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: a PENDING instance re-decides at least this often. Default 600 s.")
     host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
     reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
+    drain_timeout_s: float = Field(30.0, ge=0, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")
     download_attempts: int = Field(5, ge=1, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
 
 
@@ -133,6 +134,7 @@ class DeploymentView(BaseModel):
     instances: list[str]
     deleting: bool = False
     spec: dict[str, Any] = {}
+    stopping: list[str] = []  # instances asked to stop that have not ended yet (draining, stopping)
 
 
 class HostReport(BaseModel):

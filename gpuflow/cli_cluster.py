@@ -130,7 +130,10 @@ def cmd_status(a) -> int:
     s = settings_from(a)
 
     async def go():
-        st = await ops.status(await connect(s.temporal), a.name)
+        from gpuflow.serving_view import add_serving, open_store
+
+        store = open_store(s, bool(a.database_url or a.data_dir))
+        st = add_serving(await ops.status(await connect(s.temporal), a.name), store)
         print(json.dumps(st, indent=2) if a.json else render_cluster.status(st))
 
     return _run(go())
@@ -273,6 +276,8 @@ def add_commands(sub) -> None:
     temporal_flags(p)
     p.add_argument("name", nargs="?")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", help="where the store's SQLite file is, for in-flight counts and gateways")
+    p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_status, temporal=True)
 
     p = sub.add_parser("explain", help="the recorded placement decision of an instance")

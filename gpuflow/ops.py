@@ -124,7 +124,7 @@ async def status(client: Client, name: str | None = None) -> dict[str, Any]:
         h = await _deployment(client, n)
         view = await h.query(ModelDeploymentWorkflow.status)
         insts = []
-        for i in view.instances:
+        for i in view.instances + [n for n in view.stopping if n not in view.instances]:
             try:
                 row = (await instance(client, i)).model_dump(mode="json", exclude={"decision"})
                 if row["state"] == "downloading":

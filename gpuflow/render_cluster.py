@@ -40,6 +40,12 @@ def progress(d: dict[str, Any] | None) -> str:
     return f"{gib(done)} GiB so far"
 
 
+def _serving(i: dict[str, Any]) -> str:
+    """'10.0.0.5:8001  2': where the server listens and its requests in flight (- when unknown)."""
+    addr = f"{i.get('address') or '-'}:{i['port']}" if i.get("port") else "-"
+    return f"{addr:<21} {i.get('in_flight', '-')!s:<9}"
+
+
 def hosts(hs: list[dict[str, Any]]) -> str:
     if not hs:
         return "no hosts"
@@ -57,17 +63,18 @@ def status(st: dict[str, Any]) -> str:
     out = []
     for d in st["deployments"]:
         out.append(f"deployment {d['name']} ({d.get('backend')}): {d['replicas']} replica(s) wanted"
-                   + (", deleting" if d.get("deleting") else ""))
-        out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} REASON")
+                   + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
+        out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} REASON")
         for i in d["instances"]:
             gpus = ",".join(map(str, i.get("gpu_indexes") or [])) or "-"
             worker = "+".join([i.get("worker") or "-", *i.get("subordinate_workers", [])])
             reason = i.get("reason") or ""
             if i.get("download"):
                 reason = f"{reason}: {progress(i['download'])}"
-            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {reason}")
+            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} {reason}")
     if not st["deployments"]:
         out.append("no deployments")
+    out += [f"gateway: {u}" for u in st.get("gateways", [])]
     if st.get("hosts"):
         out.append("")
         out.append(hosts(st["hosts"]))

@@ -47,12 +47,12 @@ def health_paths(backend: str) -> tuple[str, ...] | None:
     return None if backend == "custom" else ("/health", "/v1/models")
 
 
-async def engine_answers(port: int, backend: str, timeout: float = 1.0) -> bool:
+async def engine_answers(port: int, backend: str, timeout: float = 1.0, address: str = "127.0.0.1") -> bool:
     paths = health_paths(backend)
     if paths is None:
-        return await http_answers(port, timeout)
+        return await http_answers(port, timeout, address=address)
     for path in paths:
-        if await http_answers(port, timeout, path):
+        if await http_answers(port, timeout, path, address):
             return True
     return False
 
@@ -67,15 +67,15 @@ async def tcp_answers(address: str, port: int, timeout: float = 1.0) -> bool:
     return True
 
 
-async def http_answers(port: int, timeout: float = 1.0, path: str | None = None) -> bool:
-    """True when 127.0.0.1:port answers an HTTP request: with any status line when ``path`` is
-    None (GET /), with 200 for ``path``."""
+async def http_answers(port: int, timeout: float = 1.0, path: str | None = None, address: str = "127.0.0.1") -> bool:
+    """True when address:port (where the server listens) answers an HTTP request: with any
+    status line when ``path`` is None (GET /), with 200 for ``path``."""
     try:
-        r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+        r, w = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
     except (OSError, asyncio.TimeoutError):
         return False
     try:
-        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
         await w.drain()
         line = await asyncio.wait_for(r.readline(), timeout)
         if path is None:
@@ -230,7 +230,7 @@ class HostActivities:
 
     async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
         if req.role == "server":
-            return await engine_answers(port, req.backend, timeout)
+            return await engine_answers(port, req.backend, timeout, self.address)
         return await tcp_answers(self.address, port, timeout)
 
     @activity.defn(name=p.SUPERVISE_INSTANCE)
@@ -251,7 +251,8 @@ class HostActivities:
                 if rec.port is not None and req.role == "server" and req.liveness_s > 0 and \
                         time.monotonic() >= next_probe:
                     next_probe = time.monotonic() + req.liveness_s
-                    ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s))
+                    ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s),
+                                             address=self.address)
                     misses = 0 if ok else misses + 1
                     if misses >= req.liveness_failures:
                         await self._stop(key)

@@ -86,7 +86,7 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     if serve_metrics:
         health = (lambda: {}) if inventory_file else gpu_health  # simulated GPUs have no sensors
         metrics = AgentMetrics(name, probe, table, health=health)
-        serve_metrics(metrics.registry, engine_metrics_proxy(table))
+        serve_metrics(metrics.registry, engine_metrics_proxy(table, address))
     for n in await reap_orphans(client, name, table):
         print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))

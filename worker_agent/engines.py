@@ -5,17 +5,18 @@ booked from it) is kept instead of ours.
 
 | backend | argv | from the placement |
 | --- | --- | --- |
-| vllm | vllm serve PATH --served-model-name M --host 127.0.0.1 --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
+| vllm | vllm serve PATH --served-model-name M --host ADDR --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
-| llama.cpp | llama-server -m PATH --host 127.0.0.1 --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
-| custom | run_command, placeholders substituted | {port} {model_path} {gpu_indexes} |
+| llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
+| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} |
 
 Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each subordinate's
 ``rpc-server -H ADDR -p P``; vLLM gets ``--distributed-executor-backend ray`` with
 ``--pipeline-parallel-size`` (one stage per worker) after ``ray start --head`` here and
 ``ray start --address HEAD`` on each subordinate; SGLang runs one node per worker, rank 0 here
 (serving HTTP) and the others with ``--dist-init-addr`` at rank 0, ``--nnodes``, ``--node-rank``.
-Helpers bind the agent's advertised address.
+Helpers and servers bind the agent's advertised address (ADDR; 127.0.0.1 on ``gpuflow dev``), so
+gateways on other hosts reach the servers: the engines have no authentication of their own.
 
 Before any of it, ``check_launch`` refuses what the spec may not ask of this host
 (scheduler/engine_flags.py, scheduler/spec_env.py): names that are not names, env outside the
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler import params
 from scheduler.engine_flags import flag_problems, remote_code_flags
@@ -53,6 +54,7 @@ class EngineConfig:
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
     allow_env: tuple[str, ...] = ()  # the operator's extra env patterns (gpuflow agent --allow-env)
     allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
+    host: str = "127.0.0.1"  # where servers listen: the agent's advertised address (argv_for sets it)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -134,7 +136,7 @@ def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
     n = len(req.gpu_indexes)
     pp = req.pipeline_parallel if req.ray_address else None
     user_pp = params.has(u, "--pipeline-parallel-size", "-pp", "--pp")
-    return ([cfg.vllm, "serve", _need_model(req), "--served-model-name", req.model, "--host", "127.0.0.1",
+    return ([cfg.vllm, "serve", _need_model(req), "--served-model-name", req.model, "--host", cfg.host,
              "--port", str(port)]
             + _ours(u, ("--tensor-parallel-size", "-tp", "--tp"), str(n) if (n > 1 or pp) and (pp or not user_pp)
                     else None)
@@ -152,7 +154,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
     nodes = (["--dist-init-addr", req.dist_init_addr, "--nnodes", str(req.nnodes), "--node-rank", str(req.node_rank or 0)]
              if req.nnodes and req.nnodes > 1 and req.dist_init_addr else [])
     return ([cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", _need_model(req),
-             "--served-model-name", req.model] + (["--host", "127.0.0.1", "--port", str(port)] if port else [])
+             "--served-model-name", req.model] + (["--host", cfg.host, "--port", str(port)] if port else [])
             + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(tp) if tp > 1 else None)
             + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + nodes + list(u))
@@ -161,7 +163,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
 def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
     u = req.backend_parameters
     split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
-    return ([cfg.llama_server, "-m", _need_model(req), "--host", "127.0.0.1", "--port", str(port)]
+    return ([cfg.llama_server, "-m", _need_model(req), "--host", cfg.host, "--port", str(port)]
             + _ours(u, ("-ngl", "--gpu-layers", "--n-gpu-layers"),
                     str(req.offload_layers) if req.offload_layers is not None else None)
             + _ours(u, ("--tensor-split", "-ts"), ",".join(map(str, split)) if split else None)
@@ -178,7 +180,7 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
         if t in ("-c", "--ctx-size"):
             u[i] = "--n_ctx"
     split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
-    return ([cfg.llama_cpp_python, "-m", "llama_cpp.server", "--model", _need_model(req), "--host", "127.0.0.1",
+    return ([cfg.llama_cpp_python, "-m", "llama_cpp.server", "--model", _need_model(req), "--host", cfg.host,
              "--port", str(port)]
             + _ours(u, ("--n_gpu_layers",), str(req.offload_layers) if req.offload_layers is not None else None)
             + (["--tensor_split", *map(str, split)] if split and not params.has(u, "--tensor_split") else [])
@@ -190,7 +192,7 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
 def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
     if not cfg.allow_custom:
         raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
-    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes)
+    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes, host=cfg.host)
 
 
 def rpc_server_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
@@ -247,6 +249,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
                                 "but no helper endpoints came with the launch")
     check_model_path(req.model_path, cfg.model_roots)
+    cfg = replace(cfg, host=address)
     if req.backend == "llama.cpp" and cfg.llama_cpp_python:
         build = llama_cpp_python_argv
     argv = build(req, port, cfg)

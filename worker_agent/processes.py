@@ -22,10 +22,11 @@ from typing import Callable
 from scheduler.errors import InvalidInput
 from scheduler.naming import path_in
 
-PLACEHOLDERS = ("{port}", "{model_path}", "{gpu_indexes}")
+PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}")
 
 
-def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int]) -> list[str]:
+def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int],
+               host: str = "127.0.0.1") -> list[str]:
     """Split ``run_command`` like a POSIX shell would (quotes honoured, nothing expanded) and
     substitute the placeholders inside each word. The result is exec'd directly."""
     try:
@@ -35,7 +36,7 @@ def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_i
     if not words:
         raise InvalidInput("run_command is empty")
     values = {"{port}": "" if port is None else str(port), "{model_path}": model_path or "",
-              "{gpu_indexes}": ",".join(map(str, gpu_indexes))}
+              "{gpu_indexes}": ",".join(map(str, gpu_indexes)), "{host}": host}
     out = []
     for w in words:
         for k, v in values.items():

@@ -55,7 +55,7 @@ class ModelDeploymentWorkflow:
     @workflow.query
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
-                              deleting=self.deleting, spec=self.raw)
+                              deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
 
     async def _applied(self) -> DeploymentView:
         self.asked += 1

@@ -56,6 +56,7 @@ class ModelInstanceWorkflow:
         self.restarts = inp.restarts
         self.pid: int | None = None
         self.port: int | None = None
+        self.address: str | None = None  # where the server listens (the host agent's advertised address)
         self.decision: DecisionRecord | None = inp.decision  # carried across continue-as-new, for explain
         self.stop_requested = False
         self.woken = False
@@ -76,7 +77,7 @@ class ModelInstanceWorkflow:
     def status(self) -> InstanceView:
         return InstanceView(name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name,
                             state=self.state, reason=self.reason, worker=self.worker, gpu_indexes=self.gpus,
-                            restarts=self.restarts, pid=self.pid, port=self.port, decision=self.decision,
+                            restarts=self.restarts, pid=self.pid, port=self.port, address=self.address, decision=self.decision,
                             subordinate_workers=self.subordinate_workers, parts=dict(self.parts))
 
     @property
@@ -99,7 +100,7 @@ class ModelInstanceWorkflow:
     async def _record(self, state: str, reason: str = "", decision: dict | None = None,
                       file_state: str | None = None) -> None:
         self.state, self.reason = state, reason
-        key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port)
+        key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
         if key == self._recorded and decision is None and file_state is None:
             return
         self._recorded = key
@@ -110,7 +111,7 @@ class ModelInstanceWorkflow:
             c.RECORD_INSTANCE, InstanceRecord(
                 name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
                 worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
-                decision=decision, model_source=self.source_key, model_file_state=file_state), **c.STORE_CALL)
+                address=self.address, decision=decision, model_source=self.source_key, model_file_state=file_state), **c.STORE_CALL)
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
@@ -315,7 +316,7 @@ class ModelInstanceWorkflow:
             if t.kind in ("failed", "refused") and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
-        self.pid, self.port = res.pid, res.port
+        self.pid, self.port, self.address = res.pid, res.port, res.address
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
         why = "adopted the running process" if res.adopted and not started_here else ""
         await self._record("running", "; ".join(x for x in (why, res.binding) if x))
@@ -326,6 +327,8 @@ class ModelInstanceWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED) for w, r in watched]
         await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested)
         ended = next((i for i, s in enumerate(sups) if s.done()), None)
+        if ended is None and workflow.patched("drain-before-stop"):  # asked to stop while it serves:
+            await self._drain(sups)  # out of the routing table, its requests finish first
         for s in sups:  # a cancelled supervisor stops its process: one part ending ends them all
             if not s.done():
                 s.cancel()
@@ -342,6 +345,28 @@ class ModelInstanceWorkflow:
         except ActivityError as e:
             return "unreachable", c.cause(e)[1], host
         return "exited", ex.reason, host
+
+    async def _drain(self, sups: list) -> None:
+        """DRAINING: gateways route RUNNING replicas only, so this one gets no new request; the
+        drain activity waits until the gateways have none in flight on it, at most
+        drain_timeout_s. The process ending meanwhile ends the wait."""
+        limit = self.t.drain_timeout_s
+        if limit <= 0:
+            return
+        await self._record("draining", f"finishing the requests in flight (at most {limit:g} s)")
+        drain = workflow.start_activity(
+            c.DRAIN_INSTANCE, args=[self.inp.name, limit], result_type=int, start_to_close_timeout=c.secs(limit + 60),
+            heartbeat_timeout=c.CONTROL_HEARTBEAT, retry_policy=RetryPolicy(maximum_attempts=3),
+            summary=f"drain {self.inp.name}")
+        await workflow.wait_condition(lambda: drain.done() or any(s.done() for s in sups))
+        if not drain.done():
+            drain.cancel()
+        try:
+            left = await drain
+        except (ActivityError, asyncio.CancelledError):
+            return
+        if left:
+            await self._record("draining", f"{left} request(s) still in flight after {limit:g} s; stopping")
 
     async def _fetch_model(self, spec: ModelSpec, req: hp.LaunchRequest, sts: float, quiet: bool) -> hp.LaunchRequest:
         """A hub source: its files into the model cache of the main worker (and, for vLLM and SGLang
@@ -396,7 +421,7 @@ class ModelInstanceWorkflow:
         if self.plan.subordinates:
             await self._stop_everywhere()  # the hosts that still answer let go of their parts
         await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
-        self.plan, self.pid, self.port = None, None, None
+        self.plan, self.pid, self.port, self.address = None, None, None, None
         await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
                                       "reservation released, placing elsewhere")
 
@@ -406,7 +431,7 @@ class ModelInstanceWorkflow:
             await self._stop_everywhere()
             await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
             self.plan = None
-        self.pid = self.port = None
+        self.pid = self.port = self.address = None
         await self._record("deleted")
         try:
             await workflow.get_external_workflow_handle(f"deployment/{self.inp.deployment}").signal(
