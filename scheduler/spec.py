@@ -128,6 +128,7 @@ class ModelSpec(Strict):
     draft_model: Source | None = None
     resources: Resources | None = None
     cluster: str = "default"
+    max_concurrency: int | None = Field(default=None, ge=1)  # gateway: requests per replica at once, unless an engine flag says
 
     @model_validator(mode="after")
     def _coherent(self) -> "ModelSpec":

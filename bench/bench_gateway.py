@@ -1,0 +1,104 @@
+"""The gateway's overhead, measured (prints figures, asserts nothing).
+
+Two stand-in engines (tests/standin_engine.py, a fixed time per token) serve one deployment.
+The same load goes once straight at the replicas (round robin) and once through a real
+``gpuflow gateway`` process, for each HTTP client the gateway can use (aiohttp, httpx): 64
+concurrent streams of TOKENS tokens, then 64 concurrent plain requests of one token, each for
+SECONDS. Printed: requests/s, the ratio to direct, and the added p50/p99 latency.
+
+    .venv/bin/python bench/bench_gateway.py [--seconds 5] [--token-ms 10] [--tokens 16]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import aiohttp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from activities.store import db  # noqa: E402
+from tests import gateway_stack as gs  # noqa: E402
+
+CONCURRENCY = 64
+
+
+async def load(urls: list[str], stream: bool, tokens: int, seconds: float) -> tuple[int, list[float], int]:
+    """(requests done, their latencies in s, failures) of CONCURRENCY clients for ``seconds``."""
+    body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens, "stream": stream}
+    lat: list[float] = []
+    failed = 0
+    end = time.perf_counter() + seconds
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        async def client(i: int) -> None:
+            nonlocal failed
+            n = i
+            while time.perf_counter() < end:
+                url = urls[n % len(urls)]
+                n += 1
+                t = time.perf_counter()
+                async with session.post(url, json=body) as r:
+                    async for _ in r.content.iter_any():
+                        pass
+                    if r.status != 200:
+                        failed += 1
+                        continue
+                lat.append(time.perf_counter() - t)
+
+        await asyncio.gather(*(client(i) for i in range(CONCURRENCY)))
+    return len(lat), lat, failed
+
+
+def pct(xs: list[float], p: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[p - 1] if len(xs) > 1 else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--token-ms", type=float, default=10.0)
+    ap.add_argument("--tokens", type=int, default=16, help="tokens per stream")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench-gw-")
+    url = db.sqlite_url(os.path.join(tmp, "gpuflow.db"))
+    store = db.make_engine(url)
+    db.init_db(store)
+    engines = [gs.engine(f"r{i}", token_s=a.token_ms / 1000) for i in range(2)]
+    gs.deploy(store, "bench", max_concurrency=CONCURRENCY)
+    for i, e in enumerate(engines):
+        gs.running(store, f"bench-{i}", "bench", e.port)
+    path = "/v1/chat/completions"
+    targets = {"direct": [f"http://127.0.0.1:{e.port}{path}" for e in engines]}
+    gateways = []
+    try:
+        for kind in ("aiohttp", "httpx"):
+            g = gs.gateway(url, None, "--http-client", kind, log=os.path.join(tmp, f"gateway-{kind}.log"))
+            gateways.append(g)
+            gs.wait_model(f"http://127.0.0.1:{g.port}", "bench", 2)
+            targets[f"gateway ({kind})"] = [f"http://127.0.0.1:{g.port}{path}"]
+        print(f"2 stand-in replicas, {a.token_ms:g} ms per token; {CONCURRENCY} concurrent clients, "
+              f"{a.seconds:g} s per row; {os.cpu_count()} CPUs")
+        for label, stream, tokens in (("streams", True, a.tokens), ("plain, 1 token", False, 1)):
+            print(f"\n{label} ({tokens} token(s) each)")
+            print(f"{'path':<20}{'req/s':>9}{'ratio':>8}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}{'failed':>8}")
+            base = None
+            for name, urls in targets.items():
+                asyncio.run(load(urls, stream, tokens, 1.0))  # warm the pools
+                n, lat, failed = asyncio.run(load(urls, stream, tokens, a.seconds))
+                rps, p50, p99 = n / a.seconds, pct(lat, 50) * 1000, pct(lat, 99) * 1000
+                base = base or (rps, p50, p99)
+                print(f"{name:<20}{rps:>9.1f}{rps / base[0]:>8.2f}{p50:>9.2f}{p99:>9.2f}"
+                      f"{p50 - base[1]:>9.2f}{p99 - base[2]:>9.2f}{failed:>8}")
+    finally:
+        for p in gateways + engines:
+            p.stop()
+
+
+if __name__ == "__main__":
+    main()
