@@ -4,7 +4,9 @@ Two stand-in engines (tests/standin_engine.py, a fixed time per token) serve one
 The same load goes once straight at the replicas (round robin) and once through a real
 ``gpuflow gateway`` process, for each HTTP client the gateway can use (aiohttp, httpx): 64
 concurrent streams of TOKENS tokens, then 64 concurrent plain requests of one token, each for
-SECONDS. Printed: requests/s, the ratio to direct, and the added p50/p99 latency.
+SECONDS. Printed: requests/s, the ratio to direct, the added p50/p99 latency, and the CPU the
+gateway process spent per request (the figure that does not depend on how busy the machine is:
+on a CPU-bound machine every hop's CPU comes out of the same cores as the engines').
 
     .venv/bin/python bench/bench_gateway.py [--seconds 5] [--token-ms 10] [--tokens 16]"""
 
@@ -55,6 +57,11 @@ async def load(urls: list[str], stream: bool, tokens: int, seconds: float) -> tu
     return len(lat), lat, failed
 
 
+def cpu_s(pid: int) -> float:
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs: list[float], p: float) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[p - 1] if len(xs) > 1 else float("nan")
 
@@ -62,7 +69,7 @@ def pct(xs: list[float], p: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--token-ms", type=float, default=10.0)
+    ap.add_argument("--token-ms", type=float, default=25.0, help="time per token (default 25: 40 tokens/s a stream)")
     ap.add_argument("--tokens", type=int, default=16, help="tokens per stream")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-gw-")
@@ -75,6 +82,7 @@ def main() -> None:
         gs.running(store, f"bench-{i}", "bench", e.port)
     path = "/v1/chat/completions"
     targets = {"direct": [f"http://127.0.0.1:{e.port}{path}" for e in engines]}
+    pids: dict[str, int] = {}
     gateways = []
     try:
         for kind in ("aiohttp", "httpx"):
@@ -82,19 +90,22 @@ def main() -> None:
             gateways.append(g)
             gs.wait_model(f"http://127.0.0.1:{g.port}", "bench", 2)
             targets[f"gateway ({kind})"] = [f"http://127.0.0.1:{g.port}{path}"]
+            pids[f"gateway ({kind})"] = g.p.pid
         print(f"2 stand-in replicas, {a.token_ms:g} ms per token; {CONCURRENCY} concurrent clients, "
               f"{a.seconds:g} s per row; {os.cpu_count()} CPUs")
         for label, stream, tokens in (("streams", True, a.tokens), ("plain, 1 token", False, 1)):
             print(f"\n{label} ({tokens} token(s) each)")
-            print(f"{'path':<20}{'req/s':>9}{'ratio':>8}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}{'failed':>8}")
+            print(f"{'path':<20}{'req/s':>9}{'ratio':>8}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}{'failed':>8}{'gw CPU ms/req':>15}")
             base = None
             for name, urls in targets.items():
                 asyncio.run(load(urls, stream, tokens, 1.0))  # warm the pools
+                c0 = cpu_s(pids[name]) if name in pids else 0.0
                 n, lat, failed = asyncio.run(load(urls, stream, tokens, a.seconds))
+                cpu = f"{(cpu_s(pids[name]) - c0) * 1000 / max(n, 1):.2f}" if name in pids else "-"
                 rps, p50, p99 = n / a.seconds, pct(lat, 50) * 1000, pct(lat, 99) * 1000
                 base = base or (rps, p50, p99)
                 print(f"{name:<20}{rps:>9.1f}{rps / base[0]:>8.2f}{p50:>9.2f}{p99:>9.2f}"
-                      f"{p50 - base[1]:>9.2f}{p99 - base[2]:>9.2f}{failed:>8}")
+                      f"{p50 - base[1]:>9.2f}{p99 - base[2]:>9.2f}{failed:>8}{cpu:>15}")
     finally:
         for p in gateways + engines:
             p.stop()

@@ -137,7 +137,7 @@ def uvicorn_config(app: Starlette, settings: GatewaySettings):
     has = importlib.util.find_spec
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
                           loop="uvloop" if has("uvloop") else "asyncio", http="httptools" if has("httptools") else "h11",
-                          timeout_graceful_shutdown=5)
+                          timeout_graceful_shutdown=5, proxy_headers=False, server_header=False, date_header=False)
 
 
 def run(engine: Engine, settings: GatewaySettings) -> None:
@@ -150,17 +150,24 @@ def run(engine: Engine, settings: GatewaySettings) -> None:
     uvicorn.Server(uvicorn_config(build(engine, settings), settings)).run()
 
 
-async def serve(engine: Engine, settings: GatewaySettings, ready=None) -> None:
-    """Run a gateway on the running event loop until SIGINT/SIGTERM (``ready`` is called once it
-    listens); for embedding it in another program."""
+async def serve(engine: Engine, settings: GatewaySettings, ready=None, stop: asyncio.Event | None = None) -> None:
+    """Run a gateway on the running event loop (for embedding it in another program, e.g. the dev
+    stack) until ``stop`` is set, or SIGINT/SIGTERM; ``ready()`` is called once it listens."""
     import uvicorn
 
-    check_start(engine, settings)
+    await asyncio.to_thread(check_start, engine, settings)
     server = uvicorn.Server(uvicorn_config(build(engine, settings), settings))
-    if ready is not None:
-        async def tell():
-            while not server.started:
-                await asyncio.sleep(0.05)
+
+    async def watch():
+        while not server.started and not server.should_exit:
+            await asyncio.sleep(0.05)
+        if ready is not None and server.started:
             ready()
-        asyncio.get_running_loop().create_task(tell())
-    await server.serve()
+        if stop is not None:
+            await stop.wait()
+            server.should_exit = True
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()

@@ -11,7 +11,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from activities.store import db
+from activities.store import db, serving
 from tests import gateway_stack as gs
 
 MSG = [{"role": "user", "content": "hello"}]
@@ -205,12 +205,17 @@ async def test_waiting_for_a_replica_then_503_and_a_full_queue_429(sqlite_store,
         assert full.status_code == 429 and full.json()["error"]["type"] == "rate_limit_error"
         assert "retry-after" in full.headers
         assert gs.metric(scrape(g), "gpuflow_gateway_queue_depth", model="busy") == 2
+        # what a drain reads: this gateway's report of the one request in flight on busy-0
+        gs.wait_for(lambda: serving.in_flight(engine, "busy-0") == 1, 5, "busy-0's in-flight report")
         for x in held:
             x.cancel()
     m = scrape(g)
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="cold", code="503") == 1
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="busy", code="429") == 1
     assert gs.metric(m, "gpuflow_gateway_queue_wait_seconds_count", model="cold") == 1  # the one that got a replica
+    assert [x.url for x in serving.live_gateways(engine)] == [f"http://127.0.0.1:{g.port}/v1"]
+    g.stop()  # a clean shutdown takes its rows with it
+    assert serving.live_gateways(engine) == [] and serving.in_flight(engine, "busy-0") == 0
 
 
 def test_a_replica_that_never_answers_gives_504_within_the_timeout(sqlite_store, procs, tmp_path):
@@ -249,3 +254,25 @@ def test_a_failing_replica_is_skipped_and_a_lone_one_passes_its_error_through(sq
     big = httpx.post(f"http://127.0.0.1:{g.port}/v1/chat/completions",
                      json={"model": "chat", "messages": [{"role": "user", "content": "x" * 5000}]})
     assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+
+
+async def test_in_process_gateway_serves_until_told_to_stop(sqlite_store, procs):
+    from gateway.app import serve
+    from gateway.config import GatewaySettings
+
+    url, _, engine = sqlite_store
+    e = gs.engine("r1")
+    procs.append(e)
+    gs.deploy(engine, "chat")
+    gs.running(engine, "chat-0", "chat", e.port)
+    settings = GatewaySettings(port=gs.free_port())
+    up, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(serve(engine, settings, ready=up.set, stop=stop))
+    await asyncio.wait_for(up.wait(), 30)
+    c = openai.AsyncOpenAI(base_url=settings.url, api_key="none", max_retries=0)
+    assert (await c.chat.completions.create(model="chat", messages=MSG)).system_fingerprint == "r1"
+    async with httpx.AsyncClient() as h:
+        assert (await h.get(f"http://127.0.0.1:{settings.port}/healthz")).json()["status"] == "ok"
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert serving.live_gateways(engine) == []
