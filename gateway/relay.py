@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from starlette.requests import Request
@@ -16,6 +17,7 @@ from gateway.balance import QueueFull, QueueTimeout, UnknownModel
 from gateway.metrics import SSEWatch
 from gateway.upstream import Broken, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers
 
+log = logging.getLogger("gpuflow.gateway")
 KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usage
 
 
@@ -124,6 +126,11 @@ class Relay(Response):
         except asyncio.CancelledError:
             code = "499"  # the client went away; the replica's connection is closed, its work stops
             raise
+        except UpstreamError as e:
+            # bytes have reached the client: the failure is not hidden, the connection ends unfinished
+            code = "504" if isinstance(e, IdleTimeout) else "502"
+            log.warning("gateway: %s (%s) broke off an answer for %s: %s", self.route.instance,
+                        f"{self.route.address}:{self.route.port}", self.model, e)
         finally:
             watcher.cancel()
             await self.resp.close()

@@ -276,3 +276,28 @@ async def test_in_process_gateway_serves_until_told_to_stop(sqlite_store, procs)
     stop.set()
     await asyncio.wait_for(task, 30)
     assert serving.live_gateways(engine) == []
+
+
+def test_a_replica_dying_mid_stream_ends_the_stream_with_an_error(sqlite_store, procs, tmp_path):
+    url, schema, engine = sqlite_store
+    a, b = gs.engine("ra", token_s=0.2), gs.engine("rb", token_s=0.2)
+    procs += [a, b]
+    gs.deploy(engine, "chat")
+    gs.running(engine, "chat-0", "chat", a.port)
+    gs.running(engine, "chat-1", "chat", b.port)
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "chat", 2)
+    got = []
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for ch in client(g, timeout=30).chat.completions.create(model="chat", messages=MSG, max_tokens=50,
+                                                                stream=True):
+            got.append(ch)
+            if len(got) == 3:  # bytes have reached the client: the replica's death is not hidden
+                {"ra": a, "rb": b}[ch.system_fingerprint].kill()
+    assert 3 <= len(got) < 50
+    # the survivor still answers, and the broken stream was counted once
+    assert client(g).chat.completions.create(model="chat", messages=MSG).choices
+    m = scrape(g)
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="502") == 1  # counted as broken
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="200") == 1
