@@ -23,7 +23,7 @@ from gateway.balance import Balancer
 from gateway.config import GatewaySettings, is_loopback
 from gateway.metrics import Metrics
 from gateway.refresh import Refresher
-from gateway.relay import Relay, TooLarge, forward, read_body
+from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
 from gateway.upstream import make_client
 from scheduler.errors import InvalidInput
 
@@ -58,7 +58,7 @@ class Gateway:
                     r = errors.unknown_model(name, self.balancer.table.names())
                 else:
                     model = name
-                    r = await forward(self, request, t0, tenant, body, model, data.get("stream") is True)
+                    r = await self._forward(request, t0, tenant, body, model, data.get("stream") is True)
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except TooLarge:
@@ -66,6 +66,19 @@ class Gateway:
         if not isinstance(r, Relay):  # a relayed answer counts itself when it ends
             self.metrics.requests.labels(model, tenant, str(r.status_code)).inc()
             self.metrics.duration.labels(model).observe(time.perf_counter() - t0)
+        return r
+
+    async def _forward(self, request, t0, tenant, body, model, stream) -> Response:
+        watch = Disconnect(request.receive)
+        try:
+            r = await forward(self, request, t0, tenant, body, model, stream, watch)
+        except asyncio.CancelledError:
+            if not watch.fired:
+                raise
+            asyncio.current_task().uncancel()  # the client left while its request waited
+            r = errors.error(499, "The client closed the request.", "client_closed", "client_closed")
+        if not isinstance(r, Relay):
+            watch.stop()
         return r
 
     async def models(self, request: Request) -> Response:

@@ -1,5 +1,6 @@
 """One request through the gateway: pick a replica (or wait for one), send the body unchanged,
-retry elsewhere while nothing has reached the client, then relay the answer chunk by chunk."""
+retry elsewhere while nothing has reached the client, then relay the answer chunk by chunk.
+A client that goes away cancels its request wherever it is (queued, waiting, relaying)."""
 
 from __future__ import annotations
 
@@ -38,11 +39,34 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, model: str, stream: bool) -> Response:
-    """Send ``body`` to a replica of ``model``; the answer, or the error a client should see."""
+class Disconnect:
+    """Cancels the request's task when its client disconnects, until ``stop()``."""
+
+    def __init__(self, receive):
+        self.fired = self.stopped = False
+        self.task = asyncio.current_task()
+        self.watcher = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.stopped:
+            self.fired = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.watcher.cancel()
+
+
+async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, model: str, stream: bool,
+                  watch: Disconnect) -> Response:
+    """Send ``body`` to a replica of ``model``; the answer (a Relay, which then owns the replica's
+    slot and ``watch``), or the error a client should see."""
     bal, s = gw.balancer, gw.settings
     exclude: frozenset[str] = frozenset()
-    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    q = request.scope.get("query_string")
+    path = request.scope["path"] + (f"?{q.decode('latin-1')}" if q else "")
     headers = request_headers(request.headers.raw)
     for attempt in range(s.attempts):
         last = attempt + 1 == s.attempts
@@ -56,44 +80,53 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
             return errors.unknown_model(model, bal.table.names())
         gw.metrics.queue_wait.labels(model).observe(waited)
         gw.metrics.in_flight.labels(model).inc()
-        resp = None
         try:
-            resp = await gw.client.open(f"http://{route.address}:{route.port}{path}", headers, body)
-            others = not last and bal.untried(model, exclude | {route.instance})
-            if resp.status >= 500 and others:  # the replica failed; nobody saw it yet
-                bal.mark_bad(route)
-                raise UpstreamError(f"status {resp.status}")
-            try:
-                first = await resp.chunk()
-            except Broken as e:
-                raise Reset(str(e)) from None
-        except UpstreamError as e:
-            if resp is not None:
-                await resp.close()
+            resp, first = await _open(gw, route, f"http://{route.address}:{route.port}{path}", headers, body,
+                                      not last and bal.untried(model, exclude | {route.instance}))
+        except BaseException as e:
             gw.metrics.in_flight.labels(model).dec()
             bal.release(route, model)
-            others = not last and bal.untried(model, exclude | {route.instance})
+            if not isinstance(e, UpstreamError):
+                raise
             if e.bad:
                 bal.mark_bad(route)
             if isinstance(e, (FirstByteTimeout, IdleTimeout)):
                 return errors.timeout(model, str(e))
-            if others:
+            if not last and bal.untried(model, exclude | {route.instance}):
                 exclude = exclude | {route.instance}
                 continue
             if e.retry and not e.bad and not last:
-                continue  # a stale pooled connection: the same replica again
+                continue  # a pooled connection closed under us: the same replica again
             return errors.unreachable(model, str(e))
-        return Relay(gw, route, model, tenant, t0, resp, first, stream)
+        return Relay(gw, route, model, tenant, t0, resp, first, stream, watch)
     return errors.unreachable(model, f"{s.attempts} attempts failed")
+
+
+async def _open(gw, route: Route, url: str, headers: dict[str, str], body: bytes, others: bool):
+    """The replica's answer and its first bytes, read before the client sees anything (so that
+    a failure up to here can still be retried elsewhere)."""
+    resp = await gw.client.open(url, headers, body)
+    try:
+        if resp.status >= 500 and others:  # the replica failed; nobody saw it yet
+            gw.balancer.mark_bad(route)
+            raise UpstreamError(f"{route.instance} answered {resp.status}")
+        try:
+            return resp, await resp.chunk()
+        except Broken as e:
+            raise Reset(str(e)) from None
+    except BaseException:
+        await resp.close()
+        raise
 
 
 class Relay(Response):
     """The replica's answer, relayed as it arrives (never buffered whole), measured on the way;
     the replica's slot is released when the last byte went out or the client left."""
 
-    def __init__(self, gw, route: Route, model: str, tenant: str, t0: float, resp, first: bytes, stream: bool):
+    def __init__(self, gw, route: Route, model: str, tenant: str, t0: float, resp, first: bytes, stream: bool,
+                 watch: Disconnect):
         self.gw, self.route, self.model, self.tenant, self.t0 = gw, route, model, tenant, t0
-        self.resp, self.first = resp, first
+        self.resp, self.first, self.watch = resp, first, watch
         ctype = next((v for k, v in resp.headers if k == b"content-type"), b"")
         self.sse = SSEWatch() if stream or ctype.startswith(b"text/event-stream") else None
         self.keep = ctype.startswith(b"application/json") and self.sse is None
@@ -101,8 +134,6 @@ class Relay(Response):
         self.background = None
 
     async def __call__(self, scope, receive, send) -> None:
-        self.done = False
-        watcher = asyncio.create_task(self._cancel_on_disconnect(receive, asyncio.current_task()))
         m, kept, last_content, n_kept = self.gw.metrics, [], None, 0
         code = str(self.resp.status)
         try:
@@ -121,18 +152,20 @@ class Relay(Response):
                     n_kept += len(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 chunk = await self.resp.chunk()
-            self.done = True  # from here a disconnect is the normal end
+            self.watch.stop()  # from here a disconnect is the normal end
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            code = "499"  # the client went away; the replica's connection is closed, its work stops
-            raise
+            if not self.watch.fired:
+                raise
+            asyncio.current_task().uncancel()
+            code = "499"  # the client went away: the replica's connection is closed, its work stops
         except UpstreamError as e:
             # bytes have reached the client: the failure is not hidden, the connection ends unfinished
             code = "504" if isinstance(e, IdleTimeout) else "502"
-            log.warning("gateway: %s (%s) broke off an answer for %s: %s", self.route.instance,
-                        f"{self.route.address}:{self.route.port}", self.model, e)
+            log.warning("gateway: %s (%s:%s) broke off an answer for %s: %s", self.route.instance,
+                        self.route.address, self.route.port, self.model, e)
         finally:
-            watcher.cancel()
+            self.watch.stop()
             await self.resp.close()
             self.gw.balancer.release(self.route, self.model)
             m.in_flight.labels(self.model).dec()
@@ -148,11 +181,3 @@ class Relay(Response):
             except (ValueError, AttributeError):
                 usage = None
         self.gw.metrics.usage(self.model, usage)
-
-    async def _cancel_on_disconnect(self, receive, task: asyncio.Task) -> None:
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                if not self.done:
-                    task.cancel()
-                return

@@ -208,7 +208,12 @@ async def test_waiting_for_a_replica_then_503_and_a_full_queue_429(sqlite_store,
         # what a drain reads: this gateway's report of the one request in flight on busy-0
         gs.wait_for(lambda: serving.in_flight(engine, "busy-0") == 1, 5, "busy-0's in-flight report")
         for x in held:
-            x.cancel()
+            x.cancel()  # the clients leave: their requests stop waiting, the held slot is freed
+        await asyncio.gather(*held, return_exceptions=True)
+        gs.wait_for(lambda: gs.metric(scrape(g), "gpuflow_gateway_requests_total", model="busy", code="499") == 3,
+                    5, "three abandoned requests")
+        gs.wait_for(lambda: serving.in_flight(engine, "busy-0") == 0, 5, "busy-0 idle again")
+        assert gs.metric(scrape(g), "gpuflow_gateway_queue_depth", model="busy") == 0
     m = scrape(g)
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="cold", code="503") == 1
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="busy", code="429") == 1
