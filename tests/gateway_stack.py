@@ -86,11 +86,12 @@ def wait_for(cond, timeout: float, what: str, every: float = 0.05):
         time.sleep(every)
 
 
-def wait_model(base: str, model: str, replicas: int, timeout: float = 10.0, headers: dict | None = None) -> None:
+def wait_model(base: str, model: str, replicas: int, timeout: float = 10.0, headers: dict | None = None,
+               every: float = 0.05) -> None:
     def ok():
         r = httpx.get(f"{base}/v1/models", headers=headers or {})
         return r.status_code == 200 and any(m["id"] == model and m["replicas"] == replicas for m in r.json()["data"])
-    wait_for(ok, timeout, f"{model} with {replicas} replica(s) in {base}/v1/models")
+    wait_for(ok, timeout, f"{model} with {replicas} replica(s) in {base}/v1/models", every)
 
 
 def metric(text: str, name: str, **labels) -> float:

@@ -306,3 +306,26 @@ def test_a_replica_dying_mid_stream_ends_the_stream_with_an_error(sqlite_store, 
     m = scrape(g)
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="502") == 1  # counted as broken
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="200") == 1
+
+
+def test_a_state_change_reaches_the_gateway_within_two_seconds(sqlite_store, procs, tmp_path):
+    url, schema, engine = sqlite_store
+    a, b = gs.engine("ra"), gs.engine("rb")
+    procs += [a, b]
+    gs.deploy(engine, "chat")
+    gs.running(engine, "chat-0", "chat", a.port)
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    base = f"http://127.0.0.1:{g.port}"
+    gs.wait_model(base, "chat", 1)
+    c = client(g)
+    for change, replicas, serving_now in ((lambda: gs.running(engine, "chat-1", "chat", b.port), 2, {"ra", "rb"}),
+                                          (lambda: gs.running(engine, "chat-0", "chat", a.port, "stopping"), 1, {"rb"}),
+                                          (lambda: gs.running(engine, "chat-1", "chat", b.port, "error"), 0, set())):
+        t = time.monotonic()
+        change()
+        gs.wait_model(base, "chat", replicas, timeout=10, every=0.02)
+        assert time.monotonic() - t < 2.0  # polled every 0.5 s
+        if serving_now:
+            assert {c.chat.completions.create(model="chat", messages=MSG).system_fingerprint
+                    for _ in range(30)} == serving_now
