@@ -64,11 +64,11 @@ class SSEWatch:
         self.tail = b""
         self.usage = None
 
-    def feed(self, data: bytes) -> bool:
-        """Whether ``data`` completed at least one event that carries content."""
+    def feed(self, data: bytes) -> int:
+        """How many events that carry content ``data`` completed."""
         buf = self.tail + data if self.tail else data
         *lines, self.tail = buf.split(b"\n")
-        content = False
+        content = 0
         for line in lines:
             if not line.startswith(b"data:"):
                 continue
@@ -83,7 +83,7 @@ class SSEWatch:
                 continue
             if ev.get("usage"):
                 self.usage = ev["usage"]
-            content = content or carries_content(ev)
+            content += carries_content(ev)
         if len(self.tail) > 1 << 20:  # no newline for a MiB: not an event stream we can read
             self.tail = b""
         return content

@@ -140,12 +140,15 @@ class Relay(Response):
             await send({"type": "http.response.start", "status": self.resp.status, "headers": self.resp.headers})
             chunk = self.first
             while chunk:
-                if self.sse is not None and self.sse.feed(chunk):
+                n = self.sse.feed(chunk) if self.sse is not None else 0
+                if n:  # content events; several in one read reach the client together (gaps of 0)
                     now = time.perf_counter()
                     if last_content is None:
                         m.ttft.labels(self.model).observe(now - self.t0)
                     else:
                         m.itl.labels(self.model).observe(now - last_content)
+                    for _ in range(n - 1):
+                        m.itl.labels(self.model).observe(0.0)
                     last_content = now
                 elif self.keep and n_kept < KEEP_JSON:
                     kept.append(chunk)

@@ -59,7 +59,8 @@ def test_sse_watch_finds_content_chunks_across_reads_and_the_final_usage():
     role = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
     tok = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
-    assert w.feed(role) is False  # a role delta carries no content
-    assert w.feed(tok[:20]) is False  # half an event: nothing yet
-    assert w.feed(tok[20:]) is True
-    assert w.feed(usage) is False and w.usage == {"prompt_tokens": 3, "completion_tokens": 2}
+    assert w.feed(role) == 0  # a role delta carries no content
+    assert w.feed(tok[:20]) == 0  # half an event: nothing yet
+    assert w.feed(tok[20:]) == 1
+    assert w.feed(tok + tok[:9]) == 1 and w.feed(tok[9:] + tok) == 2  # events split and joined across reads
+    assert w.feed(usage) == 0 and w.usage == {"prompt_tokens": 3, "completion_tokens": 2}
