@@ -103,6 +103,7 @@ class Balancer:
             raise QueueFull(model)
         w = Waiter(asyncio.get_running_loop().create_future(), exclude)
         (q.appendleft if exclude else q.append)(w)  # a retry already waited its turn
+        self._dispatch(model)  # the ones ahead may be retries that cannot take the free replica
         ok = False
         try:
             async with asyncio.timeout(self.queue_timeout_s):
@@ -113,10 +114,10 @@ class Balancer:
             raise QueueTimeout(model) from None
         finally:
             if not ok:
+                if w in q:
+                    q.remove(w)
                 if not w.fut.done():
                     w.fut.cancel()
-                    if w in q:
-                        q.remove(w)
                 elif not w.fut.cancelled() and w.fut.exception() is None:
                     self.release(w.fut.result(), model)  # given a replica just as the wait ended
 

@@ -64,3 +64,51 @@ def test_sse_watch_finds_content_chunks_across_reads_and_the_final_usage():
     assert w.feed(tok[20:]) == 1
     assert w.feed(tok + tok[:9]) == 1 and w.feed(tok[9:] + tok) == 2  # events split and joined across reads
     assert w.feed(usage) == 0 and w.usage == {"prompt_tokens": 3, "completion_tokens": 2}
+
+
+async def test_balancer_queue_is_fifo_bounded_and_times_out():
+    import asyncio
+
+    from gateway.balance import Balancer, QueueFull, QueueTimeout
+
+    b = Balancer(queue_timeout_s=0.3, max_queue=2, bad_s=5)
+    b.swap(build([r("a")], {"m": {"max_concurrency": 1}}, 4))
+    first, _ = await b.acquire("m")  # takes a's only slot
+    order: list[int] = []
+
+    async def wait(i):
+        got, waited = await b.acquire("m")
+        order.append(i)
+        return got, waited
+
+    w1, w2 = asyncio.create_task(wait(1)), asyncio.create_task(wait(2))
+    await asyncio.sleep(0.01)
+    assert b.depth("m") == 2
+    with pytest.raises(QueueFull):  # max_queue 2: the third waits nowhere
+        await b.acquire("m")
+    b.release(first, "m")  # a's slot goes to the first in line...
+    got, waited = await w1
+    assert got.instance == "a" and waited > 0 and order == [1]
+    with pytest.raises(QueueTimeout):  # ...and the second waits out its 0.3 s
+        await w2
+    assert b.depth("m") == 0 and b.in_flight == {"a": 1}
+    b.release(got, "m")
+    assert b.in_flight == {}
+
+
+async def test_balancer_retry_skips_the_replica_it_left_and_a_new_replica_serves_the_queue():
+    import asyncio
+
+    from gateway.balance import Balancer
+
+    b = Balancer(queue_timeout_s=5, max_queue=10, bad_s=5)
+    b.swap(build([r("a")], {"m": {"max_concurrency": 1}}, 4))
+    held, _ = await b.acquire("m")
+    retry = asyncio.create_task(b.acquire("m", exclude=frozenset({"a"})))  # a failed this request once
+    plain = asyncio.create_task(b.acquire("m"))
+    await asyncio.sleep(0.01)
+    b.release(held, "m")  # a is free, but the retry excluded it: the plain request behind takes it
+    assert (await plain)[0].instance == "a"
+    assert not retry.done()
+    b.swap(build([r("a"), r("b")], {"m": {"max_concurrency": 1}}, 4))  # b comes up: the retry gets it
+    assert (await retry)[0].instance == "b"
