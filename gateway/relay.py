@@ -16,7 +16,7 @@ from activities.store.serving import Route
 from gateway import errors
 from gateway.balance import QueueFull, QueueTimeout, UnknownModel
 from gateway.metrics import SSEWatch
-from gateway.upstream import Broken, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers
+from gateway.upstream import Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers
 
 log = logging.getLogger("gpuflow.gateway")
 KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usage
@@ -97,6 +97,8 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
                 continue
             if e.retry and not e.bad and not last:
                 continue  # a pooled connection closed under us: the same replica again
+            if isinstance(e, ConnectTimeout):
+                return errors.timeout(model, str(e))
             return errors.unreachable(model, str(e))
         return Relay(gw, route, model, tenant, t0, resp, first, stream, watch)
     return errors.unreachable(model, f"{s.attempts} attempts failed")

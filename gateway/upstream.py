@@ -25,6 +25,10 @@ class ConnectFailed(UpstreamError):
     retry = bad = True
 
 
+class ConnectTimeout(ConnectFailed):
+    pass  # a replica that neither accepts nor refuses: down, or its host unreachable
+
+
 class Reset(UpstreamError):
     retry = True  # a pooled connection closed under us, or the replica died mid-request
 
@@ -80,7 +84,7 @@ class AiohttpClient:
                 r = await self.session.post(url, data=body, headers=headers)
         except TimeoutError as e:
             if isinstance(e, a.ServerTimeoutError):  # connect timeout
-                raise ConnectFailed(f"connect timeout: {e}") from None
+                raise ConnectTimeout(f"connect timeout ({e})") from None
             raise FirstByteTimeout(f"no answer within {self.first_byte_s:g} s") from None
         except a.ClientConnectorError as e:
             raise ConnectFailed(str(e)) from None
@@ -134,7 +138,9 @@ class HttpxClient:
                 r = await self.client.send(req, stream=True)
         except TimeoutError:
             raise FirstByteTimeout(f"no answer within {self.first_byte_s:g} s") from None
-        except (h.ConnectError, h.ConnectTimeout) as e:
+        except h.ConnectTimeout as e:
+            raise ConnectTimeout(f"connect timeout ({e})") from None
+        except h.ConnectError as e:
             raise ConnectFailed(str(e) or type(e).__name__) from None
         except (h.RemoteProtocolError, h.ReadError, h.WriteError) as e:
             raise Reset(str(e) or type(e).__name__) from None

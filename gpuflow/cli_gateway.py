@@ -33,7 +33,7 @@ def cmd_gateway(a) -> int:
     run(_store(a), GatewaySettings(
         host=host, port=port, allow_anonymous=a.allow_anonymous, queue_timeout_s=a.queue_timeout,
         max_queue=a.max_queue, max_body=a.max_body, max_concurrency=a.max_concurrency,
-        first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client))
+        connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client))
     return 0
 
 
@@ -73,6 +73,8 @@ def add_commands(sub) -> None:
     p.add_argument("--max-body", type=int, default=32 << 20, help="largest request body in bytes (default 32 MiB)")
     p.add_argument("--max-concurrency", type=int, default=4,
                    help="requests per replica when neither the engine's flags nor the spec's max_concurrency say (default 4)")
+    p.add_argument("--connect-timeout", type=float, default=3.0,
+                   help="seconds to connect to a replica before trying another (default 3)")
     p.add_argument("--first-byte-timeout", type=float, default=300.0,
                    help="seconds a replica may take to start answering before 504 (default 300)")
     p.add_argument("--idle-timeout", type=float, default=120.0,

@@ -239,6 +239,33 @@ def test_a_replica_that_never_answers_gives_504_within_the_timeout(sqlite_store,
     assert time.monotonic() - t < 5
 
 
+def test_a_replica_that_never_accepts_the_connection_gives_504(sqlite_store, procs, tmp_path):
+    import socket
+
+    url, schema, engine = sqlite_store
+    port = gs.free_port()
+    with socket.socket() as full:  # a backlog of 0 that nobody accepts from: further SYNs are dropped
+        full.bind(("127.0.0.1", port))
+        full.listen(0)
+        queued = []
+        while len(queued) < 8:  # fill the accept queue until a connect times out
+            try:
+                queued.append(socket.create_connection(("127.0.0.1", port), timeout=0.5))
+            except TimeoutError:
+                break
+        assert len(queued) < 8
+        gs.deploy(engine, "deaf")
+        gs.running(engine, "deaf-0", "deaf", port)
+        g = gs.gateway(url, schema, "--connect-timeout", "1", log=str(tmp_path / "gw.log"))
+        procs.append(g)
+        gs.wait_model(f"http://127.0.0.1:{g.port}", "deaf", 1)
+        with pytest.raises(openai.APIStatusError) as e:
+            client(g, timeout=30).chat.completions.create(model="deaf", messages=MSG)
+        assert e.value.status_code == 504 and "connect timeout" in str(e.value)
+        for q in queued:
+            q.close()
+
+
 def test_a_failing_replica_is_skipped_and_a_lone_one_passes_its_error_through(sqlite_store, procs, tmp_path):
     url, schema, engine = sqlite_store
     bad, good = gs.engine("bad", mode="error"), gs.engine("good")
