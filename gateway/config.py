@@ -43,7 +43,9 @@ class GatewaySettings:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """The base URL clients use (listening on every address: this machine's name)."""
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/v1"
 
 
