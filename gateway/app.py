@@ -48,7 +48,7 @@ class Gateway:
             body = await read_body(request, self.settings.max_body)
             try:
                 data = json.loads(body)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 r = errors.bad_request(f"The request body is not valid JSON: {e}", "invalid_json")
             else:
                 name = data.get("model") if isinstance(data, dict) else None
@@ -85,6 +85,7 @@ class Gateway:
         try:
             tenant = await self.auth.tenant(request.headers.get("authorization"))
         except NoKey as e:
+            self.metrics.requests.labels("", "", "401").inc()
             return errors.unauthorized(str(e))
         t = self.balancer.table
         self.metrics.requests.labels("", tenant, "200").inc()

@@ -27,6 +27,7 @@ def unauthorized(message: str) -> Response:
 
 def unknown_model(model: str, known: list[str]) -> Response:
     have = ", ".join(known) if known else "none"
+    model = model if len(model) <= 200 else model[:200] + "..."
     return error(404, f"The model {model!r} does not exist. Models served here: {have}.",
                  "invalid_request_error", "model_not_found")
 

@@ -9,7 +9,8 @@ import asyncio
 from typing import Protocol
 
 HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-                 b"transfer-encoding", b"upgrade", b"host", b"content-length", b"authorization", b"server", b"date"})
+                 b"transfer-encoding", b"upgrade", b"host", b"content-length", b"authorization", b"server", b"date",
+                 b"expect"})
 KEEP_BACK = frozenset({b"content-length"})  # hop-by-hop going up, but the body comes back unchanged
 
 

@@ -141,7 +141,7 @@ def test_keys_none_bad_revoked_get_401_and_a_good_one_counts_under_its_tenant(sq
     key = made.stdout.strip().splitlines()[-1]
     other = keys("create", "--tenant", "team-b").stdout.strip().splitlines()[-1]
     listed = keys("list")
-    assert "team-a" in listed.stdout and key.split("-")[2] not in listed.stdout  # the secret is never shown
+    assert "team-a" in listed.stdout and key.split("-", 2)[2] not in listed.stdout  # the secret is never shown
     e = gs.engine("r1")
     procs.append(e)
     gs.deploy(engine, "chat")
@@ -157,7 +157,7 @@ def test_keys_none_bad_revoked_get_401_and_a_good_one_counts_under_its_tenant(sq
     for _ in range(3):
         assert client(g, key).chat.completions.create(model="chat", messages=MSG).choices
     client(g, other).chat.completions.create(model="chat", messages=MSG)
-    revoked = keys("revoke", key.split("-")[1])
+    revoked = keys("revoke", key.split("-", 2)[1])
     assert revoked.returncode == 0 and "revoked" in revoked.stdout
     t = time.monotonic()
     gs.wait_for(lambda: httpx.post(base, json={"model": "chat", "messages": MSG},
