@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo dry-run test bench bench-control-plane
+.PHONY: demo dry-run test bench bench-control-plane bench-gateway
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -34,3 +34,6 @@ bench: $(VENV)/.installed
 
 bench-control-plane: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_control_plane.py
+
+bench-gateway: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_gateway.py

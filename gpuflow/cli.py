@@ -141,10 +141,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
     d.set_defaults(fn=cmd_demo)
 
-    from gpuflow import cli_cluster, dev
+    from gpuflow import cli_cluster, cli_gateway, dev
 
     cli_cluster.add_commands(sub)
     dev.add_command(sub)
+    cli_gateway.add_commands(sub)
     return p
 
 

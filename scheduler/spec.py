@@ -163,6 +163,7 @@ class ModelSpec(Strict):
     autoscaling: Autoscaling | None = None  # metric-driven replicas (docs/formats.md); replicas is then the start
     topology_policy: TopologyPolicy = TopologyPolicy.NONE
     cpu_pinning: bool = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
+    max_concurrency: int | None = Field(default=None, ge=1)  # gateway: requests per replica at once, unless an engine flag says
 
     @field_validator("env")
     @classmethod
