@@ -9,7 +9,7 @@ from enum import Enum
 
 from pydantic import Field, field_validator, model_validator
 
-from scheduler.cluster import Bytes, Strict
+from scheduler.fields import Bytes, Strict
 
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
 

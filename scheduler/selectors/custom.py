@@ -10,7 +10,7 @@ from __future__ import annotations
 from scheduler.decision import Candidate, Context, claim
 from scheduler.params import whole_card_fraction
 from scheduler.selectors.base import first_nonempty
-from scheduler.selectors.fraction import Shape, split
+from scheduler.selectors.sizing import Shape, split
 from scheduler.selectors.manual import manual
 from scheduler.units import gib
 

@@ -4,7 +4,7 @@ Unlike GPUStack, a selection that does not fit is refused with the numbers, neve
 from __future__ import annotations
 
 from scheduler.decision import Candidate, Context, claim, subordinate
-from scheduler.selectors.fraction import Shape, book_all
+from scheduler.selectors.sizing import Shape, book_all
 from scheduler.units import gib
 
 
