@@ -57,10 +57,27 @@ class GGUFRequest:
         item = next((i for i in self.items if i.vrams and i.vrams[0].handle_layers == 1), self.full)
         return item.vrams[0].uma if uma else item.vrams[0].nonuma
 
+    def rpc_layer_vram(self, uma: bool) -> int:
+        """VRAM an RPC server needs to take one layer: GPUStack's probe, a 1:1 split with one server."""
+        v = self.run((1, 1), ("host:80",), gpu_layers=1).vrams[0]
+        return v.uma if uma else v.nonuma
+
+    def vram_floor(self, layers: int, uma: bool) -> int:
+        """Less than the VRAM all GPUs of any tensor split need together to offload ``layers``
+        (``total_layers``: everything): the one-GPU figure. A split repeats each GPU's platform
+        footprint and compute buffers and never drops weights or KV cache, so it needs at least as
+        much. Where stray tensors shift the weight placement against the layers, one layer's
+        weights may land on a GPU whose weights are not counted: the floor allows for that."""
+        item = self.full if layers >= self.total_layers else self.items[layers]
+        floor = item.vrams[0].uma if uma else item.vrams[0].nonuma
+        if len(self.model.layer_bytes) != self.model.n_layer:
+            floor -= max(self.model.layer_bytes)
+        return floor
+
     def run(self, tensor_split: tuple[int, ...], rpc: tuple[str, ...] = (), gpu_layers: int = -1) -> EstimateItem:
         """The estimate with a tensor split (allocatable bytes, turned to MiB as GPUStack does)."""
         split = tuple(int(v / MiB) if v >= MiB else v for v in tensor_split)
-        key = (split, rpc, gpu_layers)
+        key = (split, len(rpc), gpu_layers)  # servers' names do not change the figures, only their count
         if key not in self._runs:
             opts = replace(self.options, tensor_split=tuple(float(v) for v in split), rpc=rpc, gpu_layers=gpu_layers)
             self._runs[key] = estimate_item(self.model, opts)

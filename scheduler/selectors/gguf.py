@@ -4,7 +4,7 @@ first that yields any candidate wins."""
 from __future__ import annotations
 
 from scheduler.decision import Context
-from scheduler.selectors import gguf_strategies as S
+from scheduler.selectors import gguf_rpc, gguf_strategies as S
 from scheduler.selectors.base import first_nonempty
 from scheduler.units import gib
 
@@ -69,7 +69,7 @@ def select(ctx: Context, workers, msgs: list[str]):
     runs = {
         "single_gpu": lambda m: S.single_gpu(ctx, workers, m),
         "multi_gpu": lambda m: S.multi_gpu(ctx, workers, m),
-        "multi_worker": lambda m: S.rpc(ctx, workers, m, ctx.spec.cpu_offloading),
+        "multi_worker": lambda m: gguf_rpc.rpc(ctx, workers, m, ctx.spec.cpu_offloading),
         "partial_offload": lambda m: S.partial(ctx, workers, m),
         "cpu": lambda m: S.cpu(ctx, workers, m),
     }

@@ -1,0 +1,37 @@
+"""The pruning in the GGUF searches is safe: the one-GPU figure (``GGUFRequest.vram_floor``) never
+exceeds what the GPUs of any tensor split need together, so a combination whose allocatable
+total is below it provably cannot hold that many layers (gguf_rpc.py, gguf_partial.py)."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from scheduler.estimate import gguf_request
+from scheduler.units import GiB
+
+
+@pytest.fixture(scope="module", params=["smollm2", "llama3_gguf"])
+def req(request):
+    return gguf_request(request.getfixturevalue(request.param), [])
+
+
+@settings(max_examples=150, deadline=None)
+@given(split=st.lists(st.integers(1, 80 * 1024), min_size=1, max_size=6), rpc=st.integers(0, 5),
+       layers=st.integers(0, 40), data=st.data())
+def test_one_gpu_figure_is_a_floor_for_every_split(req, split, rpc, layers, data):
+    # split in MiB, the first `rpc` devices remote (the searches always keep one local GPU, the
+    # main worker's); `layers` offloaded (>= total: everything)
+    rpc = min(rpc, len(split) - 1)
+    n = min(layers, req.total_layers)
+    uma_kinds = data.draw(st.lists(st.booleans(), min_size=len(split), max_size=len(split)))
+    item = req.run(tuple(v * 2**20 for v in split), tuple(f"h:{i}" for i in range(rpc)),
+                   gpu_layers=-1 if n == req.total_layers else n)
+    nonuma_sum = sum(v.nonuma for v in item.vrams)
+    mixed_sum = sum(v.uma if u else v.nonuma for v, u in zip(item.vrams, uma_kinds))
+    assert req.vram_floor(n, uma=False) <= nonuma_sum  # every GPU on a discrete-memory worker
+    assert req.vram_floor(n, uma=True) <= mixed_sum  # any mix of kinds
+
+
+def test_floor_grows_with_layers(req):
+    floors = [req.vram_floor(n, uma=False) for n in range(req.total_layers + 1)]
+    assert floors == sorted(floors) and floors[-1] == req.full.vrams[0].nonuma
+    assert floors[-1] / GiB > 0.5
