@@ -35,3 +35,16 @@ def test_floor_grows_with_layers(req):
     floors = [req.vram_floor(n, uma=False) for n in range(req.total_layers + 1)]
     assert floors == sorted(floors) and floors[-1] == req.full.vrams[0].nonuma
     assert floors[-1] / GiB > 0.5
+
+
+@settings(max_examples=100, deadline=None)
+@given(split=st.lists(st.integers(1, 80 * 1024), min_size=1, max_size=6), rpc=st.integers(0, 5), layers=st.integers(0, 40))
+def test_ram_does_not_depend_on_the_split(req, split, rpc, layers):
+    # the CPU's share (layers left on it, footprint, its buffers) is fixed by the offload count,
+    # so a main worker short of RAM at n layers is short for every combination: checked once
+    rpc = min(rpc, len(split) - 1)
+    n = min(layers, req.total_layers)
+    item = req.run(tuple(v * 2**20 for v in split), tuple(f"h:{i}" for i in range(rpc)),
+                   gpu_layers=-1 if n == req.total_layers else n)
+    one = req.full if n == req.total_layers else req.items[n]
+    assert (item.ram.uma, item.ram.nonuma) == (one.ram.uma, one.ram.nonuma)
