@@ -57,19 +57,32 @@ class GGUFRequest:
         item = next((i for i in self.items if i.vrams and i.vrams[0].handle_layers == 1), self.full)
         return item.vrams[0].uma if uma else item.vrams[0].nonuma
 
+    def one_gpu(self, layers: int) -> EstimateItem:
+        """The estimate offloading ``layers`` to one GPU (``total_layers``: everything). Its RAM is
+        every split's RAM for that count: the CPU's share does not depend on the split."""
+        return self.full if layers >= self.total_layers else self.items[layers]
+
     def rpc_layer_vram(self, uma: bool) -> int:
         """VRAM an RPC server needs to take one layer: GPUStack's probe, a 1:1 split with one server."""
         v = self.run((1, 1), ("host:80",), gpu_layers=1).vrams[0]
         return v.uma if uma else v.nonuma
 
-    def vram_floor(self, layers: int, uma: bool) -> int:
-        """Less than the VRAM all GPUs of any tensor split need together to offload ``layers``
-        (``total_layers``: everything): the one-GPU figure. A split repeats each GPU's platform
-        footprint and compute buffers and never drops weights or KV cache, so it needs at least as
-        much. Where stray tensors shift the weight placement against the layers, one layer's
-        weights may land on a GPU whose weights are not counted: the floor allows for that."""
-        item = self.full if layers >= self.total_layers else self.items[layers]
+    def vram_floor(self, layers: int, uma: bool, remote_nonuma: int = 0, more_local: int = 0) -> int:
+        """At most what all GPUs of any tensor split need together to offload ``layers``
+        (``total_layers``: everything), so a set of GPUs with less cannot hold them. The base is the
+        one-GPU figure of the main worker's kind (``uma``): a split never drops weights, KV cache or
+        the main GPU's buffers. Each RPC server on a discrete-memory worker (``remote_nonuma``) adds
+        its platform footprint and compute buffers, the same on every server for that count; each
+        further GPU of a discrete-memory main worker (``more_local``) its platform footprint. Where
+        stray tensors shift the weight placement against the layers, one layer's weights may land
+        on a GPU that does not count them: the floor allows for that."""
+        item = self.one_gpu(layers)
         floor = item.vrams[0].uma if uma else item.vrams[0].nonuma
+        if remote_nonuma:
+            probe = self.run((1, 1), ("host:80",), gpu_layers=-1 if layers >= self.total_layers else layers).vrams[0]
+            floor += remote_nonuma * (probe.nonuma - probe.uma)
+        if more_local and not uma:
+            floor += more_local * self.options.platform_vram
         if len(self.model.layer_bytes) != self.model.n_layer:
             floor -= max(self.model.layer_bytes)
         return floor

@@ -14,26 +14,28 @@ def req(request):
     return gguf_request(request.getfixturevalue(request.param), [])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(split=st.lists(st.integers(1, 80 * 1024), min_size=1, max_size=6), rpc=st.integers(0, 5),
        layers=st.integers(0, 40), data=st.data())
-def test_one_gpu_figure_is_a_floor_for_every_split(req, split, rpc, layers, data):
-    # split in MiB, the first `rpc` devices remote (the searches always keep one local GPU, the
-    # main worker's); `layers` offloaded (>= total: everything)
+def test_floor_holds_for_every_split(req, split, rpc, layers, data):
+    # split in MiB: the first `rpc` devices are RPC servers, the rest the main worker's GPUs (the
+    # searches always keep one); `layers` offloaded (>= total: everything). Each RPC server and the
+    # main worker are discrete (NonUMA) or unified (UMA); each GPU is checked with its kind's figure.
     rpc = min(rpc, len(split) - 1)
     n = min(layers, req.total_layers)
-    uma_kinds = data.draw(st.lists(st.booleans(), min_size=len(split), max_size=len(split)))
+    main_uma = data.draw(st.booleans())
+    rpc_uma = data.draw(st.lists(st.booleans(), min_size=rpc, max_size=rpc))
     item = req.run(tuple(v * 2**20 for v in split), tuple(f"h:{i}" for i in range(rpc)),
                    gpu_layers=-1 if n == req.total_layers else n)
-    nonuma_sum = sum(v.nonuma for v in item.vrams)
-    mixed_sum = sum(v.uma if u else v.nonuma for v, u in zip(item.vrams, uma_kinds))
-    assert req.vram_floor(n, uma=False) <= nonuma_sum  # every GPU on a discrete-memory worker
-    assert req.vram_floor(n, uma=True) <= mixed_sum  # any mix of kinds
+    kinds = rpc_uma + [main_uma] * (len(split) - rpc)
+    need = sum(v.uma if u else v.nonuma for v, u in zip(item.vrams, kinds))
+    floor = req.vram_floor(n, main_uma, remote_nonuma=rpc_uma.count(False), more_local=len(split) - rpc - 1)
+    assert floor <= need
 
 
 def test_floor_grows_with_layers(req):
     floors = [req.vram_floor(n, uma=False) for n in range(req.total_layers + 1)]
-    assert floors == sorted(floors) and floors[-1] == req.full.vrams[0].nonuma
+    assert floors == sorted(floors) and floors[-1] == req.full.vrams[0].nonuma  # one GPU
     assert floors[-1] / GiB > 0.5
 
 

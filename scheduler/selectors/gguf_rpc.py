@@ -8,8 +8,9 @@ keeps the combinations offloading the most layers; with --gpu-layers, the first 
 combinations with the most layers are candidates, and the scorers choose among them.
 
 Pruned, because they provably cannot win: offload counts below the best found so far (they are
-dropped at the end anyway), and counts whose one-GPU VRAM figure exceeds the combination's total
-allocatable (``GGUFRequest.vram_floor``). Without cpu_offloading only full offload is tried.
+dropped at the end anyway), counts whose one-GPU VRAM figure exceeds the combination's total
+allocatable (``GGUFRequest.vram_floor``), and counts whose RAM (the same for every split) the main
+worker lacks. Without cpu_offloading only full offload is tried.
 
 Safety bounds (settings): ``max_rpc_servers`` (8) servers at most; above ``max_rpc_gpus`` (16)
 RPC-capable GPUs the search is skipped with a warning, as GPUStack does.
@@ -54,34 +55,51 @@ def _layer_range(ctx: Context, first_sum: int, uma: bool, best: int, cpu_offload
     return -1, -1
 
 
-def _try(ctx: Context, main, main_gpus, combo, hi: int, lo: int):
-    """The most layers in [lo, hi] this combination holds, as a candidate; None if none."""
+def _most_layers(ctx: Context, main, main_gpus, combo, hi: int, lo: int, memo: dict):
+    """(layers, estimate) for the most layers in [lo, hi] this combination holds, or None. The
+    answer depends only on the allocatable sizes and memory kinds in split order, so combinations
+    of equal GPUs share it (``memo``)."""
     req, total = ctx.request, ctx.request.total_layers
-    a_main = ctx.allocatable[main.name]
-    allocs = [r[2] for r in combo] + [al for _, al in main_gpus]
-    uma_any = main.unified_memory or any(w.unified_memory for w, _, _ in combo)
-    servers = tuple(f"{w.name}:{50053 + i}" for i, (w, _, _) in enumerate(combo))
-    k, uma = len(combo), main.unified_memory
+    a_main, uma, k = ctx.allocatable[main.name], main.unified_memory, len(combo)
+    allocs = tuple(r[2] for r in combo) + tuple(al for _, al in main_gpus)
+    kinds = tuple(w.unified_memory for w, _, _ in combo)
+    whole = (allocs, kinds, hi, lo)
+    if whole in memo:
+        return memo[whole]
+    memo[whole] = None
+    room, remote_nonuma = sum(allocs), kinds.count(False)
     for n in range(hi, lo - 1, -1):
-        if sum(allocs) < req.vram_floor(n, uma_any):
-            continue
-        item = req.run(tuple(allocs), servers, gpu_layers=-1 if n == total else n)
-        vram = {g.index: _vram(item, k + i, uma) for i, (g, _) in enumerate(main_gpus)}
-        ram = _ram(item, uma)
-        if ram + (sum(vram.values()) if uma else 0) > a_main.ram:
-            continue
-        if any(vram[g.index] > al for g, al in main_gpus):
-            continue
-        if any(_vram(item, i, w.unified_memory) > al for i, (w, _, al) in enumerate(combo)):
-            continue
-        subs = [subordinate(w.name, [g.index], claim(vram={g.index: _vram(item, i, w.unified_memory)},
-                                                     offload_layers=item.vrams[i].handle_layers, total_layers=total,
-                                                     is_unified_memory=w.unified_memory))
-                for i, (w, g, _) in enumerate(combo)]
-        return Candidate(main.name, [g.index for g, _ in main_gpus], claim(
-            ram=ram, vram=vram, offload_layers=item.offload_layers, total_layers=total,
-            tensor_split=allocs, is_unified_memory=uma), subs, gpu_type=main_gpus[0][0].type)
+        key = (allocs, kinds, n)
+        if key not in memo:
+            memo[key] = None
+            if room < req.vram_floor(n, uma, remote_nonuma, len(main_gpus) - 1):
+                continue
+            item = req.run(allocs, ("rpc",) * k, gpu_layers=-1 if n == total else n)
+            main_vram = [_vram(item, k + i, uma) for i in range(len(main_gpus))]
+            if _ram(item, uma) + (sum(main_vram) if uma else 0) > a_main.ram:
+                continue
+            if any(v > al for v, (_, al) in zip(main_vram, main_gpus)):
+                continue
+            if any(_vram(item, i, u) > al for i, (u, al) in enumerate(zip(kinds, allocs))):
+                continue
+            memo[key] = item
+        if memo[key] is not None:
+            memo[whole] = memo[key]
+            return memo[key]
     return None
+
+
+def _candidate(ctx: Context, main, main_gpus, combo, item) -> Candidate:
+    total, uma, k = ctx.request.total_layers, main.unified_memory, len(combo)
+    subs = [subordinate(w.name, [g.index], claim(vram={g.index: _vram(item, i, w.unified_memory)},
+                                                 offload_layers=item.vrams[i].handle_layers, total_layers=total,
+                                                 is_unified_memory=w.unified_memory))
+            for i, (w, g, _) in enumerate(combo)]
+    vram = {g.index: _vram(item, k + i, uma) for i, (g, _) in enumerate(main_gpus)}
+    split = [r[2] for r in combo] + [al for _, al in main_gpus]
+    return Candidate(main.name, [g.index for g, _ in main_gpus], claim(
+        ram=_ram(item, uma), vram=vram, offload_layers=item.offload_layers, total_layers=total,
+        tensor_split=split, is_unified_memory=uma), subs, gpu_type=main_gpus[0][0].type)
 
 
 def rpc(ctx: Context, workers, msgs, cpu_offloading: bool) -> list[Candidate]:
@@ -108,19 +126,21 @@ def rpc(ctx: Context, workers, msgs, cpu_offloading: bool) -> list[Candidate]:
     uma_pool = main.unified_memory or any(w.unified_memory for w, _, _ in pool)
     main_sum = sum(al for _, al in main_gpus)
     counts = [len(pool)] if manual else range(1, min(len(pool), cfg.max_rpc_servers) + 1)
-    found, best = [], -1
+    found, best, memo = [], -1, {}
     for k in counts:
         hi, lo = _layer_range(ctx, main_sum + sum(r[2] for r in pool[:k]), uma_pool, best, cpu_offloading)
-        if hi < 0:
+        while hi >= max(lo, best, 0) and _ram(req.one_gpu(hi), main.unified_memory) > ctx.allocatable[main.name].ram:
+            hi -= 1  # the CPU's share is the same for every split: short here, short for every combination
+        if hi < max(lo, best, 0):
             continue
         for combo in combinations(pool, k):
-            c = _try(ctx, main, main_gpus, combo, hi, max(lo, best))
-            if c is not None and c.claim.offload_layers >= best:
-                best = c.claim.offload_layers
-                found.append(c)
+            item = _most_layers(ctx, main, main_gpus, combo, hi, max(lo, best), memo)
+            if item is not None and item.offload_layers >= best:
+                best = item.offload_layers
+                found.append((combo, item))
         if best == total or (req.gpu_layers and found):
             break
-    found = [c for c in found if c.claim.offload_layers == best]
+    found = [_candidate(ctx, main, main_gpus, combo, item) for combo, item in found if item.offload_layers == best]
     if not found or (not cpu_offloading and best != total):
         msgs.append("No combination of RPC servers can hold the model.")
         return []
