@@ -76,6 +76,9 @@ class GGUFRequest:
         further GPU of a discrete-memory main worker (``more_local``) its platform footprint. Where
         stray tensors shift the weight placement against the layers, one layer's weights may land
         on a GPU that does not count them: the floor allows for that."""
+        key = ("floor", layers, uma, remote_nonuma, more_local)
+        if key in self._runs:
+            return self._runs[key]
         item = self.one_gpu(layers)
         floor = item.vrams[0].uma if uma else item.vrams[0].nonuma
         if remote_nonuma:
@@ -85,6 +88,7 @@ class GGUFRequest:
             floor += more_local * self.options.platform_vram
         if len(self.model.layer_bytes) != self.model.n_layer:
             floor -= max(self.model.layer_bytes)
+        self._runs[key] = floor
         return floor
 
     def run(self, tensor_split: tuple[int, ...], rpc: tuple[str, ...] = (), gpu_layers: int = -1) -> EstimateItem:
