@@ -108,3 +108,23 @@ def test_rpc_books_each_workers_memory_kind(l3, main_uma, peer_uma):
     assert p.claim.ram == kind(item.ram, main_uma)
     s = p.subordinates[0]
     assert s.claim.vram == {0: kind(item.vrams[0], peer_uma)} and s.claim.is_unified_memory == peer_uma
+
+
+@pytest.mark.parametrize("gpus,placed,layers", [
+    # one 2 GiB GPU holds 5 layers (1.99 GiB; 6 need 2.16). Three share 12, 4 each (1.86, 1.84,
+    # 1.85 GiB: each GPU repeats its own buffers); 13 would give GPU 0 a fifth (2.03 GiB > 2).
+    ([2, 2, 2], [0, 1, 2], 12),
+    # four: 16, 4 each; 17 puts 5 on GPU 0 (2.04 GiB). More GPUs are tried while the count grows.
+    ([2, 2, 2, 2], [0, 1, 2, 3], 16),
+    # the 3 GiB GPU alone holds 10; no pair does better, so one GPU stays the answer
+    ([3, 1.5, 1.5, 1.5], [0], 10),
+])
+def test_partial_offload_across_several_gpus_of_one_worker(l3, gpus, placed, layers):
+    d = decide(cluster([worker("w", 64, [gpu(i, g) for i, g in enumerate(gpus)])]), gguf(cpu_offloading=True), l3)
+    assert d.strategy == "partial_offload"
+    p = d.placement
+    assert (p.gpu_indexes, p.claim.offload_layers) == (placed, layers)
+    if len(placed) > 1:
+        assert p.claim.tensor_split == [int(g * GiB) for g in gpus][:len(placed)]
+        item = l3.run(tuple(p.claim.tensor_split), gpu_layers=layers)
+        assert p.claim.vram == {i: item.vrams[i].nonuma for i in placed} and p.claim.ram == item.ram.nonuma

@@ -4,7 +4,7 @@ first that yields any candidate wins."""
 from __future__ import annotations
 
 from scheduler.decision import Context
-from scheduler.selectors import gguf_rpc, gguf_strategies as S
+from scheduler.selectors import gguf_partial, gguf_rpc, gguf_strategies as S
 from scheduler.selectors.base import first_nonempty
 from scheduler.units import gib
 
@@ -65,12 +65,13 @@ def select(ctx: Context, workers, msgs: list[str]):
     msgs.append(f"The model needs {gib(full.vrams[0].nonuma)} GiB of VRAM and {gib(full.ram.nonuma)} GiB of RAM "
                 f"to offload all {req.total_layers} layers to one GPU (context {req.options.ctx_size}).")
     workers = restrict_to_selected(ctx, workers)
+    workers = sorted(workers, key=lambda w: -ctx.allocatable[w.name].vram_total)  # GPUStack's order
     ok = allowed(ctx, workers, msgs)
     runs = {
         "single_gpu": lambda m: S.single_gpu(ctx, workers, m),
         "multi_gpu": lambda m: S.multi_gpu(ctx, workers, m),
         "multi_worker": lambda m: gguf_rpc.rpc(ctx, workers, m, ctx.spec.cpu_offloading),
-        "partial_offload": lambda m: S.partial(ctx, workers, m),
+        "partial_offload": lambda m: gguf_partial.partial(ctx, workers, m),
         "cpu": lambda m: S.cpu(ctx, workers, m),
     }
     return first_nonempty([(name, runs[name]) for name in ORDER if name in ok], msgs)

@@ -1,14 +1,13 @@
 """GGUF (llama.cpp) placement strategies, each costed with llama.cpp's memory model.
 
 Claims use the worker's memory kind: unified-memory (UMA) figures on Apple-style workers,
-discrete (NonUMA) elsewhere. The RPC strategy is in gguf_rpc.py. Departure from GPUStack, on
-purpose (docs/gpustack-differences.md): the single-GPU scan skips a worker short of RAM instead
-of stopping altogether.
+discrete (NonUMA) elsewhere. The RPC strategy is in gguf_rpc.py, partial offload in
+gguf_partial.py. Departure from GPUStack, on purpose (docs/gpustack-differences.md): the
+single-GPU scan skips a worker short of RAM instead of stopping altogether.
 """
 
 from __future__ import annotations
 
-import bisect
 from itertools import combinations, islice
 
 from scheduler.decision import Candidate, Context, claim
@@ -89,32 +88,6 @@ def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candida
         return []
     fewest = min(len(c.gpu_indexes) for c in found)
     return [c for c in found if len(c.gpu_indexes) == fewest]
-
-
-def partial(ctx: Context, workers, msgs) -> list[Candidate]:
-    """Some layers on one GPU, the rest on the CPU: the most layers that fit, per worker."""
-    req, out = ctx.request, []
-    partials = req.items[1:-1]  # 1..N layers, not full
-    if req.gpu_layers and 0 < req.gpu_layers < req.total_layers:
-        partials = [req.items[req.gpu_layers]]  # the user fixed the count: that item or nothing
-    for w in workers:
-        a, uma = ctx.allocatable[w.name], w.unified_memory
-        for g in w.gpus:
-            alloc = a.vram.get(g.index, 0)
-            keys = [_vram(i, 0, uma) for i in partials]
-            n = bisect.bisect_right(keys, alloc)
-            while n > 0 and not _ram_ok(_ram(partials[n - 1], uma), _vram(partials[n - 1], 0, uma), a.ram, uma):
-                n -= 1
-            if n > 0:
-                item = partials[n - 1]
-                out.append(Candidate(w.name, [g.index], claim(
-                    ram=_ram(item, uma), vram={g.index: _vram(item, 0, uma)}, offload_layers=item.offload_layers,
-                    total_layers=req.total_layers, is_unified_memory=uma), gpu_type=g.type))
-    if not out:
-        msgs.append("No GPU can hold even one layer beside the CPU's share.")
-        return []
-    most = max(c.claim.offload_layers for c in out)
-    return [c for c in out if c.claim.offload_layers == most]
 
 
 def cpu(ctx: Context, workers, msgs) -> list[Candidate]:
