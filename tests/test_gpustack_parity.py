@@ -128,3 +128,40 @@ def test_partial_offload_across_several_gpus_of_one_worker(l3, gpus, placed, lay
         assert p.claim.tensor_split == [int(g * GiB) for g in gpus][:len(placed)]
         item = l3.run(tuple(p.claim.tensor_split), gpu_layers=layers)
         assert p.claim.vram == {i: item.vrams[i].nonuma for i in placed} and p.claim.ram == item.ram.nonuma
+
+
+# ---- CPU offloading: GPUStack's default for GGUF models on llama.cpp (llama-box) is on ----
+
+@pytest.mark.parametrize("cpu_offloading,strategy,decisive", [
+    # SmolLM2 on a host with 16 GiB RAM and no GPU: the CPU run needs 0.2 GiB of RAM
+    (None, "cpu", None),   # not said: on for llama.cpp, so the CPU runs it
+    (True, "cpu", None),
+    (False, None, "No worker left has a GPU, and CPU offloading is off for this model (cpu_offloading: false), "
+                  "so llama.cpp cannot run it on the CPU."),
+])
+def test_cpu_only_host_runs_gguf_unless_the_spec_says_no(smollm2, cpu_offloading, strategy, decisive):
+    r = gguf_request(smollm2, [])
+    spec = ModelSpec(name="smol", source={"local_path": smollm2}, backend="llama.cpp", cpu_offloading=cpu_offloading)
+    d = decide(cluster([worker("laptop", 16, labels={"gpuflow.dev/host": "laptop"})]), spec, r)
+    assert d.strategy == strategy
+    if strategy:
+        assert d.placement.gpu_indexes == [] and d.placement.claim.ram == r.cpu_only.ram.nonuma
+        assert d.placement.claim.offload_layers == 0
+    else:
+        assert decisive in d.reasons and not any("label" in x for x in d.reasons)
+
+
+def test_gpu_host_short_of_vram_offloads_part_by_default(l3):
+    # Llama-3-8B needs 7.28 GiB on one GPU; a 3 GiB card takes part of it when the spec is silent
+    d = decide(cluster([worker("w", 64, [gpu(0, 3)])]), gguf(distributed_inference_across_workers=None), l3)
+    assert d.strategy == "partial_offload" and 0 < d.placement.claim.offload_layers < 33
+    d = decide(cluster([worker("w", 64, [gpu(0, 3)])]), gguf(cpu_offloading=False), l3)
+    assert not d.scheduled
+
+
+def test_other_backends_keep_cpu_offloading_off():
+    spec = custom()
+    assert spec.cpu_offloading is None and not spec.offloads_to_cpu
+    d = decide(cluster([worker("cpu", 64)]), spec, FlatRequest(vram=GiB, ram=GiB))
+    assert not d.scheduled
+    assert "cpu: No worker left has a GPU, and CPU offloading is off for this model (cpu_offloading: false)." in d.reasons

@@ -62,7 +62,9 @@ def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
 
 
 def cpu(ctx: Context, workers, msgs) -> list[Candidate]:
-    if not ctx.spec.cpu_offloading:
+    if not ctx.spec.offloads_to_cpu:
+        if not any(w.gpus for w in workers):
+            msgs.append("No worker left has a GPU, and CPU offloading is off for this model (cpu_offloading: false).")
         return []
     req = ctx.request
     out = [Candidate(w.name, [], claim(ram=req.ram)) for w in workers if req.ram <= ctx.allocatable[w.name].ram]

@@ -14,15 +14,15 @@ ORDER = ("single_gpu", "multi_gpu", "multi_worker", "partial_offload", "cpu")
 def allowed(ctx: Context, workers, msgs: list[str]) -> set[str]:
     spec, req = ctx.spec, ctx.request
     ok = set(ORDER)
-    if not spec.cpu_offloading:
+    if not spec.offloads_to_cpu:
         ok -= {"partial_offload", "cpu"}
     if not spec.distributed:
         ok.discard("multi_worker")
     ngl, total = req.gpu_layers, req.total_layers
     if ngl is not None:
-        if 0 < ngl < total and not spec.cpu_offloading:
+        if 0 < ngl < total and not spec.offloads_to_cpu:
             msgs.append(f"The parameter --gpu-layers {ngl} offloads part of the model ({total} layers); "
-                        "it requires cpu_offloading: true.")
+                        "it requires CPU offloading, which this model turns off (cpu_offloading: false).")
             return set()
         if ngl == 0:
             ok = {"cpu"}
@@ -45,8 +45,15 @@ def allowed(ctx: Context, workers, msgs: list[str]) -> set[str]:
             ok -= {"multi_gpu", "multi_worker"}
     if not any(a.vram_total for a in (ctx.allocatable[w.name] for w in workers)):
         ok &= {"cpu"}
-        if any(w.gpus for w in workers):
-            msgs.append("No GPU has allocatable VRAM left.")
+        gpus = "No GPU has allocatable VRAM left" if any(w.gpus for w in workers) else "No worker left has a GPU"
+        if ok:
+            msgs.append(gpus + ".")
+        elif not spec.offloads_to_cpu:
+            msgs.append(f"{gpus}, and CPU offloading is off for this model (cpu_offloading: false), "
+                        "so llama.cpp cannot run it on the CPU.")
+        else:
+            msgs.append(f"{gpus}, and the CPU is ruled out: " + (
+                "the GPU selector names GPUs." if sel else "--gpu-layers asks for GPU layers."))
     return ok
 
 
@@ -70,7 +77,7 @@ def select(ctx: Context, workers, msgs: list[str]):
     runs = {
         "single_gpu": lambda m: S.single_gpu(ctx, workers, m),
         "multi_gpu": lambda m: S.multi_gpu(ctx, workers, m),
-        "multi_worker": lambda m: gguf_rpc.rpc(ctx, workers, m, ctx.spec.cpu_offloading),
+        "multi_worker": lambda m: gguf_rpc.rpc(ctx, workers, m, ctx.spec.offloads_to_cpu),
         "partial_offload": lambda m: gguf_partial.partial(ctx, workers, m),
         "cpu": lambda m: S.cpu(ctx, workers, m),
     }
