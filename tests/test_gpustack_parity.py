@@ -165,3 +165,4 @@ def test_other_backends_keep_cpu_offloading_off():
     d = decide(cluster([worker("cpu", 64)]), spec, FlatRequest(vram=GiB, ram=GiB))
     assert not d.scheduled
     assert "cpu: No worker left has a GPU, and CPU offloading is off for this model (cpu_offloading: false)." in d.reasons
+
