@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from scheduler.gguf.estimate import EstimateItem, LlamaCppOptions, Memory, estimate_item
+from scheduler.gguf.estimate import EstimateItem, LlamaCppOptions, Memory, estimate_item, layers_per_device
 from scheduler.gguf.model import GGUFModel
 from scheduler.hf.config import ModelParameters
 from scheduler.units import MiB
@@ -90,6 +90,29 @@ class GGUFRequest:
             floor -= max(self.model.layer_bytes)
         self._runs[key] = floor
         return floor
+
+    def rpc_server_floor(self, layers: int) -> tuple[int, int]:
+        """(buffers, per layer) for splits with RPC servers: a GPU on a discrete-memory worker
+        that takes some of ``layers`` needs at least ``buffers + per_layer * its layers`` (a
+        unified-memory one at least ``per_layer * its layers``). Buffers are its platform footprint
+        and compute buffers, the least any GPU of such a split has for that count; per layer is the
+        least any one layer adds to a GPU (its weights and KV cache, from the one-GPU figures)."""
+        key = ("server", layers)
+        if key not in self._runs:
+            n = -1 if layers >= self.total_layers else layers
+            probe = self.run((1, 1), ("host:80",), gpu_layers=n).vrams[0]
+            uma = [i.vrams[0].uma for i in self.items[:-1]]
+            per_layer = min((b - a for a, b in zip(uma, uma[1:])), default=0)
+            self._runs[key] = (probe.nonuma - probe.uma, max(per_layer, 0))
+        return self._runs[key]
+
+    def layer_counts(self, tensor_split: tuple[int, ...], gpu_layers: int) -> list[int] | None:
+        """Layers per device of ``run(tensor_split, ..., gpu_layers)`` without running it; None
+        where stray tensors make weights and layers fall apart (then only a run tells)."""
+        if len(self.model.layer_bytes) != self.model.n_layer:
+            return None
+        split = tuple(float(int(v / MiB) if v >= MiB else v) for v in tensor_split)
+        return layers_per_device(self.model.n_layer, split, gpu_layers)
 
     def run(self, tensor_split: tuple[int, ...], rpc: tuple[str, ...] = (), gpu_layers: int = -1) -> EstimateItem:
         """The estimate with a tensor split (allocatable bytes, turned to MiB as GPUStack does)."""

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from scheduler.estimate import gguf_request
+from scheduler.gguf.estimate import layers_per_device
 from scheduler.units import GiB
 
 
@@ -50,3 +51,34 @@ def test_ram_does_not_depend_on_the_split(req, split, rpc, layers):
                    gpu_layers=-1 if n == req.total_layers else n)
     one = req.full if n == req.total_layers else req.items[n]
     assert (item.ram.uma, item.ram.nonuma) == (one.ram.uma, one.ram.nonuma)
+
+
+@settings(max_examples=300, deadline=None)
+@given(split=st.lists(st.integers(0, 80 * 1024), min_size=1, max_size=9).filter(lambda s: sum(s) > 0),
+       rpc=st.integers(0, 8), layers=st.integers(-1, 40))
+def test_layers_per_device_matches_the_estimate(req, split, rpc, layers):
+    # the O(devices) count the RPC search prunes with must be the estimator's own placement
+    rpc = min(rpc, len(split) - 1)
+    item = req.run(tuple(split), tuple(f"h:{i}" for i in range(rpc)), gpu_layers=layers)
+    counts = layers_per_device(req.model.n_layer, tuple(float(v) for v in split), layers)
+    assert counts == [v.handle_layers for v in item.vrams]
+
+
+@settings(max_examples=200, deadline=None)
+@given(split=st.lists(st.integers(1, 40 * 1024), min_size=2, max_size=9), rpc=st.integers(1, 8),
+       layers=st.integers(1, 40), data=st.data())
+def test_rpc_server_floor_holds(req, split, rpc, layers, data):
+    # each GPU of an RPC split (discrete or unified memory) that takes layers needs at least the
+    # buffers (discrete only) plus the least a layer costs times its layers: the search skips an
+    # estimate below that
+    rpc = min(rpc, len(split) - 1)
+    n = min(layers, req.total_layers)
+    uma = data.draw(st.lists(st.booleans(), min_size=rpc, max_size=rpc))
+    allocs = tuple(v * 2**20 for v in split)
+    item = req.run(allocs, ("h",) * rpc, gpu_layers=-1 if n == req.total_layers else n)
+    counts = req.layer_counts(allocs, -1 if n == req.total_layers else n)
+    buffers, per_layer = req.rpc_server_floor(n)
+    main_uma = data.draw(st.booleans())
+    kinds = uma + [main_uma] * (len(split) - rpc)
+    for v, u, c in zip(item.vrams, kinds, counts):  # RPC servers, then the main worker's GPUs
+        assert (0 if u or not c else buffers) + c * per_layer <= (v.uma if u else v.nonuma)

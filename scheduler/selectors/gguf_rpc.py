@@ -74,6 +74,8 @@ def _most_layers(ctx: Context, main, main_gpus, combo, hi: int, lo: int, memo: d
             memo[key] = None
             if room < req.vram_floor(n, uma, remote_nonuma, len(main_gpus) - 1):
                 continue
+            if _gpu_short(req, allocs, kinds, uma, n):
+                continue
             item = req.run(allocs, ("rpc",) * k, gpu_layers=-1 if n == total else n)
             main_vram = [_vram(item, k + i, uma) for i in range(len(main_gpus))]
             if _ram(item, uma) + (sum(main_vram) if uma else 0) > a_main.ram:
@@ -87,6 +89,18 @@ def _most_layers(ctx: Context, main, main_gpus, combo, hi: int, lo: int, memo: d
             memo[whole] = memo[key]
             return memo[key]
     return None
+
+
+def _gpu_short(req, allocs, kinds, main_uma: bool, n: int) -> bool:
+    """Whether some GPU of the split provably lacks room for its share of ``n`` layers (its
+    buffers plus the least a layer costs, times the layers the split gives it), so no estimate
+    is run. Kinds: the RPC servers', then the main worker's for each of its GPUs."""
+    counts = req.layer_counts(allocs, -1 if n == req.total_layers else n)
+    if counts is None:
+        return False
+    buffers, per_layer = req.rpc_server_floor(n)
+    kinds = kinds + (main_uma,) * (len(allocs) - len(kinds))
+    return any((0 if u or not c else buffers) + c * per_layer > al for u, c, al in zip(kinds, counts, allocs))
 
 
 def _candidate(ctx: Context, main, main_gpus, combo, item) -> Candidate:
