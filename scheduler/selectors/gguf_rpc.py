@@ -9,7 +9,8 @@ combinations with the most layers are candidates, and the scorers choose among t
 
 Pruned, because they provably cannot win: offload counts below the best found so far (they are
 dropped at the end anyway), counts whose one-GPU VRAM figure exceeds the combination's total
-allocatable (``GGUFRequest.vram_floor``), and counts whose RAM (the same for every split) the main
+allocatable (``GGUFRequest.vram_floor``), counts where some GPU cannot hold its share even at the
+least a layer costs (``_gpu_short``), and counts whose RAM (the same for every split) the main
 worker lacks. Without cpu_offloading only full offload is tried.
 
 Safety bounds (settings): ``max_rpc_servers`` (8) servers at most; above ``max_rpc_gpus`` (16)
