@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from scheduler.gguf.estimate import EstimateItem, LlamaCppOptions, Memory, estimate_item, layers_per_device
+from scheduler.gguf.estimate import EstimateItem, LlamaCppOptions, Memory, estimate_item
+from scheduler.gguf.layers import layers_per_device
 from scheduler.gguf.model import GGUFModel
 from scheduler.hf.config import ModelParameters
 from scheduler.units import MiB

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from scheduler.estimate import gguf_request
-from scheduler.gguf.estimate import layers_per_device
+from scheduler.gguf.layers import layers_per_device
 from scheduler.units import GiB
 
 
