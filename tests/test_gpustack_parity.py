@@ -166,3 +166,13 @@ def test_other_backends_keep_cpu_offloading_off():
     assert not d.scheduled
     assert "cpu: No worker left has a GPU, and CPU offloading is off for this model (cpu_offloading: false)." in d.reasons
 
+
+
+def test_gguf_per_worker_strategies_walk_workers_by_allocatable_vram(l3):
+    # neither worker has a 7.28 GiB GPU; both hold the model on two GPUs. GPUStack walks workers by
+    # allocatable VRAM (b: 2 x 6 = 12 GiB before a: 2 x 5 = 10 GiB), so b's candidate comes first
+    # and wins the tie on a fresh cluster (snapshot order would pick a)
+    snap = cluster([worker("a", 64, [gpu(0, 5), gpu(1, 5)]), worker("b", 64, [gpu(0, 6), gpu(1, 6)])])
+    d = decide(snap, gguf(), l3)
+    assert d.strategy == "multi_gpu"
+    assert [c.worker for c in d.candidates] == ["b", "a"] and d.placement.worker == "b"

@@ -72,13 +72,15 @@ def select(ctx: Context, workers, msgs: list[str]):
     msgs.append(f"The model needs {gib(full.vrams[0].nonuma)} GiB of VRAM and {gib(full.ram.nonuma)} GiB of RAM "
                 f"to offload all {req.total_layers} layers to one GPU (context {req.options.ctx_size}).")
     workers = restrict_to_selected(ctx, workers)
-    workers = sorted(workers, key=lambda w: -ctx.allocatable[w.name].vram_total)  # GPUStack's order
+    # GPUStack's orders: GPU lists (one GPU, RPC) start from the filtered order; the per-worker
+    # strategies walk workers by allocatable VRAM, largest first (stable)
+    by_vram = sorted(workers, key=lambda w: -ctx.allocatable[w.name].vram_total)
     ok = allowed(ctx, workers, msgs)
     runs = {
         "single_gpu": lambda m: S.single_gpu(ctx, workers, m),
-        "multi_gpu": lambda m: S.multi_gpu(ctx, workers, m),
+        "multi_gpu": lambda m: S.multi_gpu(ctx, by_vram, m),
         "multi_worker": lambda m: gguf_rpc.rpc(ctx, workers, m, ctx.spec.offloads_to_cpu),
-        "partial_offload": lambda m: gguf_partial.partial(ctx, workers, m),
-        "cpu": lambda m: S.cpu(ctx, workers, m),
+        "partial_offload": lambda m: gguf_partial.partial(ctx, by_vram, m),
+        "cpu": lambda m: S.cpu(ctx, by_vram, m),
     }
     return first_nonempty([(name, runs[name]) for name in ORDER if name in ok], msgs)
