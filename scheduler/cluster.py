@@ -6,34 +6,14 @@ Byte fields take integers or strings with a unit ("24 GiB", "512MiB", "16GB").
 
 from __future__ import annotations
 
-import re
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from scheduler import cpulist
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_bytes(v: Any) -> Any:
-    """'24 GiB' -> 25769803776; ints pass through; anything else is left for pydantic to reject."""
-    if isinstance(v, str):
-        m = _SIZE.match(v)
-        if not m or m[2].lower() not in _UNITS:
-            raise ValueError(f"{v!r} is not a byte size (examples: 1073741824, '24 GiB', '512MiB')")
-        return int(float(m[1]) * _UNITS[m[2].lower()])
-    return v
-
-
-Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from scheduler.fields import Bytes, Strict
+from scheduler.spec import Source
 
 
 class WorkerState(str, Enum):
@@ -169,8 +149,6 @@ class ModelFile(Strict):
     @classmethod
     def _source_key(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            from scheduler.spec import Source
-
             return Source.model_validate(v).key
         return v
 

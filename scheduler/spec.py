@@ -10,7 +10,7 @@ from enum import Enum
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scheduler.autoscale.config import Autoscaling
-from scheduler.cluster import Bytes, Strict
+from scheduler.fields import Bytes, Strict
 from scheduler.engine_flags import flag_problems
 from scheduler.naming import NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
@@ -154,7 +154,7 @@ class ModelSpec(Strict):
     placement_strategy: PlacementStrategy = PlacementStrategy.SPREAD
     worker_selector: dict[str, str] = {}
     gpu_selector: GPUSelector = GPUSelector()
-    cpu_offloading: bool = False
+    cpu_offloading: bool | None = None  # None: on for llama.cpp, off otherwise (offloads_to_cpu)
     distributed_inference_across_workers: bool | None = None
     categories: list[str] = []
     draft_model: Source | None = None
@@ -191,6 +191,15 @@ class ModelSpec(Strict):
         if self.backend == Backend.LLAMA_CPP and self.resources:
             raise ValueError("resources cannot override llama.cpp estimates; set --ctx-size and friends in backend_parameters")
         return self
+
+    @property
+    def offloads_to_cpu(self) -> bool:
+        """GPUStack's default for GGUF models served by llama.cpp (its llama-box backend): on, so a
+        host without a GPU, or with too little VRAM, runs the model (partly) on the CPU; off for
+        every other backend."""
+        if self.cpu_offloading is not None:
+            return self.cpu_offloading
+        return self.backend == Backend.LLAMA_CPP
 
     @property
     def distributed(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from scheduler.cluster import Strict
+from scheduler.fields import Strict
 
 MAX_REPLICAS_BOUND = 1000  # a sanity bound; the deployment's own replica maximum applies too
 

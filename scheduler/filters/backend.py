@@ -28,7 +28,7 @@ def _reasons(spec, w) -> list[str]:
         return []
     if allowed is not None and set(types) & allowed:
         return []
-    if RUNS_ON_CPU[b] and (not w.gpus or spec.cpu_offloading):
+    if RUNS_ON_CPU[b] and (not w.gpus or spec.offloads_to_cpu):
         return []
     if not w.gpus:
         return [f"worker has no GPU and {b.value} does not run on CPU"]

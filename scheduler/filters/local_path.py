@@ -1,7 +1,10 @@
-"""For a local_path model, keep workers known to hold the path.
+"""For a local_path model that pins GPUs, drop workers known not to have the path.
 
-Active when the model pins GPUs (as GPUStack) or when the snapshot says anything about the path
-(some worker reports it in model_files): then a worker with no row, or a row in error, is out.
+As GPUStack, the filter runs only when ``gpu_selector.gpu_ids`` is set. GPUStack then asks each
+worker whether the path exists; the snapshot's model_files rows are our answer: a row in error
+says the worker could not find or read the path, so it goes. A READY row proves the path is
+there, and a missing row proves nothing (shared storage may hold the path everywhere, and the
+store records no local-path rows), so both stay.
 """
 
 from scheduler.cluster import FileState
@@ -12,18 +15,10 @@ NAME = "local_path"
 
 def run(ctx, workers):
     path = ctx.spec.source.local_path
-    if not path:
+    if not path or not ctx.spec.gpu_selector.gpu_ids:
         return verdict(NAME, workers, {})
-    rows = {f.worker: f for f in ctx.snapshot.model_files if f.source == path}
-    if not rows and not ctx.spec.gpu_selector.gpu_ids:
-        return verdict(NAME, workers, {})
-    removed = {}
-    for w in workers:
-        row = rows.get(w.name)
-        if row is None:
-            removed[w.name] = [f"model path {path!r} is not reported on this worker"]
-        elif row.state == FileState.ERROR:
-            removed[w.name] = [f"model path {path!r} is in error on this worker"]
+    broken = {f.worker for f in ctx.snapshot.model_files if f.source == path and f.state == FileState.ERROR}
+    removed = {w.name: [f"model path {path!r} is in error on this worker"] for w in workers if w.name in broken}
     note = None
     if removed:
         names = sorted(removed)

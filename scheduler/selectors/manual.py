@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from scheduler.decision import Candidate, Context, claim, subordinate
 from scheduler.selectors import gpu_sets
-from scheduler.selectors.fraction import Shape, book_all
+from scheduler.selectors.sizing import Shape, book_all
 from scheduler.units import gib
 
 

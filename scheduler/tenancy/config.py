@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from scheduler.cluster import Bytes, Strict
+from scheduler.fields import Bytes, Strict
 
 NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 RESOURCES = ("gpus", "vram", "ram")
