@@ -26,6 +26,7 @@ from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
+from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
@@ -90,8 +91,10 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
 
 class ControlActivities:
     def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
-                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None):
+                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None,
+                 limits: Limits | None = None):
         self.engine, self.client = engine, client
+        self.limits = limits or Limits()
         self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
@@ -100,7 +103,7 @@ class ControlActivities:
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
-                self.closed_workflows, self.host_seen, self.host_lost]
+                self.closed_workflows, self.host_seen, self.host_lost, self.deployment_limits]
 
     async def _db(self, fn, *args):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -177,6 +180,8 @@ class ControlActivities:
         except ledger.StaleDecision as e:
             self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        except GpuflowError as e:  # a re-decision that found the model itself wrong
+            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
         if remade:
             self.metrics.conflicts.labels("remade").inc()
         return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
@@ -238,6 +243,11 @@ class ControlActivities:
     async def host_seen(self, report: HostReport) -> None:
         if await self._db(records.upsert_worker, self.engine, report, "ready"):
             await self.wake_pending()
+
+    @activity.defn(name=c.DEPLOYMENT_LIMITS)
+    async def deployment_limits(self) -> Limits:
+        """The operator's limits (this server's settings), for a deployment to check against."""
+        return self.limits
 
     @activity.defn(name=c.HOST_LOST)
     async def host_lost(self, name: str, reason: str) -> None:

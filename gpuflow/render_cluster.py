@@ -32,13 +32,17 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     lines = [f"{'HOST':<16} {'STATE':<10} {'KIND':<10} GPUS"]
     for h in hs:
         kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
-        lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}")
+        lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
+                     + (f"  ({h['reason']})" if h.get("reason") else ""))
     return "\n".join(lines)
 
 
 def status(st: dict[str, Any]) -> str:
     out = []
     for d in st["deployments"]:
+        if d.get("broken"):
+            out.append(f"deployment {d['name']}: BROKEN: {d['broken']}")
+            continue
         out.append(f"deployment {d['name']} ({d.get('backend')}): {d['replicas']} replica(s) wanted"
                    + (", deleting" if d.get("deleting") else ""))
         out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} REASON")

@@ -1,7 +1,9 @@
 """The agent's activities, on its own task queue ``gpuflow-host-<name>``: report the host's
 inventory (a heartbeating watch), launch an instance and wait until it is ready, supervise it
 until it exits, stop it. Expected failures are ApplicationErrors with a type the workflows read:
-LaunchFailed (non-retryable: the command cannot start or never became ready)."""
+LaunchFailed (non-retryable: the command cannot start or never became ready), InvalidSpec
+(non-retryable: the request itself is wrong, e.g. a run_command that cannot be split or an env
+the OS refuses; the instance is ERROR with the reason, not restarted or re-placed)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.payloads import HostReport
-from scheduler.errors import GpuflowError
+from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.spec import Source
 from worker_agent import payloads as p
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
-from worker_agent.engines import EngineConfig, argv_for, engine_env, needs_port
+from worker_agent.engines import EngineConfig, EngineUnavailable, argv_for, engine_env, needs_port
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
 
@@ -173,6 +175,10 @@ class HostActivities:
                 argv = argv_for(req, port, self.engines, self.address)
                 env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
                 rec = self.table.start(key, argv, env, port)
+            except EngineUnavailable as e:  # this host lacks the engine: another host may have it
+                raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
+            except (InvalidInput, ValueError) as e:  # the spec's fault (a NUL in env, say): no retry anywhere
+                raise ApplicationError(f"invalid launch request: {e}", type="InvalidSpec", non_retryable=True) from None
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
             except OSError as e:

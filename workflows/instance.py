@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from worker_agent import payloads as hp
     from worker_agent import topology
     from workflows import common as c
+    from workflows.inputs import one_input
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
@@ -47,7 +49,8 @@ def backoff(n: int, base: float, cap: float) -> float:
 @workflow.defn(name="ModelInstanceWorkflow")
 class ModelInstanceWorkflow:
     @workflow.init
-    def __init__(self, inp: InstanceInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = one_input(args, InstanceInput, "ModelInstanceWorkflow")
         self.inp, self.t = inp, inp.timings
         self.state, self.reason = "pending", ""
         self.plan = inp.placement
@@ -112,7 +115,8 @@ class ModelInstanceWorkflow:
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
-    async def run(self, inp: InstanceInput) -> InstanceView:
+    async def run(self, *args: Any) -> InstanceView:
+        inp = self.inp
         try:
             spec = ModelSpec.model_validate(inp.spec)
         except ValidationError as e:
@@ -143,6 +147,9 @@ class ModelInstanceWorkflow:
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
                 return
+            if kind == "invalid":  # the spec's fault: no restart, no re-placement
+                await self._give_up(f"refused by {host}: {why}")
+                return
             if kind == "unreachable":
                 if unreachable_since is None:
                     unreachable_since = workflow.now()
@@ -166,11 +173,16 @@ class ModelInstanceWorkflow:
         await self._record("analyzing")
         tries = 0
         while True:
+            h = workflow.start_activity(
+                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
+                heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError", "InvalidSpec"]))
+            await workflow.wait_condition(lambda: h.done() or self.stop_requested)
+            if not h.done():  # stopped while estimating: the estimate is cancelled (its process killed)
+                h.cancel()
+                return False
             try:
-                est: EstimateRecord = await workflow.execute_activity(
-                    c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
-                    heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                    retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
+                est: EstimateRecord = await h
                 break
             except ActivityError as e:
                 kind, msg = c.cause(e)
@@ -188,10 +200,14 @@ class ModelInstanceWorkflow:
                     pass
         while not self.stop_requested:
             self.woken = False
-            d: DecisionRecord = await workflow.execute_activity(
-                c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
-                start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                summary=f"decide {self.inp.name}")
+            try:
+                d: DecisionRecord = await workflow.execute_activity(
+                    c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
+                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                    summary=f"decide {self.inp.name}")
+            except ActivityError as e:
+                await self._give_up(f"cannot place the model: {c.cause(e)[1]}")
+                return False
             self.decision = d
             if not d.scheduled or d.plan is None:
                 reason = "; ".join(d.reasons[:3]) or "no candidate"
@@ -212,7 +228,8 @@ class ModelInstanceWorkflow:
             except ActivityError as e:
                 if c.cause(e)[0] == "StaleDecision":
                     continue  # capacity moved since the snapshot: decide again on a fresh one
-                raise
+                await self._give_up(f"cannot book the placement: {c.cause(e)[1]}")
+                return False
             if booked.remade is not None:
                 d = self.decision = booked.remade
             self.plan = booked.plan
@@ -242,11 +259,12 @@ class ModelInstanceWorkflow:
             return await workflow.execute_activity(
                 hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **self._host_timeouts(worker, sts),
                 start_to_close_timeout=c.secs(self.t.ready_timeout_s + 60),
-                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed"]),
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed", "InvalidSpec"]),
                 summary=f"launch {req.key} on {worker}")
         except ActivityError as e:
             kind, msg = c.cause(e)
-            raise HostTrouble("failed" if kind == "LaunchFailed" else "unreachable", worker, msg) from None
+            outcome = {"LaunchFailed": "failed", "InvalidSpec": "invalid"}.get(kind, "unreachable")
+            raise HostTrouble(outcome, worker, msg) from None
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
         """A placement across several workers: start the engine's helpers (topology.py) and
@@ -367,6 +385,17 @@ class ModelInstanceWorkflow:
         self.plan, self.pid, self.port = None, None, None
         await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
                                       "reservation released, placing elsewhere")
+
+    async def _give_up(self, reason: str) -> None:
+        """The spec's fault, which no retry mends: ERROR with the reason, the reservation (if any)
+        released, and nothing more until ``stop`` (a new spec replaces the instance)."""
+        if self.plan is not None:
+            if self.plan.subordinates:
+                await self._stop_everywhere()  # helpers that did start
+            await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+            self.plan, self.pid, self.port = None, None, None
+        await self._record("error", reason)
+        await workflow.wait_condition(lambda: self.stop_requested)
 
     async def _teardown(self) -> None:
         await self._record("stopping")
