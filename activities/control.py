@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.estimate_process import estimate_in_child
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.store import ledger, records
@@ -25,7 +26,6 @@ from activities.store.snapshot import generations, load_snapshot
 from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
-from scheduler.estimate import estimate_request
 from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
@@ -39,12 +39,15 @@ TOP_CANDIDATES = 10
 class EstimateCache:
     """Requests by spec and file mtime: a model is costed once, not once per decision."""
 
-    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None) -> None:
+    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None,
+                 timeout_s: float = Limits().estimate_timeout_s) -> None:
         self._d: dict[tuple, Request] = {}
         self._lock = threading.Lock()
-        self.hub_cache, self.hf_endpoint = hub_cache, hf_endpoint
+        self.hub_cache, self.hf_endpoint, self.timeout_s = hub_cache, hf_endpoint, timeout_s
 
-    def get(self, spec: ModelSpec) -> Request:
+    def get(self, spec: ModelSpec, cancel: threading.Event | None = None) -> Request:
+        """The request, from the cache or from an estimate in a child process (killed after
+        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py)."""
         path = spec.source.local_path
         try:
             stamp = os.stat(path).st_mtime_ns if path else None
@@ -58,7 +61,7 @@ class EstimateCache:
         override = None
         if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
-        req = estimate_request(spec, override)
+        req = estimate_in_child(spec, override, self.timeout_s, cancel)
         with self._lock:
             if len(self._d) > 256:
                 self._d.clear()
@@ -98,19 +101,25 @@ class ControlActivities:
         self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
-        self.estimates = EstimateCache(hub_cache, hf_endpoint)
+        self.estimates = EstimateCache(hub_cache, hf_endpoint, self.limits.estimate_timeout_s)
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.deployment_limits]
 
-    async def _db(self, fn, *args):
+    async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
-        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close."""
+        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close.
+        A cancelled activity sets ``cancel``, for work that can stop (an estimate)."""
         fut = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
         while True:
-            done, _ = await asyncio.wait({fut}, timeout=1.0)
+            try:
+                done, _ = await asyncio.wait({fut}, timeout=1.0)
+            except asyncio.CancelledError:
+                if cancel is not None:
+                    cancel.set()
+                raise
             if done:
                 return fut.result()
             activity.heartbeat()
@@ -137,8 +146,9 @@ class ControlActivities:
     @activity.defn(name=c.ESTIMATE_MODEL)
     async def estimate_model(self, raw: dict) -> EstimateRecord:
         spec = _spec(raw)
+        cancel = threading.Event()  # set when the activity is cancelled: the estimate's process is killed
         try:
-            req = await self._db(self.estimates.get, spec)
+            req = await self._db(self.estimates.get, spec, cancel, cancel=cancel)
         except HubUnreachable as e:
             raise ApplicationError(str(e), type="HubUnreachable") from None
         except GpuflowError as e:

@@ -19,6 +19,10 @@ class Limits(BaseModel):
     max_replicas: int = Field(256, ge=1, le=REPLICAS_CEILING,
                               description=f"Most replicas one deployment may ask for (1..{REPLICAS_CEILING}). Default 256.")
 
+    estimate_timeout_s: float = Field(120.0, gt=0, le=3600,
+                                      description="An estimate (reading a model's header and costing it) is "
+                                                  "stopped after this many seconds. Default 120 s.")
+
     def replicas_problem(self, n: int) -> str | None:
         """Why ``n`` replicas are refused, or None."""
         if n > self.max_replicas:
