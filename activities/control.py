@@ -26,6 +26,7 @@ from activities.store.snapshot import generations, load_snapshot
 from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
+from scheduler.estimate import estimate_request
 from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
@@ -47,7 +48,8 @@ class EstimateCache:
 
     def get(self, spec: ModelSpec, cancel: threading.Event | None = None) -> Request:
         """The request, from the cache or from an estimate in a child process (killed after
-        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py)."""
+        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py). A spec that
+        gives its resources is not costed from files: it is estimated here, at once."""
         path = spec.source.local_path
         try:
             stamp = os.stat(path).st_mtime_ns if path else None
@@ -61,7 +63,10 @@ class EstimateCache:
         override = None
         if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
-        req = estimate_in_child(spec, override, self.timeout_s, cancel)
+        if spec.resources and spec.resources.vram is not None:  # nothing to cost: no child needed
+            req = estimate_request(spec, override)
+        else:
+            req = estimate_in_child(spec, override, self.timeout_s, cancel)
         with self._lock:
             if len(self._d) > 256:
                 self._d.clear()
