@@ -100,8 +100,12 @@ async def test_status_hosts_and_delete_carry_on_past_a_broken_deployment(stack):
     out = cli(lv, "status", "--json")
     rows = {d["name"]: d for d in json.loads(out.stdout)["deployments"]}
     assert rows["good"]["instances"][0]["state"] == "running" and "task queue 'gpuflow-contrl'" in rows["nobody"]["broken"]
+    await lv.client.start_workflow("HostWorkflow", {"name": "ghost"}, id="host/ghost", task_queue="elsewhere")
     out = cli(lv, "hosts")
-    assert out.returncode == 0 and "h1" in out.stdout, out.stderr
+    assert out.returncode == 0, out.stderr
+    assert "h1" in out.stdout and "ghost" in out.stdout and "BROKEN" in out.stdout, out.stdout
+    assert "task queue 'elsewhere'" in out.stdout, out.stdout
+    await lv.client.get_workflow_handle("host/ghost").terminate("test over")
     started = time.monotonic()
     out = cli(lv, "delete", "nobody")
     assert out.returncode == 0, out.stderr
