@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from scheduler.cluster import GPU, Claim, Subordinate
-from scheduler.limits import MAX_WAIT_S, REPLICAS_CEILING
+from scheduler.limits import MAX_BYTES, MAX_WAIT_S, REPLICAS_CEILING
 
 CONTROL_QUEUE = "gpuflow-control"
 
@@ -150,10 +150,10 @@ class HostReport(BaseModel):
     name: str
     cluster: str = "default"
     labels: dict[str, str] = {}
-    ram_total: int
+    ram_total: int = Field(ge=0, le=MAX_BYTES)
     unified_memory: bool = False
-    reserved_ram: int = 0
-    reserved_vram: int = 0
+    reserved_ram: int = Field(0, ge=0, le=MAX_BYTES)
+    reserved_vram: int = Field(0, ge=0, le=MAX_BYTES)
     backends: list[str] | None = None
     gpus: list[GPU] = []
     simulated: bool = False

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from scheduler.limits import MAX_BYTES
+from scheduler.limits import MAX_BYTES, MAX_GPUS
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -70,7 +70,7 @@ class Reserved(Strict):
 
 
 class GPU(Strict):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=MAX_GPUS)
     vendor: str = "nvidia"
     type: str = "cuda"
     name: str = ""

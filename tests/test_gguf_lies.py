@@ -63,6 +63,13 @@ def test_estimate_in_a_child_process_is_killed_on_timeout_and_on_cancel(tmp_path
     with pytest.raises(EstimateTimedOut, match="took longer than 0.001 s and was stopped"):
         estimate_in_child(spec, None, 0.001)
     assert alive_children() == []
+    # the most layers a header may claim (1024, all present): ~3 s of estimating here, so the
+    # child is killed while it computes, not before it starts
+    deep = synthetic.write_llama_gguf(str(tmp_path / "deep.gguf"), **{**SHAPE, "n_layer": 1024})
+    started = time.monotonic()
+    with pytest.raises(EstimateTimedOut):
+        estimate_in_child(_spec(deep), None, 0.3)
+    assert time.monotonic() - started < 3 and alive_children() == []
     cancel = threading.Event()
     cancel.set()  # the activity was cancelled (the instance stopped) while the child ran
     with pytest.raises(EstimateCancelled):

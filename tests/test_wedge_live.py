@@ -42,6 +42,9 @@ WEDGES = [
     ("ModelInstanceWorkflow", ([],), "got a list"),
     ("HostWorkflow", ({"name": "h9", "report": {"name": "h9", "ram_total": "lots"}},), "ram_total"),
     ("HostWorkflow", (7,), "got a int"),
+    ("HostWorkflow", ({"name": "h9", "report": {"name": "h9", "ram_total": 2**70}},), "ram_total"),
+    ("HostWorkflow", ({"name": "h9", "report": {"name": "h9", "ram_total": 1, "gpus": [
+        {"index": 2**40, "vram_total": 1}]}},), "index"),
     ("LogReadWorkflow", ({"instance": "i"},), "worker"),
 ]
 
