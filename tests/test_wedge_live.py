@@ -193,3 +193,29 @@ async def test_the_agent_refusing_the_spec_is_error_without_restarts_or_replacem
     assert not any(k[0] == "h2" for k in ledger.booked_per_gpu(lv.engine))  # its reservation released
     hist = await lv.client.get_workflow_handle("instance/outside-0").fetch_history()
     assert len(hist.events) < 80, len(hist.events)
+
+
+async def test_a_spec_fault_found_at_decide_is_error_not_a_loop_of_replacements(stack):
+    """An engine flag the policy cannot read fails the decision: ERROR with the reason, once.
+    (Before, the instance workflow failed, and the deployment replaced it, again and again.)
+    Where spec validation already refuses the flag, that refusal names it: either is fine."""
+    from pydantic import ValidationError
+
+    from scheduler.spec import ModelSpec
+
+    lv = stack
+    raw = {**GOOD, "name": "tp", "backend": "vllm", "backend_parameters": ["--tensor-parallel-size", "two"]}
+    raw.pop("run_command")
+    try:
+        tp = ModelSpec.model_validate(raw)
+    except ValidationError as e:
+        assert "--tensor-parallel-size" in str(e)
+        return
+    await ops.deploy(lv.client, tp, FAST)
+    await lv.wait(lambda: lv.states("tp").get("tp-0") == "error", 60, "tp-0 ERROR")
+    await asyncio.sleep(5)  # replacements would show up by now
+    assert lv.states("tp") == {"tp-0": "error"}
+    row = lv.instances("tp")[0]
+    assert "backend parameter --tensor-parallel-size must be an integer, got 'two'" in row.reason, row.reason
+    out = cli(lv, "delete", "tp", "--wait")
+    assert out.returncode == 0, out.stderr
