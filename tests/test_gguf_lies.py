@@ -77,3 +77,38 @@ def test_estimate_in_a_child_process_is_killed_on_timeout_and_on_cancel(tmp_path
     assert alive_children() == []
     with pytest.raises(Exception, match="block_count is 900"):  # a lying header's error crosses the process
         estimate_in_child(_spec(lying(tmp_path, **{"llama.block_count": 900})), None, 120)
+
+
+async def test_cancelling_the_estimate_activity_kills_its_process(tmp_path):
+    """The control plane's estimate activity, cancelled mid-estimate (as when the instance is
+    stopped): its child process is killed at once, not left computing."""
+    import asyncio
+
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.control import ControlActivities
+    from activities.store import db
+
+    deep = synthetic.write_llama_gguf(str(tmp_path / "deep.gguf"), **{**SHAPE, "n_layer": 1024})
+    started = time.monotonic()
+    gguf_request(deep, [])
+    takes = time.monotonic() - started  # ~3 s here; the child must be gone long before that
+    if takes < 0.6:
+        pytest.skip(f"estimating 1024 layers takes only {takes:.2f} s here: too fast to tell a kill from an end")
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    acts = ControlActivities(engine, client=None)
+    env = ActivityEnvironment()
+    task = asyncio.ensure_future(env.run(acts.estimate_model, _spec(deep).model_dump(mode="json")))
+    for _ in range(100):  # until the child is computing
+        if alive_children():
+            break
+        await asyncio.sleep(0.05)
+    assert alive_children()
+    env.cancel()
+    cancelled = time.monotonic()
+    with pytest.raises(BaseException):
+        await task
+    while alive_children() and time.monotonic() - cancelled < takes / 2:
+        await asyncio.sleep(0.02)
+    assert alive_children() == [], f"still estimating {takes / 2:.2f} s after the cancel"  # killed, not finished
+    acts.pool.shutdown(wait=True)
