@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -69,6 +69,12 @@ async def _deployment(client: Client, name: str):
         if e.status == RPCStatusCode.NOT_FOUND:
             raise InvalidInput(f"no deployment named {name!r}") from None
         raise
+    if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
+        try:
+            await handle.result()
+        except WorkflowFailureError as e:
+            why = getattr(e.cause, "message", None) or str(e.cause)
+            raise InvalidInput(f"deployment {name!r} failed: {why[:1000]}") from None
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"deployment {name!r} is {d.status.name.lower() if d.status else 'gone'}")
     return handle

@@ -81,6 +81,8 @@ async def test_wedging_inputs_fail_at_once_and_status_keeps_answering(stack):
                   "HostWorkflow": "host", "LogReadWorkflow": "logs"}[wtype]
         msg = await _failure(lv, wtype, args, f"{prefix}/wedge{n}")
         assert named in msg, (wtype, args, msg)
+    out = cli(lv, "status", "wedge0")  # the CLI says why a refused deployment failed
+    assert out.returncode == 2 and "deployment 'wedge0' failed" in out.stderr and "replicas" in out.stderr, out.stderr
     out = cli(lv, "status", "--json")
     assert out.returncode == 0, out.stderr
     st_ = json.loads(out.stdout)

@@ -38,9 +38,20 @@ def one_input(args: tuple, model: type[M], workflow_type: str) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        raise invalid(f"{workflow_type}: invalid input: {e}") from None
+        raise invalid(f"{workflow_type}: invalid input: {compact(e)}") from None
     except (ValueError, TypeError, OverflowError) as e:  # a validator's own error, outside pydantic's wrapping
         raise invalid(f"{workflow_type}: invalid input: {e}") from None
+
+
+def compact(e: ValidationError) -> str:
+    """One line per problem: 'replicas: Input should be a valid integer (got 'many')'."""
+    out = []
+    for err in e.errors()[:10]:
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        got = repr(err.get("input"))
+        out.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}"
+                   + (f" (got {got[:60]})" if err["type"] not in ("missing", "extra_forbidden") else ""))
+    return "; ".join(out) + (f"; and {e.error_count() - 10} more" if e.error_count() > 10 else "")
 
 
 def _kind(v: Any) -> str:
