@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.estimate_process import estimate_in_child
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
@@ -27,6 +28,7 @@ from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
+from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
@@ -39,12 +41,16 @@ TOP_CANDIDATES = 10
 class EstimateCache:
     """Requests by spec and file mtime: a model is costed once, not once per decision."""
 
-    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None) -> None:
+    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None,
+                 timeout_s: float = Limits().estimate_timeout_s) -> None:
         self._d: dict[tuple, Request] = {}
         self._lock = threading.Lock()
-        self.hub_cache, self.hf_endpoint = hub_cache, hf_endpoint
+        self.hub_cache, self.hf_endpoint, self.timeout_s = hub_cache, hf_endpoint, timeout_s
 
-    def get(self, spec: ModelSpec) -> Request:
+    def get(self, spec: ModelSpec, cancel: threading.Event | None = None) -> Request:
+        """The request, from the cache or from an estimate in a child process (killed after
+        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py). A spec that
+        gives its resources is not costed from files: it is estimated here, at once."""
         path = spec.source.local_path
         try:
             stamp = os.stat(path).st_mtime_ns if path else None
@@ -58,7 +64,10 @@ class EstimateCache:
         override = None
         if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
-        req = estimate_request(spec, override)
+        if spec.resources and spec.resources.vram is not None:  # nothing to cost: no child needed
+            req = estimate_request(spec, override)
+        else:
+            req = estimate_in_child(spec, override, self.timeout_s, cancel)
         with self._lock:
             if len(self._d) > 256:
                 self._d.clear()
@@ -92,24 +101,33 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
 
 class ControlActivities:
     def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
-                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None):
+                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None,
+                 limits: Limits | None = None):
         self.engine, self.client = engine, client
+        self.limits = limits or Limits()
         self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
-        self.estimates = EstimateCache(hub_cache, hf_endpoint)
+        self.estimates = EstimateCache(hub_cache, hf_endpoint, self.limits.estimate_timeout_s)
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
-                self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance]
+                self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
+                self.deployment_limits]
 
-    async def _db(self, fn, *args):
+    async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
-        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close."""
+        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close.
+        A cancelled activity sets ``cancel``, for work that can stop (an estimate)."""
         fut = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
         while True:
-            done, _ = await asyncio.wait({fut}, timeout=1.0)
+            try:
+                done, _ = await asyncio.wait({fut}, timeout=1.0)
+            except asyncio.CancelledError:
+                if cancel is not None:
+                    cancel.set()
+                raise
             if done:
                 return fut.result()
             activity.heartbeat()
@@ -136,8 +154,9 @@ class ControlActivities:
     @activity.defn(name=c.ESTIMATE_MODEL)
     async def estimate_model(self, raw: dict) -> EstimateRecord:
         spec = _spec(raw)
+        cancel = threading.Event()  # set when the activity is cancelled: the estimate's process is killed
         try:
-            req = await self._db(self.estimates.get, spec)
+            req = await self._db(self.estimates.get, spec, cancel, cancel=cancel)
         except HubUnreachable as e:
             raise ApplicationError(str(e), type="HubUnreachable") from None
         except GpuflowError as e:
@@ -179,6 +198,8 @@ class ControlActivities:
         except ledger.StaleDecision as e:
             self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        except GpuflowError as e:  # a re-decision that found the model itself wrong
+            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
         if remade:
             self.metrics.conflicts.labels("remade").inc()
         return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
@@ -240,6 +261,11 @@ class ControlActivities:
     async def host_seen(self, report: HostReport) -> None:
         if await self._db(records.upsert_worker, self.engine, report, "ready"):
             await self.wake_pending()
+
+    @activity.defn(name=c.DEPLOYMENT_LIMITS)
+    async def deployment_limits(self) -> Limits:
+        """The operator's limits (this server's settings), for a deployment to check against."""
+        return self.limits
 
     @activity.defn(name=c.HOST_LOST)
     async def host_lost(self, name: str, reason: str) -> None:

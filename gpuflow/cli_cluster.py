@@ -100,7 +100,7 @@ def cmd_deploy(a) -> int:
 
     async def go():
         client = await connect(s.temporal)
-        view = await ops.deploy(client, spec, s.timings, a.replicas)
+        view = await ops.deploy(client, spec, s.timings, a.replicas, s.limits)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted; workflow deployment/{view.name}")
 
     return _run(go())
@@ -110,7 +110,7 @@ def cmd_scale(a) -> int:
     s = settings_from(a)
 
     async def go():
-        view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
+        view = await ops.scale(await connect(s.temporal), a.name, a.replicas, s.limits)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
 
     return _run(go())
@@ -121,6 +121,10 @@ def cmd_delete(a) -> int:
 
     async def go():
         view = await ops.delete(await connect(s.temporal), a.name, wait=a.wait)
+        if view.broken:
+            print(f"deployment {view.name}: was broken ({view.broken}); its workflow was terminated and "
+                  f"{len(view.instances)} instance(s) told to stop")
+            return
         print(f"deployment {view.name}: " + ("deleted" if a.wait else "deleting"))
 
     return _run(go())

@@ -52,7 +52,8 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     lines = [f"{'HOST':<16} {'STATE':<10} {'KIND':<10} GPUS"]
     for h in hs:
         kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
-        lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}")
+        lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
+                     + (f"  ({h['reason']})" if h.get("reason") else ""))
         topo = topology((h.get("report") or {}).get("gpus") or [])
         if topo:
             lines.append(f"{'':<16} topology: {topo}")
@@ -62,6 +63,9 @@ def hosts(hs: list[dict[str, Any]]) -> str:
 def status(st: dict[str, Any]) -> str:
     out = []
     for d in st["deployments"]:
+        if d.get("broken"):
+            out.append(f"deployment {d['name']}: BROKEN: {d['broken']}")
+            continue
         out.append(f"deployment {d['name']} ({d.get('backend')}): {d['replicas']} replica(s) wanted"
                    + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
         out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} REASON")

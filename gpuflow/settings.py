@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from activities.payloads import Timings
+from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 
 
@@ -33,6 +34,7 @@ class Settings(BaseSettings):
     scheduler: PolicyConfig = PolicyConfig()
     temporal: TemporalSettings = TemporalSettings()
     timings: Timings = Timings()
+    limits: Limits = Limits()
     data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")

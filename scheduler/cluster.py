@@ -14,6 +14,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from scheduler import cpulist
 from scheduler.fields import Bytes, Strict
 from scheduler.spec import Source
+from scheduler.limits import MAX_GPUS
 
 
 class WorkerState(str, Enum):
@@ -63,7 +64,7 @@ CpuList = Annotated[str, BeforeValidator(cpulist.normalise)]
 
 
 class GPU(Strict):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=MAX_GPUS)
     vendor: str = "nvidia"
     type: str = "cuda"
     name: str = ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 from enum import Enum
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -14,8 +15,9 @@ from scheduler.fields import Bytes, Strict
 from scheduler.engine_flags import flag_problems
 from scheduler.naming import NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
+from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 
-GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
+GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d{1,6})$")
 
 
 class Backend(str, Enum):
@@ -110,8 +112,8 @@ class GPUId(Strict):
 
 
 class GPUSelector(Strict):
-    gpu_ids: list[str] = []
-    gpus_per_replica: int | None = Field(default=None, ge=1)
+    gpu_ids: list[str] = Field(default=[], max_length=MAX_GPUS)
+    gpus_per_replica: int | None = Field(default=None, ge=1, le=MAX_GPUS)
 
     @field_validator("gpu_ids")
     @classmethod
@@ -142,6 +144,17 @@ class Resources(Strict):
     ram: Bytes | None = None
 
 
+def _check_run_command(cmd: str) -> None:
+    """The agent splits run_command as a POSIX shell would (nothing expanded): a command it
+    cannot split is refused here, naming why, rather than on the host at launch."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError as e:
+        raise ValueError(f"run_command {cmd!r} cannot be split into words: {e} (check its quotes)") from None
+    if not words:
+        raise ValueError("run_command is empty")
+
+
 class ModelSpec(Strict):
     name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)  # its instances are NAME-<n>
     source: Source
@@ -150,7 +163,7 @@ class ModelSpec(Strict):
     backend_parameters: list[str] = []
     run_command: str | None = None
     env: dict[str, str] = {}
-    replicas: int = Field(default=1, ge=0)
+    replicas: int = Field(default=1, ge=0, le=REPLICAS_CEILING)
     placement_strategy: PlacementStrategy = PlacementStrategy.SPREAD
     worker_selector: dict[str, str] = {}
     gpu_selector: GPUSelector = GPUSelector()
@@ -186,6 +199,8 @@ class ModelSpec(Strict):
             raise ValueError("backend custom needs run_command")
         if self.run_command and self.backend != Backend.CUSTOM:
             raise ValueError(f"run_command is only for backend custom (backend is {self.backend.value})")
+        if self.run_command:
+            _check_run_command(self.run_command)
         if self.backend == Backend.LLAMA_CPP and not self.source.is_gguf and not self.resources:
             raise ValueError("backend llama.cpp needs a .gguf source (local_path or hub file)")
         if self.backend == Backend.LLAMA_CPP and self.resources:

@@ -286,7 +286,9 @@ async def test_pending_proceeds_when_a_host_joins_and_history_stays_bounded(tmp_
     await lv.start({"small": [24]})
     try:
         await ops.deploy(lv.client, spec("wide", vram_gib=30), FAST)
-        await lv.wait(lambda: lv.states("wide") == {"wide-0": "pending"}, 30, "wide PENDING")
+        # the row start_instances writes is PENDING too, without a reason: wait for the decision's
+        await lv.wait(lambda: lv.states("wide") == {"wide-0": "pending"} and lv.instances("wide")[0].reason, 30,
+                      "wide PENDING with its reason")
         assert "30.0 GiB" in lv.instances("wide")[0].reason
         lv.add_host("big", [80])
         await lv.wait(lambda: lv.states("wide") == {"wide-0": "running"}, 30, "wide RUNNING on the new host")

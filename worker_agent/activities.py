@@ -2,8 +2,10 @@
 inventory (a heartbeating watch), launch an instance and wait until it is ready, supervise it
 until it exits, stop it. Expected failures are ApplicationErrors with a type the workflows read:
 LaunchFailed (non-retryable: the command cannot start or never became ready), LaunchRefused
-(non-retryable: the spec asks what this host does not allow), InvalidName (non-retryable: a name
-from the caller that is not a name; nothing on the host is touched)."""
+(non-retryable: the spec asks what this host does not allow), InvalidSpec (non-retryable: the
+request itself is wrong, e.g. a run_command that cannot be split or an env the OS refuses),
+InvalidName (non-retryable: a name from the caller that is not a name; nothing on the host is
+touched). The refusals make the instance ERROR with the reason, not restarted or re-placed."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from scheduler.spec import Source
 from worker_agent import payloads as p
 from worker_agent import pinning
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
-from worker_agent.engines import EngineConfig, LaunchRefused, argv_for, check_launch, engine_env, needs_port
+from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
+                                     needs_port)
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
 
@@ -193,6 +196,10 @@ class HostActivities:
                 rec = self.table.start(key, argv, env, port)
             except LaunchRefused as e:
                 raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
+            except EngineUnavailable as e:  # this host lacks the engine: another host may have it
+                raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
+            except (InvalidInput, ValueError) as e:  # the spec's fault (a NUL in env, say): no retry anywhere
+                raise ApplicationError(f"invalid launch request: {e}", type="InvalidSpec", non_retryable=True) from None
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
             except OSError as e:

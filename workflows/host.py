@@ -10,6 +10,7 @@ Every READY/inventory change wakes PENDING instances (in the host_seen activity)
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -20,12 +21,14 @@ with workflow.unsafe.imports_passed_through():
     from worker_agent import payloads as hp
     from workflows import common as c
     from workflows import guards
+    from workflows.inputs import one_input
 
 
 @workflow.defn(name="HostWorkflow")
 class HostWorkflow:
     @workflow.init
-    def __init__(self, inp: HostInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = one_input(args, HostInput, "HostWorkflow")
         self.inp, self.t = inp, inp.timings
         self.report = inp.report
         self.state = inp.state
@@ -46,7 +49,8 @@ class HostWorkflow:
         workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
 
     @workflow.run
-    async def run(self, inp: HostInput) -> None:
+    async def run(self, *args: Any) -> None:
+        inp = self.inp
         guards.names(worker=inp.name)
         guards.workflow_id(f"host/{inp.name}", f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from worker_agent import topology
     from workflows import common as c
     from workflows import guards
+    from workflows.inputs import one_input
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
@@ -49,7 +51,8 @@ def backoff(n: int, base: float, cap: float) -> float:
 @workflow.defn(name="ModelInstanceWorkflow")
 class ModelInstanceWorkflow:
     @workflow.init
-    def __init__(self, inp: InstanceInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = one_input(args, InstanceInput, "ModelInstanceWorkflow")
         self.inp, self.t = inp, inp.timings
         self.state, self.reason = "pending", ""
         self.plan = inp.placement
@@ -115,7 +118,8 @@ class ModelInstanceWorkflow:
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
-    async def run(self, inp: InstanceInput) -> InstanceView:
+    async def run(self, *args: Any) -> InstanceView:
+        inp = self.inp
         try:
             spec = ModelSpec.model_validate(inp.spec)
         except ValidationError as e:
@@ -159,8 +163,8 @@ class ModelInstanceWorkflow:
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
                 return
-            if kind == "refused":  # the spec asks what the host does not allow: no retry can help
-                await self._refused(host, why)
+            if kind == "invalid":  # the spec's fault: no restart, no re-placement
+                await self._give_up(f"refused by {host}: {why}")
                 return
             if kind == "unreachable":
                 if unreachable_since is None:
@@ -185,11 +189,16 @@ class ModelInstanceWorkflow:
         await self._record("analyzing")
         tries = 0
         while True:
+            h = workflow.start_activity(
+                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
+                heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError", "InvalidSpec"]))
+            await workflow.wait_condition(lambda: h.done() or self.stop_requested)
+            if not h.done():  # stopped while estimating: the estimate is cancelled (its process killed)
+                h.cancel()
+                return False
             try:
-                est: EstimateRecord = await workflow.execute_activity(
-                    c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
-                    heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                    retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
+                est: EstimateRecord = await h
                 break
             except ActivityError as e:
                 kind, msg = c.cause(e)
@@ -207,10 +216,14 @@ class ModelInstanceWorkflow:
                     pass
         while not self.stop_requested:
             self.woken = False
-            d: DecisionRecord = await workflow.execute_activity(
-                c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
-                start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                summary=f"decide {self.inp.name}")
+            try:
+                d: DecisionRecord = await workflow.execute_activity(
+                    c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
+                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                    summary=f"decide {self.inp.name}")
+            except ActivityError as e:
+                await self._give_up(f"cannot place the model: {c.cause(e)[1]}")
+                return False
             self.decision = d
             if not d.scheduled or d.plan is None:
                 shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
@@ -232,7 +245,8 @@ class ModelInstanceWorkflow:
             except ActivityError as e:
                 if c.cause(e)[0] == "StaleDecision":
                     continue  # capacity moved since the snapshot: decide again on a fresh one
-                raise
+                await self._give_up(f"cannot book the placement: {c.cause(e)[1]}")
+                return False
             if booked.remade is not None:
                 d = self.decision = booked.remade
             self.plan = booked.plan
@@ -264,13 +278,13 @@ class ModelInstanceWorkflow:
             return await workflow.execute_activity(
                 hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **self._host_timeouts(worker, sts),
                 start_to_close_timeout=c.secs(self.t.ready_timeout_s + 60),
-                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed"]),
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed", "InvalidSpec"]),
                 summary=f"launch {req.key} on {worker}")
         except ActivityError as e:
             kind, msg = c.cause(e)
-            kind = {"LaunchFailed": "failed", "LaunchRefused": "refused",
-                    "InvalidName": "refused"}.get(kind, "unreachable")
-            raise HostTrouble(kind, worker, msg) from None
+            outcome = {"LaunchFailed": "failed", "InvalidSpec": "invalid", "LaunchRefused": "invalid",
+                       "InvalidName": "invalid"}.get(kind, "unreachable")
+            raise HostTrouble(outcome, worker, msg) from None
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
         """A placement across several workers: start the engine's helpers (topology.py) and
@@ -313,7 +327,7 @@ class ModelInstanceWorkflow:
                 self.parts = {r.key: w for w, r in parts}
             res = await self._launch(self.worker, req, sts)
         except HostTrouble as t:
-            if t.kind in ("failed", "refused") and self.plan.subordinates:
+            if t.kind in ("failed", "invalid") and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
         self.pid, self.port, self.address = res.pid, res.port, res.address
@@ -409,14 +423,6 @@ class ModelInstanceWorkflow:
             except ActivityError:
                 pass
 
-    async def _refused(self, host: str, why: str) -> None:
-        """ERROR with the host's reason until stopped (a new spec recreates the instance); the
-        reservation is released meanwhile, so the GPUs serve others."""
-        await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
-        self.plan, self.pid, self.port = None, None, None
-        await self._record("error", f"refused by {host}: {why}")
-        await workflow.wait_condition(lambda: self.stop_requested)
-
     async def _abandon_host(self, lost: str) -> None:
         if self.plan.subordinates:
             await self._stop_everywhere()  # the hosts that still answer let go of their parts
@@ -424,6 +430,17 @@ class ModelInstanceWorkflow:
         self.plan, self.pid, self.port, self.address = None, None, None, None
         await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
                                       "reservation released, placing elsewhere")
+
+    async def _give_up(self, reason: str) -> None:
+        """The spec's fault, which no retry mends: ERROR with the reason, the reservation (if any)
+        released, and nothing more until ``stop`` (a new spec replaces the instance)."""
+        if self.plan is not None:
+            if self.plan.subordinates:
+                await self._stop_everywhere()  # helpers that did start
+            await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+            self.plan, self.pid, self.port, self.address = None, None, None, None
+        await self._record("error", reason)
+        await workflow.wait_condition(lambda: self.stop_requested)
 
     async def _teardown(self) -> None:
         await self._record("stopping")
