@@ -23,10 +23,8 @@ VALID = {
     "ModelDeploymentWorkflow": {"spec": BIG, "timings": FAST.model_dump(), "replicas": 1},
     "ModelInstanceWorkflow": {"name": "fz-i", "deployment": "fz", "spec": BIG, "timings": FAST.model_dump()},
     "HostWorkflow": {"name": "fzh", "timings": FAST.model_dump()},
-    "LogReadWorkflow": {"instance": "fz-i", "worker": "nobody", "offset": -10},
 }
-PREFIX = {"ModelDeploymentWorkflow": "deployment", "ModelInstanceWorkflow": "instance", "HostWorkflow": "host",
-          "LogReadWorkflow": "logs"}
+PREFIX = {"ModelDeploymentWorkflow": "deployment", "ModelInstanceWorkflow": "instance", "HostWorkflow": "host"}
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.integers(-3, 5000),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))
