@@ -21,8 +21,8 @@ from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
-from worker_agent.payloads import instance_of
 from worker_agent.processes import ProcessTable
+from worker_agent.reconcile import stop_orphans
 
 
 def advertised_address(temporal_address: str) -> str:
@@ -45,28 +45,23 @@ async def say_hello(client: Client, name: str, report, timings: Timings) -> None
         static_summary=f"liveness of host {name}")
 
 
-async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0) -> list[str]:
-    """Processes a previous run of this agent started whose instance is no longer placed here
-    (moved elsewhere while this host was unreachable, or its workflow ended): stop them, so no
-    orphan holds GPU memory. Instances still placed here are left for their workflow to adopt."""
-    from temporalio.service import RPCError
+async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0,
+                       counter=None) -> list[str]:
+    """Processes this agent started whose instance is gone or no longer placed here: stop them,
+    so no orphan holds GPU memory (reconcile.py). Instances still placed here are left for their
+    workflow to adopt."""
+    return [o.key for o in await stop_orphans(client, name, table, stop_grace_s, counter)]
 
-    reaped = []
-    for rec in table.records():
-        if not table.alive(rec.pid):
-            table.forget(rec.instance)
-            continue
-        try:  # a helper's key is instance@part: it belongs to the instance's placement too
-            handle = client.get_workflow_handle(f"instance/{instance_of(rec.instance)}")
-            desc = await handle.describe()
-            view = await handle.query("status") if desc.status is not None and desc.status.name == "RUNNING" else {}
-            here = name in [view.get("worker"), *view.get("subordinate_workers", [])] if view else False
-        except RPCError:
-            here = False
-        if not here:
-            await table.stop(rec.instance, stop_grace_s)
-            reaped.append(rec.instance)
-    return reaped
+
+async def reconcile_every(client: Client, name: str, table: ProcessTable, interval_s: float, counter=None) -> None:
+    """The orphan check, every ``interval_s`` while the agent serves; a failed round is logged and
+    the next one tried."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await reap_orphans(client, name, table, counter=counter)
+        except Exception as e:  # noqa: BLE001  the server away, say: the next round tries again
+            print(f"gpuflow agent {name}: orphan check failed: {type(e).__name__}: {e}", flush=True)
 
 
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
@@ -84,8 +79,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         health = (lambda: {}) if inventory_file else gpu_health  # simulated GPUs have no sensors
         metrics = AgentMetrics(name, probe, table, health=health)
         serve_metrics(metrics.registry, engine_metrics_proxy(table))
-    for n in await reap_orphans(client, name, table):
-        print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
+    counter = metrics.orphans if metrics else None
+    await reap_orphans(client, name, table, counter=counter)
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address, hub=hub)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
@@ -94,4 +89,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         await say_hello(client, name, report, timings)
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
         print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind})", flush=True)
-        await (stop or asyncio.Event()).wait()
+        check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
+        try:
+            await (stop or asyncio.Event()).wait()
+        finally:
+            check.cancel()

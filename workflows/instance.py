@@ -60,6 +60,7 @@ class ModelInstanceWorkflow:
         self._recorded: tuple | None = None
         self.parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
         self.source_key: str | None = None
+        self.reached = False  # the last _run_on_host reached its host (a launch or adoption answered)
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal
@@ -140,9 +141,12 @@ class ModelInstanceWorkflow:
             sts = self.t.host_schedule_to_start_s
             if unreachable_since is not None:
                 sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
+            self.reached = False
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
                 return
+            if self.reached:  # the host answered (launched or adopted): an outage after this is a new episode
+                unreachable_since = None
             if kind == "unreachable":
                 if unreachable_since is None:
                     unreachable_since = workflow.now()
@@ -292,7 +296,8 @@ class ModelInstanceWorkflow:
             if t.kind == "failed" and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
-        self.pid, self.port = res.pid, res.port
+        self.pid, self.port, self.reached = res.pid, res.port, True
+        sts = self.t.host_schedule_to_start_s  # the host answers: supervise with the full patience, not the grace left
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
         await self._record("running", "adopted the running process" if res.adopted and not started_here else "")
         watched = [(self.worker, req)] + parts
