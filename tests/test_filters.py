@@ -43,7 +43,7 @@ def test_labels_status_backend():
     d = decide(snap, spec(backend="vllm", run_command=None, worker_selector={"os": "linux"}), REQ)
     assert removed(d, "labels") == {"mac": ["label os='linux' wanted, worker has 'darwin'"]}
     assert removed(d, "status") == {"down": ["worker state is maintenance, not ready"]}
-    assert removed(d, "backend") == {"amd": ["worker runs only backends ['llama.cpp'], not vllm"]}
+    assert removed(d, "backend") == {"amd": ["cannot run vllm: no vllm executable found (it runs: llama.cpp)"]}
     cpu_only = cluster([worker("c", 64)])
     d = decide(cpu_only, spec(backend="vllm", run_command=None), REQ)
     assert removed(d, "backend") == {"c": ["worker has no GPU and vllm does not run on CPU"]}

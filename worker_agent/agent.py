@@ -8,7 +8,6 @@ import asyncio
 import os
 import socket
 from datetime import timedelta
-from functools import partial
 from typing import Callable
 
 from temporalio.client import Client
@@ -17,6 +16,7 @@ from temporalio.worker import Worker
 
 from activities.payloads import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
+from worker_agent.capabilities import runnable_backends, with_backends
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
@@ -72,7 +72,10 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
     table = ProcessTable(os.path.join(data_dir, "agent", name))
-    probe = partial(discover, name, inventory_file, labels, owner=table.owner)
+    runnable = runnable_backends(engines or EngineConfig())
+
+    def probe():
+        return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable)
     report = probe()  # a bad inventory file fails here, before anything is registered
     metrics = None
     if serve_metrics:
@@ -88,7 +91,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                       graceful_shutdown_timeout=timedelta(seconds=2)):
         await say_hello(client, name, report, timings)
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
-        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind})", flush=True)
+        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {', '.join(report.backends) or 'none'})",
+              flush=True)
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
         try:
             await (stop or asyncio.Event()).wait()
