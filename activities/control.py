@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.store import ledger, records
@@ -26,6 +27,7 @@ from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
+from scheduler.estimate_inputs import EstimateInputs
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
@@ -43,10 +45,12 @@ class EstimateCache:
         self._lock = threading.Lock()
         self.hub_cache, self.hf_endpoint = hub_cache, hf_endpoint
 
-    def get(self, spec: ModelSpec) -> Request:
+    def get(self, spec: ModelSpec, inputs: EstimateInputs | None = None) -> Request:
+        """``inputs``: a local path as a GPU host read it (host_estimate.py); the control plane
+        then opens nothing."""
         path = spec.source.local_path
         try:
-            stamp = os.stat(path).st_mtime_ns if path else None
+            stamp = inputs.stamp() if inputs is not None else os.stat(path).st_mtime_ns if path else None
         except OSError:
             stamp = None
         key = (spec.model_dump_json(), stamp)
@@ -57,7 +61,7 @@ class EstimateCache:
         override = None
         if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
-        req = estimate_request(spec, override)
+        req = request_from_host(spec, inputs) if inputs is not None else estimate_request(spec, override)
         with self._lock:
             if len(self._d) > 256:
                 self._d.clear()
@@ -100,7 +104,7 @@ class ControlActivities:
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
-                self.closed_workflows, self.host_seen, self.host_lost]
+                self.closed_workflows, self.host_seen, self.host_lost] + HostPathActivities(self.engine, self._db).all()
 
     async def _db(self, fn, *args):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -132,10 +136,10 @@ class ControlActivities:
         await self._db(records.record_instance, self.engine, rec)
 
     @activity.defn(name=c.ESTIMATE_MODEL)
-    async def estimate_model(self, raw: dict) -> EstimateRecord:
+    async def estimate_model(self, raw: dict, inputs: EstimateInputs | None = None) -> EstimateRecord:
         spec = _spec(raw)
         try:
-            req = await self._db(self.estimates.get, spec)
+            req = await self._db(self.estimates.get, spec, inputs)
         except HubUnreachable as e:
             raise ApplicationError(str(e), type="HubUnreachable") from None
         except GpuflowError as e:
@@ -144,16 +148,16 @@ class ControlActivities:
         return EstimateRecord(model=spec.name, request=s, summary=summary_text(s))
 
     @activity.defn(name=c.DECIDE_PLACEMENT)
-    async def decide_placement(self, instance: str, raw: dict) -> DecisionRecord:
+    async def decide_placement(self, instance: str, raw: dict, inputs: EstimateInputs | None = None) -> DecisionRecord:
         spec = _spec(raw)
 
         try:
-            return await self._db(self._decide, instance, spec)
+            return await self._db(self._decide, instance, spec, None, inputs)
         except GpuflowError as e:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
 
-    def _decide(self, instance: str, spec: ModelSpec, bind=None) -> DecisionRecord:
-        req = self.estimates.get(spec)
+    def _decide(self, instance: str, spec: ModelSpec, bind=None, inputs: EstimateInputs | None = None) -> DecisionRecord:
+        req = self.estimates.get(spec, inputs)
         bind = bind if bind is not None else self.engine
         with self.metrics.decision_seconds.time():
             gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
@@ -163,12 +167,13 @@ class ControlActivities:
         return decision_record(d, req, len(snap.workers), gens)
 
     @activity.defn(name=c.RESERVE_PLACEMENT)
-    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord) -> ReserveResult:
+    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,
+                                inputs: EstimateInputs | None = None) -> ReserveResult:
         spec = _spec(raw)
         remade: list[DecisionRecord] = []
 
         def redecide(session) -> PlacementPlan | None:
-            fresh = self._decide(instance, spec, session)
+            fresh = self._decide(instance, spec, session, inputs)
             remade.append(fresh)
             return fresh.plan if fresh.scheduled else None
 

@@ -56,3 +56,13 @@ def test_local_path_filter():
     assert removed(d, "local_path") == {"b": ["model path '/models/m' is in error on this worker"],
                                         "c": ["model path '/models/m' is not reported on this worker"]}
     assert d.placement.worker == "a"
+
+
+def test_local_path_filter_leaves_out_hosts_whose_agent_did_not_find_the_path():
+    # a host read (activities/host_estimate.py) recorded a: ready, b: missing; c was not asked
+    snap = cluster([worker("a", 8, [gpu(0, 8)]), worker("b", 8, [gpu(0, 8)]), worker("c", 8, [gpu(0, 8)])],
+                   model_files=[ModelFile(worker="a", source="/models/m"), ModelFile(worker="b", source="/models/m", state="missing")])
+    d = decide(snap, spec(source={"local_path": "/models/m"}), REQ)
+    assert removed(d, "local_path") == {"b": ["model path '/models/m' is not on this worker (its agent looked)"],
+                                        "c": ["model path '/models/m' is not reported on this worker"]}
+    assert d.placement.worker == "a"

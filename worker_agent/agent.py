@@ -21,6 +21,7 @@ from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
+from worker_agent.model_header import ModelHeaders
 from worker_agent.processes import ProcessTable
 from worker_agent.reconcile import stop_orphans
 
@@ -86,7 +87,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     await reap_orphans(client, name, table, counter=counter)
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address, hub=hub)
-    async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
+    headers = ModelHeaders(name, acts.engines.model_roots)
+    async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
         await say_hello(client, name, report, timings)

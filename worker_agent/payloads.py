@@ -10,6 +10,7 @@ SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
 READ_LOG = "read_log"
 PREPARE_MODEL = "prepare_model"
+READ_MODEL_HEADER = "read_model_header"
 
 
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")

@@ -23,10 +23,12 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
                                      ReserveResult, host_queue)
+    from scheduler.estimate import needs_files
     from scheduler.spec import ModelSpec
     from worker_agent import payloads as hp
     from worker_agent import topology
     from workflows import common as c
+    from workflows import model_read
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
@@ -168,11 +170,17 @@ class ModelInstanceWorkflow:
     async def _place(self, spec: ModelSpec) -> bool:
         """Estimate, decide, reserve. True once a placement is held; False when stopping."""
         await self._record("analyzing")
+        inputs = None  # a local path as a GPU host read it (model_read.py): passed to every costing activity
+        if needs_files(spec) and workflow.patched(model_read.PATCH):
+            inputs = await model_read.read_model(self, spec)
+            if inputs is None:
+                return False
+        extra = [inputs] if inputs is not None else []
         tries = 0
         while True:
             try:
                 est: EstimateRecord = await workflow.execute_activity(
-                    c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
+                    c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
                     heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
                 break
@@ -193,7 +201,7 @@ class ModelInstanceWorkflow:
         while not self.stop_requested:
             self.woken = False
             d: DecisionRecord = await workflow.execute_activity(
-                c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
+                c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec, *extra], result_type=DecisionRecord,
                 start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                 summary=f"decide {self.inp.name}")
             self.decision = d
@@ -206,10 +214,15 @@ class ModelInstanceWorkflow:
                                                   timeout=c.secs(self.t.pending_recheck_s))
                 except asyncio.TimeoutError:
                     pass
+                if inputs is not None and not self.stop_requested:  # a host that joined may hold the path
+                    inputs = await model_read.read_model(self, spec)
+                    if inputs is None:
+                        return False
+                    extra = [inputs]
                 continue
             try:
                 booked: ReserveResult = await workflow.execute_activity(
-                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d], result_type=ReserveResult,
+                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d, *extra], result_type=ReserveResult,
                     start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
                                              non_retryable_error_types=["StaleDecision"]))

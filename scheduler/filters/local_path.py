@@ -22,6 +22,8 @@ def run(ctx, workers):
         row = rows.get(w.name)
         if row is None:
             removed[w.name] = [f"model path {path!r} is not reported on this worker"]
+        elif row.state == FileState.MISSING:
+            removed[w.name] = [f"model path {path!r} is not on this worker (its agent looked)"]
         elif row.state == FileState.ERROR:
             removed[w.name] = [f"model path {path!r} is in error on this worker"]
     note = None
