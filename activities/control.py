@@ -170,6 +170,8 @@ class ControlActivities:
     async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,
                                 inputs: EstimateInputs | None = None) -> ReserveResult:
         spec = _spec(raw)
+        if isinstance(d, dict):  # called without ``inputs``: the SDK then decodes without type hints
+            d = DecisionRecord.model_validate(d)
         remade: list[DecisionRecord] = []
 
         def redecide(session) -> PlacementPlan | None:
