@@ -237,7 +237,7 @@ async def test_host_killed_instances_move_elsewhere(tmp_path):
 
 async def test_bad_input_is_named_and_the_system_keeps_working(tmp_path):
     """A launch command that fails at once: ERROR with the reason, restarted with backoff. A
-    model whose files are missing: ERROR naming the path. An invalid spec or replicas < 0: a
+    model whose files are on no host: PENDING naming the path. An invalid spec or replicas < 0: a
     clear CLI error (exit 2). Meanwhile a good deployment still reaches RUNNING."""
     lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
     try:
@@ -260,8 +260,8 @@ async def test_bad_input_is_named_and_the_system_keeps_working(tmp_path):
                       reason("nobin-0").reason, 30, "nobin ERROR with the reason, restarted twice", every=0.1)
         assert reason("nobin-0").worker == "h1"  # restarts stay on the same host
         await lv.wait(lambda: "exited with code 7" in reason("crashy-0").reason, 30, "crashy ERROR", every=0.1)
-        await lv.wait(lambda: reason("nofiles-0").state == "error", 30, "nofiles ERROR")
-        assert "/models/nofiles" in reason("nofiles-0").reason
+        await lv.wait(lambda: reason("nofiles-0").state == "pending", 30, "nofiles PENDING")
+        assert "model path '/models/nofiles' is on no host that could run it: h1: " in reason("nofiles-0").reason
 
         bad = tmp_path / "bad.yaml"
         bad.write_text("name: x\nsource: {local_path: /m}\nbackend: tensorrt\n")

@@ -73,11 +73,14 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
     table = ProcessTable(os.path.join(data_dir, "agent", name))
-    runnable = runnable_backends(engines or EngineConfig())
+    # the engine probes start other interpreters (a second or so): meanwhile this agent starts serving,
+    # so a process of its previous run is adopted without waiting; the first report waits for them
+    finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))
+    runnable: list[str] = []
 
     def probe():
         return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable)
-    report = probe()  # a bad inventory file fails here, before anything is registered
+    probe()  # a bad inventory file fails here, before anything is registered
     metrics = None
     if serve_metrics:
         health = (lambda: {}) if inventory_file else gpu_health  # simulated GPUs have no sensors
@@ -91,6 +94,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
+        runnable.extend(await finding)
+        report = probe()
         await say_hello(client, name, report, timings)
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
         print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {', '.join(report.backends) or 'none'})",
