@@ -5,15 +5,11 @@ control plane itself never opens the path: in a cluster it is not the GPU host.
 
 | machine | reads |
 | --- | --- |
-| GPU host (agent) | the local path: GGUF header and tensor infos, or config.json and safetensors headers |
-| control plane | hub headers (hub_headers.py); a config.json a host sent, from a temporary copy |
+| GPU host (agent) | the local path: GGUF header and tensor infos, or config.json (sent as parsed parameters) and safetensors headers |
+| control plane | hub headers (hub_headers.py); never a local path: what a host sent is data |
 """
 
 from __future__ import annotations
-
-import json
-import os
-import tempfile
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -24,22 +20,15 @@ from activities import names as c
 from activities.store.snapshot import load_snapshot
 from activities.store.tables import ModelFileRow, utcnow
 from scheduler.estimate import request_from_inputs
-from scheduler.estimate_inputs import EstimateInputs, ReaderHosts
-from scheduler.hf.config import load_parameters
+from scheduler.estimate_inputs import EstimateInputs, ReaderHosts, decode_params
 from scheduler.model_readers import reader_hosts
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 
 
 def request_from_host(spec: ModelSpec, inputs: EstimateInputs) -> Request:
-    """The request from a host's read; a config.json it sent goes through the same
-    load_parameters (AutoConfig, offline) as a local directory would."""
-    params = None
-    if inputs.config is not None:
-        with tempfile.TemporaryDirectory(prefix="gpuflow-config-") as d:
-            with open(os.path.join(d, "config.json"), "w") as f:
-                json.dump(inputs.config, f)
-            params = load_parameters(d)
+    """The request from a host's read (a directory's parameters came parsed: no file here)."""
+    params = decode_params(inputs.params) if inputs.params is not None else None
     return request_from_inputs(spec, inputs, params)
 
 

@@ -3,8 +3,10 @@ the path (the agent's ``read_model_header``), costed on the control plane (``est
 
 - GGUF: the parsed header (metadata with arrays as element type and length, tensor infos, sizes),
   the same :class:`GGUFHeader` the reader gives: a few hundred KB at most, never tensor data.
-- A Hugging Face directory: ``config.json`` as parsed JSON, and the weight bytes the
-  safetensors headers (or checkpoint sizes) add up to.
+- A Hugging Face directory: the model parameters its ``config.json`` gives (load_parameters on
+  the host, numbers and names only: never the file itself, which a path chosen by a deployer
+  could make any JSON file on the host), and the weight bytes the safetensors headers (or
+  checkpoint sizes) add up to.
 
 Encoding and decoding are pure; this module reads no file.
 """
@@ -16,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from scheduler.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo
+from scheduler.hf.config import ModelParameters
 
 
 class HeaderRequest(BaseModel):
@@ -30,7 +33,7 @@ class EstimateInputs(BaseModel):
     mtime_ns: int = 0
     size: int = 0
     gguf: dict[str, Any] | None = None  # encode_header()
-    config: dict[str, Any] | None = None  # config.json
+    params: dict[str, Any] | None = None  # encode_params(): a directory's ModelParameters, without raw
     weight_bytes: int = 0
     weight_files: list[str] = []
 
@@ -62,6 +65,15 @@ def decode_header(d: dict[str, Any]) -> GGUFHeader:
     return GGUFHeader(path=d["path"], version=d["version"], size=d["size"], model_size=d["model_size"],
                       metadata={k: _unvalue(v) for k, v in d["metadata"].items()},
                       tensors=[TensorInfo(n, tuple(dims), t, off, nb) for n, dims, t, off, nb in d["tensors"]])
+
+
+def encode_params(p: ModelParameters) -> dict[str, Any]:
+    return {f: getattr(p, f) for f in ModelParameters.__dataclass_fields__ if f != "raw"}
+
+
+def decode_params(d: dict[str, Any]) -> ModelParameters:
+    known = {k: v for k, v in d.items() if k in ModelParameters.__dataclass_fields__ and k != "raw"}
+    return ModelParameters(**{**known, "architectures": tuple(known.get("architectures", ()))})
 
 
 class ReaderHosts(BaseModel):

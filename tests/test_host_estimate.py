@@ -43,6 +43,16 @@ def test_host_read_costs_the_same_as_reading_in_place(tmp_path, smollm2, llama3_
         assert request_summary(request_from_host(spec, inputs)) == request_summary(estimate_request(spec))
 
 
+def test_a_directory_sends_parameters_not_its_config_file(tmp_path):
+    """A deployer may name any directory: its config.json is parsed on the host and only the
+    model parameters travel (a credentials file named config.json stays on the host)."""
+    d = tmp_path / "creds"
+    d.mkdir()
+    (d / "config.json").write_text('{"auths": {"registry": {"auth": "SECRET-TOKEN"}}, "num_hidden_layers": 2}')
+    inputs = ModelHeaders("h1").read(HeaderRequest(path=str(d), gguf=False))
+    assert "SECRET" not in inputs.model_dump_json() and inputs.params["num_layers"] == 2
+
+
 def test_reads_are_cached_per_mtime_and_refused_outside_the_roots(tmp_path, smollm2):
     root = tmp_path / "models"
     root.mkdir()

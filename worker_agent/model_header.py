@@ -18,8 +18,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from scheduler.errors import GpuflowError, InvalidInput
-from scheduler.estimate_inputs import EstimateInputs, HeaderRequest, encode_header
+from scheduler.estimate_inputs import EstimateInputs, HeaderRequest, encode_header, encode_params
 from scheduler.gguf.reader import read_header
+from scheduler.hf.config import load_parameters
 from scheduler.hf.safetensors_header import directory_weight_bytes
 from worker_agent.engines import check_model_path
 from worker_agent.payloads import READ_MODEL_HEADER
@@ -27,23 +28,8 @@ from worker_agent.payloads import READ_MODEL_HEADER
 CACHED = 64
 
 
-def _config(path: str) -> dict | None:
-    import json
-
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            cfg = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InvalidInput(f"{path}/config.json: not valid JSON: {e}") from None
-    if not isinstance(cfg, dict):
-        raise InvalidInput(f"{path}/config.json: top level is not a JSON object")
-    return cfg
-
-
 def read_inputs(path: str, gguf: bool, worker: str = "") -> EstimateInputs:
-    """What the estimator reads at ``path`` (GGUFHeader, or config.json and weight bytes)."""
+    """What the estimator reads at ``path`` (GGUFHeader, or the parameters from config.json and the weight bytes)."""
     st = os.stat(path)
     base = dict(path=path, worker=worker, mtime_ns=st.st_mtime_ns, size=st.st_size)
     if gguf:
@@ -51,7 +37,8 @@ def read_inputs(path: str, gguf: bool, worker: str = "") -> EstimateInputs:
     if not os.path.isdir(path):
         raise InvalidInput(f"{path}: not a model directory (expected config.json and weights)")
     weights, files = directory_weight_bytes(path)
-    return EstimateInputs(kind="hf", config=_config(path), weight_bytes=weights,
+    params = encode_params(load_parameters(path)) if os.path.isfile(os.path.join(path, "config.json")) else None
+    return EstimateInputs(kind="hf", params=params, weight_bytes=weights,
                           weight_files=[os.path.relpath(f, path) for f in files], **base)
 
 
