@@ -106,3 +106,22 @@ async def test_orphan_of_a_moved_placement_is_stopped_without_an_agent_restart(t
         if agent is not None:
             agent.send_signal(signal.SIGCONT)
         lv.close()
+
+
+async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_path):
+    """A process in the agent's table (started the way the agent starts one: own session, pid
+    file) whose instance workflow does not exist, beside a RUNNING instance's: the running agent
+    stops the first within its interval (why=gone) and leaves the second alone."""
+    t = FAST.model_copy(update={"orphan_check_s": 2})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("kept", vram_gib=4), t)
+        await lv.wait(lambda: lv.states("kept") == {"kept-0": "running"}, 60, "RUNNING")
+        table = lv.stack.instance_processes("h1")
+        ghost = table.start("ghost-0", ["sleep", "600"], {}, None)
+        await lv.wait(lambda: table.returncode(ghost.pid) is not None, 30, "ghost-0 stopped by the agent")
+        assert table.find("ghost-0") is None and live_copies(lv, "kept-0") == ["h1"]
+        text = urllib.request.urlopen(f"http://{lv.stack.metrics['agent h1']}/metrics", timeout=10).read().decode()
+        assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="gone"} 1.0' in text
+    finally:
+        lv.close()
