@@ -98,8 +98,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         report = probe()
         await say_hello(client, name, report, timings)
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
-        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {', '.join(report.backends) or 'none'})",
-              flush=True)
+        engines_found = ", ".join(report.backends or []) or "none"
+        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})", flush=True)
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
         try:
             await (stop or asyncio.Event()).wait()

@@ -180,8 +180,8 @@ class ModelInstanceWorkflow:
         while True:
             try:
                 est: EstimateRecord = await workflow.execute_activity(
-                    c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
-                    heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                    c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord,
+                    start_to_close_timeout=c.secs(600), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
                 break
             except ActivityError as e:
