@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
+from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
@@ -29,6 +30,7 @@ from scheduler.decide import decide
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
 from scheduler.limits import Limits
+from scheduler.estimate_inputs import EstimateInputs
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
@@ -47,13 +49,16 @@ class EstimateCache:
         self._lock = threading.Lock()
         self.hub_cache, self.hf_endpoint, self.timeout_s = hub_cache, hf_endpoint, timeout_s
 
-    def get(self, spec: ModelSpec, cancel: threading.Event | None = None) -> Request:
-        """The request, from the cache or from an estimate in a child process (killed after
-        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py). A spec that
-        gives its resources is not costed from files: it is estimated here, at once."""
+    def get(self, spec: ModelSpec, inputs: EstimateInputs | None = None,
+            cancel: threading.Event | None = None) -> Request:
+        """The request, from the cache or costed now. ``inputs``: a local path as a GPU host read it
+        (host_estimate.py; the control plane then opens nothing, and the header was checked
+        against its tensors there). Otherwise a child process costs it (killed after
+        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py); a spec that
+        gives its resources is not costed from files, so it is estimated here, at once."""
         path = spec.source.local_path
         try:
-            stamp = os.stat(path).st_mtime_ns if path else None
+            stamp = inputs.stamp() if inputs is not None else os.stat(path).st_mtime_ns if path else None
         except OSError:
             stamp = None
         key = (spec.model_dump_json(), stamp)
@@ -64,7 +69,9 @@ class EstimateCache:
         override = None
         if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
-        if spec.resources and spec.resources.vram is not None:  # nothing to cost: no child needed
+        if inputs is not None:
+            req = request_from_host(spec, inputs)
+        elif spec.resources and spec.resources.vram is not None:  # nothing to cost: no child needed
             req = estimate_request(spec, override)
         else:
             req = estimate_in_child(spec, override, self.timeout_s, cancel)
@@ -114,7 +121,7 @@ class ControlActivities:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
-                self.deployment_limits]
+                self.deployment_limits] + HostPathActivities(self.engine, self._db).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -152,11 +159,11 @@ class ControlActivities:
         await self._db(records.record_instance, self.engine, rec)
 
     @activity.defn(name=c.ESTIMATE_MODEL)
-    async def estimate_model(self, raw: dict) -> EstimateRecord:
+    async def estimate_model(self, raw: dict, inputs: EstimateInputs | None = None) -> EstimateRecord:
         spec = _spec(raw)
         cancel = threading.Event()  # set when the activity is cancelled: the estimate's process is killed
         try:
-            req = await self._db(self.estimates.get, spec, cancel, cancel=cancel)
+            req = await self._db(self.estimates.get, spec, inputs, cancel, cancel=cancel)
         except HubUnreachable as e:
             raise ApplicationError(str(e), type="HubUnreachable") from None
         except GpuflowError as e:
@@ -165,16 +172,16 @@ class ControlActivities:
         return EstimateRecord(model=spec.name, request=s, summary=summary_text(s))
 
     @activity.defn(name=c.DECIDE_PLACEMENT)
-    async def decide_placement(self, instance: str, raw: dict) -> DecisionRecord:
+    async def decide_placement(self, instance: str, raw: dict, inputs: EstimateInputs | None = None) -> DecisionRecord:
         spec = _spec(raw)
 
         try:
-            return await self._db(self._decide, instance, spec)
+            return await self._db(self._decide, instance, spec, None, inputs)
         except GpuflowError as e:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
 
-    def _decide(self, instance: str, spec: ModelSpec, bind=None) -> DecisionRecord:
-        req = self.estimates.get(spec)
+    def _decide(self, instance: str, spec: ModelSpec, bind=None, inputs: EstimateInputs | None = None) -> DecisionRecord:
+        req = self.estimates.get(spec, inputs)
         bind = bind if bind is not None else self.engine
         with self.metrics.decision_seconds.time():
             gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
@@ -184,12 +191,15 @@ class ControlActivities:
         return decision_record(d, req, len(snap.workers), gens)
 
     @activity.defn(name=c.RESERVE_PLACEMENT)
-    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord) -> ReserveResult:
+    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,
+                                inputs: EstimateInputs | None = None) -> ReserveResult:
         spec = _spec(raw)
+        if isinstance(d, dict):  # called without ``inputs``: the SDK then decodes without type hints
+            d = DecisionRecord.model_validate(d)
         remade: list[DecisionRecord] = []
 
         def redecide(session) -> PlacementPlan | None:
-            fresh = self._decide(instance, spec, session)
+            fresh = self._decide(instance, spec, session, inputs)
             remade.append(fresh)
             return fresh.plan if fresh.scheduled else None
 

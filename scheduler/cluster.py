@@ -41,6 +41,7 @@ class FileState(str, Enum):
     READY = "ready"
     DOWNLOADING = "downloading"
     ERROR = "error"
+    MISSING = "missing"  # its agent looked for a local path and did not find it
 
 
 class Reserved(Strict):

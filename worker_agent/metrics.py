@@ -56,6 +56,8 @@ class AgentMetrics:
                                 "never ready).", ["host", "backend"], registry=r)
         self.exits = Counter("gpuflow_agent_process_exits", "Supervised processes that ended on their own (each "
                              "leads to a restart).", ["host", "backend"], registry=r)
+        self.orphans = Counter("gpuflow_agent_orphans_stopped", "Processes stopped because their instance was gone "
+                               "or placed on another host (why: gone | elsewhere).", ["host", "why"], registry=r)
         r.register(HostCollector(name, discover, table, health))
 
 

@@ -9,6 +9,7 @@ LAUNCH_INSTANCE = "launch_instance"
 SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
 PREPARE_MODEL = "prepare_model"
+READ_MODEL_HEADER = "read_model_header"
 
 
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")

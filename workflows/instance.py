@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
                                      ReserveResult, host_queue)
+    from scheduler.estimate import needs_files
     from scheduler.spec import ModelSpec
     from scheduler.topology_policy import wants_pinning
     from worker_agent import payloads as hp
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import one_input
+    from workflows import model_read
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
@@ -66,6 +68,7 @@ class ModelInstanceWorkflow:
         self._recorded: tuple | None = None
         self.parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
         self.source_key: str | None = None
+        self.reached = False  # the last _run_on_host reached its host (a launch or adoption answered)
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal
@@ -160,12 +163,15 @@ class ModelInstanceWorkflow:
             sts = self.t.host_schedule_to_start_s
             if unreachable_since is not None:
                 sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
+            self.reached = False
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
                 return
             if kind == "invalid":  # the spec's fault: no restart, no re-placement
                 await self._give_up(f"refused by {host}: {why}")
                 return
+            if self.reached:  # the host answered (launched or adopted): an outage after this is a new episode
+                unreachable_since = None
             if kind == "unreachable":
                 if unreachable_since is None:
                     unreachable_since = workflow.now()
@@ -187,11 +193,17 @@ class ModelInstanceWorkflow:
     async def _place(self, spec: ModelSpec) -> bool:
         """Estimate, decide, reserve. True once a placement is held; False when stopping."""
         await self._record("analyzing")
+        inputs = None  # a local path as a GPU host read it (model_read.py): passed to every costing activity
+        if needs_files(spec) and workflow.patched(model_read.PATCH):
+            inputs = await model_read.read_model(self, spec)
+            if inputs is None:
+                return False
+        extra = [inputs] if inputs is not None else []
         tries = 0
         while True:
             h = workflow.start_activity(
-                c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
-                heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord,
+                start_to_close_timeout=c.secs(600), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError", "InvalidSpec"]))
             await workflow.wait_condition(lambda: h.done() or self.stop_requested)
             if not h.done():  # stopped while estimating: the estimate is cancelled (its process killed)
@@ -218,7 +230,7 @@ class ModelInstanceWorkflow:
             self.woken = False
             try:
                 d: DecisionRecord = await workflow.execute_activity(
-                    c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
+                    c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec, *extra], result_type=DecisionRecord,
                     start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     summary=f"decide {self.inp.name}")
             except ActivityError as e:
@@ -235,10 +247,15 @@ class ModelInstanceWorkflow:
                                                   timeout=c.secs(self.t.pending_recheck_s))
                 except asyncio.TimeoutError:
                     pass
+                if inputs is not None and not self.stop_requested:  # a host that joined may hold the path
+                    inputs = await model_read.read_model(self, spec)
+                    if inputs is None:
+                        return False
+                    extra = [inputs]
                 continue
             try:
                 booked: ReserveResult = await workflow.execute_activity(
-                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d], result_type=ReserveResult,
+                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d, *extra], result_type=ReserveResult,
                     start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
                                              non_retryable_error_types=["StaleDecision"]))
@@ -330,7 +347,8 @@ class ModelInstanceWorkflow:
             if t.kind in ("failed", "invalid") and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
-        self.pid, self.port, self.address = res.pid, res.port, res.address
+        self.pid, self.port, self.address, self.reached = res.pid, res.port, res.address, True
+        sts = self.t.host_schedule_to_start_s  # the host answers: supervise with the full patience, not the grace left
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
         why = "adopted the running process" if res.adopted and not started_here else ""
         await self._record("running", "; ".join(x for x in (why, res.binding) if x))

@@ -1,10 +1,14 @@
-"""For a local_path model that pins GPUs, drop workers known not to have the path.
+"""For a local_path model, drop workers known not to have the path.
 
-As GPUStack, the filter runs only when ``gpu_selector.gpu_ids`` is set. GPUStack then asks each
-worker whether the path exists; the snapshot's model_files rows are our answer: a row in error
-says the worker could not find or read the path, so it goes. A READY row proves the path is
-there, and a missing row proves nothing (shared storage may hold the path everywhere, and the
-store records no local-path rows), so both stay.
+Two kinds of evidence, two rules:
+- GPUStack's: when the model pins GPUs (``gpu_selector.gpu_ids``), a worker whose model_files row
+  for the path is in error goes. A READY row proves the path is there; a missing row proves
+  nothing (shared storage may hold the path everywhere), so both stay. Without ``gpu_ids`` the
+  filter keeps everyone, as GPUStack's does.
+- Ours, where GPUStack has none: the control plane asks the agents of the hosts that could run
+  the model to read the path (activities/host_estimate.py) and records each answer, READY or
+  MISSING. A MISSING row goes; and once agents have been asked (some row is MISSING), a worker
+  with no row was not asked yet, so it waits for its answer rather than being chosen blind.
 """
 
 from scheduler.cluster import FileState
@@ -15,10 +19,20 @@ NAME = "local_path"
 
 def run(ctx, workers):
     path = ctx.spec.source.local_path
-    if not path or not ctx.spec.gpu_selector.gpu_ids:
+    if not path:
         return verdict(NAME, workers, {})
-    broken = {f.worker for f in ctx.snapshot.model_files if f.source == path and f.state == FileState.ERROR}
-    removed = {w.name: [f"model path {path!r} is in error on this worker"] for w in workers if w.name in broken}
+    rows = {f.worker: f.state for f in ctx.snapshot.model_files if f.source == path}
+    asked = FileState.MISSING in rows.values()
+    pinned = bool(ctx.spec.gpu_selector.gpu_ids)
+    removed = {}
+    for w in workers:
+        state = rows.get(w.name)
+        if state == FileState.MISSING:
+            removed[w.name] = [f"model path {path!r} is not on this worker (its agent looked)"]
+        elif state == FileState.ERROR and pinned:
+            removed[w.name] = [f"model path {path!r} is in error on this worker"]
+        elif state is None and asked:
+            removed[w.name] = [f"model path {path!r} is not reported on this worker (its agent was not asked yet)"]
     note = None
     if removed:
         names = sorted(removed)
