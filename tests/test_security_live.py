@@ -24,6 +24,8 @@ from worker_agent.processes import pid_alive
 
 SERVER = """import http.server, json, os, sys
 args = sys.argv[1:]
+if args[:1] == ["-c"]:  # the agent asking this Python whether it has sglang (worker_agent/capabilities.py): yes
+    sys.exit(0)
 with open({out!r} + "/" + os.environ["STAND_IN_NAME"] + ".json", "w") as f:
     json.dump({{"argv": args, "env": dict(os.environ)}}, f)
 port = int(args[args.index("--port") + 1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 
 GOOD = spec("x", vram_gib=1).model_dump(mode="json", exclude_none=True)
+ENGINES = ["--llama-cpp-python", sys.executable, "--vllm", "/bin/true"]
 
 
 def _with(**kw) -> dict:
@@ -66,7 +68,9 @@ async def _failure(lv: Live, wtype: str, args: tuple, wid: str, within: float = 
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    lv = await Live(str(tmp_path_factory.mktemp("wedge"))).start({"h1": [24]})
+    # the hosts run llama.cpp (this Python's llama-cpp-python) and "vllm" (a program that is there), so
+    # the backend filter keeps them and the spec faults below are found where they are
+    lv = await Live(str(tmp_path_factory.mktemp("wedge"))).start({"h1": [24]}, agent_args=ENGINES)
     await ops.deploy(lv.client, spec("good", vram_gib=4), FAST)
     await lv.wait(lambda: lv.states("good") == {"good-0": "running"}, 90, "good RUNNING")
     yield lv
@@ -184,7 +188,7 @@ async def test_the_agent_refusing_the_spec_is_error_without_restarts_or_replacem
     lv = stack
     root = tmp_path / "root"
     root.mkdir()
-    lv.add_host("h2", [24], ["--model-root", str(root), "--label", "pool=rooted"])
+    lv.add_host("h2", [24], ["--model-root", str(root), "--label", "pool=rooted", *ENGINES])
     await lv.wait(lambda: any(w.name == "h2" and w.state == "ready" for w in records.workers(lv.engine)), 60, "h2 READY")
     await ops.deploy(lv.client, ModelSpec.model_validate({**GOOD, "name": "outside", "worker_selector": {"pool": "rooted"},
                                                           "source": {"local_path": "/models/outside"}}), FAST)
