@@ -39,3 +39,15 @@ def test_package_imports_only_what_it_may(package):
     wrong = {str(p.relative_to(ROOT)): sorted(imported(p) - MAY[package] - {package})
              for p in sorted((ROOT / package).rglob("*.py"))}
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_image_copies_every_package():
+    # pyproject's packages.find list, e.g. "hubio*": each package must be COPY'd into the image,
+    # or `pip install .` there builds a gpuflow that fails on its first import of it
+    import tomllib
+
+    listed = {p.rstrip("*") for p in tomllib.loads((ROOT / "pyproject.toml").read_text())
+              ["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") and not line.split()[1].endswith((".toml", ".md"))}
+    assert listed - copied == set()
