@@ -7,6 +7,9 @@ COPY scheduler scheduler
 COPY activities activities
 COPY workflows workflows
 COPY worker_agent worker_agent
+COPY hubio hubio
+COPY contracts contracts
+COPY gateway gateway
 COPY gpuflow gpuflow
 RUN pip install --no-cache-dir .
 ENV GPUFLOW_DATA_DIR=/var/lib/gpuflow

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import struct
 
+from hubio.listing import list_repo, where as hub_where
 from scheduler.errors import GpuflowError, InvalidInput, ModelFileError
 from scheduler.gguf.reader import header_extent, shard_paths
 from scheduler.spec import Source
@@ -88,22 +89,12 @@ def header_copy(source: Source, cache_dir: str, endpoint: str | None = None) -> 
     """A local stand-in for a hub source that the estimator can read: the GGUF file (its first
     shard for a split model) or the repository's folder."""
     import huggingface_hub as hf
-    from huggingface_hub import errors
-    from huggingface_hub.hf_api import RepoFile
 
     hub = source.huggingface
     if hub is None:
         raise HubUnavailable(f"{source.key}: estimation from ModelScope needs resources in the spec or a local copy")
-    where = endpoint or "huggingface.co"
-    try:
-        api = hf.HfApi(endpoint=endpoint)
-        commit = api.model_info(hub.repo).sha
-        tree = {f.path: f.size for f in api.list_repo_tree(hub.repo, recursive=True, revision=commit)
-                if isinstance(f, RepoFile)}
-    except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError) as e:
-        raise HubUnavailable(f"{source.key} is not on the hub ({where}): {str(e).splitlines()[0]}") from None
-    except Exception as e:  # noqa: BLE001  unreachable
-        raise HubUnreachable(f"cannot reach the hub ({where}) for {source.key}: {type(e).__name__}: {e}") from None
+    where = hub_where(endpoint)
+    commit, tree = list_repo(hub.repo, endpoint, source.key, HubUnavailable, HubUnreachable)
     folder = os.path.join(cache_dir, "hub-headers", *hub.repo.split("/"), commit)
 
     def url(name: str) -> str:

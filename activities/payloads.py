@@ -8,43 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from scheduler.cluster import GPU, Claim, Subordinate
 from scheduler.limits import MAX_BYTES, MAX_WAIT_S, REPLICAS_CEILING
-
-CONTROL_QUEUE = "gpuflow-control"
-
-
-def host_queue(worker: str) -> str:
-    return f"gpuflow-host-{worker}"
-
-
-class Timings(BaseModel):
-    """Every duration the workflows wait on. Defaults are for production; tests shorten them."""
-
-    host_heartbeat_s: float = Field(10.0, gt=0, description="An agent that misses heartbeats this long is lost. Default 10 s.")
-    host_schedule_to_start_s: float = Field(15.0, gt=0, description="Work queued for a host nobody polls fails after this. Default 15 s.")
-    unreachable_grace_s: float = Field(300.0, ge=0, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
-    restart_base_s: float = Field(10.0, ge=0, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")
-    restart_cap_s: float = Field(300.0, ge=0, description="Restart backoff cap. Default 300 s.")
-    ready_timeout_s: float = Field(600.0, gt=0, description="A launched server must answer within this. Default 600 s.")
-    settle_s: float = Field(3.0, ge=0, description="A command without {port} is up once it has lived this long. Default 3 s.")
-    liveness_s: float = Field(10.0, ge=0, description="A RUNNING server's health is probed this often; 0 disables. Default 10 s.")
-    liveness_failures: int = Field(3, ge=1, description="Missed probes in a row before the server is stopped and restarted. Default 3.")
-    pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: a PENDING instance re-decides at least this often. Default 600 s.")
-    host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
-    reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
-    drain_timeout_s: float = Field(30.0, ge=0, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")
-    orphan_check_s: float = Field(60.0, gt=0, description="An agent stops processes whose instance is gone or placed on another host this often (and at start-up). Default 60 s.")
-    download_attempts: int = Field(5, ge=1, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
-
-    @model_validator(mode="after")
-    def _bounded(self) -> "Timings":
-        """Every figure at most 30 days (counts at most 1000): one past what a timedelta holds
-        would fail the workflow's task, forever."""
-        for k, v in self:
-            if v > (1000 if isinstance(v, int) else MAX_WAIT_S):
-                raise ValueError(f"timings.{k} is {v!r}: more than {'1000' if isinstance(v, int) else '30 days'}")
-        return self
 
 
 class PlacementPlan(BaseModel):
@@ -147,34 +113,6 @@ class DeploymentView(BaseModel):
     spec: dict[str, Any] = {}
     stopping: list[str] = []  # instances asked to stop that have not ended yet (draining, stopping)
     broken: str = ""  # set by `gpuflow delete` when the workflow did not answer and was terminated
-
-
-class HostReport(BaseModel):
-    """What an agent reports about its host."""
-
-    name: str
-    cluster: str = "default"
-    labels: dict[str, str] = {}
-    ram_total: int = Field(ge=0, le=MAX_BYTES)
-    unified_memory: bool = False
-    reserved_ram: int = Field(0, ge=0, le=MAX_BYTES)
-    reserved_vram: int = Field(0, ge=0, le=MAX_BYTES)
-    backends: list[str] | None = None
-    gpus: list[GPU] = []
-    simulated: bool = False
-    agent_version: str = ""
-
-    def fingerprint(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(self.model_dump_json(exclude={"agent_version"}).encode()).hexdigest()[:16]
-
-
-class HostInput(BaseModel):
-    name: str
-    timings: Timings = Timings()
-    report: HostReport | None = None
-    state: str = "not_ready"
 
 
 class HostView(BaseModel):

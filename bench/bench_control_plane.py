@@ -25,7 +25,7 @@ from activities.payloads import Timings  # noqa: E402
 from activities.store import db, records  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
-from gpuflow.devserver import free_port  # noqa: E402
+from gpuflow.ports import free_port  # noqa: E402
 from gpuflow.runtime import connect  # noqa: E402
 from gpuflow.settings import TemporalSettings  # noqa: E402
 from scheduler.spec import ModelSpec  # noqa: E402

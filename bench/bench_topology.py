@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from gpuflow import synthetic  # noqa: E402
+from gpuflow.demo import synthetic  # noqa: E402
 from scheduler.cluster import ClusterSnapshot  # noqa: E402
 from scheduler.decide import decide  # noqa: E402
 from scheduler.estimate import gguf_request  # noqa: E402

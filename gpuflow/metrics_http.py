@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from gpuflow.devserver import free_port
+from gpuflow.ports import free_port
 from scheduler.errors import InvalidInput
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gpuflow import synthetic
+from gpuflow.demo import synthetic
 from scheduler.cluster import GPU, ClusterSnapshot, Instance, Worker
 from scheduler.units import GiB
 from tests.store_fixtures import store  # noqa: F401  (the SQLite/PostgreSQL store fixture)

@@ -14,7 +14,7 @@ import httpx2 as httpx
 
 from activities.payloads import InstanceRecord
 from activities.store import records
-from gpuflow.devserver import free_port, port_open
+from gpuflow.ports import free_port, port_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

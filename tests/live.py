@@ -17,7 +17,7 @@ import yaml
 from activities.payloads import Timings
 from activities.store import db, records
 from gpuflow.dev import Stack
-from gpuflow.devserver import free_port
+from gpuflow.ports import free_port
 from gpuflow.runtime import connect
 from gpuflow.settings import TemporalSettings
 from scheduler.spec import ModelSpec

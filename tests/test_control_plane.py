@@ -14,7 +14,7 @@ import pytest
 
 from activities.store import ledger
 from gpuflow import ops
-from gpuflow.devserver import temporal_binary
+from gpuflow.dev.temporal import temporal_binary
 from tests.live import FAST, Live, cli, spec
 from tests.store_fixtures import PG_URL, pg_schema
 from workflows.common import SA_MODEL, SA_STATE

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpuflow.dev_serving import agent_engine_args, has_llama_cpp_server, parse_gateway_port
+from gpuflow.dev.serving import agent_engine_args, has_llama_cpp_server, parse_gateway_port
 
 
 @pytest.mark.parametrize("given,port", [("8080", 8080), ("0", 0), ("off", 0), ("OFF", 0), ("65535", 65535)])

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from gpuflow.devserver import free_port
+from gpuflow.ports import free_port
 from worker_agent.processes import ProcessTable, pid_alive
 
 

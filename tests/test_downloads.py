@@ -15,7 +15,8 @@ import pytest
 from sqlmodel import Session, select
 
 from activities.store.tables import ModelFileRow
-from gpuflow import ops, render_cluster
+from gpuflow import ops
+from gpuflow.render import cluster as render_cluster
 from scheduler.spec import ModelSpec
 from tests.hub_mirror import COMMIT, HubMirror
 from tests.live import FAST, Live
@@ -150,7 +151,7 @@ async def test_a_hub_gguf_is_estimated_from_its_header_downloaded_and_served(tmp
 async def test_an_unreachable_hub_is_retried_until_it_answers(tmp_path, smollm2):
     """Estimation needs the hub: while it does not answer, the instance is ERROR saying so and
     tries again with backoff; once the mirror is up, the model is placed and started."""
-    from gpuflow.devserver import free_port
+    from gpuflow.ports import free_port
 
     port = free_port()
     (llama,) = stand_ins(tmp_path, "llama-server")

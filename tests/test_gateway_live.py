@@ -14,7 +14,7 @@ import pytest
 
 from activities.store import serving
 from gpuflow import ops
-from gpuflow.devserver import free_port
+from gpuflow.ports import free_port
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live
 

@@ -105,7 +105,7 @@ def test_gpu_layers_equal_to_block_count_is_not_full(llama3):
 
 
 def test_sliding_window_shrinks_kv(tmp_path):
-    from gpuflow.synthetic import write_llama_gguf
+    from gpuflow.demo.synthetic import write_llama_gguf
 
     kw = dict(n_layer=6, n_embd=256, n_ff=512, n_head=4, n_head_kv=2, n_vocab=512, ctx=32768, recipe="F16")
     plain = load_model(read_header(write_llama_gguf(str(tmp_path / "a.gguf"), arch="llama", **kw)))

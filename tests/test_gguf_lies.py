@@ -1,5 +1,5 @@
 """GGUF headers that lie about their tensors are refused, naming the key; none spins the
-estimator. Files written with gguf.GGUFWriter (gpuflow/synthetic.py), the header then edited."""
+estimator. Files written with gguf.GGUFWriter (gpuflow/demo/synthetic.py), the header then edited."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from activities.estimate_process import EstimateCancelled, EstimateTimedOut, alive_children, estimate_in_child
-from gpuflow import synthetic
+from gpuflow.demo import synthetic
 from scheduler.errors import ModelFileError
 from scheduler.estimate import gguf_request
 from scheduler.spec import ModelSpec

@@ -7,7 +7,7 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gpuflow.synthetic import write_llama_gguf
+from gpuflow.demo.synthetic import write_llama_gguf
 from scheduler.errors import ModelFileError
 from scheduler.gguf.model import load_model
 from scheduler.gguf.reader import read_header

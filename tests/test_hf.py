@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpuflow.synthetic import llama_like_hf, write_hf_model
+from gpuflow.demo.synthetic import llama_like_hf, write_hf_model
 from scheduler.errors import ModelFileError
 from scheduler.hf import claims
 from scheduler.hf.config import load_parameters

@@ -9,7 +9,7 @@ import sys
 
 from activities.store import records
 from gpuflow import ops
-from gpuflow.devserver import free_port
+from gpuflow.ports import free_port
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live, spec, write_inventory
 

@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.host_estimate import request_from_host
 from gpuflow import ops
-from gpuflow.devserver import free_port
-from gpuflow.synthetic import llama_like_hf
+from gpuflow.ports import free_port
+from gpuflow.demo.synthetic import llama_like_hf
 from scheduler.estimate import estimate_request
 from scheduler.estimate_inputs import HeaderRequest
 from scheduler.spec import ModelSpec

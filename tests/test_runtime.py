@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpuflow.devserver import free_port
+from gpuflow.ports import free_port
 from gpuflow.runtime import tls_config
 from gpuflow.settings import TemporalSettings
 from scheduler.errors import InvalidInput

@@ -161,7 +161,7 @@ async def test_a_run_command_that_cannot_be_split_is_refused_at_deploy(stack, tm
 
 async def test_a_lying_gguf_header_is_error_with_the_reason_and_delete_returns(stack, tmp_path):
     """block_count 2^32-1 over four layers used to pin a control-plane worker for minutes."""
-    from gpuflow import synthetic
+    from gpuflow.demo import synthetic
     from scheduler.spec import ModelSpec
 
     lv = stack

@@ -18,7 +18,7 @@ from typing import Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.payloads import HostReport
+from contracts.host import HostReport
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source

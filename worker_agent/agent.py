@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
-from activities.payloads import CONTROL_QUEUE, HostInput, Timings, host_queue
+from contracts.host import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
 from worker_agent.capabilities import runnable_backends, with_backends
 from worker_agent.downloads import HubConfig

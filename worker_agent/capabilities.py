@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from activities.payloads import HostReport
+from contracts.host import HostReport
 from worker_agent.engines import EngineConfig
 
 _FIND = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)"

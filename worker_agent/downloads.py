@@ -25,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
+from hubio.listing import hub_errors, list_repo, where as hub_where
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.gguf.reader import shard_paths
 from scheduler.spec import HubFile, Source
@@ -120,38 +121,21 @@ def _safe(pattern: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in pattern)
 
 
-def _hf_errors():
-    from huggingface_hub import errors
-
-    return (errors.RepositoryNotFoundError, errors.EntryNotFoundError, errors.RevisionNotFoundError,
-            errors.GatedRepoError)
-
-
 def _listing(cfg: HubConfig, want: Want) -> tuple[str, list[tuple[str, int]]]:
     """(commit, [(file, size)]) from the hub: the file, every file a glob matches, or the whole
     repository."""
     import huggingface_hub as hf
-    from huggingface_hub.hf_api import RepoFile
 
-    where = cfg.hf_endpoint or "huggingface.co"
+    where = hub_where(cfg.hf_endpoint)
     wanted_file = want.hub_file
-    try:
-        if want.file and not wanted_file.is_glob:
+    if want.file and not wanted_file.is_glob:
+        with hub_errors(want.what, cfg.hf_endpoint, NotOnHub, DownloadFailed):
             meta = hf.get_hf_file_metadata(hf.hf_hub_url(want.repo, want.file, endpoint=cfg.hf_endpoint),
                                            endpoint=cfg.hf_endpoint)
-            if not meta.commit_hash or meta.size is None:
-                raise DownloadFailed(f"{where} gave no commit or size for {want.what}")
-            return meta.commit_hash, [(want.file, meta.size)]
-        api = hf.HfApi(endpoint=cfg.hf_endpoint)
-        commit = api.model_info(want.repo).sha
-        sizes = {f.path: f.size for f in api.list_repo_tree(want.repo, recursive=True, revision=commit)
-                 if isinstance(f, RepoFile)}
-    except _hf_errors() as e:
-        raise NotOnHub(f"{want.what} is not on the hub ({where}): {str(e).splitlines()[0]}") from None
-    except GpuflowError:
-        raise
-    except Exception as e:  # noqa: BLE001  connection refused, DNS, timeouts: retried
-        raise DownloadFailed(f"cannot reach the hub ({where}) for {want.what}: {type(e).__name__}: {e}") from None
+        if not meta.commit_hash or meta.size is None:
+            raise DownloadFailed(f"{where} gave no commit or size for {want.what}")
+        return meta.commit_hash, [(want.file, meta.size)]
+    commit, sizes = list_repo(want.repo, cfg.hf_endpoint, want.what, NotOnHub, DownloadFailed)
     names = wanted_file.pick(list(sizes))
     if not names:
         raise NotOnHub(f"{want.what}: no file of {want.repo} on {where} matches" if want.file

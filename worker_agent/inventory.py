@@ -10,7 +10,7 @@ from typing import Callable
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from activities.payloads import HostReport
+from contracts.host import HostReport
 from scheduler.cluster import GPU, Bytes
 from scheduler.errors import InvalidInput
 from worker_agent import nvml_topology

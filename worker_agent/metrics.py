@@ -8,7 +8,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 
-from activities.payloads import HostReport
+from contracts.host import HostReport
 from worker_agent.processes import ProcessTable
 
 

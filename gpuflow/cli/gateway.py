@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuflow.cli_cluster import temporal_flags
+from gpuflow.cli.cluster import temporal_flags
 from gpuflow.settings import Settings
 
 

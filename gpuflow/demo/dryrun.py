@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 
-from gpuflow import files, render, synthetic
+from gpuflow import files
+from gpuflow.demo import synthetic
+from gpuflow.render import dryrun as render
 from scheduler.summary import request_summary, summary_text
 from gpuflow.settings import Settings
 from scheduler import scale_down
@@ -15,7 +17,7 @@ from scheduler.estimate import estimate_request
 
 
 def _examples() -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 def prepare(data_dir: str) -> dict[str, str]:

@@ -12,7 +12,8 @@ import json
 import os
 import sys
 
-from gpuflow import files, render
+from gpuflow import files
+from gpuflow.render import dryrun as render
 from gpuflow.settings import Settings
 from scheduler import scale_down
 from scheduler.decide import decide
@@ -55,7 +56,7 @@ def _csv(v: str | None, cast):
 
 
 def cmd_estimate(a) -> int:
-    from gpuflow.estimate_json import gguf_json, hf_json
+    from gpuflow.render.estimate_json import gguf_json, hf_json
 
     path = a.model
     if os.path.isdir(path):
@@ -74,7 +75,7 @@ def cmd_estimate(a) -> int:
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        from gpuflow.estimate_json import table
+        from gpuflow.render.estimate_json import table
 
         print(table(out))
     return EXIT_OK
@@ -93,7 +94,7 @@ def cmd_rank(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    from gpuflow.demo import run_demo
+    from gpuflow.demo.dryrun import run_demo
 
     return run_demo(a.data_dir)
 
@@ -141,7 +142,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
     d.set_defaults(fn=cmd_demo)
 
-    from gpuflow import cli_cluster, cli_gateway, dev
+    from gpuflow import dev
+    from gpuflow.cli import cluster as cli_cluster, gateway as cli_gateway
 
     cli_cluster.add_commands(sub)
     dev.add_command(sub)

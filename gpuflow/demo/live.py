@@ -1,7 +1,7 @@
 """``gpuflow dev --demo``: three simulated hosts, three deployments placed and started (real
 processes: python3's http.server stands in for an inference server), one scaled down, and the
 result printed with where to look in the Temporal UI. Where this Python has llama-cpp-python, a
-real model too (gpuflow/demo_llm.py): SmolLM2 on this machine's CPU, asked through the gateway."""
+real model too (gpuflow/demo/llm.py): SmolLM2 on this machine's CPU, asked through the gateway."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import time
 
 import yaml
 
-from gpuflow import demo_llm, ops, render_cluster
+from gpuflow import ops
+from gpuflow.demo import llm as demo_llm
+from gpuflow.render import cluster as render_cluster
 from activities.store.serving import REPORT_S
 from gpuflow.serving_view import add_serving, open_store
 from gpuflow.runtime import connect

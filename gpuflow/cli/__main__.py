@@ -1,0 +1,5 @@
+import sys
+
+from gpuflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""The layering in README's Layout table, checked on the source: each package's modules import only
+the packages of ours it may (third-party imports are not ours and not checked). The agent's
+import of activities/payloads.py, and the hub listing written twice for want of a shared home,
+are what hubio/ and contracts/ replaced."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OURS = {"scheduler", "contracts", "hubio", "activities", "workflows", "worker_agent", "gateway", "gpuflow"}
+
+# package: the packages of ours it may import besides itself (README, "Layout")
+MAY = {
+    "scheduler": set(),
+    "contracts": {"scheduler"},
+    "hubio": {"scheduler"},
+    "activities": {"scheduler", "hubio", "contracts"},
+    "worker_agent": {"scheduler", "hubio", "contracts"},
+}
+
+
+def imported(path: pathlib.Path) -> set[str]:
+    """The top-level packages of ours that ``path`` imports, wherever the import stands."""
+    tops = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            tops.add(node.module.split(".")[0])
+    return tops & OURS
+
+
+@pytest.mark.parametrize("package", sorted(MAY))
+def test_package_imports_only_what_it_may(package):
+    wrong = {str(p.relative_to(ROOT)): sorted(imported(p) - MAY[package] - {package})
+             for p in sorted((ROOT / package).rglob("*.py"))}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_image_copies_every_package():
+    # pyproject's packages.find list, e.g. "hubio*": each package must be COPY'd into the image,
+    # or `pip install .` there builds a gpuflow that fails on its first import of it
+    import tomllib
+
+    listed = {p.rstrip("*") for p in tomllib.loads((ROOT / "pyproject.toml").read_text())
+              ["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") and not line.split()[1].endswith((".toml", ".md"))}
+    assert listed - copied == set()
