@@ -21,7 +21,8 @@ from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, 
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.store import ledger, records
-from activities.store.snapshot import generations, load_snapshot
+from activities.store.snapshot import load_snapshot
+from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
@@ -96,6 +97,7 @@ class ControlActivities:
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
         self.estimates = EstimateCache(hub_cache, hf_endpoint)
+        self.snapshots = SnapshotCache()  # refreshed incrementally by each decision
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
@@ -156,8 +158,7 @@ class ControlActivities:
         req = self.estimates.get(spec)
         bind = bind if bind is not None else self.engine
         with self.metrics.decision_seconds.time():
-            gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
-            snap = load_snapshot(bind)
+            snap, gens = self.snapshots.refresh(bind)  # gens read first: a change meanwhile reads as stale
             d = decide(snap, spec, req, self.policy, exclude=instance)
         self.metrics.decisions.labels("scheduled" if d.scheduled else "unschedulable").inc()
         return decision_record(d, req, len(snap.workers), gens)
