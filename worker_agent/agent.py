@@ -74,10 +74,10 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
                     serve_metrics: Callable | None = None, address: str = "127.0.0.1",
-                    hub: HubConfig | None = None) -> None:
+                    hub: HubConfig | None = None, table: ProcessTable | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
-    table = ProcessTable(os.path.join(data_dir, "agent", name))
+    table = table or ProcessTable(os.path.join(data_dir, "agent", name))  # gpuflow simulate passes its own
     probe = partial(discover, name, inventory_file, labels, owner=table.owner)
     report = probe()  # a bad inventory file fails here, before anything is registered
     metrics = None
