@@ -21,7 +21,6 @@ from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, 
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.store import ledger, records
-from activities.store.snapshot import load_snapshot
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.decide import decide
@@ -203,7 +202,8 @@ class ControlActivities:
     @activity.defn(name=c.RANK_SCALE_DOWN)
     async def rank_scale_down(self, model: str, strategy: str, live: list[str]) -> ScaleDownOrder:
         def run() -> ScaleDownOrder:
-            ranked = scale_down.rank(load_snapshot(self.engine), model, PlacementStrategy(strategy), self.policy)
+            snap = self.snapshots.refresh(self.engine)[0]
+            ranked = scale_down.rank(snap, model, PlacementStrategy(strategy), self.policy)
             order = [r.instance.name for r in ranked if r.instance.name in live]
             missing = [n for n in live if n not in order]  # not in the store yet: nothing placed, remove first
             return ScaleDownOrder(order=missing + order, ranking=[r.to_dict() for r in ranked if r.instance.name in live])

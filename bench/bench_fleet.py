@@ -107,9 +107,11 @@ async def main(a) -> None:
         server = stack.start_server()
         inv = os.path.join(tmp, "host.yaml")
         with open(inv, "w") as f:
-            f.write("ram_total: 1024 GiB\ngpus:\n" + "".join(f"  - {{index: {i}, vram_total: 80 GiB}}\n" for i in range(8)))
-        sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", str(a.hosts), "--inventory", inv,
-                                "--address", stack.temporal.address, "--data-dir", os.path.join(tmp, "sim"),
+            f.write("ram_total: 1024 GiB\ngpus:\n"
+                    + "".join(f"  - {{index: {i}, vram_total: 80 GiB}}\n" for i in range(8)))
+        sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", str(a.hosts),
+                                "--inventory", inv, "--address", stack.temporal.address,
+                                "--data-dir", os.path.join(tmp, "sim"),
                                 "--start-delay", "0.5"], env={**os.environ, **ENV},
                                stdout=open(os.path.join(tmp, "sim.log"), "w"), stderr=subprocess.STDOUT)
         client = await connect(TemporalSettings(address=stack.temporal.address), wait_s=30)

@@ -46,8 +46,8 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         assert all(answers(i.port) and answers(i.port, "/v1/models") for i in rows)  # real sockets answer health
 
         victim = rows[0]
-        r = subprocess.run([sys.executable, "-m", "gpuflow", "simulate", "--kill", victim.worker, "--data-dir", data_dir],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run([sys.executable, "-m", "gpuflow", "simulate", "--kill", victim.worker,
+                            "--data-dir", data_dir], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert not answers(victim.port)  # its servers went with it
 

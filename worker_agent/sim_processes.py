@@ -28,7 +28,8 @@ class _Server:
 
 
 class SimulatedProcessTable(ProcessTable):
-    def __init__(self, data_dir: str, start_delay: float = 0.5, fail_rate: float = 0.0, rng: random.Random | None = None):
+    def __init__(self, data_dir: str, start_delay: float = 0.5, fail_rate: float = 0.0,
+                 rng: random.Random | None = None):
         super().__init__(data_dir)
         self.start_delay, self.fail_rate = start_delay, fail_rate
         self.rng = rng or random.Random()
@@ -58,7 +59,8 @@ class SimulatedProcessTable(ProcessTable):
             return
         if srv.rec.port is not None:
             try:
-                srv.listener = await asyncio.start_server(lambda r, w: _answer(srv.rec, r, w), "127.0.0.1", srv.rec.port)
+                srv.listener = await asyncio.start_server(lambda r, w: _answer(srv.rec, r, w), "127.0.0.1",
+                                                          srv.rec.port)
             except OSError as e:
                 self._log(srv.rec.instance, f"simulated: cannot listen on {srv.rec.port}: {e.strerror}")
                 srv.returncode = 98
@@ -132,7 +134,8 @@ async def _answer(rec: Record, r: asyncio.StreamReader, w: asyncio.StreamWriter)
             kind = "text/plain; version=0.0.4"
             body = f"simulated_server_up 1\nsimulated_server_started_seconds {rec.started_at:.0f}\n".encode()
         elif path == "/":
-            body = json.dumps({"simulated": True, "instance": rec.instance, "uptime_s": time.time() - rec.started_at}).encode()
+            up = time.time() - rec.started_at
+            body = json.dumps({"simulated": True, "instance": rec.instance, "uptime_s": up}).encode()
         else:
             status, body = 404, b'{"error": "simulated server: not found"}'
         w.write(f"HTTP/1.0 {status} {'OK' if status == 200 else 'Not Found'}\r\nContent-Type: {kind}\r\n"
