@@ -107,6 +107,17 @@ class SimHost:
         self.stop.set()  # the worker stops polling; its shutdown then waits on the hung activities
 
 
+def _raise_file_limit() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def fleet_file(data_dir: str) -> str:
     return os.path.join(data_dir, "simulate", "fleet.json")
 
@@ -131,6 +142,7 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
     from worker_agent.inventory import discover
 
     check_args(hosts, prefix, start_delay, fail_rate)
+    _raise_file_limit()  # every simulated server is a listening socket of this process
     discover(f"{prefix}-0", inventory)  # a bad inventory file fails here, before any host starts
     rng = random.Random(seed)
     fleet = {f"{prefix}-{i}": SimHost(f"{prefix}-{i}", data_dir, start_delay, fail_rate, rng) for i in range(hosts)}

@@ -44,6 +44,8 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         await lv.wait(lambda: list(lv.states("sd").values()) == ["running"] * 6, 120, "6 RUNNING")
         rows = lv.instances("sd")
         assert all(answers(i.port) and answers(i.port, "/v1/models") for i in rows)  # real sockets answer health
+        log = cli(lv, "logs", rows[0].name)
+        assert log.returncode == 0 and "simulated: ready" in log.stdout, log.stderr  # read on its host, as usual
 
         victim = rows[0]
         r = subprocess.run([sys.executable, "-m", "gpuflow", "simulate", "--kill", victim.worker,
