@@ -8,7 +8,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo dry-run test bench bench-control-plane
+.PHONY: demo dry-run test bench bench-control-plane bench-fleet
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -25,3 +25,7 @@ bench: $(VENV)/.installed
 
 bench-control-plane: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_control_plane.py
+
+bench-fleet: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_schedule_cli.py
+	$(VENV)/bin/python bench/bench_fleet.py
