@@ -18,14 +18,19 @@ from temporalio.service import RPCError
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.estimate_process import estimate_in_child
+from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
-from activities.store import ledger, records
+from activities.drain import wait_drained
+from activities.store import ledger, records, serving
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
+from scheduler.limits import Limits
+from scheduler.estimate_inputs import EstimateInputs
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
@@ -38,15 +43,22 @@ TOP_CANDIDATES = 10
 class EstimateCache:
     """Requests by spec and file mtime: a model is costed once, not once per decision."""
 
-    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None) -> None:
+    def __init__(self, hub_cache: str | None = None, hf_endpoint: str | None = None,
+                 timeout_s: float = Limits().estimate_timeout_s) -> None:
         self._d: dict[tuple, Request] = {}
         self._lock = threading.Lock()
-        self.hub_cache, self.hf_endpoint = hub_cache, hf_endpoint
+        self.hub_cache, self.hf_endpoint, self.timeout_s = hub_cache, hf_endpoint, timeout_s
 
-    def get(self, spec: ModelSpec) -> Request:
+    def get(self, spec: ModelSpec, inputs: EstimateInputs | None = None,
+            cancel: threading.Event | None = None) -> Request:
+        """The request, from the cache or costed now. ``inputs``: a local path as a GPU host read it
+        (host_estimate.py; the control plane then opens nothing, and the header was checked
+        against its tensors there). Otherwise a child process costs it (killed after
+        ``timeout_s`` or once ``cancel`` is set: see activities/estimate_process.py); a spec that
+        gives its resources is not costed from files, so it is estimated here, at once."""
         path = spec.source.local_path
         try:
-            stamp = os.stat(path).st_mtime_ns if path else None
+            stamp = inputs.stamp() if inputs is not None else os.stat(path).st_mtime_ns if path else None
         except OSError:
             stamp = None
         key = (spec.model_dump_json(), stamp)
@@ -57,7 +69,12 @@ class EstimateCache:
         override = None
         if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
-        req = estimate_request(spec, override)
+        if inputs is not None:
+            req = request_from_host(spec, inputs)
+        elif spec.resources and spec.resources.vram is not None:  # nothing to cost: no child needed
+            req = estimate_request(spec, override)
+        else:
+            req = estimate_in_child(spec, override, self.timeout_s, cancel)
         with self._lock:
             if len(self._d) > 256:
                 self._d.clear()
@@ -82,7 +99,8 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
         p = d.placement
         plan = PlacementPlan(worker=p.worker, gpu_indexes=list(p.gpu_indexes),
                              claim=p.claim.model_dump(exclude_none=True),
-                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates])
+                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates],
+                             cpus=p.cpus, numa_nodes=p.numa_nodes)
     return DecisionRecord(scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score,
                           reasons=list(d.reasons), request=request_summary(req), decision=full, workers_seen=workers,
                           generations=gens)
@@ -90,25 +108,34 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
 
 class ControlActivities:
     def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
-                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None):
+                 metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None,
+                 limits: Limits | None = None):
         self.engine, self.client = engine, client
+        self.limits = limits or Limits()
         self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
-        self.estimates = EstimateCache(hub_cache, hf_endpoint)
+        self.estimates = EstimateCache(hub_cache, hf_endpoint, self.limits.estimate_timeout_s)
         self.snapshots = SnapshotCache()  # refreshed incrementally by each decision
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
-                self.closed_workflows, self.host_seen, self.host_lost]
+                self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
+                self.deployment_limits] + HostPathActivities(self.engine, self._db).all()
 
-    async def _db(self, fn, *args):
+    async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
-        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close."""
+        worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close.
+        A cancelled activity sets ``cancel``, for work that can stop (an estimate)."""
         fut = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
         while True:
-            done, _ = await asyncio.wait({fut}, timeout=1.0)
+            try:
+                done, _ = await asyncio.wait({fut}, timeout=1.0)
+            except asyncio.CancelledError:
+                if cancel is not None:
+                    cancel.set()
+                raise
             if done:
                 return fut.result()
             activity.heartbeat()
@@ -133,10 +160,11 @@ class ControlActivities:
         await self._db(records.record_instance, self.engine, rec)
 
     @activity.defn(name=c.ESTIMATE_MODEL)
-    async def estimate_model(self, raw: dict) -> EstimateRecord:
+    async def estimate_model(self, raw: dict, inputs: EstimateInputs | None = None) -> EstimateRecord:
         spec = _spec(raw)
+        cancel = threading.Event()  # set when the activity is cancelled: the estimate's process is killed
         try:
-            req = await self._db(self.estimates.get, spec)
+            req = await self._db(self.estimates.get, spec, inputs, cancel, cancel=cancel)
         except HubUnreachable as e:
             raise ApplicationError(str(e), type="HubUnreachable") from None
         except GpuflowError as e:
@@ -145,16 +173,16 @@ class ControlActivities:
         return EstimateRecord(model=spec.name, request=s, summary=summary_text(s))
 
     @activity.defn(name=c.DECIDE_PLACEMENT)
-    async def decide_placement(self, instance: str, raw: dict) -> DecisionRecord:
+    async def decide_placement(self, instance: str, raw: dict, inputs: EstimateInputs | None = None) -> DecisionRecord:
         spec = _spec(raw)
 
         try:
-            return await self._db(self._decide, instance, spec)
+            return await self._db(self._decide, instance, spec, None, inputs)
         except GpuflowError as e:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
 
-    def _decide(self, instance: str, spec: ModelSpec, bind=None) -> DecisionRecord:
-        req = self.estimates.get(spec)
+    def _decide(self, instance: str, spec: ModelSpec, bind=None, inputs: EstimateInputs | None = None) -> DecisionRecord:
+        req = self.estimates.get(spec, inputs)
         bind = bind if bind is not None else self.engine
         with self.metrics.decision_seconds.time():
             snap, gens = self.snapshots.refresh(bind)  # gens read first: a change meanwhile reads as stale
@@ -163,12 +191,15 @@ class ControlActivities:
         return decision_record(d, req, len(snap.workers), gens)
 
     @activity.defn(name=c.RESERVE_PLACEMENT)
-    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord) -> ReserveResult:
+    async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,
+                                inputs: EstimateInputs | None = None) -> ReserveResult:
         spec = _spec(raw)
+        if isinstance(d, dict):  # called without ``inputs``: the SDK then decodes without type hints
+            d = DecisionRecord.model_validate(d)
         remade: list[DecisionRecord] = []
 
         def redecide(session) -> PlacementPlan | None:
-            fresh = self._decide(instance, spec, session)
+            fresh = self._decide(instance, spec, session, inputs)
             remade.append(fresh)
             return fresh.plan if fresh.scheduled else None
 
@@ -177,6 +208,8 @@ class ControlActivities:
         except ledger.StaleDecision as e:
             self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        except GpuflowError as e:  # a re-decision that found the model itself wrong
+            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
         if remade:
             self.metrics.conflicts.labels("remade").inc()
         return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
@@ -240,6 +273,24 @@ class ControlActivities:
         if await self._db(records.upsert_worker, self.engine, report, "ready"):
             await self.wake_pending()
 
+    @activity.defn(name=c.DEPLOYMENT_LIMITS)
+    async def deployment_limits(self) -> Limits:
+        """The operator's limits (this server's settings), for a deployment to check against."""
+        return self.limits
+
     @activity.defn(name=c.HOST_LOST)
     async def host_lost(self, name: str, reason: str) -> None:
         await self._db(records.set_worker_state, self.engine, name, "not_ready", reason)
+
+    @activity.defn(name=c.DRAIN_INSTANCE)
+    async def drain_instance(self, instance: str, timeout_s: float) -> int:
+        """Wait until the live gateways have no request in flight on ``instance`` (already out of
+        the routing table), at most ``timeout_s``; returns the requests left (activities/drain.py)."""
+        def ask(fn, *args):
+            return asyncio.get_running_loop().run_in_executor(self.pool, fn, self.engine, *args)
+
+        async def gateways() -> int:
+            return len(await ask(serving.live_gateways))
+
+        return await wait_drained(lambda: ask(serving.in_flight, instance), gateways,
+                                  lambda n: activity.heartbeat({"in_flight": n}), timeout_s)

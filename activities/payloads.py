@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from scheduler.cluster import GPU, Claim, Subordinate
+from scheduler.limits import MAX_BYTES, MAX_WAIT_S, REPLICAS_CEILING
 
 CONTROL_QUEUE = "gpuflow-control"
 
@@ -32,7 +33,18 @@ class Timings(BaseModel):
     pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: a PENDING instance re-decides at least this often. Default 600 s.")
     host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
     reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
+    drain_timeout_s: float = Field(30.0, ge=0, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")
+    orphan_check_s: float = Field(60.0, gt=0, description="An agent stops processes whose instance is gone or placed on another host this often (and at start-up). Default 60 s.")
     download_attempts: int = Field(5, ge=1, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "Timings":
+        """Every figure at most 30 days (counts at most 1000): one past what a timedelta holds
+        would fail the workflow's task, forever."""
+        for k, v in self:
+            if v > (1000 if isinstance(v, int) else MAX_WAIT_S):
+                raise ValueError(f"timings.{k} is {v!r}: more than {'1000' if isinstance(v, int) else '30 days'}")
+        return self
 
 
 class PlacementPlan(BaseModel):
@@ -40,6 +52,8 @@ class PlacementPlan(BaseModel):
     gpu_indexes: list[int] = []
     claim: Claim = Claim()
     subordinates: list[Subordinate] = []
+    cpus: str | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
+    numa_nodes: list[int] | None = None
 
 
 class DecisionRecord(BaseModel):
@@ -108,7 +122,7 @@ class InstanceInput(BaseModel):
     deployment: str
     spec: dict[str, Any]
     timings: Timings = Timings()
-    restarts: int = 0
+    restarts: int = Field(0, ge=0, le=2**53)
     placement: PlacementPlan | None = None  # carried across continue-as-new
     decision: DecisionRecord | None = None  # likewise: the decision that placed it, for explain
 
@@ -118,10 +132,10 @@ class DeploymentInput(BaseModel):
     the workflow, and a bad one fails the workflow with the validation message."""
 
     spec: dict[str, Any]
-    replicas: int | None = None  # overrides spec.replicas when given
+    replicas: int | None = Field(None, ge=0, le=REPLICAS_CEILING)  # overrides spec.replicas when given
     timings: Timings | None = None
-    instances: list[str] = []
-    next_index: int = 0
+    instances: list[str] = Field([], max_length=2 * REPLICAS_CEILING)
+    next_index: int = Field(0, ge=0, le=2**53)
     deleting: bool = False
 
 
@@ -131,6 +145,8 @@ class DeploymentView(BaseModel):
     instances: list[str]
     deleting: bool = False
     spec: dict[str, Any] = {}
+    stopping: list[str] = []  # instances asked to stop that have not ended yet (draining, stopping)
+    broken: str = ""  # set by `gpuflow delete` when the workflow did not answer and was terminated
 
 
 class HostReport(BaseModel):
@@ -139,10 +155,10 @@ class HostReport(BaseModel):
     name: str
     cluster: str = "default"
     labels: dict[str, str] = {}
-    ram_total: int
+    ram_total: int = Field(ge=0, le=MAX_BYTES)
     unified_memory: bool = False
-    reserved_ram: int = 0
-    reserved_vram: int = 0
+    reserved_ram: int = Field(0, ge=0, le=MAX_BYTES)
+    reserved_vram: int = Field(0, ge=0, le=MAX_BYTES)
     backends: list[str] | None = None
     gpus: list[GPU] = []
     simulated: bool = False
@@ -166,6 +182,7 @@ class HostView(BaseModel):
     state: str
     report: HostReport | None = None
     since: str = ""
+    reason: str = ""  # why it is "broken": its workflow does not answer (gpuflow hosts)
 
 
 class ClosedInstance(BaseModel):

@@ -81,6 +81,48 @@ def policy_table() -> None:
             tracemalloc.stop()
             assert d.scheduled
             print(f"{n:>8} {name:>7} {len(d.candidates):>10} {statistics.median(times):>10.1f} {peak / 2**20:>9.1f}")
+    searches(gguf_path)
+
+
+def tight(n: int, free_gib: float, gpus: int = 8) -> ClusterSnapshot:
+    """n workers whose 8 GPUs are claimed down to ``free_gib`` each: Llama-3-8B (7.3 GiB) fits no GPU."""
+    workers, instances = [], []
+    for w in range(n):
+        workers.append({"name": f"w{w}", "ram_total": 512 * GiB,
+                        "gpus": [{"index": i, "vram_total": 24 * GiB} for i in range(gpus)]})
+        instances.append({"name": f"i{w}", "model": "other", "worker": f"w{w}", "gpu_indexes": list(range(gpus)),
+                          "claim": {"vram": {i: int((24 - free_gib) * GiB) for i in range(gpus)}}})
+    return ClusterSnapshot.model_validate({"workers": workers, "instances": instances})
+
+
+def rpc_pool(sizes: list[float], main: float, cpu: bool) -> tuple[ClusterSnapshot, bool]:
+    ws = [{"name": "main", "ram_total": 64 * GiB, "gpus": [{"index": 0, "vram_total": int(main * GiB)}]}]
+    ws += [{"name": f"p{i}", "ram_total": 64 * GiB, "gpus": [{"index": 0, "vram_total": int(s * GiB)}]}
+           for i, s in enumerate(sizes)]
+    return ClusterSnapshot.model_validate({"workers": ws}), cpu
+
+
+def searches(gguf_path: str) -> None:
+    """The GGUF searches that enumerate: partial offload over several GPUs of each worker, and
+    llama.cpp over RPC (every combination of up to 8 of at most 16 RPC-capable GPUs)."""
+    print(f"\n{'case':>44} {'strategy':>16} {'candidates':>10} {'estimates':>9} {'ms':>8}")
+    cases = [(f"{n} workers, 8 GPUs with 2 GiB free each", tight(n, 2), dict(cpu_offloading=True))
+             for n in (10, 100, 1000)]
+    for label, sizes, main, cpu in [
+            ("RPC: 16 unequal GPUs, full offload at k=3", [1.3 + 0.1 * i for i in range(16)], 3.2, False),
+            ("RPC: 16 equal 1.3 GiB GPUs, nothing fits", [1.3] * 16, 1.35, False),
+            ("RPC: 16 equal 1.3 GiB GPUs, CPU offloading", [1.3] * 16, 1.35, True),
+            ("RPC: 16 unequal ~1.3 GiB GPUs, CPU offl.", [1.26 + 0.01 * i for i in range(16)], 1.42, True)]:
+        snap, cpu = rpc_pool(sizes, main, cpu)
+        cases.append((label, snap, dict(cpu_offloading=cpu, distributed_inference_across_workers=True)))
+    for label, snap, kw in cases:
+        req = gguf_request(gguf_path, [])
+        spec = ModelSpec(name="g", source={"local_path": gguf_path}, backend="llama.cpp", **kw)
+        t = time.perf_counter()
+        d = decide(snap, spec, req)
+        ms = (time.perf_counter() - t) * 1000
+        runs = sum(1 for k in req._runs if not (isinstance(k[0], str)))
+        print(f"{label:>44} {d.strategy or '-':>16} {len(d.candidates):>10} {runs:>9} {ms:>8.0f}")
 
 
 if __name__ == "__main__":

@@ -142,10 +142,11 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_demo)
 
     if not local_only:
-        from gpuflow import cli_cluster, dev, simulate
+        from gpuflow import cli_cluster, cli_gateway, dev, simulate
 
         cli_cluster.add_commands(sub)
         dev.add_command(sub)
+        cli_gateway.add_commands(sub)
         simulate.add_command(sub)
     return p
 

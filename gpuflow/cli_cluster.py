@@ -28,6 +28,9 @@ def settings_from(a) -> Settings:
         upd["database_url"] = a.database_url
     if getattr(a, "hf_endpoint", None):
         upd["hf_endpoint"] = a.hf_endpoint
+    from scheduler.spec_env import allow_more
+
+    allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
     return s.model_copy(update=upd)
 
 
@@ -62,6 +65,10 @@ def cmd_agent(a) -> int:
     if bad:
         raise InvalidInput(f"--label takes KEY=VALUE, got {bad[0]!r}")
     labels = dict(kv.split("=", 1) for kv in a.label or [])
+    from scheduler.spec_env import allow_pattern_problem
+
+    for why in filter(None, map(allow_pattern_problem, a.allow_env or [])):
+        raise InvalidInput(why)
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
@@ -76,7 +83,8 @@ def cmd_agent(a) -> int:
             print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
-                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()))
+                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()),
+                               allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code)
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
@@ -92,7 +100,7 @@ def cmd_deploy(a) -> int:
 
     async def go():
         client = await connect(s.temporal)
-        view = await ops.deploy(client, spec, s.timings, a.replicas)
+        view = await ops.deploy(client, spec, s.timings, a.replicas, s.limits)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted; workflow deployment/{view.name}")
 
     return _run(go())
@@ -102,7 +110,7 @@ def cmd_scale(a) -> int:
     s = settings_from(a)
 
     async def go():
-        view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
+        view = await ops.scale(await connect(s.temporal), a.name, a.replicas, s.limits)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
 
     return _run(go())
@@ -113,6 +121,10 @@ def cmd_delete(a) -> int:
 
     async def go():
         view = await ops.delete(await connect(s.temporal), a.name, wait=a.wait)
+        if view.broken:
+            print(f"deployment {view.name}: was broken ({view.broken}); its workflow was terminated and "
+                  f"{len(view.instances)} instance(s) told to stop")
+            return
         print(f"deployment {view.name}: " + ("deleted" if a.wait else "deleting"))
 
     return _run(go())
@@ -122,7 +134,10 @@ def cmd_status(a) -> int:
     s = settings_from(a)
 
     async def go():
-        st = await ops.status(await connect(s.temporal), a.name)
+        from gpuflow.serving_view import add_serving, open_store
+
+        store = open_store(s, bool(a.database_url or a.data_dir))
+        st = add_serving(await ops.status(await connect(s.temporal), a.name), store)
         print(json.dumps(st, indent=2) if a.json else render_cluster.status(st))
 
     return _run(go())
@@ -218,6 +233,12 @@ def add_commands(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--allow-custom", action="store_true",
                    help="run custom backends' run_command (off by default: it runs any program)")
+    p.add_argument("--allow-env", action="append", metavar="PATTERN",
+                   help="also let specs set these env variables (a name, or a prefix ending in '*'; repeatable); "
+                        "gpuflow's own variables stay off limits")
+    p.add_argument("--allow-remote-code", action="store_true",
+                   help="let specs pass --trust-remote-code and other flags that run code from the model's files "
+                        "(off by default)")
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
@@ -259,6 +280,8 @@ def add_commands(sub) -> None:
     temporal_flags(p)
     p.add_argument("name", nargs="?")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", help="where the store's SQLite file is, for in-flight counts and gateways")
+    p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_status, temporal=True)
 
     p = sub.add_parser("explain", help="the recorded placement decision of an instance")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+from gpuflow.dev_serving import add_engine_flags, agent_engine_args, parse_gateway_port
 from gpuflow.devserver import DevServer, free_port, port_open
 from gpuflow.settings import default_data_dir
 from worker_agent.processes import ProcessTable
@@ -29,7 +30,9 @@ class Stack:
                     "GPUFLOW_TEMPORAL__NAMESPACE": "default", "GPUFLOW_DATA_DIR": self.data_dir, **(env or {})}
         if database_url:
             self.env["GPUFLOW_DATABASE_URL"] = database_url
+        self.database_url = database_url or f"sqlite:///{os.path.join(self.data_dir, 'gpuflow.db')}"
         self.servers: list[subprocess.Popen] = []
+        self.gateways: dict[str, subprocess.Popen] = {}  # base URL -> its process
         self.agents: dict[str, subprocess.Popen] = {}
         self.metrics: dict[str, str] = {}  # process -> its Prometheus endpoint
         self.metrics_defaults = metrics_defaults  # first server on 9400, first agent on 9401, when free
@@ -58,9 +61,10 @@ class Stack:
         return p
 
     def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None,
-                    extra: list[str] | None = None) -> subprocess.Popen:
+                    extra: list[str] | None = None, allow_custom: bool = True) -> subprocess.Popen:
         # the dev stack's agents serve its owner's own commands: custom run commands are on
-        args = ["agent", "--name", name, "--allow-custom"] + (["--inventory", inventory] if inventory else [])
+        args = ["agent", "--name", name] + (["--allow-custom"] if allow_custom else []) + \
+            (["--inventory", inventory] if inventory else [])
         addr = self._metrics_port(9401)
         args += ["--metrics-address", addr] + (extra or [])
         self.metrics[f"agent {name}"] = addr
@@ -69,6 +73,24 @@ class Stack:
         p = self._spawn(f"agent-{name}.log", *args)
         self.agents[name] = p
         return p
+
+    def start_gateway(self, port: int, host: str = "127.0.0.1") -> str:
+        """``gpuflow gateway`` on host:port against this stack's store; its base URL once it listens."""
+        from gpuflow.dev_serving import gateway_argv, wait_listening
+        from scheduler.errors import InvalidInput
+
+        if port_open(host, port):
+            raise InvalidInput(f"port {host}:{port} is already in use; pick another with --gateway-port (0: no gateway)")
+        log = os.path.join(self.log_dir, f"gateway-{len(self.gateways)}.log")
+        with open(log, "ab") as out:
+            p = subprocess.Popen(gateway_argv(f"{host}:{port}", self.database_url, self.temporal.address), env=self.env,
+                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        url = f"http://{host}:{port}/v1"
+        self.gateways[url] = p
+        why = wait_listening(p, host, port, log)
+        if why:
+            raise InvalidInput(why)
+        return url
 
     def instance_processes(self, host: str) -> ProcessTable:
         return ProcessTable(os.path.join(self.data_dir, "agent", host))
@@ -84,10 +106,11 @@ class Stack:
             table.signal_group(r.pid, signal.SIGKILL)
 
     def stop(self) -> None:
-        for p in list(self.agents.values()) + self.servers:
+        for p in list(self.gateways.values()) + list(self.agents.values()) + self.servers:
             _signal(p, signal.SIGTERM)
-        for p in list(self.agents.values()) + self.servers:
+        for p in list(self.gateways.values()) + list(self.agents.values()) + self.servers:
             _wait(p)
+        self.gateways.clear()
         agent_root = os.path.join(self.data_dir, "agent")
         for host in os.listdir(agent_root) if os.path.isdir(agent_root) else []:
             table = self.instance_processes(host)
@@ -150,17 +173,23 @@ def cmd_dev(a) -> int:
         print(f"Temporal dev server: {stack.temporal.address}  (UI {stack.temporal.ui}, data {stack.temporal.db})",
               flush=True)
         stack.start_server()
+        engines = agent_engine_args(a)
+        gateway = _gateway(stack, a.gateway_port)
         if a.demo:
             from gpuflow.live_demo import run_live_demo
 
-            code = run_live_demo(stack)
+            code = run_live_demo(stack, gateway, (a.agent_name, engines))
         else:
             code = 0
-            stack.start_agent(a.agent_name, a.inventory)
+            stack.start_agent(a.agent_name, a.inventory, extra=engines)
+            if "--llama-cpp-python" in engines:
+                print(f"llama.cpp models run through this Python's llama-cpp-python ({sys.executable})", flush=True)
         for proc, addr in stack.metrics.items():
             print(f"Prometheus metrics of {proc}: http://{addr}/metrics", flush=True)
         if code or (a.demo and a.exit_after_demo):
             return code
+        if not a.demo:
+            print(f"status: gpuflow status --address {stack.temporal.address} --data-dir {stack.data_dir}", flush=True)
         print("gpuflow dev is up; Ctrl-C stops every process it started.", flush=True)
         while True:
             time.sleep(3600)
@@ -169,6 +198,22 @@ def cmd_dev(a) -> int:
         return 0
     finally:
         stack.stop()
+
+
+def _gateway(stack: Stack, port: int) -> str | None:
+    """The gateway's base URL, printed; None (said why) when it is off or did not start: the rest
+    of the stack runs without it."""
+    from scheduler.errors import InvalidInput
+
+    if not port:
+        return None
+    try:
+        url = stack.start_gateway(port)
+    except InvalidInput as e:
+        print(f"no gateway: {e}", flush=True)
+        return None
+    print(f"OpenAI-compatible gateway: {url}  (a request's \"model\" is a deployment's name)", flush=True)
+    return url
 
 
 def add_command(sub) -> None:
@@ -183,4 +228,7 @@ def add_command(sub) -> None:
     p.add_argument("--ui-port", type=int, default=8233)
     p.add_argument("--agent-name", default=socket.gethostname())
     p.add_argument("--inventory", help="simulated inventory for the local agent (default: NVML, else CPU only)")
+    p.add_argument("--gateway-port", type=parse_gateway_port, default=8080,
+                   help="the OpenAI-compatible gateway on 127.0.0.1:PORT (default 8080; 0 or off: none)")
+    add_engine_flags(p)
     p.set_defaults(fn=cmd_dev, temporal=True)

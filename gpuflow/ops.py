@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.payloads import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
+from gpuflow import broken
 from scheduler.errors import InvalidInput
+from scheduler.limits import Limits
 from scheduler.spec import ModelSpec
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
@@ -42,8 +44,10 @@ def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
 
 
 async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None,
-                 replicas: int | None = None) -> DeploymentView:
-    """Create the deployment, or update a running one to this spec."""
+                 replicas: int | None = None, limits: Limits | None = None) -> DeploymentView:
+    """Create the deployment, or update a running one to this spec. ``limits``: the operator's,
+    checked here too (the control plane checks its own settings whatever a client sends)."""
+    _check_replicas(limits, spec.replicas if replicas is None else replicas)
     raw = spec.model_dump(mode="json", exclude_none=True)
     wid = f"deployment/{spec.name}"
     handle = await client.start_workflow(
@@ -66,20 +70,39 @@ async def _deployment(client: Client, name: str):
         if e.status == RPCStatusCode.NOT_FOUND:
             raise InvalidInput(f"no deployment named {name!r}") from None
         raise
+    if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
+        try:
+            await handle.result()
+        except WorkflowFailureError as e:
+            why = getattr(e.cause, "message", None) or str(e.cause)
+            raise InvalidInput(f"deployment {name!r} failed: {why[:1000]}") from None
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"deployment {name!r} is {d.status.name.lower() if d.status else 'gone'}")
     return handle
 
 
-async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
+def _check_replicas(limits: Limits | None, replicas: int) -> None:
     if replicas < 0:
         raise InvalidInput(f"replicas must be >= 0, got {replicas}")
+    problem = (limits or Limits()).replicas_problem(replicas)
+    if problem:
+        raise InvalidInput(problem)
+
+
+async def scale(client: Client, name: str, replicas: int, limits: Limits | None = None) -> DeploymentView:
+    _check_replicas(limits, replicas)
     h = await _deployment(client, name)
     return await _update(h, ModelDeploymentWorkflow.scale, replicas)
 
 
 async def delete(client: Client, name: str, wait: bool = False) -> DeploymentView:
     h = await _deployment(client, name)
+    why = await broken.task_failing(h)
+    if why:  # it cannot take the delete update: end it, and stop its instances directly
+        await h.terminate(f"gpuflow delete: the deployment was broken: {why}")
+        stopped = broken.stop_instances_of(client, name)
+        return DeploymentView(name=name, replicas=0, instances=await stopped, deleting=True,
+                              broken=why)
     view = await _update(h, ModelDeploymentWorkflow.delete)
     if wait:
         view = await h.result()
@@ -89,7 +112,7 @@ async def delete(client: Client, name: str, wait: bool = False) -> DeploymentVie
 async def instance(client: Client, name: str) -> InstanceView:
     h = client.get_workflow_handle_for(ModelInstanceWorkflow.run, f"instance/{name}")
     try:
-        return await h.query(ModelInstanceWorkflow.status)
+        return await broken.query(h, ModelInstanceWorkflow.status)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise InvalidInput(f"no instance named {name!r}") from None
@@ -121,17 +144,29 @@ async def status(client: Client, name: str | None = None) -> dict[str, Any]:
     names = [name] if name else [w.split("/", 1)[1] for w in await _running(client, "ModelDeploymentWorkflow")]
     deployments = []
     for n in names:
-        h = await _deployment(client, n)
-        view = await h.query(ModelDeploymentWorkflow.status)
+        try:
+            h = await _deployment(client, n)
+        except InvalidInput:
+            if name:
+                raise
+            continue  # ended since it was listed
+        try:  # one deployment that does not answer is reported broken; the rest are still shown
+            why = await broken.task_failing(h)
+            if why:
+                raise InvalidInput(why)
+            view = await broken.query(h, ModelDeploymentWorkflow.status)
+        except Exception as e:  # noqa: BLE001
+            deployments.append({"name": n, "broken": broken.reason(e), "instances": []})
+            continue
         insts = []
-        for i in view.instances:
+        for i in view.instances + [n for n in view.stopping if n not in view.instances]:
             try:
                 row = (await instance(client, i)).model_dump(mode="json", exclude={"decision"})
                 if row["state"] == "downloading":
                     row["download"] = await download_progress(client, i)
                 insts.append(row)
-            except (InvalidInput, RPCError):
-                insts.append({"name": i, "state": "unknown"})
+            except (InvalidInput, RPCError) as e:
+                insts.append({"name": i, "state": "unknown", "reason": broken.reason(e)})
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
                             "backend": view.spec.get("backend"), "instances": insts})
     return {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
@@ -140,10 +175,14 @@ async def status(client: Client, name: str | None = None) -> dict[str, Any]:
 async def hosts(client: Client) -> list[HostView]:
     out = []
     for wid in await _running(client, "HostWorkflow"):
+        h = client.get_workflow_handle_for(HostWorkflow.run, wid)
         try:
-            out.append(await client.get_workflow_handle_for(HostWorkflow.run, wid).query(HostWorkflow.status))
-        except RPCError:
-            continue
+            why = await broken.task_failing(h)
+            if why:
+                raise InvalidInput(why)
+            out.append(await broken.query(h, HostWorkflow.status))
+        except Exception as e:  # noqa: BLE001  one host that does not answer is shown broken
+            out.append(HostView(name=wid.split("/", 1)[1], state="broken", reason=broken.reason(e)))
     return out
 
 

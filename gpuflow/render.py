@@ -21,7 +21,8 @@ def decision(d: Decision, request_summary: str) -> str:
     if d.scheduled:
         p = d.placement
         subs = "".join(f" + {s.worker}{s.gpu_indexes}" for s in p.subordinates)
-        out.append(f"SCHEDULED on {p.worker} GPUs {p.gpu_indexes}{subs} by strategy {d.strategy}, score {d.score:.2f}")
+        out.append(f"SCHEDULED on {p.worker} GPUs {p.gpu_indexes}{subs} by strategy {d.strategy}, score {d.score:.2f}"
+                   + (f", link {p.link}" if p.link else "") + (f", pinned to CPUs {p.cpus}" if p.cpus else ""))
     else:
         out.append("UNSCHEDULABLE")
     out.append("")
@@ -33,13 +34,15 @@ def decision(d: Decision, request_summary: str) -> str:
         out.append("")
         out.append(f"candidates ({d.strategy}):")
         names = list(d.candidates[0].scores)
+        links = any(c.link for c in d.candidates)
         rows = []
         for c in d.candidates:
             mark = "*" if c is d.placement else ""
             subs = " ".join(f"+{s.worker}{s.gpu_indexes}" for s in c.subordinates)
             rows.append([mark, c.worker + (" " + subs if subs else ""), str(c.gpu_indexes), _vram(c.claim),
-                         f"{gib(c.claim.ram)}", *[f"{c.scores[n]:.2f}" for n in names], f"{c.score:.2f}"])
-        out.append(_table(rows, ["", "worker", "gpus", "vram GiB", "ram GiB", *names, "score"]))
+                         f"{gib(c.claim.ram)}", *[f"{c.scores[n]:.2f}" for n in names], f"{c.score:.2f}"]
+                        + ([c.link or "-"] if links else []))
+        out.append(_table(rows, ["", "worker", "gpus", "vram GiB", "ram GiB", *names, "score"] + (["link"] if links else [])))
     if d.reasons:
         out.append("")
         out.append("reasons:")

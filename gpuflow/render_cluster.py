@@ -16,6 +16,20 @@ def _gpus(h: dict[str, Any]) -> str:
                      + (f" ({gib(g['vram_foreign'])} GiB not ours)" if g.get("vram_foreign") else "") for g in gs)
 
 
+def topology(gs: list[dict[str, Any]]) -> str:
+    """'NUMA 0: GPUs 0,1 (CPUs 0-31); NVLink: 0-1' from the GPUs' topology fields; '' without any."""
+    nodes: dict[int, list[dict[str, Any]]] = {}
+    for g in gs:
+        if g.get("numa_node") is not None:
+            nodes.setdefault(g["numa_node"], []).append(g)
+    parts = [f"NUMA {n}: GPUs {','.join(str(g['index']) for g in members)}"
+             + (f" (CPUs {members[0]['cpus']})" if members[0].get("cpus") else "") for n, members in sorted(nodes.items())]
+    pairs = sorted({tuple(sorted((g["index"], p))) for g in gs for p in g.get("nvlink_peers") or []})
+    if pairs:
+        parts.append("NVLink: " + " ".join(f"{a}-{b}" for a, b in pairs))
+    return "; ".join(parts)
+
+
 def progress(d: dict[str, Any] | None) -> str:
     """'1.25 of 4.00 GiB (31%)' from a download's heartbeat."""
     if not d:
@@ -26,31 +40,45 @@ def progress(d: dict[str, Any] | None) -> str:
     return f"{gib(done)} GiB so far"
 
 
+def _serving(i: dict[str, Any]) -> str:
+    """'10.0.0.5:8001  2': where the server listens and its requests in flight (- when unknown)."""
+    addr = f"{i.get('address') or '-'}:{i['port']}" if i.get("port") else "-"
+    return f"{addr:<21} {i.get('in_flight', '-')!s:<9}"
+
+
 def hosts(hs: list[dict[str, Any]]) -> str:
     if not hs:
         return "no hosts"
     lines = [f"{'HOST':<16} {'STATE':<10} {'KIND':<10} GPUS"]
     for h in hs:
         kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
-        lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}")
+        lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
+                     + (f"  ({h['reason']})" if h.get("reason") else ""))
+        topo = topology((h.get("report") or {}).get("gpus") or [])
+        if topo:
+            lines.append(f"{'':<16} topology: {topo}")
     return "\n".join(lines)
 
 
 def status(st: dict[str, Any]) -> str:
     out = []
     for d in st["deployments"]:
+        if d.get("broken"):
+            out.append(f"deployment {d['name']}: BROKEN: {d['broken']}")
+            continue
         out.append(f"deployment {d['name']} ({d.get('backend')}): {d['replicas']} replica(s) wanted"
-                   + (", deleting" if d.get("deleting") else ""))
-        out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} REASON")
+                   + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
+        out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} REASON")
         for i in d["instances"]:
             gpus = ",".join(map(str, i.get("gpu_indexes") or [])) or "-"
             worker = "+".join([i.get("worker") or "-", *i.get("subordinate_workers", [])])
             reason = i.get("reason") or ""
             if i.get("download"):
                 reason = f"{reason}: {progress(i['download'])}"
-            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {reason}")
+            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} {reason}")
     if not st["deployments"]:
         out.append("no deployments")
+    out += [f"gateway: {u}" for u in st.get("gateways", [])]
     if st.get("hosts"):
         out.append("")
         out.append(hosts(st["hosts"]))

@@ -66,7 +66,9 @@ def explain(d: dict[str, Any]) -> str:
         where = _where(d.get("worker") or placed.get("worker"), d.get("gpu_indexes") or placed.get("gpu_indexes"),
                        placed.get("subordinates") or [])
         chosen = _chosen(dec, placed) or {"score": d.get("score") or 0}
-        lines.append(f"placed on {where} by strategy {d.get('strategy')}, score {_scores(chosen)}")
+        lines.append(f"placed on {where} by strategy {d.get('strategy')}, score {_scores(chosen)}"
+                     + (f", link {placed['link']}" if placed.get("link") else "")
+                     + (f", pinned to CPUs {placed['cpus']}" if placed.get("cpus") else ""))
     else:  # every other reason is a filter's, shown with its filter below
         placed, reasons = None, list(d.get("reasons") or dec.get("reasons") or [])
         lines.append(f"not placed, because (decided on {d.get('workers_seen', '?')} worker(s)):")

@@ -44,7 +44,8 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
     await ensure_search_attributes(client)
     metrics = ControlMetrics(engine)
     acts = ControlActivities(engine, client, settings.scheduler, metrics=metrics,
-                             hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint)
+                             hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
+                             limits=settings.limits)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
     async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, activities=acts.all(),

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from activities.payloads import Timings
+from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 
 
@@ -33,10 +34,12 @@ class Settings(BaseSettings):
     scheduler: PolicyConfig = PolicyConfig()
     temporal: TemporalSettings = TemporalSettings()
     timings: Timings = Timings()
+    limits: Limits = Limits()
     data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files.")
     database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")
     hf_endpoint: str | None = Field(None, description="A Hugging Face mirror for estimates and downloads (default: HF_ENDPOINT, else huggingface.co).")
+    allow_env: list[str] = Field([], description="Env patterns specs may set beyond the default allowlist (JSON list, e.g. GPUFLOW_ALLOW_ENV='[\"MYAPP_*\"]'); each agent must allow them too (--allow-env). Default none.")
 
     def store_url(self) -> str:
         return self.database_url or f"sqlite:///{os.path.join(os.path.abspath(self.data_dir), 'gpuflow.db')}"

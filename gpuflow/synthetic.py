@@ -37,8 +37,11 @@ def _types(recipe: str, n_layer: int):
 
 def write_llama_gguf(path: str, *, n_layer: int, n_embd: int, n_ff: int, n_head: int, n_head_kv: int,
                      n_vocab: int, ctx: int, merges: int = 0, recipe: str = "Q5_K_M", name: str = "synthetic",
-                     arch: str = "llama", tied: bool = False, sliding_window: int | None = None) -> str:
-    """A llama-architecture GGUF with the given shape and quantization, sparse on disk."""
+                     arch: str = "llama", tied: bool = False, sliding_window: int | None = None,
+                     header: dict[str, int | None] | None = None) -> str:
+    """A llama-architecture GGUF with the given shape and quantization, sparse on disk.
+    ``header`` overrides metadata keys after the fact (None drops the key), for files whose
+    header does not match their tensors."""
     from gguf import GGUFWriter, GGMLQuantizationType
 
     default, out_t, per = _types(recipe, n_layer)
@@ -60,6 +63,11 @@ def write_llama_gguf(path: str, *, n_layer: int, n_embd: int, n_ff: int, n_head:
     w.add_token_list([f"t{i}" for i in range(n_vocab)])
     if merges:
         w.add_token_merges([f"a b{i}" for i in range(merges)])
+    for key, value in (header or {}).items():
+        for kvs in w.kv_data:
+            kvs.pop(key, None)
+        if value is not None:
+            (w.add_uint64 if value >= 2**32 else w.add_uint32)(key, value)
     kv = n_embd // n_head * n_head_kv
     tensors = [("token_embd.weight", [n_embd, n_vocab], default)]
     for i in range(n_layer):

@@ -6,32 +6,15 @@ Byte fields take integers or strings with a unit ("24 GiB", "512MiB", "16GB").
 
 from __future__ import annotations
 
-import re
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_bytes(v: Any) -> Any:
-    """'24 GiB' -> 25769803776; ints pass through; anything else is left for pydantic to reject."""
-    if isinstance(v, str):
-        m = _SIZE.match(v)
-        if not m or m[2].lower() not in _UNITS:
-            raise ValueError(f"{v!r} is not a byte size (examples: 1073741824, '24 GiB', '512MiB')")
-        return int(float(m[1]) * _UNITS[m[2].lower()])
-    return v
-
-
-Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(ge=0)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from scheduler import cpulist
+from scheduler.fields import Bytes, Strict
+from scheduler.spec import Source
+from scheduler.limits import MAX_GPUS
 
 
 class WorkerState(str, Enum):
@@ -58,6 +41,7 @@ class FileState(str, Enum):
     READY = "ready"
     DOWNLOADING = "downloading"
     ERROR = "error"
+    MISSING = "missing"  # its agent looked for a local path and did not find it
 
 
 class Reserved(Strict):
@@ -65,8 +49,23 @@ class Reserved(Strict):
     vram: Bytes = 0  # reserved on each GPU
 
 
+class Link(str, Enum):
+    """The PCIe/system path between two GPUs, as NVML's nvmlDeviceGetTopologyCommonAncestor names it
+    (nvidia-smi topo -m: PIX = single, PXB = multiple, PHB = hostbridge, NODE = node, SYS = system)."""
+
+    INTERNAL = "internal"  # one board
+    SINGLE = "single"  # one PCIe switch
+    MULTIPLE = "multiple"  # several switches, no host bridge
+    HOSTBRIDGE = "hostbridge"
+    NODE = "node"  # one NUMA node, across host bridges
+    SYSTEM = "system"  # across CPU sockets
+
+
+CpuList = Annotated[str, BeforeValidator(cpulist.normalise)]
+
+
 class GPU(Strict):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=MAX_GPUS)
     vendor: str = "nvidia"
     type: str = "cuda"
     name: str = ""
@@ -74,6 +73,13 @@ class GPU(Strict):
     vram_total: Bytes
     vram_used: Bytes | None = None  # observed use, ours and others'
     vram_foreign: Bytes | None = None  # held by processes gpuflow did not start (NVML's per-process list)
+    # topology, each optional (absent: unknown); see scheduler/interconnect.py
+    numa_node: int | None = Field(None, ge=0)
+    pci_bus_id: str | None = None
+    nvlink_peers: list[int] | None = None  # GPU indexes on the same worker joined to this one by NVLink
+    pcie_switch: str | None = None  # GPUs with the same id sit under one PCIe switch
+    links: dict[int, Link] | None = None  # GPU index -> the path to it (NVML's common ancestor)
+    cpus: CpuList | None = None  # CPUs local to the GPU, as a Linux CPU list ("0-31,64-95")
 
 
 class Worker(Strict):
@@ -95,6 +101,11 @@ class Worker(Strict):
             if g.index in seen:
                 raise ValueError(f"GPU index {g.index} appears twice; indexes must be unique per worker")
             seen.add(g.index)
+        for g in gpus:
+            named = set(g.nvlink_peers or []) | set(g.links or {})
+            if named - seen or g.index in named:
+                bad = sorted((named - seen) | ({g.index} & named))
+                raise ValueError(f"GPU {g.index}: nvlink_peers/links name GPU {bad[0]}, which is not another GPU of this worker")
         return gpus
 
     def gpu(self, index: int) -> GPU | None:
@@ -140,8 +151,6 @@ class ModelFile(Strict):
     @classmethod
     def _source_key(cls, v: Any) -> Any:
         if isinstance(v, dict):
-            from scheduler.spec import Source
-
             return Source.model_validate(v).key
         return v
 

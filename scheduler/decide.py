@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from scheduler import filters, reasons, selectors
+from scheduler import filters, reasons, selectors, topology_policy
 from scheduler.allocatable import allocatable_map
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decision import Candidate, Context, Decision
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.scorers import apply_chain, binpack, locality, pick, spread
+from scheduler.scorers import topology
 from scheduler.spec import ModelSpec, PlacementStrategy
 
 
@@ -28,8 +29,11 @@ def _locality(ctx: Context, cands: list[Candidate]) -> list[float]:
 
 
 def scale_up_chain(ctx: Context):
-    return [("placement", ctx.config.placement, lambda cs: _placement(ctx, cs)),
-            ("locality", ctx.config.locality, lambda cs: _locality(ctx, cs))]
+    chain = [("placement", ctx.config.placement, lambda cs: _placement(ctx, cs)),
+             ("locality", ctx.config.locality, lambda cs: _locality(ctx, cs))]
+    if topology.applies(ctx.snapshot):
+        chain.append(("topology", ctx.config.topology, lambda cs: topology.scores(ctx.snapshot, cs)))
+    return chain
 
 
 def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
@@ -44,6 +48,26 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
     strategy, cands = selectors.select(ctx, workers, msgs)
     if not cands:
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts, msgs))
+    cands, refused = topology_policy.keep(snapshot, spec.topology_policy, cands)
+    if not cands:
+        return Decision(False, None, strategy, [], verdicts, *reasons.rank(verdicts, refused))
     apply_chain(cands, scale_up_chain(ctx))
     best = pick(cands)
-    return Decision(True, best, strategy, cands, verdicts, reasons.rank(verdicts, scheduled=True)[0])
+    placed = reasons.rank(verdicts, scheduled=True)[0]
+    return Decision(True, best, strategy, cands, verdicts, placed + _topology_notes(ctx, cands, best))
+
+
+def _topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> list[str]:
+    """Each candidate's link level (where workers report topology), and the placement's CPU
+    binding when the spec asks for pinning (a note when the worker cannot say)."""
+    if topology.applies(ctx.snapshot):
+        for c, lv in zip(cands, topology.links(ctx.snapshot, cands)):
+            c.link = lv
+    notes = topology_policy.admitted_note(ctx.snapshot, ctx.spec.topology_policy, best)
+    if not topology_policy.wants_pinning(ctx.spec):
+        return notes
+    best.cpus, best.numa_nodes = topology_policy.binding(ctx.snapshot, best)
+    if best.cpus is None and best.numa_nodes is None:
+        notes.append(f"cpu pinning: worker {best.worker} reports no NUMA node or local CPUs for GPUs "
+                     f"{best.gpu_indexes}; the engine will run unpinned")
+    return notes

@@ -58,6 +58,9 @@ class Candidate:
     overcommit: bool = False
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
+    link: str | None = None  # the level joining its GPUs, where the worker reports topology
+    cpus: str | None = None  # CPU pinning: the CPU list to bind the engine to, and those CPUs' NUMA nodes
+    numa_nodes: list[int] | None = None
 
     @property
     def workers(self) -> list[str]:
@@ -69,6 +72,7 @@ class Candidate:
              "subordinates": [s.model_dump(mode="json", exclude_none=True) for s in self.subordinates]}
         if self.overcommit:
             d["overcommit"] = True
+        d.update({k: getattr(self, k) for k in ("link", "cpus", "numa_nodes") if getattr(self, k) is not None})
         if with_scores:
             d["score"] = round(self.score, 4)
             d["scores"] = {k: round(v, 4) for k, v in self.scores.items()}

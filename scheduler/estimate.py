@@ -8,9 +8,10 @@ from dataclasses import replace
 from scheduler.errors import InvalidInput, ModelFileError
 from scheduler.gguf.estimate import LlamaCppOptions, estimate_items, gpustack_options
 from scheduler.gguf.model import load_model
-from scheduler.gguf.reader import read_header
+from scheduler.estimate_inputs import EstimateInputs, decode_header
+from scheduler.gguf.reader import GGUFHeader, read_header
 from scheduler.hf import claims
-from scheduler.hf.config import load_parameters
+from scheduler.hf.config import ModelParameters, load_parameters
 from scheduler.hf.safetensors_header import directory_weight_bytes
 from scheduler.params import llama_cpp_options, user_tensor_split
 from scheduler.request import FlatRequest, GGUFRequest, Request, zero_vram
@@ -23,7 +24,11 @@ def model_path(spec: ModelSpec, override: str | None = None) -> str | None:
 
 
 def gguf_request(path: str, params: list[str], base: LlamaCppOptions | None = None) -> GGUFRequest:
-    model = load_model(read_header(path))
+    return gguf_request_from_header(read_header(path), params, base)
+
+
+def gguf_request_from_header(header: GGUFHeader, params: list[str], base: LlamaCppOptions | None = None) -> GGUFRequest:
+    model = load_model(header)
     opts, gpu_layers = llama_cpp_options(params, base or gpustack_options())
     items = estimate_items(model, replace(opts, gpu_layers=-1), step=1)
     items[0] = zero_vram(items[0])
@@ -37,8 +42,11 @@ def gguf_request(path: str, params: list[str], base: LlamaCppOptions | None = No
 def _flat_from_files(spec: ModelSpec, path: str) -> FlatRequest:
     if not os.path.isdir(path):
         raise ModelFileError(path, "not a model directory (expected config.json and weights)")
-    p = load_parameters(path)
     weights, files = directory_weight_bytes(path)
+    return _flat(spec, path, load_parameters(path), weights, files)
+
+
+def _flat(spec: ModelSpec, path: str, p: ModelParameters, weights: int, files: list[str]) -> FlatRequest:
     if not files:
         raise ModelFileError(path, "no weight files (*.safetensors, *.bin, *.pt, *.pth)")
     vram = claims.vram_claim(weights, spec.categories)
@@ -68,3 +76,26 @@ def estimate_request(spec: ModelSpec, path_override: str | None = None) -> Reque
     if spec.source.is_gguf or path.endswith(".gguf"):
         return gguf_request(path, spec.backend_parameters)
     return _flat_from_files(spec, path)
+
+
+def needs_files(spec: ModelSpec) -> bool:
+    """Whether the estimate reads the model's local path (no ``resources.vram`` in the spec)."""
+    return bool(spec.source.local_path) and not (spec.resources and spec.resources.vram is not None)
+
+
+def request_from_inputs(spec: ModelSpec, inputs: EstimateInputs, params: ModelParameters | None = None) -> Request:
+    """The request from what a host read of the spec's local path (``params``: its config.json
+    through load_parameters, for a directory). Same result as estimate_request on the host."""
+    if spec.resources and spec.resources.vram is not None:
+        r = spec.resources
+        ram = r.ram if r.ram is not None else (claims.custom_ram_claim(r.vram) if spec.backend == Backend.CUSTOM else 0)
+        return FlatRequest(vram=r.vram, ram=ram, basis="resources in the model spec", params=params)
+    if inputs.kind == "gguf":
+        if inputs.gguf is None:
+            raise ModelFileError(inputs.path, "the host sent no GGUF header")
+        return gguf_request_from_header(decode_header(inputs.gguf), spec.backend_parameters)
+    if spec.source.is_gguf or inputs.path.endswith(".gguf"):
+        raise ModelFileError(inputs.path, "not a GGUF file (a directory)")
+    if params is None:
+        raise ModelFileError(inputs.path, "no config.json: not a Hugging Face model directory")
+    return _flat(spec, inputs.path, params, inputs.weight_bytes, inputs.weight_files)

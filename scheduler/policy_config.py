@@ -9,8 +9,10 @@ from pydantic import BaseModel, Field
 class PolicyConfig(BaseModel):
     placement: float = Field(100.0, ge=0, description="Scale-up placement (binpack/spread). Default 100.")
     locality: float = Field(5.0, ge=0, description="Scale-up model-file locality; 0 disables. Default 5.")
+    topology: float = Field(10.0, ge=0, description="Scale-up GPU interconnect (NVLink, PCIe switch, NUMA node), "
+                            "only where some worker reports topology; 0 disables. Default 10.")
     scale_down_status: float = Field(100.0, ge=0, description="Scale-down instance/worker status. Default 100.")
     scale_down_offload: float = Field(10.0, ge=0, description="Scale-down offloaded GGUF layers. Default 10.")
     scale_down_placement: float = Field(1.0, ge=0, description="Scale-down placement (removal mode). Default 1.")
-    max_rpc_servers: int = Field(8, ge=1, description="GGUF: most RPC servers in one placement. Default 8.")
-    max_rpc_gpus: int = Field(16, ge=1, description="GGUF: skip RPC search above this many RPC-capable GPUs. Default 16.")
+    max_rpc_servers: int = Field(8, ge=1, description="GGUF: most RPC servers in one placement; a safety bound on the search (every combination up to it is tried). Default 8.")
+    max_rpc_gpus: int = Field(16, ge=1, description="GGUF: skip the RPC search above this many RPC-capable GPUs; a safety bound, as GPUStack's. Default 16.")

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 from enum import Enum
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from scheduler.cluster import Bytes, Strict
+from scheduler.autoscale.config import Autoscaling
+from scheduler.fields import Bytes, Strict
+from scheduler.engine_flags import flag_problems
+from scheduler.naming import NAME_PATTERN, name_problem
+from scheduler.spec_env import env_problems, operator_patterns
+from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 
-GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d+)$")
+GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d{1,6})$")
 
 
 class Backend(str, Enum):
@@ -27,9 +33,37 @@ class PlacementStrategy(str, Enum):
     BINPACK = "binpack"
 
 
+class TopologyPolicy(str, Enum):
+    """Kubernetes Topology Manager's policies, over the NUMA nodes of a replica's GPUs
+    (scheduler/topology_policy.py)."""
+
+    NONE = "none"
+    BEST_EFFORT = "best-effort"
+    RESTRICTED = "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node"
+
+
 class HubFile(Strict):
     repo: str = Field(min_length=1)
     file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
+
+    @field_validator("repo")
+    @classmethod
+    def _repo_id(cls, repo: str) -> str:
+        """ORG/NAME (or NAME), each a name (scheduler/naming.py): it becomes folders on the host."""
+        parts = repo.split("/")
+        if len(parts) > 2 or ".." in repo or any(name_problem(x) for x in parts):
+            raise ValueError(f"repo {repo!r} is not ORG/NAME (letters, digits, '.', '_', '-')")
+        return repo
+
+    @field_validator("file")
+    @classmethod
+    def _relative(cls, file: str | None) -> str | None:
+        """A path inside the repository: no absolute path, no '..', no empty or '.' segment."""
+        if file is not None and (file.startswith("/") or "\\" in file or "\x00" in file
+                                 or any(seg in ("", ".", "..") for seg in file.split("/"))):
+            raise ValueError(f"file {file!r} is not a path inside the repository")
+        return file
 
     @property
     def is_glob(self) -> bool:
@@ -78,8 +112,8 @@ class GPUId(Strict):
 
 
 class GPUSelector(Strict):
-    gpu_ids: list[str] = []
-    gpus_per_replica: int | None = Field(default=None, ge=1)
+    gpu_ids: list[str] = Field(default=[], max_length=MAX_GPUS)
+    gpus_per_replica: int | None = Field(default=None, ge=1, le=MAX_GPUS)
 
     @field_validator("gpu_ids")
     @classmethod
@@ -110,36 +144,77 @@ class Resources(Strict):
     ram: Bytes | None = None
 
 
+def _check_run_command(cmd: str) -> None:
+    """The agent splits run_command as a POSIX shell would (nothing expanded): a command it
+    cannot split is refused here, naming why, rather than on the host at launch."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError as e:
+        raise ValueError(f"run_command {cmd!r} cannot be split into words: {e} (check its quotes)") from None
+    if not words:
+        raise ValueError("run_command is empty")
+
+
 class ModelSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)  # its instances are NAME-<n>
     source: Source
     backend: Backend
     backend_version: str | None = None
     backend_parameters: list[str] = []
     run_command: str | None = None
     env: dict[str, str] = {}
-    replicas: int = Field(default=1, ge=0)
+    replicas: int = Field(default=1, ge=0, le=REPLICAS_CEILING)
     placement_strategy: PlacementStrategy = PlacementStrategy.SPREAD
     worker_selector: dict[str, str] = {}
     gpu_selector: GPUSelector = GPUSelector()
-    cpu_offloading: bool = False
+    cpu_offloading: bool | None = None  # None: on for llama.cpp, off otherwise (offloads_to_cpu)
     distributed_inference_across_workers: bool | None = None
     categories: list[str] = []
     draft_model: Source | None = None
     resources: Resources | None = None
     cluster: str = "default"
+    autoscaling: Autoscaling | None = None  # metric-driven replicas (docs/formats.md); replicas is then the start
+    topology_policy: TopologyPolicy = TopologyPolicy.NONE
+    cpu_pinning: bool = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
+    max_concurrency: int | None = Field(default=None, ge=1)  # gateway: requests per replica at once, unless an engine flag says
+
+    @field_validator("env")
+    @classmethod
+    def _allowed_env(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """scheduler/spec_env.py: only known engine-tuning variables, and those the control
+        plane's operator added (or, given as context {"allow_env": (...)}, the caller's)."""
+        ctx = info.context or {}
+        extra = tuple(ctx["allow_env"]) if "allow_env" in ctx else operator_patterns()
+        problems = env_problems(env, extra)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return env
 
     @model_validator(mode="after")
     def _coherent(self) -> "ModelSpec":
+        problems = flag_problems(self.backend.value, self.backend_parameters)
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.backend == Backend.CUSTOM and not self.run_command:
             raise ValueError("backend custom needs run_command")
         if self.run_command and self.backend != Backend.CUSTOM:
             raise ValueError(f"run_command is only for backend custom (backend is {self.backend.value})")
+        if self.run_command:
+            _check_run_command(self.run_command)
         if self.backend == Backend.LLAMA_CPP and not self.source.is_gguf and not self.resources:
             raise ValueError("backend llama.cpp needs a .gguf source (local_path or hub file)")
         if self.backend == Backend.LLAMA_CPP and self.resources:
             raise ValueError("resources cannot override llama.cpp estimates; set --ctx-size and friends in backend_parameters")
         return self
+
+    @property
+    def offloads_to_cpu(self) -> bool:
+        """GPUStack's default for GGUF models served by llama.cpp (its llama-box backend): on, so a
+        host without a GPU, or with too little VRAM, runs the model (partly) on the CPU; off for
+        every other backend."""
+        if self.cpu_offloading is not None:
+            return self.cpu_offloading
+        return self.backend == Backend.LLAMA_CPP
 
     @property
     def distributed(self) -> bool:

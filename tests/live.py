@@ -25,7 +25,7 @@ from scheduler.spec import ModelSpec
 FAST = Timings(host_heartbeat_s=2, host_schedule_to_start_s=3, unreachable_grace_s=3, restart_base_s=0.5,
                restart_cap_s=2, ready_timeout_s=20, settle_s=0.5, pending_recheck_s=120, host_watch_s=60,
                reconcile_s=2)
-ECHO = "python3 -m http.server {port} --bind 127.0.0.1"
+ECHO = "python3 -m http.server {port} --bind {host}"
 
 
 def timings_env(t: Timings) -> dict[str, str]:

@@ -41,6 +41,16 @@ def test_compose_is_consistent():
     assert os.path.exists(os.path.join(ROOT, "Dockerfile"))
 
 
+def test_published_ports_bind_loopback_by_default():
+    """Nothing the file publishes has authentication by default: each port binds to
+    GPUFLOW_PUBLISH_ADDRESS, which defaults to 127.0.0.1 (never all interfaces)."""
+    published = {name: svc["ports"] for name, svc in load("docker-compose.yml")["services"].items() if "ports" in svc}
+    assert {"temporal", "temporal-ui", "prometheus", "grafana"} <= set(published)
+    for name, ports in published.items():
+        for p in ports:
+            assert str(p).startswith("${GPUFLOW_PUBLISH_ADDRESS:-127.0.0.1}:"), f"{name} publishes {p} on every interface"
+
+
 def test_prometheus_scrapes_the_control_plane():
     p = load("deploy/prometheus/prometheus.yml")
     jobs = {j["job_name"]: j for j in p["scrape_configs"]}

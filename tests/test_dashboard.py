@@ -11,6 +11,7 @@ from prometheus_client import generate_latest
 from activities.metrics import ControlMetrics
 from activities.payloads import HostReport
 from activities.store import db
+from gateway.metrics import Metrics as GatewayMetrics
 from scheduler.cluster import GPU
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable
@@ -29,7 +30,14 @@ def exported(tmp_path) -> set[str]:
     am.launches.labels("h", "vllm", "false").inc()
     am.failures.labels("h", "vllm").inc()
     am.exits.labels("h", "vllm").inc()
-    text = (generate_latest(cm.registry) + generate_latest(am.registry)).decode()
+    gm = GatewayMetrics()
+    for h in (gm.queue_wait, gm.ttft, gm.itl, gm.duration):
+        h.labels("m").observe(0.1)
+    gm.requests.labels("m", "t", "200").inc()
+    gm.tokens.labels("m", "prompt").inc()
+    gm.in_flight.labels("m").set(0)
+    gm.queue_depth.labels("m").set(0)
+    text = (generate_latest(cm.registry) + generate_latest(am.registry) + generate_latest(gm.registry)).decode()
     samples = {ln.split("{")[0].split(" ")[0] for ln in text.splitlines() if ln and not ln.startswith("#")}
     families = {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE ")}  # declared, even if empty
     return samples | families

@@ -17,6 +17,7 @@ def req(backend="vllm", gpus=(0,), params=(), **kw) -> LaunchRequest:
                          backend_parameters=list(params), **kw)
 
 
+ALIAS = ["--alias", "m"]  # llama-server serves the deployment's name, as vLLM's --served-model-name does
 HEAD_V = ["vllm", "serve", "/models/m", "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8000"]
 
 
@@ -41,12 +42,12 @@ def test_sglang():
 
 
 @pytest.mark.parametrize("r,tail", [
-    (req("llama.cpp", offload_layers=33), ["-ngl", "33"]),                    # full offload on one GPU
+    (req("llama.cpp", offload_layers=33), ["-ngl", "33", *ALIAS]),           # full offload on one GPU
     (req("llama.cpp", gpus=(0, 1), offload_layers=33, tensor_split=[9, 7]),   # bytes per GPU, as the claim split them
-     ["-ngl", "33", "--tensor-split", "9,7"]),
-    (req("llama.cpp", gpus=(), offload_layers=0), ["-ngl", "0"]),             # CPU only
+     ["-ngl", "33", "--tensor-split", "9,7", *ALIAS]),
+    (req("llama.cpp", gpus=(), offload_layers=0), ["-ngl", "0", *ALIAS]),     # CPU only
     (req("llama.cpp", offload_layers=20, params=["-c", "4096", "--n-gpu-layers", "10"]),
-     ["-c", "4096", "--n-gpu-layers", "10"]),                                 # the user's layer count wins
+     [*ALIAS, "-c", "4096", "--n-gpu-layers", "10"]),                         # the user's layer count wins
 ])
 def test_llama_cpp(r, tail):
     assert llama_cpp_argv(r, 8080, CFG) == ["llama-server", "-m", "/models/m", "--host", "127.0.0.1",
@@ -104,7 +105,7 @@ def test_llama_cpp_over_rpc():
     r = req("llama.cpp", gpus=(0,), offload_layers=31, tensor_split=[5, 3, 8], distributed=True,
             rpc_servers=["10.0.0.2:50052", "10.0.0.3:50053"])
     assert llama_cpp_argv(r, 8080, CFG)[7:] == ["-ngl", "31", "--tensor-split", "5,3,8",
-                                                "--rpc", "10.0.0.2:50052,10.0.0.3:50053"]
+                                                "--rpc", "10.0.0.2:50052,10.0.0.3:50053", *ALIAS]
 
 
 @pytest.mark.parametrize("role,extra,argv", [

@@ -1,5 +1,7 @@
 """Each filter removes exactly the workers it should, and says why with the numbers."""
 
+import pytest
+
 from scheduler.cluster import ModelFile
 from scheduler.decide import decide
 from scheduler.request import FlatRequest
@@ -43,16 +45,43 @@ def test_labels_status_backend():
     d = decide(snap, spec(backend="vllm", run_command=None, worker_selector={"os": "linux"}), REQ)
     assert removed(d, "labels") == {"mac": ["label os='linux' wanted, worker has 'darwin'"]}
     assert removed(d, "status") == {"down": ["worker state is maintenance, not ready"]}
-    assert removed(d, "backend") == {"amd": ["worker runs only backends ['llama.cpp'], not vllm"]}
+    assert removed(d, "backend") == {"amd": ["cannot run vllm: no vllm executable found (it runs: llama.cpp)"]}
     cpu_only = cluster([worker("c", 64)])
     d = decide(cpu_only, spec(backend="vllm", run_command=None), REQ)
     assert removed(d, "backend") == {"c": ["worker has no GPU and vllm does not run on CPU"]}
 
 
-def test_local_path_filter():
+# Workers a (READY row), b (row in error), c (no row). GPUStack runs the filter only when
+# gpu_ids is set; a missing row proves nothing, so only b can ever be removed.
+@pytest.mark.parametrize("gpu_ids,removed_workers,placed", [
+    ([], {}, "a"),  # no GPU pinned: the filter does not run; spread ties go to the first worker
+    (["b:cuda:0"], {"b": ["model path '/models/m' is in error on this worker"]}, None),  # only b selected, and b is out
+    (["c:cuda:0"], {}, "c"),  # c has no row: kept (GPUStack would ask c; a missing row is no answer)
+    (["a:cuda:0"], {}, "a"),
+])
+def test_local_path_filter_runs_only_with_gpu_ids(gpu_ids, removed_workers, placed):
     snap = cluster([worker("a", 8, [gpu(0, 8)]), worker("b", 8, [gpu(0, 8)]), worker("c", 8, [gpu(0, 8)])],
                    model_files=[ModelFile(worker="a", source="/models/m"), ModelFile(worker="b", source="/models/m", state="error")])
+    d = decide(snap, spec(source={"local_path": "/models/m"}, gpu_selector={"gpu_ids": gpu_ids}), REQ)
+    assert removed(d, "local_path") == removed_workers
+    assert (d.placement.worker if d.scheduled else None) == placed
+
+
+def test_local_path_filter_note_names_the_workers():
+    snap = cluster([worker(n, 8, [gpu(0, 8)]) for n in "abcde"],
+                   model_files=[ModelFile(worker=n, source="/m", state="error") for n in "bcde"])
+    d = decide(snap, spec(source={"local_path": "/m"}, gpu_selector={"gpu_ids": ["a:cuda:0", "b:cuda:0"]}), REQ)
+    assert set(removed(d, "local_path")) == {"b"}  # c, d, e already left at the GPU selector
+    d = decide(snap, spec(source={"local_path": "/m"}, gpu_selector={"gpu_ids": [f"{n}:cuda:0" for n in "abcde"]}), REQ)
+    note = next(v.note for v in d.filters if v.name == "local_path")
+    assert note == "The model file path '/m' does not exist on the following workers: b, c, d... (+1 more)."
+
+
+def test_local_path_filter_leaves_out_hosts_whose_agent_did_not_find_the_path():
+    # a host read (activities/host_estimate.py) recorded a: ready, b: missing; c was not asked
+    snap = cluster([worker("a", 8, [gpu(0, 8)]), worker("b", 8, [gpu(0, 8)]), worker("c", 8, [gpu(0, 8)])],
+                   model_files=[ModelFile(worker="a", source="/models/m"), ModelFile(worker="b", source="/models/m", state="missing")])
     d = decide(snap, spec(source={"local_path": "/models/m"}), REQ)
-    assert removed(d, "local_path") == {"b": ["model path '/models/m' is in error on this worker"],
-                                        "c": ["model path '/models/m' is not reported on this worker"]}
+    assert removed(d, "local_path") == {"b": ["model path '/models/m' is not on this worker (its agent looked)"],
+                                        "c": ["model path '/models/m' is not reported on this worker (its agent was not asked yet)"]}
     assert d.placement.worker == "a"

@@ -66,8 +66,8 @@ def test_multi_gpu_tensor_split(req):
 def test_rpc_across_workers(req):
     # 5 GiB + 4 GiB GPUs on two workers: only together, over RPC (distributed on)
     snap = cluster([worker("main", 64, [gpu(0, 5)]), worker("peer", 64, [gpu(0, 4)])])
-    assert not decide(snap, spec(), req).scheduled
-    d = decide(snap, spec(distributed_inference_across_workers=True), req)
+    assert not decide(snap, spec(cpu_offloading=False), req).scheduled
+    d = decide(snap, spec(cpu_offloading=False, distributed_inference_across_workers=True), req)
     assert d.strategy == "multi_worker"
     p = d.placement
     assert p.worker == "main" and [s.worker for s in p.subordinates] == ["peer"]
@@ -87,9 +87,9 @@ def test_partial_offload_then_cpu(req):
 
 def test_gpu_layers_without_cpu_offloading_is_explained(llama3_gguf):
     r = gguf_request(llama3_gguf, ["--gpu-layers", "10"])
-    d = decide(cluster([worker("w", 64, [gpu(0, 24)])]), spec(backend_parameters=["--gpu-layers", "10"]), r)
+    d = decide(cluster([worker("w", 64, [gpu(0, 24)])]), spec(cpu_offloading=False, backend_parameters=["--gpu-layers", "10"]), r)
     assert not d.scheduled
-    assert any("--gpu-layers 10" in x and "cpu_offloading" in x for x in d.reasons)
+    assert any("--gpu-layers 10" in x and "cpu_offloading: false" in x for x in d.reasons)
 
 
 def test_smollm2_real_file_binpacks_onto_the_fuller_card(smollm2):

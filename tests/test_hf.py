@@ -107,3 +107,28 @@ def test_bad_hf_inputs(tmp_path):
 ])
 def test_sglang_mem_fraction(mib, tp, frac):
     assert mem_fraction_static(mib, tp) == frac
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"num_attention_heads": 0}, "num_attention_heads is 0: must be 1..65536"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers is 0"),
+    ({"num_hidden_layers": 10**9}, "num_hidden_layers is 1000000000: must be 1..1024"),
+    ({"vocab_size": 0}, "vocab_size is 0"),
+    ({"hidden_size": -4096}, "hidden_size is -4096"),
+    ({"max_position_embeddings": 0}, "max_position_embeddings is 0"),
+    ({"max_position_embeddings": 1e30}, "max_position_embeddings is 1e+30"),
+    ({"num_key_value_heads": 64}, "num_key_value_heads is 64, more than num_attention_heads (32)"),
+    ({"text_config": {"num_attention_heads": 0}}, "text_config.num_attention_heads is 0"),
+])
+def test_absurd_config_values_are_refused_naming_the_key(tmp_path, config, named):
+    """A llama config (4096 wide, 32 heads, 32 layers, 128256 tokens) with one value made
+    impossible: refused, the key named, whether transformers knows the architecture or not."""
+    base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
+            "max_position_embeddings": 8192}
+    for model_type in ("llama", "foo-unknown"):
+        d = write_hf_model(str(tmp_path / model_type), {**base, "model_type": model_type, **config},
+                           {"w": ("F16", [8])})
+        with pytest.raises(ModelFileError) as e:
+            load_parameters(d)
+        assert named in str(e.value), (model_type, str(e.value))

@@ -1,7 +1,11 @@
 """The agent's activities, on its own task queue ``gpuflow-host-<name>``: report the host's
 inventory (a heartbeating watch), launch an instance and wait until it is ready, supervise it
 until it exits, stop it. Expected failures are ApplicationErrors with a type the workflows read:
-LaunchFailed (non-retryable: the command cannot start or never became ready)."""
+LaunchFailed (non-retryable: the command cannot start or never became ready), LaunchRefused
+(non-retryable: the spec asks what this host does not allow), InvalidSpec (non-retryable: the
+request itself is wrong, e.g. a run_command that cannot be split or an env the OS refuses),
+InvalidName (non-retryable: a name from the caller that is not a name; nothing on the host is
+touched). The refusals make the instance ERROR with the reason, not restarted or re-placed."""
 
 from __future__ import annotations
 
@@ -15,13 +19,24 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.payloads import HostReport
-from scheduler.errors import GpuflowError
+from scheduler.errors import GpuflowError, InvalidInput
+from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from worker_agent import payloads as p
+from worker_agent import pinning
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
-from worker_agent.engines import EngineConfig, argv_for, engine_env, needs_port
+from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
+                                     needs_port)
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
+
+
+def _valid(check, *args) -> None:
+    """A name that came through Temporal, checked before it reaches a file or a process."""
+    try:
+        check(*args)
+    except InvalidInput as e:
+        raise ApplicationError(str(e), type="InvalidName", non_retryable=True) from None
 
 
 def _beat_every() -> float:
@@ -35,12 +50,12 @@ def health_paths(backend: str) -> tuple[str, ...] | None:
     return None if backend == "custom" else ("/health", "/v1/models")
 
 
-async def engine_answers(port: int, backend: str, timeout: float = 1.0) -> bool:
+async def engine_answers(port: int, backend: str, timeout: float = 1.0, address: str = "127.0.0.1") -> bool:
     paths = health_paths(backend)
     if paths is None:
-        return await http_answers(port, timeout)
+        return await http_answers(port, timeout, address=address)
     for path in paths:
-        if await http_answers(port, timeout, path):
+        if await http_answers(port, timeout, path, address):
             return True
     return False
 
@@ -55,15 +70,15 @@ async def tcp_answers(address: str, port: int, timeout: float = 1.0) -> bool:
     return True
 
 
-async def http_answers(port: int, timeout: float = 1.0, path: str | None = None) -> bool:
-    """True when 127.0.0.1:port answers an HTTP request: with any status line when ``path`` is
-    None (GET /), with 200 for ``path``."""
+async def http_answers(port: int, timeout: float = 1.0, path: str | None = None, address: str = "127.0.0.1") -> bool:
+    """True when address:port (where the server listens) answers an HTTP request: with any
+    status line when ``path`` is None (GET /), with 200 for ``path``."""
     try:
-        r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+        r, w = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
     except (OSError, asyncio.TimeoutError):
         return False
     try:
-        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
         await w.drain()
         line = await asyncio.wait_for(r.readline(), timeout)
         if path is None:
@@ -119,6 +134,7 @@ class HostActivities:
         """The source's files on this host: found in the model cache, or downloaded into it while
         heartbeating the progress. Errors: ModelNotFound (not retried: no such repository or
         file, or no client for the hub), DownloadFailed (retried: the next attempt resumes)."""
+        _valid(check_name, "instance", req.instance)
         try:
             want = wanted(Source.model_validate(req.source))
         except ValueError as e:
@@ -159,9 +175,14 @@ class HostActivities:
         """Start the instance's process (or adopt the one a previous attempt started) and return
         once it is ready: its port answers HTTP (a helper's: accepts a connection), or, without a
         port, it has lived settle_s."""
+        try:
+            check_launch(req, self.engines)
+        except LaunchRefused as e:
+            raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
         key = req.key
         rec = self.table.find(key)
         adopted = rec is not None and self.table.alive(rec.pid)
+        bound = f"running on CPUs {pinning.allowed(rec.pid)}" if adopted and req.cpu_pinning else ""
         if not adopted:
             port = free_port() if needs_port(req) else None
             if req.backend == "sglang" and req.role == "server" and (req.nnodes or 1) > 1 and not req.dist_init_addr:
@@ -170,8 +191,15 @@ class HostActivities:
             argv = [req.backend]
             try:
                 argv = argv_for(req, port, self.engines, self.address)
+                argv, bound = pinning.wrap(argv, req)
                 env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
                 rec = self.table.start(key, argv, env, port)
+            except LaunchRefused as e:
+                raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
+            except EngineUnavailable as e:  # this host lacks the engine: another host may have it
+                raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
+            except (InvalidInput, ValueError) as e:  # the spec's fault (a NUL in env, say): no retry anywhere
+                raise ApplicationError(f"invalid launch request: {e}", type="InvalidSpec", non_retryable=True) from None
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="LaunchFailed", non_retryable=True) from None
             except OSError as e:
@@ -180,7 +208,7 @@ class HostActivities:
         dist = _dist_port(rec.argv)
         if not req.wait_ready:
             return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                                  address=self.address, dist_port=dist)
+                                  address=self.address, dist_port=dist, binding=bound)
         started = time.monotonic()
         every = _beat_every()
         last_beat = 0.0
@@ -205,11 +233,11 @@ class HostActivities:
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                              address=self.address, dist_port=dist)
+                              address=self.address, dist_port=dist, binding=bound)
 
     async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
         if req.role == "server":
-            return await engine_answers(port, req.backend, timeout)
+            return await engine_answers(port, req.backend, timeout, self.address)
         return await tcp_answers(self.address, port, timeout)
 
     @activity.defn(name=p.SUPERVISE_INSTANCE)
@@ -217,6 +245,7 @@ class HostActivities:
         """Heartbeat while the process lives; return how it ended. Cancelled by the workflow:
         stop the process. Cancelled for any other reason (worker shutdown, workflow moved on):
         leave it running, so the next agent run can adopt it."""
+        _valid(check_key, req.key)
         key = req.key
         what = "" if req.role == "server" else f"{req.role} {req.part} on {self.name}: "
         rec = self.table.find(key)
@@ -229,7 +258,8 @@ class HostActivities:
                 if rec.port is not None and req.role == "server" and req.liveness_s > 0 and \
                         time.monotonic() >= next_probe:
                     next_probe = time.monotonic() + req.liveness_s
-                    ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s))
+                    ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s),
+                                             address=self.address)
                     misses = 0 if ok else misses + 1
                     if misses >= req.liveness_failures:
                         await self._stop(key)
@@ -258,6 +288,7 @@ class HostActivities:
     async def stop_instance(self, instance: str) -> bool:
         """SIGTERM the process group of the instance and of each of its helpers on this host, wait
         the grace period, SIGKILL. Idempotent."""
+        _valid(check_name, "instance", instance)
         keys = [r.instance for r in self.table.records() if p.instance_of(r.instance) == instance]
         stopped = [await self._stop(k) for k in sorted(set(keys) | {instance})]
         return any(stopped)

@@ -8,7 +8,6 @@ import asyncio
 import os
 import socket
 from datetime import timedelta
-from functools import partial
 from typing import Callable
 
 from temporalio.client import Client
@@ -17,13 +16,15 @@ from temporalio.worker import Worker
 
 from activities.payloads import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
+from worker_agent.capabilities import runnable_backends, with_backends
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.log_reader import logs_workflow, open_reader
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
-from worker_agent.payloads import instance_of
+from worker_agent.model_header import ModelHeaders
 from worker_agent.processes import ProcessTable
+from worker_agent.reconcile import stop_orphans
 
 
 def advertised_address(temporal_address: str) -> str:
@@ -46,28 +47,23 @@ async def say_hello(client: Client, name: str, report, timings: Timings) -> None
         static_summary=f"liveness of host {name}")
 
 
-async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0) -> list[str]:
-    """Processes a previous run of this agent started whose instance is no longer placed here
-    (moved elsewhere while this host was unreachable, or its workflow ended): stop them, so no
-    orphan holds GPU memory. Instances still placed here are left for their workflow to adopt."""
-    from temporalio.service import RPCError
+async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0,
+                       counter=None) -> list[str]:
+    """Processes this agent started whose instance is gone or no longer placed here: stop them,
+    so no orphan holds GPU memory (reconcile.py). Instances still placed here are left for their
+    workflow to adopt."""
+    return [o.key for o in await stop_orphans(client, name, table, stop_grace_s, counter)]
 
-    reaped = []
-    for rec in table.records():
-        if not table.alive(rec.pid):
-            table.forget(rec.instance)
-            continue
-        try:  # a helper's key is instance@part: it belongs to the instance's placement too
-            handle = client.get_workflow_handle(f"instance/{instance_of(rec.instance)}")
-            desc = await handle.describe()
-            view = await handle.query("status") if desc.status is not None and desc.status.name == "RUNNING" else {}
-            here = name in [view.get("worker"), *view.get("subordinate_workers", [])] if view else False
-        except RPCError:
-            here = False
-        if not here:
-            await table.stop(rec.instance, stop_grace_s)
-            reaped.append(rec.instance)
-    return reaped
+
+async def reconcile_every(client: Client, name: str, table: ProcessTable, interval_s: float, counter=None) -> None:
+    """The orphan check, every ``interval_s`` while the agent serves; a failed round is logged and
+    the next one tried."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await reap_orphans(client, name, table, counter=counter)
+        except Exception as e:  # noqa: BLE001  the server away, say: the next round tries again
+            print(f"gpuflow agent {name}: orphan check failed: {type(e).__name__}: {e}", flush=True)
 
 
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
@@ -77,24 +73,40 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     hub: HubConfig | None = None, table: ProcessTable | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
-    table = table or ProcessTable(os.path.join(data_dir, "agent", name))  # gpuflow simulate passes its own
-    probe = partial(discover, name, inventory_file, labels, owner=table.owner)
-    report = probe()  # a bad inventory file fails here, before anything is registered
+    from scheduler.naming import check_name, path_in
+
+    table = table or ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
+    # the engine probes start other interpreters (a second or so): meanwhile this agent starts serving,
+    # so a process of its previous run is adopted without waiting; the first report waits for them
+    finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))
+    runnable: list[str] = []
+
+    def probe():
+        return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable)
+    probe()  # a bad inventory file fails here, before anything is registered
     metrics = None
     if serve_metrics:
         health = (lambda: {}) if inventory_file else gpu_health  # simulated GPUs have no sensors
         metrics = AgentMetrics(name, probe, table, health=health)
-        serve_metrics(metrics.registry, engine_metrics_proxy(table))
-    for n in await reap_orphans(client, name, table):
-        print(f"gpuflow agent {name}: stopped {n}: its instance is no longer placed on this host", flush=True)
+        serve_metrics(metrics.registry, engine_metrics_proxy(table, address))
+    counter = metrics.orphans if metrics else None
+    await reap_orphans(client, name, table, counter=counter)
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address, hub=hub)
-    async with Worker(client, task_queue=host_queue(name), activities=acts.all(),
+    headers = ModelHeaders(name, acts.engines.model_roots)
+    async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       workflows=[logs_workflow(host_queue(name), table.log_dir)],
                       max_concurrent_activities=2 * max_instances + 8,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
+        runnable.extend(await finding)
+        report = probe()
         await say_hello(client, name, report, timings)
         await open_reader(client, name, host_queue(name))
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
-        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind})", flush=True)
-        await (stop or asyncio.Event()).wait()
+        engines_found = ", ".join(report.backends or []) or "none"
+        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})", flush=True)
+        check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
+        try:
+            await (stop or asyncio.Event()).wait()
+        finally:
+            check.cancel()

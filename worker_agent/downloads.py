@@ -92,7 +92,9 @@ def fetch(cfg: HubConfig, want: Want, progress: Progress | None = None) -> str:
     if want.hub == "modelscope":
         return _fetch_modelscope(cfg, want)
     commit, files = _listing(cfg, want)
-    folder = os.path.join(cfg.cache_dir, "huggingface", *want.repo.split("/"), commit)
+    folder = _inside(cfg.cache_dir, os.path.join(cfg.cache_dir, "huggingface", *want.repo.split("/"), commit))
+    for name, _ in files:  # names from the spec and from the hub: each must stay in the folder
+        _inside(folder, os.path.join(folder, name))
     target = os.path.join(folder, files[0][0]) if want.file else folder  # a glob: its first match
     progress.total = sum(size for _, size in files)
     marker = os.path.join(folder, ".complete" + (f"-{_safe(want.file)}" if want.file else ""))
@@ -104,6 +106,14 @@ def fetch(cfg: HubConfig, want: Want, progress: Progress | None = None) -> str:
     with open(marker, "w"):
         pass
     return target
+
+
+def _inside(root: str, path: str) -> str:
+    """``path`` once it resolves under ``root`` (scheduler/naming.py's rule for paths from names)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if not real.startswith(top.rstrip(os.sep) + os.sep):
+        raise NotOnHub(f"{path!r} does not resolve inside {root}; refused")
+    return path
 
 
 def _safe(pattern: str) -> str:

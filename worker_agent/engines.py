@@ -1,30 +1,40 @@
 """Inference engines' command lines, built from the placement: argv lists exec'd directly, never
 a shell string. The user's backend_parameters are appended as separate words, so they can only
-be options of the engine, never another program; a flag the user gave wins over ours.
+be options of the engine, never another program; a placement input the user gave (the scheduler
+booked from it) is kept instead of ours.
 
 | backend | argv | from the placement |
 | --- | --- | --- |
-| vllm | vllm serve PATH --served-model-name M --host 127.0.0.1 --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
+| vllm | vllm serve PATH --served-model-name M --host ADDR --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
-| llama.cpp | llama-server -m PATH --host 127.0.0.1 --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
-| custom | run_command, placeholders substituted | {port} {model_path} {gpu_indexes} |
+| llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
+| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} |
 
 Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each subordinate's
 ``rpc-server -H ADDR -p P``; vLLM gets ``--distributed-executor-backend ray`` with
 ``--pipeline-parallel-size`` (one stage per worker) after ``ray start --head`` here and
 ``ray start --address HEAD`` on each subordinate; SGLang runs one node per worker, rank 0 here
 (serving HTTP) and the others with ``--dist-init-addr`` at rank 0, ``--nnodes``, ``--node-rank``.
-Helpers bind the agent's advertised address.
+Helpers and servers bind the agent's advertised address (ADDR; 127.0.0.1 on ``gpuflow dev``), so
+gateways on other hosts reach the servers: the engines have no authentication of their own.
+
+Before any of it, ``check_launch`` refuses what the spec may not ask of this host
+(scheduler/engine_flags.py, scheduler/spec_env.py): names that are not names, env outside the
+allowlist (plus this agent's --allow-env patterns), flags gpuflow owns, and flags that run the
+model's code unless this agent was started with --allow-remote-code.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler import params
+from scheduler.engine_flags import flag_problems, remote_code_flags
 from scheduler.errors import InvalidInput
+from scheduler.naming import check_key, check_name
+from scheduler.spec_env import env_problems
 from worker_agent.payloads import LaunchRequest
 from worker_agent.processes import build_argv
 
@@ -42,6 +52,9 @@ class EngineConfig:
     rpc_server: str = "rpc-server"  # llama.cpp's RPC backend server, on hosts that lend GPUs over RPC
     ray: str = "ray"  # vLLM across several workers
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
+    allow_env: tuple[str, ...] = ()  # the operator's extra env patterns (gpuflow agent --allow-env)
+    allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
+    host: str = "127.0.0.1"  # where servers listen: the agent's advertised address (argv_for sets it)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -58,6 +71,52 @@ def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
 
 class EngineUnavailable(InvalidInput):
     """The engine is not installed (or not enabled) on this host."""
+
+
+class LaunchRefused(InvalidInput):
+    """The launch asks what this host does not allow; retrying cannot help."""
+
+
+def host_file_problems(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
+    """A backend parameter that names a file or folder on this host (a chat template, a
+    tokenizer, a LoRA, a draft model, an SSL key...) must name one inside the model's folder or a
+    --model-root: the engine would otherwise read (and could serve back) any file the agent's user
+    can read. Checked on the host, where the paths are; words that name nothing here pass."""
+    roots = [p for p in (req.model_path,) if p]
+    roots = [p if os.path.isdir(p) else os.path.dirname(p) for p in roots] + list(cfg.model_roots)
+    out = []
+    for word in req.backend_parameters:
+        for value in {word, word.split("=", 1)[-1]}:
+            if "/" not in value or not os.path.exists(os.path.expanduser(value)):
+                continue
+            try:
+                check_model_path(os.path.expanduser(value), tuple(roots) or ("/nonexistent-root",))
+            except InvalidInput:
+                out.append(f"backend_parameters: {word!r} names {value}, outside the model's folder"
+                           + (f" and this host's model roots ({', '.join(cfg.model_roots)})" if cfg.model_roots else "")
+                           + "; an engine may read only the model's files")
+                break
+    return out
+
+
+def check_launch(req: LaunchRequest, cfg: EngineConfig) -> None:
+    """Everything in ``req`` that came from a spec, checked again here: the names, the env, the
+    engine flags. LaunchRefused names each problem."""
+    try:
+        check_key(req.key)
+        check_name("model", req.model)
+    except InvalidInput as e:
+        raise LaunchRefused(str(e)) from None
+    problems = env_problems(req.env, cfg.allow_env)
+    if req.backend != "custom":
+        problems += flag_problems(req.backend, req.backend_parameters)
+        problems += host_file_problems(req, cfg)
+        code = remote_code_flags(req.backend, req.backend_parameters)
+        if code and not cfg.allow_remote_code:
+            problems.append(f"backend_parameters {', '.join(code)} make the engine run code from the model's files "
+                            "or from requests; this host allows that only when its agent runs with --allow-remote-code")
+    if problems:
+        raise LaunchRefused("; ".join(problems))
 
 
 def _ours(user: list[str], flags: tuple[str, ...], value: str | None) -> list[str]:
@@ -77,7 +136,7 @@ def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
     n = len(req.gpu_indexes)
     pp = req.pipeline_parallel if req.ray_address else None
     user_pp = params.has(u, "--pipeline-parallel-size", "-pp", "--pp")
-    return ([cfg.vllm, "serve", _need_model(req), "--served-model-name", req.model, "--host", "127.0.0.1",
+    return ([cfg.vllm, "serve", _need_model(req), "--served-model-name", req.model, "--host", cfg.host,
              "--port", str(port)]
             + _ours(u, ("--tensor-parallel-size", "-tp", "--tp"), str(n) if (n > 1 or pp) and (pp or not user_pp)
                     else None)
@@ -95,7 +154,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
     nodes = (["--dist-init-addr", req.dist_init_addr, "--nnodes", str(req.nnodes), "--node-rank", str(req.node_rank or 0)]
              if req.nnodes and req.nnodes > 1 and req.dist_init_addr else [])
     return ([cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", _need_model(req),
-             "--served-model-name", req.model] + (["--host", "127.0.0.1", "--port", str(port)] if port else [])
+             "--served-model-name", req.model] + (["--host", cfg.host, "--port", str(port)] if port else [])
             + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(tp) if tp > 1 else None)
             + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + nodes + list(u))
@@ -104,11 +163,12 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
 def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
     u = req.backend_parameters
     split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
-    return ([cfg.llama_server, "-m", _need_model(req), "--host", "127.0.0.1", "--port", str(port)]
+    return ([cfg.llama_server, "-m", _need_model(req), "--host", cfg.host, "--port", str(port)]
             + _ours(u, ("-ngl", "--gpu-layers", "--n-gpu-layers"),
                     str(req.offload_layers) if req.offload_layers is not None else None)
             + _ours(u, ("--tensor-split", "-ts"), ",".join(map(str, split)) if split else None)
             + _ours(u, ("--rpc",), ",".join(req.rpc_servers) if req.rpc_servers else None)
+            + ["--alias", req.model]  # /v1/models then lists the deployment's name, as vLLM's and SGLang's do
             + list(u))
 
 
@@ -120,18 +180,19 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
         if t in ("-c", "--ctx-size"):
             u[i] = "--n_ctx"
     split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
-    return ([cfg.llama_cpp_python, "-m", "llama_cpp.server", "--model", _need_model(req), "--host", "127.0.0.1",
+    return ([cfg.llama_cpp_python, "-m", "llama_cpp.server", "--model", _need_model(req), "--host", cfg.host,
              "--port", str(port)]
             + _ours(u, ("--n_gpu_layers",), str(req.offload_layers) if req.offload_layers is not None else None)
             + (["--tensor_split", *map(str, split)] if split and not params.has(u, "--tensor_split") else [])
             + _ours(u, ("--rpc_servers",), ",".join(req.rpc_servers) if req.rpc_servers else None)
+            + ["--model_alias", req.model]
             + u)
 
 
 def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
     if not cfg.allow_custom:
         raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
-    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes)
+    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes, host=cfg.host)
 
 
 def rpc_server_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
@@ -169,7 +230,8 @@ def needs_port(req: LaunchRequest) -> bool:
 
 def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1") -> list[str]:
     """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``;
-    EngineUnavailable when this host cannot."""
+    EngineUnavailable when this host cannot, LaunchRefused when it may not."""
+    check_launch(req, cfg)
     if req.role != "server":
         helper = HELPERS.get(req.role)
         if helper is None:
@@ -187,6 +249,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
                                 "but no helper endpoints came with the launch")
     check_model_path(req.model_path, cfg.model_roots)
+    cfg = replace(cfg, host=address)
     if req.backend == "llama.cpp" and cfg.llama_cpp_python:
         build = llama_cpp_python_argv
     argv = build(req, port, cfg)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from activities.payloads import HostReport
 from scheduler.cluster import GPU, Bytes
 from scheduler.errors import InvalidInput
+from worker_agent import nvml_topology
 
 
 class InventoryFile(BaseModel):
@@ -103,16 +104,17 @@ def from_nvml(nvml=None, owner: Callable[[], Callable[[int], bool]] | None = Non
         if nv is None:
             return None
         ours = owner() if owner else (lambda pid: False)
-        gpus = []
+        gpus, handles = [], []
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
+            handles.append(h)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
             procs = _processes(nv, h)
             foreign = None if procs is None else _bucket(sum(b or 0 for pid, b in procs.items() if not ours(pid)))
             gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
                             uuid=_text(nv.nvmlDeviceGetUUID(h)), vram_total=mem.total, vram_used=_bucket(mem.used),
                             vram_foreign=foreign))
-        return gpus
+        return nvml_topology.annotate(nv, handles, gpus, cache=nvml is None)  # the real driver's answers keep
 
 
 def gpu_health(nvml=None) -> dict[int, tuple[float, float]]:

@@ -56,10 +56,12 @@ class AgentMetrics:
                                 "never ready).", ["host", "backend"], registry=r)
         self.exits = Counter("gpuflow_agent_process_exits", "Supervised processes that ended on their own (each "
                              "leads to a restart).", ["host", "backend"], registry=r)
+        self.orphans = Counter("gpuflow_agent_orphans_stopped", "Processes stopped because their instance was gone "
+                               "or placed on another host (why: gone | elsewhere).", ["host", "why"], registry=r)
         r.register(HostCollector(name, discover, table, health))
 
 
-def engine_metrics_proxy(table: ProcessTable) -> Callable[[str], tuple[int, bytes] | None]:
+def engine_metrics_proxy(table: ProcessTable, address: str = "127.0.0.1") -> Callable[[str], tuple[int, bytes] | None]:
     """/instances/<name>/metrics: the engine's own Prometheus text (vLLM's
     vllm:num_requests_waiting, vllm:time_per_output_token_seconds, KV-cache usage, ...), fetched
     from the instance's port, so one scrape target per host serves every engine on it."""
@@ -74,7 +76,7 @@ def engine_metrics_proxy(table: ProcessTable) -> Callable[[str], tuple[int, byte
         if rec is None or rec.port is None or not table.alive(rec.pid):
             return 404, f"no running instance {parts[1]} with a port on this host\n".encode()
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{rec.port}/metrics", timeout=5) as r:
+            with urllib.request.urlopen(f"http://{address}:{rec.port}/metrics", timeout=5) as r:
                 return 200, r.read()
         except (urllib.error.URLError, OSError) as e:
             return 502, f"instance {parts[1]}: the engine's /metrics did not answer: {e}\n".encode()

@@ -9,6 +9,7 @@ LAUNCH_INSTANCE = "launch_instance"
 SUPERVISE_INSTANCE = "supervise_instance"
 STOP_INSTANCE = "stop_instance"
 PREPARE_MODEL = "prepare_model"
+READ_MODEL_HEADER = "read_model_header"
 
 
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")
@@ -52,6 +53,9 @@ class LaunchRequest(BaseModel):
     wait_ready: bool = True  # False: return once started (SGLang's rank 0 is ready only when every node joined)
     liveness_s: float = 10.0  # probe a RUNNING server this often (0: never)
     liveness_failures: int = 3  # this many misses in a row: the server is stopped and restarted
+    cpu_pinning: bool = False  # bind the process to ``cpus`` (and, with numactl, ``numa_nodes``' memory)
+    cpus: str | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
+    numa_nodes: list[int] | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
 
     @property
     def key(self) -> str:
@@ -86,6 +90,7 @@ class LaunchResult(BaseModel):
     dist_port: int | None = None  # SGLang's rank 0: the port of its --dist-init-addr
     argv: list[str] = []
     log: str = ""
+    binding: str = ""  # CPU pinning: what the process is bound to, or why it is not (pinning asked)
 
 
 class ExitReport(BaseModel):

@@ -1,6 +1,10 @@
 """Instance processes on this host: argv built without a shell, started in their own session,
 recorded in a pid file per instance (so a restarted agent adopts what is still running), output
-appended to a log file per instance, stopped by process group (SIGTERM, grace, SIGKILL)."""
+appended to a log file per instance, stopped by process group (SIGTERM, grace, SIGKILL).
+
+An engine starts with a clean environment: ``base_env()`` (the few variables of the agent's own
+that programs need to run at all), then the spec's allowed env, then gpuflow's own variables (GPU
+visibility, RAY_ADDRESS). Nothing else of the agent's environment reaches it."""
 
 from __future__ import annotations
 
@@ -16,11 +20,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from scheduler.errors import InvalidInput
+from scheduler.naming import path_in
 
-PLACEHOLDERS = ("{port}", "{model_path}", "{gpu_indexes}")
+PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}")
 
 
-def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int]) -> list[str]:
+def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int],
+               host: str = "127.0.0.1") -> list[str]:
     """Split ``run_command`` like a POSIX shell would (quotes honoured, nothing expanded) and
     substitute the placeholders inside each word. The result is exec'd directly."""
     try:
@@ -30,13 +36,34 @@ def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_i
     if not words:
         raise InvalidInput("run_command is empty")
     values = {"{port}": "" if port is None else str(port), "{model_path}": model_path or "",
-              "{gpu_indexes}": ",".join(map(str, gpu_indexes))}
+              "{gpu_indexes}": ",".join(map(str, gpu_indexes)), "{host}": host}
     out = []
     for w in words:
         for k, v in values.items():
             w = w.replace(k, v)
         out.append(w)
     return out
+
+
+# From the agent's own environment (its operator's): where programs are found (engines are looked
+# up on the agent's PATH), the user's home and locale (caches and text decoding), the temporary
+# folder, and where CUDA's libraries and toolkit are (containers set these; JIT kernels need
+# CUDA_HOME). None of these can come from a spec (scheduler/spec_env.py OWNED).
+BASE_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME")
+
+
+def base_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    out = {k: v for k, v in environ.items() if k in BASE_NAMES or k.startswith("LC_")}
+    out.setdefault("PATH", os.defpath)
+    return out
+
+
+def launch_env(env: dict[str, str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a launch: ``env`` (the allowed spec env and gpuflow's variables)
+    over the base, with no base name taken from ``env``."""
+    base = base_env(environ)
+    return {**{k: v for k, v in env.items() if k not in BASE_NAMES and not k.startswith("LC_")}, **base}
 
 
 def free_port() -> int:
@@ -89,18 +116,19 @@ class ProcessTable:
         self.children: dict[int, subprocess.Popen] = {}
 
     def _pidfile(self, instance: str) -> str:
-        return os.path.join(self.run_dir, f"{instance}.json")
+        return path_in(self.run_dir, instance, ".json")
 
     def log_path(self, instance: str) -> str:
-        return os.path.join(self.log_dir, f"{instance}.log")
+        return path_in(self.log_dir, instance, ".log")
 
     def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None) -> Record:
+        """Start ``argv`` with ``env`` over the base environment (never over the agent's own)."""
         log = self.log_path(instance)
         with open(log, "ab") as out:
             out.write(f"--- gpuflow: starting {shlex.join(argv)}\n".encode())
             out.flush()
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 env={**os.environ, **env}, start_new_session=True, close_fds=True)
+                                 env=launch_env(env), start_new_session=True, close_fds=True)
         self.children[p.pid] = p
         rec = Record(instance, p.pid, port, argv, log)
         tmp = self._pidfile(instance) + ".tmp"
@@ -110,17 +138,18 @@ class ProcessTable:
         return rec
 
     def find(self, instance: str) -> Record | None:
+        """The record of ``instance``; None when there is none (a key that is not a name has none)."""
         try:
             with open(self._pidfile(instance)) as f:
                 return Record(**json.load(f))
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, InvalidInput):
             return None
 
     def records(self) -> list[Record]:
         out = []
         for fn in sorted(os.listdir(self.run_dir)):
             if fn.endswith(".json"):
-                r = self.find(fn[:-5])
+                r = self.find(fn[:-5])  # None for a file this table did not write
                 if r:
                     out.append(r)
         return out

@@ -69,7 +69,8 @@ def sglang_nodes(head: LaunchRequest, subs: list[Subordinate], dist_init_addr: s
     """SGLang: rank i + 1 on subordinate i, the same command with its own GPUs and memory fraction."""
     return [(s.worker, head.model_copy(update={
         "role": "sglang-node", "part": f"node{i + 1}", "gpu_indexes": list(s.gpu_indexes), "node_rank": i + 1,
-        "vram_utilization": s.claim.vram_utilization, "dist_init_addr": dist_init_addr, "wait_ready": True}))
+        "vram_utilization": s.claim.vram_utilization, "dist_init_addr": dist_init_addr, "wait_ready": True,
+        "cpu_pinning": False, "cpus": None, "numa_nodes": None}))  # the placement's CPUs are the main worker's
         for i, s in enumerate(subs)]
 
 

@@ -7,6 +7,7 @@ on their own are replaced. Continue-as-new keeps the history bounded."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -18,8 +19,14 @@ with workflow.unsafe.imports_passed_through():
     from activities.payloads import (ClosedInstance, DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder,
                                      Timings, host_queue)
     from worker_agent import payloads as hp
+    from scheduler.limits import REPLICAS_CEILING, Limits
     from scheduler.spec import ModelSpec
     from workflows import common as c
+    from workflows import guards
+    from workflows.inputs import one_input
+
+
+START_BATCH = 64
 
 
 def parse_spec(raw: dict) -> ModelSpec:
@@ -32,7 +39,8 @@ def parse_spec(raw: dict) -> ModelSpec:
 @workflow.defn(name="ModelDeploymentWorkflow")
 class ModelDeploymentWorkflow:
     @workflow.init
-    def __init__(self, inp: DeploymentInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = one_input(args, DeploymentInput, "ModelDeploymentWorkflow")
         self.raw = dict(inp.spec)
         self.replicas = inp.replicas
         self.timings = inp.timings or Timings()
@@ -45,6 +53,8 @@ class ModelDeploymentWorkflow:
         self.recreate = False
         self.asked = 0  # updates answered once the loop has applied them (asked <= applied)
         self.applied = 0
+        self.limits: Limits | None = None  # the operator's, read by an activity when run starts
+        self.fresh = not inp.instances and inp.next_index == 0
 
     @property
     def name(self) -> str:
@@ -54,7 +64,7 @@ class ModelDeploymentWorkflow:
     @workflow.query
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
-                              deleting=self.deleting, spec=self.raw)
+                              deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
 
     async def _applied(self) -> DeploymentView:
         self.asked += 1
@@ -62,23 +72,36 @@ class ModelDeploymentWorkflow:
         await workflow.wait_condition(lambda: self.applied >= mine)
         return self.status()
 
+    async def _within_limits(self, replicas: int) -> None:
+        """An update over the operator's maximum fails (the deployment carries on as it was)."""
+        await workflow.wait_condition(lambda: self.limits is not None)
+        problem = self.limits.replicas_problem(replicas)
+        if problem:
+            raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
+
     @workflow.update
     async def scale(self, replicas: int) -> DeploymentView:
         """Set the replica count; answers once the instances to add or stop are chosen."""
+        await self._within_limits(replicas)
         self.replicas, self.dirty = replicas, True
         return await self._applied()
 
     @scale.validator
     def _check_scale(self, replicas: int) -> None:
-        if not isinstance(replicas, int) or replicas < 0:
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise ValueError(f"replicas must be a whole number >= 0, got {replicas!r}")
+        problem = (f"replicas {replicas} is more than the ceiling of {REPLICAS_CEILING}" if replicas > REPLICAS_CEILING
+                   else self.limits.replicas_problem(replicas) if self.limits else None)
+        if problem:
+            raise ValueError(problem)
         if self.deleting:
             raise ValueError(f"deployment {self.name} is being deleted")
 
     @workflow.update
     async def update_spec(self, spec: dict) -> DeploymentView:
+        new = parse_spec(spec)
+        await self._within_limits(new.replicas)
         self.raw, self.dirty, self.recreate = dict(spec), True, True
-        new = ModelSpec.model_validate(spec)
         self.replicas = new.replicas
         return await self._applied()
 
@@ -101,15 +124,24 @@ class ModelDeploymentWorkflow:
 
     # --- reconciliation -------------------------------------------------------------------------
     @workflow.run
-    async def run(self, inp: DeploymentInput) -> DeploymentView:
+    async def run(self, *args: Any) -> DeploymentView:
         try:
             spec = parse_spec(self.raw)
         except ValueError as e:
             raise ApplicationError(str(e), type="InvalidSpec", non_retryable=True) from None
+        guards.workflow_id(f"deployment/{spec.name}", f"spec name {spec.name!r}")
+        guards.instance_names(spec.name, self.instances)
         if self.replicas is None:
             self.replicas = spec.replicas
         if self.replicas < 0:
             raise ApplicationError(f"replicas must be >= 0, got {self.replicas}", type="InvalidSpec", non_retryable=True)
+        if workflow.patched("deployment-limits"):
+            self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=Limits, **c.STORE_CALL)
+            problem = self.limits.replicas_problem(self.replicas)
+            if problem and self.fresh:  # a new deployment over the maximum: refused whole, nothing started
+                raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
+        else:  # a history from before limits were read: the defaults
+            self.limits = Limits()
         workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name), c.SA_DEPLOYMENT.value_set(spec.name),
                                            c.SA_STATE.value_set("DELETING" if self.deleting else "ACTIVE")])
         saved = None
@@ -189,11 +221,13 @@ class ModelDeploymentWorkflow:
         for _ in range(missing):
             new.append(f"{self.name}-{self.next_index}")
             self.next_index += 1
-        await workflow.execute_activity(
-            c.START_INSTANCES,
-            [InstanceInput(name=n, deployment=self.name, spec=self.raw, timings=self.timings) for n in new],
-            **c.STORE_CALL)
-        self.instances.extend(new)
+        for i in range(0, len(new), START_BATCH):  # a few at a time: every input carries the spec
+            batch = new[i:i + START_BATCH]
+            await workflow.execute_activity(
+                c.START_INSTANCES,
+                [InstanceInput(name=n, deployment=self.name, spec=self.raw, timings=self.timings) for n in batch],
+                **c.STORE_CALL)
+            self.instances.extend(batch)
 
     async def _scale_down(self) -> None:
         excess = len(self.instances) - (self.replicas or 0)

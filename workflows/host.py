@@ -10,6 +10,7 @@ Every READY/inventory change wakes PENDING instances (in the host_seen activity)
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -19,12 +20,15 @@ with workflow.unsafe.imports_passed_through():
     from activities.payloads import HostInput, HostReport, HostView, host_queue
     from worker_agent import payloads as hp
     from workflows import common as c
+    from workflows import guards
+    from workflows.inputs import one_input
 
 
 @workflow.defn(name="HostWorkflow")
 class HostWorkflow:
     @workflow.init
-    def __init__(self, inp: HostInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = one_input(args, HostInput, "HostWorkflow")
         self.inp, self.t = inp, inp.timings
         self.report = inp.report
         self.state = inp.state
@@ -33,7 +37,8 @@ class HostWorkflow:
 
     @workflow.signal
     def hello(self, report: HostReport) -> None:
-        self.greeting = report
+        if report.name == self.inp.name:  # another host's report is not this host's news
+            self.greeting = report
 
     @workflow.query
     def status(self) -> HostView:
@@ -44,7 +49,10 @@ class HostWorkflow:
         workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
 
     @workflow.run
-    async def run(self, inp: HostInput) -> None:
+    async def run(self, *args: Any) -> None:
+        inp = self.inp
+        guards.names(worker=inp.name)
+        guards.workflow_id(f"host/{inp.name}", f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
         while True:
             if self.greeting is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -23,10 +24,15 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
                                      ReserveResult, host_queue)
+    from scheduler.estimate import needs_files
     from scheduler.spec import ModelSpec
+    from scheduler.topology_policy import wants_pinning
     from worker_agent import payloads as hp
     from worker_agent import topology
     from workflows import common as c
+    from workflows import guards
+    from workflows.inputs import one_input
+    from workflows import model_read
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
@@ -47,19 +53,22 @@ def backoff(n: int, base: float, cap: float) -> float:
 @workflow.defn(name="ModelInstanceWorkflow")
 class ModelInstanceWorkflow:
     @workflow.init
-    def __init__(self, inp: InstanceInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = one_input(args, InstanceInput, "ModelInstanceWorkflow")
         self.inp, self.t = inp, inp.timings
         self.state, self.reason = "pending", ""
         self.plan = inp.placement
         self.restarts = inp.restarts
         self.pid: int | None = None
         self.port: int | None = None
+        self.address: str | None = None  # where the server listens (the host agent's advertised address)
         self.decision: DecisionRecord | None = inp.decision  # carried across continue-as-new, for explain
         self.stop_requested = False
         self.woken = False
         self._recorded: tuple | None = None
         self.parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
         self.source_key: str | None = None
+        self.reached = False  # the last _run_on_host reached its host (a launch or adoption answered)
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal
@@ -74,7 +83,7 @@ class ModelInstanceWorkflow:
     def status(self) -> InstanceView:
         return InstanceView(name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name,
                             state=self.state, reason=self.reason, worker=self.worker, gpu_indexes=self.gpus,
-                            restarts=self.restarts, pid=self.pid, port=self.port, decision=self.decision,
+                            restarts=self.restarts, pid=self.pid, port=self.port, address=self.address, decision=self.decision,
                             subordinate_workers=self.subordinate_workers, parts=dict(self.parts))
 
     @property
@@ -97,7 +106,7 @@ class ModelInstanceWorkflow:
     async def _record(self, state: str, reason: str = "", decision: dict | None = None,
                       file_state: str | None = None) -> None:
         self.state, self.reason = state, reason
-        key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port)
+        key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
         if key == self._recorded and decision is None and file_state is None:
             return
         self._recorded = key
@@ -108,15 +117,17 @@ class ModelInstanceWorkflow:
             c.RECORD_INSTANCE, InstanceRecord(
                 name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
                 worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
-                decision=decision, model_source=self.source_key, model_file_state=file_state), **c.STORE_CALL)
+                address=self.address, decision=decision, model_source=self.source_key, model_file_state=file_state), **c.STORE_CALL)
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
-    async def run(self, inp: InstanceInput) -> InstanceView:
+    async def run(self, *args: Any) -> InstanceView:
+        inp = self.inp
         try:
             spec = ModelSpec.model_validate(inp.spec)
         except ValidationError as e:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+        self._check_names(spec)
         self.source_key = spec.source.key
         workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
                                            c.SA_DEPLOYMENT.value_set(inp.deployment)])
@@ -129,6 +140,18 @@ class ModelInstanceWorkflow:
         await self._teardown()
         return self.status()
 
+    def _check_names(self, spec: ModelSpec) -> None:
+        """Names from whoever started this workflow: checked before any host hears them."""
+        inp = self.inp
+        guards.names(instance=inp.name, deployment=inp.deployment)
+        if spec.name != inp.deployment:
+            raise guards.refuse(f"spec name {spec.name!r} does not match deployment {inp.deployment!r}")
+        guards.instance_names(inp.deployment, [inp.name])
+        guards.workflow_id(f"instance/{inp.name}", f"instance name {inp.name!r}")
+        if self.plan is not None:
+            guards.names(worker=self.plan.worker, **{f"subordinate worker {i}": s.worker
+                                                      for i, s in enumerate(self.plan.subordinates)})
+
     async def _live(self, spec: ModelSpec) -> None:
         unreachable_since = None
         while not self.stop_requested:
@@ -140,9 +163,15 @@ class ModelInstanceWorkflow:
             sts = self.t.host_schedule_to_start_s
             if unreachable_since is not None:
                 sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
+            self.reached = False
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
             if kind == "stopped":
                 return
+            if kind == "invalid":  # the spec's fault: no restart, no re-placement
+                await self._give_up(f"refused by {host}: {why}")
+                return
+            if self.reached:  # the host answered (launched or adopted): an outage after this is a new episode
+                unreachable_since = None
             if kind == "unreachable":
                 if unreachable_since is None:
                     unreachable_since = workflow.now()
@@ -164,13 +193,24 @@ class ModelInstanceWorkflow:
     async def _place(self, spec: ModelSpec) -> bool:
         """Estimate, decide, reserve. True once a placement is held; False when stopping."""
         await self._record("analyzing")
+        inputs = None  # a local path as a GPU host read it (model_read.py): passed to every costing activity
+        if needs_files(spec) and workflow.patched(model_read.PATCH):
+            inputs = await model_read.read_model(self, spec)
+            if inputs is None:
+                return False
+        extra = [inputs] if inputs is not None else []
         tries = 0
         while True:
+            h = workflow.start_activity(
+                c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord,
+                start_to_close_timeout=c.secs(600), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError", "InvalidSpec"]))
+            await workflow.wait_condition(lambda: h.done() or self.stop_requested)
+            if not h.done():  # stopped while estimating: the estimate is cancelled (its process killed)
+                h.cancel()
+                return False
             try:
-                est: EstimateRecord = await workflow.execute_activity(
-                    c.ESTIMATE_MODEL, self.inp.spec, result_type=EstimateRecord, start_to_close_timeout=c.secs(600),
-                    heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                    retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError"]))
+                est: EstimateRecord = await h
                 break
             except ActivityError as e:
                 kind, msg = c.cause(e)
@@ -188,10 +228,14 @@ class ModelInstanceWorkflow:
                     pass
         while not self.stop_requested:
             self.woken = False
-            d: DecisionRecord = await workflow.execute_activity(
-                c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec], result_type=DecisionRecord,
-                start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                summary=f"decide {self.inp.name}")
+            try:
+                d: DecisionRecord = await workflow.execute_activity(
+                    c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec, *extra], result_type=DecisionRecord,
+                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                    summary=f"decide {self.inp.name}")
+            except ActivityError as e:
+                await self._give_up(f"cannot place the model: {c.cause(e)[1]}")
+                return False
             self.decision = d
             if not d.scheduled or d.plan is None:
                 shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
@@ -203,17 +247,23 @@ class ModelInstanceWorkflow:
                                                   timeout=c.secs(self.t.pending_recheck_s))
                 except asyncio.TimeoutError:
                     pass
+                if inputs is not None and not self.stop_requested:  # a host that joined may hold the path
+                    inputs = await model_read.read_model(self, spec)
+                    if inputs is None:
+                        return False
+                    extra = [inputs]
                 continue
             try:
                 booked: ReserveResult = await workflow.execute_activity(
-                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d], result_type=ReserveResult,
+                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d, *extra], result_type=ReserveResult,
                     start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
                                              non_retryable_error_types=["StaleDecision"]))
             except ActivityError as e:
                 if c.cause(e)[0] == "StaleDecision":
                     continue  # capacity moved since the snapshot: decide again on a fresh one
-                raise
+                await self._give_up(f"cannot book the placement: {c.cause(e)[1]}")
+                return False
             if booked.remade is not None:
                 d = self.decision = booked.remade
             self.plan = booked.plan
@@ -232,7 +282,9 @@ class ModelInstanceWorkflow:
                                 settle_s=self.t.settle_s, backend_parameters=list(spec.backend_parameters),
                                 offload_layers=claim.offload_layers, tensor_split=claim.tensor_split,
                                 vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates),
-                                liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures)
+                                liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures,
+                                cpu_pinning=wants_pinning(spec),
+                                cpus=self.plan.cpus, numa_nodes=self.plan.numa_nodes)
 
     def _host_timeouts(self, worker: str, sts: float) -> dict:
         return dict(task_queue=host_queue(worker), schedule_to_start_timeout=c.secs(sts),
@@ -243,11 +295,13 @@ class ModelInstanceWorkflow:
             return await workflow.execute_activity(
                 hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **self._host_timeouts(worker, sts),
                 start_to_close_timeout=c.secs(self.t.ready_timeout_s + 60),
-                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed"]),
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed", "InvalidSpec"]),
                 summary=f"launch {req.key} on {worker}")
         except ActivityError as e:
             kind, msg = c.cause(e)
-            raise HostTrouble("failed" if kind == "LaunchFailed" else "unreachable", worker, msg) from None
+            outcome = {"LaunchFailed": "failed", "InvalidSpec": "invalid", "LaunchRefused": "invalid",
+                       "InvalidName": "invalid"}.get(kind, "unreachable")
+            raise HostTrouble(outcome, worker, msg) from None
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
         """A placement across several workers: start the engine's helpers (topology.py) and
@@ -290,12 +344,14 @@ class ModelInstanceWorkflow:
                 self.parts = {r.key: w for w, r in parts}
             res = await self._launch(self.worker, req, sts)
         except HostTrouble as t:
-            if t.kind == "failed" and self.plan.subordinates:
+            if t.kind in ("failed", "invalid") and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
-        self.pid, self.port = res.pid, res.port
+        self.pid, self.port, self.address, self.reached = res.pid, res.port, res.address, True
+        sts = self.t.host_schedule_to_start_s  # the host answers: supervise with the full patience, not the grace left
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
-        await self._record("running", "adopted the running process" if res.adopted and not started_here else "")
+        why = "adopted the running process" if res.adopted and not started_here else ""
+        await self._record("running", "; ".join(x for x in (why, res.binding) if x))
         watched = [(self.worker, req)] + parts
         sups = [workflow.start_activity(
             hp.SUPERVISE_INSTANCE, r, result_type=hp.ExitReport, **self._host_timeouts(w, sts),
@@ -303,6 +359,8 @@ class ModelInstanceWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED) for w, r in watched]
         await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested)
         ended = next((i for i, s in enumerate(sups) if s.done()), None)
+        if ended is None and workflow.patched("drain-before-stop"):  # asked to stop while it serves:
+            await self._drain(sups)  # out of the routing table, its requests finish first
         for s in sups:  # a cancelled supervisor stops its process: one part ending ends them all
             if not s.done():
                 s.cancel()
@@ -319,6 +377,28 @@ class ModelInstanceWorkflow:
         except ActivityError as e:
             return "unreachable", c.cause(e)[1], host
         return "exited", ex.reason, host
+
+    async def _drain(self, sups: list) -> None:
+        """DRAINING: gateways route RUNNING replicas only, so this one gets no new request; the
+        drain activity waits until the gateways have none in flight on it, at most
+        drain_timeout_s. The process ending meanwhile ends the wait."""
+        limit = self.t.drain_timeout_s
+        if limit <= 0:
+            return
+        await self._record("draining", f"finishing the requests in flight (at most {limit:g} s)")
+        drain = workflow.start_activity(
+            c.DRAIN_INSTANCE, args=[self.inp.name, limit], result_type=int, start_to_close_timeout=c.secs(limit + 60),
+            heartbeat_timeout=c.CONTROL_HEARTBEAT, retry_policy=RetryPolicy(maximum_attempts=3),
+            summary=f"drain {self.inp.name}")
+        await workflow.wait_condition(lambda: drain.done() or any(s.done() for s in sups))
+        if not drain.done():
+            drain.cancel()
+        try:
+            left = await drain
+        except (ActivityError, asyncio.CancelledError):
+            return
+        if left:
+            await self._record("draining", f"{left} request(s) still in flight after {limit:g} s; stopping")
 
     async def _fetch_model(self, spec: ModelSpec, req: hp.LaunchRequest, sts: float, quiet: bool) -> hp.LaunchRequest:
         """A hub source: its files into the model cache of the main worker (and, for vLLM and SGLang
@@ -365,9 +445,20 @@ class ModelInstanceWorkflow:
         if self.plan.subordinates:
             await self._stop_everywhere()  # the hosts that still answer let go of their parts
         await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
-        self.plan, self.pid, self.port = None, None, None
+        self.plan, self.pid, self.port, self.address = None, None, None, None
         await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
                                       "reservation released, placing elsewhere")
+
+    async def _give_up(self, reason: str) -> None:
+        """The spec's fault, which no retry mends: ERROR with the reason, the reservation (if any)
+        released, and nothing more until ``stop`` (a new spec replaces the instance)."""
+        if self.plan is not None:
+            if self.plan.subordinates:
+                await self._stop_everywhere()  # helpers that did start
+            await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+            self.plan, self.pid, self.port, self.address = None, None, None, None
+        await self._record("error", reason)
+        await workflow.wait_condition(lambda: self.stop_requested)
 
     async def _teardown(self) -> None:
         await self._record("stopping")
@@ -375,7 +466,7 @@ class ModelInstanceWorkflow:
             await self._stop_everywhere()
             await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
             self.plan = None
-        self.pid = self.port = None
+        self.pid = self.port = self.address = None
         await self._record("deleted")
         try:
             await workflow.get_external_workflow_handle(f"deployment/{self.inp.deployment}").signal(

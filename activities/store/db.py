@@ -10,7 +10,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, create_engine
 
-from activities.store import changes, serving, tables  # noqa: F401  (registers the tables)
+from activities.store import changes, keys, serving, tables  # noqa: F401  (registers the tables)
 
 
 def sqlite_url(path: str) -> str:

@@ -79,7 +79,7 @@ def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
         return True
 
 
-ON_A_HOST = ("scheduled", "starting", "running", "error", "unreachable", "stopping")
+ON_A_HOST = ("scheduled", "starting", "running", "error", "unreachable", "draining", "stopping")
 
 
 def mark_gone(engine: Engine, name: str, why: str) -> str | None:

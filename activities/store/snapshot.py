@@ -12,6 +12,7 @@ from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
 
 LIVE = ("pending", "analyzing", "scheduled", "starting", "running", "error", "unreachable", "stopping")
+DRAINING = "draining"  # leaving the routing table before it stops: the policy sees it as stopping
 
 
 def worker_model(row: WorkerRow) -> Worker:
@@ -23,7 +24,8 @@ def worker_model(row: WorkerRow) -> Worker:
 
 def instance_model(row: InstanceRow) -> Instance:
     p = row.placement or {}
-    return Instance(name=row.name, model=row.model, state=row.state if row.state in LIVE else "error",
+    state = "stopping" if row.state == DRAINING else row.state if row.state in LIVE else "error"
+    return Instance(name=row.name, model=row.model, state=state,
                     worker=p.get("worker") or (row.worker if row.placement else None),
                     gpu_indexes=p.get("gpu_indexes", []), claim=p.get("claim", {}),
                     subordinates=p.get("subordinates", []))
@@ -49,7 +51,7 @@ def load_snapshot(bind: Engine | Session) -> ClusterSnapshot:
     holds in the ledger (an instance without one claims nothing)."""
     with session(bind) as s:
         workers = [worker_model(w) for w in s.exec(select(WorkerRow).order_by(WorkerRow.name))]
-        insts = [instance_model(i) for i in s.exec(select(InstanceRow).where(InstanceRow.state.in_(LIVE))
+        insts = [instance_model(i) for i in s.exec(select(InstanceRow).where(InstanceRow.state.in_((*LIVE, DRAINING)))
                                                    .order_by(InstanceRow.name))]
         files = [ModelFile(worker=f.worker, source=f.source, state=f.state) for f in s.exec(select(ModelFileRow))]
     return ClusterSnapshot(workers=workers, instances=insts, model_files=files)

@@ -1,7 +1,14 @@
-"""For a local_path model, keep workers known to hold the path.
+"""For a local_path model, drop workers known not to have the path.
 
-Active when the model pins GPUs (as GPUStack) or when the snapshot says anything about the path
-(some worker reports it in model_files): then a worker with no row, or a row in error, is out.
+Two kinds of evidence, two rules:
+- GPUStack's: when the model pins GPUs (``gpu_selector.gpu_ids``), a worker whose model_files row
+  for the path is in error goes. A READY row proves the path is there; a missing row proves
+  nothing (shared storage may hold the path everywhere), so both stay. Without ``gpu_ids`` the
+  filter keeps everyone, as GPUStack's does.
+- Ours, where GPUStack has none: the control plane asks the agents of the hosts that could run
+  the model to read the path (activities/host_estimate.py) and records each answer, READY or
+  MISSING. A MISSING row goes; and once agents have been asked (some row is MISSING), a worker
+  with no row was not asked yet, so it waits for its answer rather than being chosen blind.
 """
 
 from scheduler.cluster import FileState
@@ -14,16 +21,18 @@ def run(ctx, workers):
     path = ctx.spec.source.local_path
     if not path:
         return verdict(NAME, workers, {})
-    rows = {f.worker: f for f in ctx.snapshot.model_files if f.source == path}
-    if not rows and not ctx.spec.gpu_selector.gpu_ids:
-        return verdict(NAME, workers, {})
+    rows = {f.worker: f.state for f in ctx.snapshot.model_files if f.source == path}
+    asked = FileState.MISSING in rows.values()
+    pinned = bool(ctx.spec.gpu_selector.gpu_ids)
     removed = {}
     for w in workers:
-        row = rows.get(w.name)
-        if row is None:
-            removed[w.name] = [f"model path {path!r} is not reported on this worker"]
-        elif row.state == FileState.ERROR:
+        state = rows.get(w.name)
+        if state == FileState.MISSING:
+            removed[w.name] = [f"model path {path!r} is not on this worker (its agent looked)"]
+        elif state == FileState.ERROR and pinned:
             removed[w.name] = [f"model path {path!r} is in error on this worker"]
+        elif state is None and asked:
+            removed[w.name] = [f"model path {path!r} is not reported on this worker (its agent was not asked yet)"]
     note = None
     if removed:
         names = sorted(removed)

@@ -152,10 +152,10 @@ def _place_layers(m: GGUFModel, opts: LlamaCppOptions, devs: list[Device], f: li
         if i < n_load:
             d = devs[0]
         else:
-            idx = bisect.bisect_right(f, (i - n_load) / n_actual) + 1
-            d = devs[min(idx, len(devs) - 1)]
+            idx = min(bisect.bisect_right(f, (i - n_load) / n_actual) + 1, len(devs) - 1)
+            d = devs[idx]
             if full and i == m.n_layer - 1:
-                out_dev = devs.index(d)
+                out_dev = idx  # by position: devs.index(d) compares fields, and a fresh GPU equals the CPU
         d.handle_layers += 1
         d.handle_last_layer = i
         if swa and (m.swa_pattern == 0 or i % m.swa_pattern != 0):

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from scheduler.errors import ModelFileError
+from scheduler.gguf import sanity
 from scheduler.gguf.reader import ArrayInfo, GGUFHeader, TensorInfo
 
 _INPUT_PREFIXES = ("position_", "token_")
@@ -131,6 +132,8 @@ def load_model(h: GGUFHeader) -> GGUFModel:
         pattern = 1
     inputs, outputs, items = _group(h.tensors)
     n_layer = _int(h, f"{x}.block_count") or len(items)
+    if _int(h, f"{x}.block_count", -1) == 0:
+        raise ModelFileError(h.path, f"{x}.block_count is 0: a model has at least one layer")
     if not items:
         raise ModelFileError(h.path, "the file has no transformer layers (no blk.N tensors)")
     input_bytes = sum(t.nbytes for t in inputs)
@@ -143,7 +146,7 @@ def load_model(h: GGUFHeader) -> GGUFModel:
         raise ModelFileError(
             h.path, f"{x}.embedding_length/attention.head_count/block_count must be > 0 "
             f"(got {n_embd}/{n_head}/{n_layer})")
-    return GGUFModel(
+    model = GGUFModel(
         path=h.path, architecture=arch, type=gtype,
         n_ctx_train=_int(h, f"{x}.context_length"), n_embd=n_embd, n_layer=n_layer,
         n_head=n_head, n_head_kv=n_head_kv or n_head, head_k=head_k, head_v=head_v,
@@ -158,3 +161,7 @@ def load_model(h: GGUFHeader) -> GGUFModel:
         output_dim=out_w.dims[-1] if out_w else None,
         file_type=h.get("general.file_type"), name=h.get("general.name"), pooling_type=pooling,
     )
+    blocks = sorted({int(m[1]) for t in h.tensors if (m := _BLOCK.match(t.name))})
+    embd = names.get("token_embd.weight")
+    sanity.check(h.path, x, model, blocks, embd.dims if embd else None)
+    return model

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from scheduler.errors import ModelFileError
+from scheduler.hf import sanity
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "float8_e4m3fn": 1,
                 "float8_e5m2": 1, "int8": 1, "uint8": 1}
@@ -90,6 +91,10 @@ def load_parameters(model_dir: str) -> ModelParameters:
     auto = _autoconfig(model_dir)
     cfg = auto or raw
     text = _text(cfg)
+    raw_text = _text(raw)
+    sanity.check(os.path.join(model_dir, "config.json"), raw_text, "" if raw_text is raw else "text_config.")
+    if text is not raw_text:
+        sanity.check(os.path.join(model_dir, "config.json"), text, "(as transformers reads it) ")
     heads = _num(text, "num_attention_heads", "n_head", "num_heads")
     hidden = _num(text, "hidden_size", "n_embd", "d_model")
     dtype = text.get("dtype") or text.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16"

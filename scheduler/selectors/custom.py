@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from scheduler.decision import Candidate, Context, claim
 from scheduler.params import whole_card_fraction
+from scheduler.selectors import gpu_sets
 from scheduler.selectors.base import first_nonempty
-from scheduler.selectors.fraction import Shape, split
+from scheduler.selectors.fraction import by_type
 from scheduler.selectors.manual import manual
+from scheduler.selectors.sizing import Shape, split
 from scheduler.units import gib
 
 
@@ -20,20 +22,35 @@ def _per_card(req_vram: int, frac: float | None, total: int, share: int) -> int:
 
 
 def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
+    """Every GPU that holds the claim, walked as GPUStack walks them (workers grouped by GPU type,
+    types in order of first appearance), so equal scores go to the same first candidate."""
     req, out, best = ctx.request, [], 0
-    for w in workers:
+    for t, w, gpus in by_type(workers):
         a = ctx.allocatable[w.name]
         if req.ram > a.ram:
             continue
-        for g in w.gpus:
+        for g in gpus:
             alloc = a.vram.get(g.index, 0)
             best = max(best, alloc)
             need = _per_card(req.vram, frac, g.vram_total, req.vram)
             if need <= alloc:
-                out.append(Candidate(w.name, [g.index], claim(ram=req.ram, vram={g.index: need}), gpu_type=g.type))
+                out.append(Candidate(w.name, [g.index], claim(ram=req.ram, vram={g.index: need}), gpu_type=t))
     if not out:
         msgs.append(f"The largest allocatable GPU has {gib(best)} GiB; the model needs {gib(req.vram)} GiB on one GPU.")
     return out
+
+
+def _set_candidate(ctx: Context, w, frac, gpus) -> Candidate | None:
+    """Another set of as many GPUs on the same worker (gpu_sets.py), if each can hold its share."""
+    req, a = ctx.request, ctx.allocatable[w.name]
+    allocs = [a.vram.get(g.index, 0) for g in gpus]
+    if sum(allocs) < req.vram:
+        return None
+    shares = split(req.vram, allocs) if not frac else [req.vram // len(gpus)] * len(gpus)
+    vram = {g.index: _per_card(req.vram, frac, g.vram_total, s) for g, s in zip(gpus, shares)}
+    if any(vram[g.index] > al for g, al in zip(gpus, allocs)):
+        return None
+    return Candidate(w.name, [g.index for g in gpus], claim(ram=req.ram, vram=vram), gpu_type=gpus[0].type)
 
 
 def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
@@ -52,6 +69,7 @@ def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
             vram = {g.index: _per_card(req.vram, frac, g.vram_total, s) for g, s in zip(top, shares)}
             if all(vram[g.index] <= al for g, al in zip(top, allocs)):
                 out.append(Candidate(w.name, [g.index for g in top], claim(ram=req.ram, vram=vram), gpu_type=top[0].type))
+                out.extend(gpu_sets.better(w, gpus, top, lambda s: _set_candidate(ctx, w, frac, s)))
                 break
     if not out:
         msgs.append(f"No worker's GPUs can together hold {gib(req.vram)} GiB with each GPU holding its share.")
@@ -59,7 +77,7 @@ def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
 
 
 def cpu(ctx: Context, workers, msgs) -> list[Candidate]:
-    if not ctx.spec.cpu_offloading:
+    if not ctx.spec.offloads_to_cpu:
         if any(not w.gpus for w in workers):
             msgs.append(f"Workers without a GPU ({', '.join(w.name for w in workers if not w.gpus)}) could run it "
                         "on the CPU, but cpu_offloading is off.")

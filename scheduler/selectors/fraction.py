@@ -4,23 +4,12 @@ of each card (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static) b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 from scheduler.cluster import GPU, Worker
 from scheduler.decision import Candidate, Context, claim, subordinate
+from scheduler.selectors import gpu_sets
+from scheduler.selectors.manual import manual
+from scheduler.selectors.sizing import Shape, book_all
 from scheduler.units import gib
-
-
-@dataclass(frozen=True)
-class Shape:
-    """How one backend sizes GPUs: ``ratio(worker, gpu)`` is its fraction (0 = claim the estimate)."""
-
-    ratio: Callable[[Worker, GPU], float]
-    strict_multi_gpu: bool  # vLLM keeps GPUs with alloc/total > g (strict); SGLang >=
-    gpu_count: int  # 0: not fixed by a world size
-    enforce_count_across_workers: bool
-    tp_problems: Callable[[int], list[str]]
 
 
 def by_type(workers: list[Worker]) -> list[tuple[str, Worker, list[GPU]]]:
@@ -38,34 +27,6 @@ def by_type(workers: list[Worker]) -> list[tuple[str, Worker, list[GPU]]]:
 
 def _book(ratio: float, g: GPU, alloc: int, fallback: int) -> int:
     return int(g.vram_total * ratio) if ratio > 0 else fallback
-
-
-def split(need: int, allocs: list[int]) -> list[int]:
-    """Share ``need`` over GPUs in proportion to what each can give, never above it."""
-    total = sum(allocs)
-    shares = [need * a // total if total else 0 for a in allocs]
-    rest = need - sum(shares)
-    for i, a in enumerate(allocs):
-        extra = min(rest, a - shares[i])
-        shares[i] += extra
-        rest -= extra
-    return shares
-
-
-def book_all(shape: Shape, ctx: Context, members: list[tuple[Worker, list[GPU]]], need: int) -> list[dict[int, int]]:
-    """Bytes booked per GPU for each (worker, GPUs): the fraction of the card, or a share of the
-    estimate in proportion to allocatable where the fraction is 0."""
-    allocs = [ctx.allocatable[w.name].vram.get(g.index, 0) for w, gpus in members for g in gpus]
-    shares = iter(split(need, allocs))
-    out = []
-    for w, gpus in members:
-        d = {}
-        for g in gpus:
-            s = next(shares)
-            r = shape.ratio(w, g)
-            d[g.index] = int(g.vram_total * r) if r > 0 else s
-        out.append(d)
-    return out
 
 
 def single_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]) -> list[Candidate]:
@@ -87,6 +48,16 @@ def single_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str
     if not out:
         msgs.append(f"The current available GPU only has {gib(best[0])} GiB allocatable VRAM ({best[1] * 100:.2f}%).")
     return out
+
+
+def _set_candidate(ctx: Context, shape: Shape, w: Worker, t: str, gpus: list[GPU]) -> Candidate | None:
+    """Another set of as many GPUs on the same worker (gpu_sets.py), if it holds the model too."""
+    a = ctx.allocatable[w.name]
+    if sum(_book(shape.ratio(w, g), g, a.vram[g.index], a.vram[g.index]) for g in gpus) < ctx.request.vram:
+        return None
+    (vram,) = book_all(shape, ctx, [(w, gpus)], ctx.request.vram)
+    r = shape.ratio(w, gpus[0])
+    return Candidate(w.name, [g.index for g in gpus], claim(ram=ctx.request.ram, vram=vram, vram_utilization=r or None), gpu_type=t)
 
 
 def multi_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]) -> list[Candidate]:
@@ -123,6 +94,7 @@ def multi_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]
                 (vram,) = book_all(shape, ctx, [(w, chosen)], req.vram)
                 r = shape.ratio(w, chosen[0])
                 found.append(Candidate(w.name, [x.index for x in chosen], claim(ram=req.ram, vram=vram, vram_utilization=r or None), gpu_type=t))
+                found.extend(gpu_sets.better(w, usable, chosen, lambda s: _set_candidate(ctx, shape, w, t, s)))
             if shape.gpu_count or vram_sum >= req.vram:
                 break
     if not found:
@@ -183,8 +155,6 @@ def _distributed(ctx: Context, t: str, picked, shape: Shape) -> Candidate:
 def strategies(ctx: Context, workers: list[Worker], shape: Shape):
     """vLLM's and SGLang's order: manual selection alone when GPUs are named; else one GPU,
     several GPUs on one worker, several workers."""
-    from scheduler.selectors.manual import manual
-
     if ctx.spec.gpu_selector.gpu_ids:
         return [("manual", lambda m: manual(ctx, workers, shape, m, allow_multi_worker=ctx.spec.distributed))]
     return [("single_gpu", lambda m: single_gpu(ctx, workers, shape, m)),

@@ -4,7 +4,7 @@ first that yields any candidate wins."""
 from __future__ import annotations
 
 from scheduler.decision import Context
-from scheduler.selectors import gguf_strategies as S
+from scheduler.selectors import gguf_partial, gguf_rpc, gguf_strategies as S
 from scheduler.selectors.base import first_nonempty
 from scheduler.units import gib
 
@@ -14,15 +14,15 @@ ORDER = ("single_gpu", "multi_gpu", "multi_worker", "partial_offload", "cpu")
 def allowed(ctx: Context, workers, msgs: list[str]) -> set[str]:
     spec, req = ctx.spec, ctx.request
     ok = set(ORDER)
-    if not spec.cpu_offloading:
+    if not spec.offloads_to_cpu:
         ok -= {"partial_offload", "cpu"}
     if not spec.distributed:
         ok.discard("multi_worker")
     ngl, total = req.gpu_layers, req.total_layers
     if ngl is not None:
-        if 0 < ngl < total and not spec.cpu_offloading:
+        if 0 < ngl < total and not spec.offloads_to_cpu:
             msgs.append(f"The parameter --gpu-layers {ngl} offloads part of the model ({total} layers); "
-                        "it requires cpu_offloading: true.")
+                        "it requires CPU offloading, which this model turns off (cpu_offloading: false).")
             return set()
         if ngl == 0:
             ok = {"cpu"}
@@ -56,7 +56,7 @@ def _no_cpu_run(ctx: Context, workers, selected: bool) -> str:
     """Why nothing can run: no worker left has VRAM to offload to, and the CPU-only run is off."""
     seen = "; ".join(f"{w.name}: " + (f"{len(w.gpus)} GPU(s), {gib(ctx.allocatable[w.name].vram_total)} GiB allocatable"
                                       if w.gpus else "no GPU") for w in workers)
-    why = ("cpu_offloading is off" if not ctx.spec.cpu_offloading else "gpu_selector asks for GPUs" if selected
+    why = ("cpu_offloading is off" if not ctx.spec.offloads_to_cpu else "gpu_selector asks for GPUs" if selected
            else f"--gpu-layers {ctx.request.gpu_layers} asks for GPUs")
     return f"No GPU to offload layers to ({seen}), and a CPU-only run is not allowed: {why}."
 
@@ -76,12 +76,15 @@ def select(ctx: Context, workers, msgs: list[str]):
     msgs.append(f"The model needs {gib(full.vrams[0].nonuma)} GiB of VRAM and {gib(full.ram.nonuma)} GiB of RAM "
                 f"to offload all {req.total_layers} layers to one GPU (context {req.options.ctx_size}).")
     workers = restrict_to_selected(ctx, workers)
+    # GPUStack's orders: GPU lists (one GPU, RPC) start from the filtered order; the per-worker
+    # strategies walk workers by allocatable VRAM, largest first (stable)
+    by_vram = sorted(workers, key=lambda w: -ctx.allocatable[w.name].vram_total)
     ok = allowed(ctx, workers, msgs)
     runs = {
         "single_gpu": lambda m: S.single_gpu(ctx, workers, m),
-        "multi_gpu": lambda m: S.multi_gpu(ctx, workers, m),
-        "multi_worker": lambda m: S.rpc(ctx, workers, m, ctx.spec.cpu_offloading),
-        "partial_offload": lambda m: S.partial(ctx, workers, m),
-        "cpu": lambda m: S.cpu(ctx, workers, m),
+        "multi_gpu": lambda m: S.multi_gpu(ctx, by_vram, m),
+        "multi_worker": lambda m: gguf_rpc.rpc(ctx, workers, m, ctx.spec.offloads_to_cpu),
+        "partial_offload": lambda m: gguf_partial.partial(ctx, by_vram, m),
+        "cpu": lambda m: S.cpu(ctx, by_vram, m),
     }
     return first_nonempty([(name, runs[name]) for name in ORDER if name in ok], msgs)

@@ -4,7 +4,8 @@ Unlike GPUStack, a selection that does not fit is refused with the numbers, neve
 from __future__ import annotations
 
 from scheduler.decision import Candidate, Context, claim, subordinate
-from scheduler.selectors.fraction import Shape, book_all
+from scheduler.selectors import gpu_sets
+from scheduler.selectors.sizing import Shape, book_all
 from scheduler.units import gib
 
 
@@ -52,6 +53,7 @@ def manual(ctx: Context, workers, shape: Shape, msgs: list[str], allow_multi_wor
         options = [[(w, [g])] for w, gpus in groups for g in gpus]
     else:
         options = [[(w, gpus[:n])] for w, gpus in groups if len(gpus) >= n]
+        options += [[(w, s)] for w, gpus in groups if len(gpus) > n for s in gpu_sets.better(w, gpus, gpus[:n], list)]
         if not options and allow_multi_worker and len(groups) > 1:
             picked, left = [], n
             for w, gpus in groups:

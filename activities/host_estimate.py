@@ -1,0 +1,70 @@
+"""Estimating a local model path from what a GPU host read (worker_agent/model_header.py): the
+control plane picks the hosts to ask (scheduler/model_readers.py), records which of them have
+the path (the local-path filter then keeps only those), and costs the inputs they sent. The
+control plane itself never opens the path: in a cluster it is not the GPU host.
+
+| machine | reads |
+| --- | --- |
+| GPU host (agent) | the local path: GGUF header and tensor infos, or config.json (sent as parsed parameters) and safetensors headers |
+| control plane | hub headers (hub_headers.py); never a local path: what a host sent is data |
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import names as c
+from activities.store.snapshot import load_snapshot
+from activities.store.tables import ModelFileRow, utcnow
+from scheduler.estimate import request_from_inputs
+from scheduler.estimate_inputs import EstimateInputs, ReaderHosts, decode_params
+from scheduler.model_readers import reader_hosts
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+
+
+def request_from_host(spec: ModelSpec, inputs: EstimateInputs) -> Request:
+    """The request from a host's read (a directory's parameters came parsed: no file here)."""
+    params = decode_params(inputs.params) if inputs.params is not None else None
+    return request_from_inputs(spec, inputs, params)
+
+
+def readers(engine: Engine, spec: ModelSpec) -> ReaderHosts:
+    hosts, verdicts = reader_hosts(load_snapshot(engine), spec)
+    reasons = [f"{v.name}: worker {w}: {r}" for v in verdicts for w, rs in v.removed.items() for r in rs]
+    return ReaderHosts(hosts=hosts, reasons=reasons)
+
+
+def record_paths(engine: Engine, path: str, present: list[str], missing: list[str]) -> None:
+    """Which hosts hold ``path`` (ready) and which looked and did not find it (missing)."""
+    with Session(engine) as s:
+        for worker, state in [(w, "ready") for w in present] + [(w, "missing") for w in missing]:
+            row = s.get(ModelFileRow, (worker, path)) or ModelFileRow(worker=worker, source=path)
+            row.state, row.updated_at = state, utcnow()
+            s.add(row)
+        s.commit()
+
+
+class HostPathActivities:
+    """The two control activities of a host read; ``db`` runs blocking work off the event loop."""
+
+    def __init__(self, engine: Engine, db):
+        self.engine, self.db = engine, db
+
+    def all(self) -> list:
+        return [self.model_readers, self.record_model_paths]
+
+    @activity.defn(name=c.MODEL_READERS)
+    async def model_readers(self, raw: dict) -> ReaderHosts:
+        try:
+            spec = ModelSpec.model_validate(raw)
+        except ValueError as e:
+            raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+        return await self.db(readers, self.engine, spec)
+
+    @activity.defn(name=c.RECORD_MODEL_PATHS)
+    async def record_model_paths(self, path: str, present: list[str], missing: list[str]) -> None:
+        await self.db(record_paths, self.engine, path, present, missing)

@@ -1,0 +1,187 @@
+"""The gateway's ASGI app (Starlette, served by uvicorn). ``build(engine, settings)`` gives the
+app, ready to mount or serve; ``serve(engine, settings)`` runs it until SIGINT/SIGTERM;
+``check_start`` refuses an open gateway on a non-loopback address."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.engine import Engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route as Path
+
+from activities.store import keys
+from gateway import errors
+from gateway.auth import Auth, NoKey
+from gateway.balance import Balancer
+from gateway.config import GatewaySettings, is_loopback
+from gateway.metrics import Metrics
+from gateway.refresh import Refresher
+from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
+from gateway.upstream import make_client
+from scheduler.errors import InvalidInput
+
+STALE_S = 30.0  # /healthz fails when the routing table could not be read for this long
+
+
+class Gateway:
+    def __init__(self, engine: Engine, settings: GatewaySettings):
+        s = self.settings = settings
+        self.engine = engine
+        self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s)
+        self.auth = Auth(engine, s.key_cache_s)
+        self.metrics = Metrics()
+        self.refresher = Refresher(self)
+        self.client = None
+
+    async def relay(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        model, tenant = "", ""
+        try:
+            tenant = await self.auth.tenant(request.headers.get("authorization"))
+            body = await read_body(request, self.settings.max_body)
+            try:
+                data = json.loads(body)
+            except (ValueError, RecursionError) as e:
+                r = errors.bad_request(f"The request body is not valid JSON: {e}", "invalid_json")
+            else:
+                name = data.get("model") if isinstance(data, dict) else None
+                if not isinstance(name, str) or not name:
+                    r = errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model")
+                elif name not in self.balancer.table.models:
+                    r = errors.unknown_model(name, self.balancer.table.names())
+                else:
+                    model = name
+                    r = await self._forward(request, t0, tenant, body, model, data.get("stream") is True)
+        except NoKey as e:
+            r = errors.unauthorized(str(e))
+        except TooLarge:
+            r = errors.too_large(self.settings.max_body)
+        if not isinstance(r, Relay):  # a relayed answer counts itself when it ends
+            self.metrics.requests.labels(model, tenant, str(r.status_code)).inc()
+            self.metrics.duration.labels(model).observe(time.perf_counter() - t0)
+        return r
+
+    async def _forward(self, request, t0, tenant, body, model, stream) -> Response:
+        watch = Disconnect(request.receive)
+        try:
+            r = await forward(self, request, t0, tenant, body, model, stream, watch)
+        except asyncio.CancelledError:
+            if not watch.fired:
+                raise
+            asyncio.current_task().uncancel()  # the client left while its request waited
+            r = errors.error(499, "The client closed the request.", "client_closed", "client_closed")
+        if not isinstance(r, Relay):
+            watch.stop()
+        return r
+
+    async def models(self, request: Request) -> Response:
+        try:
+            tenant = await self.auth.tenant(request.headers.get("authorization"))
+        except NoKey as e:
+            self.metrics.requests.labels("", "", "401").inc()
+            return errors.unauthorized(str(e))
+        t = self.balancer.table
+        self.metrics.requests.labels("", tenant, "200").inc()
+        return JSONResponse({"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "gpuflow", "replicas": len(t.models[n].replicas)}
+            for n in t.names()]})
+
+    async def healthz(self, request: Request) -> Response:
+        at = self.refresher.loaded_at
+        age = None if at is None else time.monotonic() - at
+        ok = age is not None and age < STALE_S
+        return JSONResponse({"status": "ok" if ok else "stale", "models": len(self.balancer.table.models),
+                             "table_age_s": None if age is None else round(age, 3),
+                             "gateway": self.settings.gateway_id}, status_code=200 if ok else 503)
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        s = self.settings
+        self.client = make_client(s.http_client, s.connect_timeout_s, s.first_byte_timeout_s, s.idle_timeout_s)
+        await self.refresher.once()
+        task = asyncio.create_task(self.refresher.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(self.refresher.forget)
+            await self.client.close()
+
+
+def build(engine: Engine, settings: GatewaySettings | None = None) -> Starlette:
+    """The gateway's app; ``app.state.gateway`` is its Gateway (balancer, metrics, settings)."""
+    gw = Gateway(engine, settings or GatewaySettings())
+    post = ["POST"]
+    app = Starlette(routes=[
+        Path("/v1/chat/completions", gw.relay, methods=post),
+        Path("/v1/completions", gw.relay, methods=post),
+        Path("/v1/embeddings", gw.relay, methods=post),
+        Path("/v1/models", gw.models, methods=["GET"]),
+        Path("/metrics", gw.prometheus, methods=["GET"]),
+        Path("/healthz", gw.healthz, methods=["GET"]),
+    ], lifespan=gw.lifespan)
+    app.state.gateway = gw
+    return app
+
+
+def check_start(engine: Engine, settings: GatewaySettings) -> None:
+    """An open gateway (no key yet) listens on loopback only, unless told --allow-anonymous."""
+    if not is_loopback(settings.host) and not settings.allow_anonymous and not keys.any_key(engine):
+        raise InvalidInput(f"gateway on {settings.host}: no API key exists, so anyone who reaches it could use every "
+                           "model; create one with 'gpuflow keys create --tenant T', or pass --allow-anonymous")
+
+
+def uvicorn_config(app: Starlette, settings: GatewaySettings):
+    import importlib.util
+
+    import uvicorn
+
+    has = importlib.util.find_spec
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                          loop="uvloop" if has("uvloop") else "asyncio", http="httptools" if has("httptools") else "h11",
+                          timeout_graceful_shutdown=5, proxy_headers=False, server_header=False, date_header=False)
+
+
+def run(engine: Engine, settings: GatewaySettings) -> None:
+    """Run a gateway in this thread, on its own event loop (uvloop where installed), until
+    SIGINT/SIGTERM."""
+    import uvicorn
+
+    check_start(engine, settings)
+    print(f"gpuflow gateway {settings.gateway_id}: OpenAI API on {settings.url}", flush=True)
+    uvicorn.Server(uvicorn_config(build(engine, settings), settings)).run()
+
+
+async def serve(engine: Engine, settings: GatewaySettings, ready=None, stop: asyncio.Event | None = None) -> None:
+    """Run a gateway on the running event loop (for embedding it in another program, e.g. the dev
+    stack) until ``stop`` is set, or SIGINT/SIGTERM; ``ready()`` is called once it listens."""
+    import uvicorn
+
+    await asyncio.to_thread(check_start, engine, settings)
+    server = uvicorn.Server(uvicorn_config(build(engine, settings), settings))
+
+    async def watch():
+        while not server.started and not server.should_exit:
+            await asyncio.sleep(0.05)
+        if ready is not None and server.started:
+            ready()
+        if stop is not None:
+            await stop.wait()
+            server.should_exit = True
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()

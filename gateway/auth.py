@@ -1,0 +1,50 @@
+"""Who is asking: ``Authorization: Bearer K`` names a tenant through its API key. While no key
+was ever created the gateway is open (every request is tenant ``anonymous``); once one exists,
+every request needs a valid one. Verdicts are cached ``key_cache_s`` (one store read per key per
+second at most), so a revocation takes effect within about two seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy.engine import Engine
+
+from activities.store import keys
+
+ANONYMOUS = "anonymous"
+MAX_CACHED = 10_000
+
+
+class NoKey(Exception):
+    pass
+
+
+class Auth:
+    def __init__(self, engine: Engine, cache_s: float):
+        self.engine, self.cache_s = engine, cache_s
+        self.required = False  # set by the refresh loop: a key exists
+        self.cache: dict[str, tuple[str | None, float]] = {}
+
+    async def tenant(self, authorization: str | None) -> str:
+        """The caller's tenant; NoKey (with the reason) when the request must be refused."""
+        if not self.required:
+            return ANONYMOUS
+        if not authorization:
+            raise NoKey("This gateway needs an API key: send 'Authorization: Bearer KEY'.")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise NoKey("Malformed Authorization header: use 'Bearer KEY'.")
+        now = time.monotonic()
+        hit = self.cache.get(token)
+        if hit is not None and hit[1] > now:
+            tenant = hit[0]
+        else:
+            tenant = await asyncio.to_thread(keys.tenant_of, self.engine, token)
+            if len(self.cache) >= MAX_CACHED:
+                self.cache.clear()
+            self.cache[token] = (tenant, now + self.cache_s)
+        if tenant is None:
+            raise NoKey("Invalid or revoked API key.")
+        return tenant

@@ -1,0 +1,154 @@
+"""Least outstanding requests per replica, ties at random, and a FIFO per model for requests
+that find every replica at its limit (or none RUNNING yet). Single event loop: no locks; the
+routing table is swapped whole (``swap``), the in-flight counters are this gateway's only state."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from activities.store.serving import Route
+from gateway.table import Table
+
+
+class UnknownModel(Exception):
+    pass
+
+
+class QueueFull(Exception):
+    pass
+
+
+class QueueTimeout(Exception):
+    pass
+
+
+def pick(replicas: Iterable[Route], limit: int, in_flight: dict[str, int], bad_until: dict[str, float],
+         now: float, exclude: frozenset[str], rng: random.Random) -> Route | None:
+    """The replica with the fewest requests in flight, below ``limit``, not marked bad and not in
+    ``exclude``; ties at random; None when there is none."""
+    best: list[Route] = []
+    low = limit
+    for r in replicas:
+        if r.instance in exclude or bad_until.get(r.instance, 0.0) > now:
+            continue
+        n = in_flight.get(r.instance, 0)
+        if n < low:
+            best, low = [r], n
+        elif n == low and n < limit:
+            best.append(r)
+    return rng.choice(best) if best else None
+
+
+@dataclass(eq=False)
+class Waiter:
+    fut: asyncio.Future
+    exclude: frozenset[str]
+    since: float = field(default_factory=time.monotonic)
+
+
+class Balancer:
+    def __init__(self, queue_timeout_s: float, max_queue: int, bad_s: float, rng: random.Random | None = None):
+        self.queue_timeout_s, self.max_queue, self.bad_s = queue_timeout_s, max_queue, bad_s
+        self.rng = rng or random.Random()
+        self.table = Table({})
+        self.in_flight: dict[str, int] = {}  # instance -> requests this gateway has on it
+        self.bad_until: dict[str, float] = {}  # instance -> monotonic time it may be tried again
+        self.queues: dict[str, deque[Waiter]] = {}
+
+    def swap(self, table: Table) -> None:
+        """A new routing table: waiters for a deployment that is gone fail, the others get any
+        replica that appeared."""
+        self.table = table
+        for name in list(self.queues):
+            if name not in table.models:
+                for w in self.queues.pop(name):
+                    if not w.fut.done():
+                        w.fut.set_exception(UnknownModel(name))
+        self.tick()
+
+    def tick(self) -> None:
+        """Re-dispatch every queue (a bad mark may have expired)."""
+        now = time.monotonic()
+        self.bad_until = {i: t for i, t in self.bad_until.items() if t > now}
+        for name in list(self.queues):
+            self._dispatch(name)
+
+    def depth(self, model: str) -> int:
+        q = self.queues.get(model)
+        return len(q) if q else 0
+
+    def untried(self, model: str, exclude: frozenset[str]) -> bool:
+        """Whether ``model`` has a replica not in ``exclude`` (busy or not)."""
+        m = self.table.models.get(model)
+        return bool(m) and any(r.instance not in exclude for r in m.replicas)
+
+    async def acquire(self, model: str, exclude: frozenset[str] = frozenset()) -> tuple[Route, float]:
+        """A replica for one request, counted in flight, and the seconds waited for it."""
+        m = self.table.models.get(model)
+        if m is None:
+            raise UnknownModel(model)
+        q = self.queues.get(model)
+        if not q:
+            r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, time.monotonic(), exclude, self.rng)
+            if r is not None:
+                self._take(r)
+                return r, 0.0
+        q = self.queues.setdefault(model, deque())
+        if len(q) >= self.max_queue:
+            raise QueueFull(model)
+        w = Waiter(asyncio.get_running_loop().create_future(), exclude)
+        (q.appendleft if exclude else q.append)(w)  # a retry already waited its turn
+        self._dispatch(model)  # the ones ahead may be retries that cannot take the free replica
+        ok = False
+        try:
+            async with asyncio.timeout(self.queue_timeout_s):
+                r = await w.fut
+            ok = True
+            return r, time.monotonic() - w.since
+        except TimeoutError:
+            raise QueueTimeout(model) from None
+        finally:
+            if not ok:
+                if w in q:
+                    q.remove(w)
+                if not w.fut.done():
+                    w.fut.cancel()
+                elif not w.fut.cancelled() and w.fut.exception() is None:
+                    self.release(w.fut.result(), model)  # given a replica just as the wait ended
+
+    def release(self, r: Route, model: str) -> None:
+        n = self.in_flight.get(r.instance, 0) - 1
+        if n > 0:
+            self.in_flight[r.instance] = n
+        else:
+            self.in_flight.pop(r.instance, None)
+        self._dispatch(model)
+
+    def mark_bad(self, r: Route) -> None:
+        self.bad_until[r.instance] = time.monotonic() + self.bad_s
+
+    def _take(self, r: Route) -> None:
+        self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
+
+    def _dispatch(self, model: str) -> None:
+        q, m = self.queues.get(model), self.table.models.get(model)
+        if not q or m is None:
+            return
+        now = time.monotonic()
+        for w in list(q):
+            if w.fut.done():
+                q.remove(w)
+                continue
+            r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, now, w.exclude, self.rng)
+            if r is None:
+                if not w.exclude:
+                    break  # the ones behind see the same replicas: first come, first served
+                continue
+            q.remove(w)
+            self._take(r)
+            w.fut.set_result(r)

@@ -1,0 +1,66 @@
+"""A gateway's settings: where it listens, its queue and timeouts. Per-deployment settings
+(the replica concurrency limit) come from the deployment's spec in the store (table.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from scheduler.errors import InvalidInput
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    allow_anonymous: bool = False  # start on a non-loopback address while no key exists
+    queue_timeout_s: float = 60.0  # a request waits this long for a free replica, then 503
+    max_queue: int = 1000  # requests waiting per model; one more gets 429
+    max_body: int = 32 * MiB  # request bodies over this get 413
+    max_concurrency: int = 4  # per replica, when neither the engine's flags nor the spec say
+    connect_timeout_s: float = 3.0  # TCP connect to a replica (then it is marked bad, retried elsewhere)
+    first_byte_timeout_s: float = 300.0  # request sent -> response headers and first body bytes
+    idle_timeout_s: float = 120.0  # between two body chunks of a response
+    refresh_s: float = 0.5  # routing table re-read from the store this often
+    bad_s: float = 5.0  # a replica that failed is skipped this long
+    attempts: int = 3  # replicas tried per request before giving up
+    key_cache_s: float = 1.0  # a key's verdict is reused this long (revocation takes effect within ~2 s)
+    http_client: str = "aiohttp"  # or "httpx" (bench/bench_gateway.py measured aiohttp faster)
+    gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+
+    def __post_init__(self):
+        for k in ("queue_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "refresh_s"):
+            if not getattr(self, k) > 0:
+                raise InvalidInput(f"gateway setting {k} must be > 0, got {getattr(self, k)}")
+        for k in ("max_queue", "max_body", "max_concurrency", "attempts"):
+            if getattr(self, k) < 1:
+                raise InvalidInput(f"gateway setting {k} must be >= 1, got {getattr(self, k)}")
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use (listening on every address: this machine's name)."""
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}/v1"
+
+
+def parse_listen(v: str) -> tuple[str, int]:
+    host, sep, port = v.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput(f"--listen takes HOST:PORT (e.g. 127.0.0.1:8080), got {v!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,54 @@
+"""Errors in OpenAI's JSON shape: ``{"error": {"message", "type", "code"}}``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from starlette.responses import Response
+
+
+def error(status: int, message: str, type_: str, code: str | None = None,
+          retry_after: float | None = None) -> Response:
+    body = json.dumps({"error": {"message": message, "type": type_, "param": None, "code": code or type_}})
+    headers = {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else None
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def bad_request(message: str, code: str = "invalid_request") -> Response:
+    return error(400, message, "invalid_request_error", code)
+
+
+def unauthorized(message: str) -> Response:
+    r = error(401, message, "authentication_error", "invalid_api_key")
+    r.headers["WWW-Authenticate"] = "Bearer"
+    return r
+
+
+def unknown_model(model: str, known: list[str]) -> Response:
+    have = ", ".join(known) if known else "none"
+    model = model if len(model) <= 200 else model[:200] + "..."
+    return error(404, f"The model {model!r} does not exist. Models served here: {have}.",
+                 "invalid_request_error", "model_not_found")
+
+
+def too_large(limit: int) -> Response:
+    return error(413, f"Request body over {limit} bytes.", "invalid_request_error", "request_too_large")
+
+
+def queue_full(model: str, depth: int) -> Response:
+    return error(429, f"Too many requests waiting for {model!r} ({depth} queued); try again later.",
+                 "rate_limit_error", "queue_full", retry_after=1)
+
+
+def no_replica(model: str, waited: float) -> Response:
+    return error(503, f"No replica of {model!r} became free within {waited:g} s.", "service_unavailable",
+                 "no_replica_available", retry_after=5)
+
+
+def unreachable(model: str, why: str) -> Response:
+    return error(502, f"No replica of {model!r} could be reached: {why}", "bad_gateway", "upstream_unreachable")
+
+
+def timeout(model: str, why: str) -> Response:
+    return error(504, f"A replica of {model!r} did not answer in time: {why}", "timeout", "upstream_timeout")

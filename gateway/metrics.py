@@ -1,0 +1,89 @@
+"""What clients feel, on the gateway's /metrics (its own prometheus-client registry). ``model``
+is a deployment name the table knows (a request for an unknown one counts as ``model=""``), and
+``tenant`` an API key's tenant (``anonymous`` on an open gateway, ``""`` before the key is
+known), so every label has few values."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+GAPS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    def __init__(self):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("gpuflow_gateway_requests", "Requests answered, by model, tenant and HTTP status",
+                                ["model", "tenant", "code"], registry=r)
+        self.in_flight = Gauge("gpuflow_gateway_in_flight", "Requests sent to a replica and not finished",
+                               ["model"], registry=r)
+        self.queue_depth = Gauge("gpuflow_gateway_queue_depth", "Requests waiting for a free replica",
+                                 ["model"], registry=r)
+        self.queue_wait = Histogram("gpuflow_gateway_queue_wait_seconds", "Time a request waited for a replica",
+                                    ["model"], buckets=LATENCY, registry=r)
+        self.ttft = Histogram("gpuflow_gateway_time_to_first_token_seconds",
+                              "Request received -> first chunk carrying content (streams)", ["model"],
+                              buckets=LATENCY, registry=r)
+        self.itl = Histogram("gpuflow_gateway_inter_token_latency_seconds",
+                             "Gaps between content chunks of a stream", ["model"], buckets=GAPS, registry=r)
+        self.duration = Histogram("gpuflow_gateway_request_duration_seconds",
+                                  "Request received -> last byte sent", ["model"], buckets=LATENCY, registry=r)
+        self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage",
+                              ["model", "kind"], registry=r)
+
+    def usage(self, model: str, usage) -> None:
+        if not isinstance(usage, dict):
+            return
+        for kind, key in (("prompt", "prompt_tokens"), ("completion", "completion_tokens")):
+            n = usage.get(key)
+            if isinstance(n, int) and n > 0:
+                self.tokens.labels(model, kind).inc(n)
+
+
+def carries_content(event: dict) -> bool:
+    """A chat delta with content (or reasoning / a tool call), or a completion's text."""
+    for c in event.get("choices") or ():
+        if not isinstance(c, dict):
+            continue
+        d = c.get("delta")
+        if isinstance(d, dict) and (d.get("content") or d.get("reasoning_content") or d.get("tool_calls")):
+            return True
+        if c.get("text"):
+            return True
+    return False
+
+
+class SSEWatch:
+    """Reads a server-sent-event stream as it passes (the bytes are forwarded untouched): the
+    time of each content chunk, and the usage a final chunk may carry."""
+
+    def __init__(self):
+        self.tail = b""
+        self.usage = None
+
+    def feed(self, data: bytes) -> int:
+        """How many events that carry content ``data`` completed."""
+        buf = self.tail + data if self.tail else data
+        *lines, self.tail = buf.split(b"\n")
+        content = 0
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if not payload or payload == b"[DONE]":
+                continue
+            try:
+                ev = json.loads(payload)
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            if ev.get("usage"):
+                self.usage = ev["usage"]
+            content += carries_content(ev)
+        if len(self.tail) > 1 << 20:  # no newline for a MiB: not an event stream we can read
+            self.tail = b""
+        return content

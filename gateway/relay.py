@@ -1,0 +1,188 @@
+"""One request through the gateway: pick a replica (or wait for one), send the body unchanged,
+retry elsewhere while nothing has reached the client, then relay the answer chunk by chunk.
+A client that goes away cancels its request wherever it is (queued, waiting, relaying)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from activities.store.serving import Route
+from gateway import errors
+from gateway.balance import QueueFull, QueueTimeout, UnknownModel
+from gateway.metrics import SSEWatch
+from gateway.upstream import Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers
+
+log = logging.getLogger("gpuflow.gateway")
+KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usage
+
+
+class TooLarge(Exception):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    n = request.headers.get("content-length")
+    if n is not None and n.isdigit() and int(n) > limit:
+        raise TooLarge
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise TooLarge
+        parts.append(part)
+    return b"".join(parts)
+
+
+class Disconnect:
+    """Cancels the request's task when its client disconnects, until ``stop()``."""
+
+    def __init__(self, receive):
+        self.fired = self.stopped = False
+        self.task = asyncio.current_task()
+        self.watcher = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.stopped:
+            self.fired = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.watcher.cancel()
+
+
+async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, model: str, stream: bool,
+                  watch: Disconnect) -> Response:
+    """Send ``body`` to a replica of ``model``; the answer (a Relay, which then owns the replica's
+    slot and ``watch``), or the error a client should see."""
+    bal, s = gw.balancer, gw.settings
+    exclude: frozenset[str] = frozenset()
+    q = request.scope.get("query_string")
+    path = request.scope["path"] + (f"?{q.decode('latin-1')}" if q else "")
+    headers = request_headers(request.headers.raw)
+    for attempt in range(s.attempts):
+        last = attempt + 1 == s.attempts
+        try:
+            route, waited = await bal.acquire(model, exclude)
+        except QueueFull:
+            return errors.queue_full(model, bal.depth(model))
+        except QueueTimeout:
+            return errors.no_replica(model, s.queue_timeout_s)
+        except UnknownModel:
+            return errors.unknown_model(model, bal.table.names())
+        gw.metrics.queue_wait.labels(model).observe(waited)
+        gw.metrics.in_flight.labels(model).inc()
+        try:
+            resp, first = await _open(gw, route, f"http://{route.address}:{route.port}{path}", headers, body,
+                                      not last and bal.untried(model, exclude | {route.instance}))
+        except BaseException as e:
+            gw.metrics.in_flight.labels(model).dec()
+            bal.release(route, model)
+            if not isinstance(e, UpstreamError):
+                raise
+            if e.bad:
+                bal.mark_bad(route)
+            if isinstance(e, (FirstByteTimeout, IdleTimeout)):
+                return errors.timeout(model, str(e))
+            if not last and bal.untried(model, exclude | {route.instance}):
+                exclude = exclude | {route.instance}
+                continue
+            if e.retry and not e.bad and not last:
+                continue  # a pooled connection closed under us: the same replica again
+            if isinstance(e, ConnectTimeout):
+                return errors.timeout(model, str(e))
+            return errors.unreachable(model, str(e))
+        return Relay(gw, route, model, tenant, t0, resp, first, stream, watch)
+    return errors.unreachable(model, f"{s.attempts} attempts failed")
+
+
+async def _open(gw, route: Route, url: str, headers: dict[str, str], body: bytes, others: bool):
+    """The replica's answer and its first bytes, read before the client sees anything (so that
+    a failure up to here can still be retried elsewhere)."""
+    resp = await gw.client.open(url, headers, body)
+    try:
+        if resp.status >= 500 and others:  # the replica failed; nobody saw it yet
+            gw.balancer.mark_bad(route)
+            raise UpstreamError(f"{route.instance} answered {resp.status}")
+        try:
+            return resp, await resp.chunk()
+        except Broken as e:
+            raise Reset(str(e)) from None
+    except BaseException:
+        await resp.close()
+        raise
+
+
+class Relay(Response):
+    """The replica's answer, relayed as it arrives (never buffered whole), measured on the way;
+    the replica's slot is released when the last byte went out or the client left."""
+
+    def __init__(self, gw, route: Route, model: str, tenant: str, t0: float, resp, first: bytes, stream: bool,
+                 watch: Disconnect):
+        self.gw, self.route, self.model, self.tenant, self.t0 = gw, route, model, tenant, t0
+        self.resp, self.first, self.watch = resp, first, watch
+        ctype = next((v for k, v in resp.headers if k == b"content-type"), b"")
+        self.sse = SSEWatch() if stream or ctype.startswith(b"text/event-stream") else None
+        self.keep = ctype.startswith(b"application/json") and self.sse is None
+        self.status_code = resp.status
+        self.background = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        m, kept, last_content, n_kept = self.gw.metrics, [], None, 0
+        code = str(self.resp.status)
+        try:
+            await send({"type": "http.response.start", "status": self.resp.status, "headers": self.resp.headers})
+            chunk = self.first
+            while chunk:
+                n = self.sse.feed(chunk) if self.sse is not None else 0
+                if n:  # content events; several in one read reach the client together (gaps of 0)
+                    now = time.perf_counter()
+                    if last_content is None:
+                        m.ttft.labels(self.model).observe(now - self.t0)
+                    else:
+                        m.itl.labels(self.model).observe(now - last_content)
+                    for _ in range(n - 1):
+                        m.itl.labels(self.model).observe(0.0)
+                    last_content = now
+                elif self.keep and n_kept < KEEP_JSON:
+                    kept.append(chunk)
+                    n_kept += len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                chunk = await self.resp.chunk()
+            self.watch.stop()  # from here a disconnect is the normal end
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self.watch.fired:
+                raise
+            asyncio.current_task().uncancel()
+            code = "499"  # the client went away: the replica's connection is closed, its work stops
+        except UpstreamError as e:
+            # bytes have reached the client: the failure is not hidden, the connection ends unfinished
+            code = "504" if isinstance(e, IdleTimeout) else "502"
+            log.warning("gateway: %s (%s:%s) broke off an answer for %s: %s", self.route.instance,
+                        self.route.address, self.route.port, self.model, e)
+        finally:
+            self.watch.stop()
+            await self.resp.close()
+            self.gw.balancer.release(self.route, self.model)
+            m.in_flight.labels(self.model).dec()
+            m.requests.labels(self.model, self.tenant, code).inc()
+            m.duration.labels(self.model).observe(time.perf_counter() - self.t0)
+            self._usage(kept)
+
+    def _usage(self, kept: list[bytes]) -> None:
+        usage = self.sse.usage if self.sse is not None else None
+        if kept and usage is None:
+            try:
+                usage = json.loads(b"".join(kept)).get("usage")
+            except (ValueError, AttributeError):
+                usage = None
+        self.gw.metrics.usage(self.model, usage)

@@ -1,0 +1,68 @@
+"""A workflow that cannot make progress (its workflow task fails on every attempt, or it does not
+answer) is reported as broken, and the commands that list or delete go on with the rest.
+
+Queries to such a workflow fail ("Workflow Task in failed state") or hang, so ``status``,
+``hosts`` and ``delete`` first ask Temporal's own description (which needs no worker) and bound
+every query with a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from activities.payloads import CONTROL_QUEUE
+from scheduler.errors import InvalidInput
+
+QUERY_TIMEOUT_S = 10.0
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+FAILING_ATTEMPTS = 2  # a workflow task on its second attempt or later has failed at least once
+
+
+async def task_failing(handle: WorkflowHandle) -> str | None:
+    """Why the workflow cannot make progress, when it surely cannot: its workflow task keeps
+    failing, or it runs on a task queue no gpuflow worker polls. Else None (a control plane
+    that is merely down is not a broken deployment)."""
+    d = await handle.describe()
+    queue = d.raw_description.execution_config.task_queue.name
+    if queue and queue != CONTROL_QUEUE:
+        return f"it runs on task queue {queue!r}, which no gpuflow worker polls (they poll {CONTROL_QUEUE!r})"
+    pending = d.raw_description.pending_workflow_task
+    if d.raw_description.HasField("pending_workflow_task") and pending.attempt >= FAILING_ATTEMPTS:
+        return (f"its workflow task has failed {pending.attempt - 1} time(s) and is being retried; "
+                f"the history of {handle.id} in the Temporal UI shows why")
+    return None
+
+
+async def query(handle: WorkflowHandle, q) -> Any:
+    """A query that gives up after QUERY_TIMEOUT_S, naming the workflow."""
+    try:
+        return await asyncio.wait_for(handle.query(q), QUERY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise InvalidInput(f"{handle.id} did not answer a query within {QUERY_TIMEOUT_S:g} s "
+                           "(is a control-plane worker running? its history in the Temporal UI says more)") from None
+
+
+def reason(e: BaseException) -> str:
+    """One line for a failed query or describe: the server's or the handler's message."""
+    msg = getattr(e, "message", None) or str(e) or type(e).__name__
+    return msg.splitlines()[0][:300]
+
+
+async def stop_instances_of(client: Client, deployment: str) -> list[str]:
+    """Signal ``stop`` to every running instance workflow of ``deployment`` (found by search
+    attribute, not through the deployment, which may not answer); their names."""
+    if not NAME.match(deployment):
+        return []
+    q = (f"WorkflowType = 'ModelInstanceWorkflow' AND ExecutionStatus = 'Running' "
+         f"AND GpuflowDeployment = '{deployment}'")
+    names = []
+    async for w in client.list_workflows(q):
+        try:
+            await client.get_workflow_handle(w.id).signal("stop")
+            names.append(w.id.split("/", 1)[1])
+        except Exception:  # noqa: BLE001  ended meanwhile
+            pass
+    return sorted(names)

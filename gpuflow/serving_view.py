@@ -1,0 +1,42 @@
+"""What ``gpuflow status`` adds from the store about serving: each replica's requests in flight
+(summed over the live gateways' reports) and the live gateways' base URLs. The rest of status
+comes from Temporal; the store is read only where this machine can open it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from activities.store import db, serving
+from gpuflow.settings import Settings
+from scheduler.errors import InvalidInput
+
+
+def open_store(s: Settings, explicit: bool) -> Engine | None:
+    """The store, when ``explicit`` (a --database-url or --data-dir was given) or its SQLite file
+    exists already: status never creates an empty database where none was."""
+    url = s.store_url()
+    if not explicit and url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
+        return None
+    try:
+        return db.make_engine(url, schema=s.database_schema)
+    except (SQLAlchemyError, ValueError) as e:
+        raise InvalidInput(f"the store's URL {url!r}: {e}") from None
+
+
+def add_serving(st: dict[str, Any], engine: Engine | None) -> dict[str, Any]:
+    """``st`` (ops.status's dict) with ``in_flight`` on each instance and ``gateways`` (base
+    URLs); unchanged when there is no store to read or it cannot be read."""
+    if engine is None:
+        return st
+    try:
+        st["gateways"] = [g.url for g in serving.live_gateways(engine)]
+        for d in st["deployments"]:
+            for i in d["instances"]:
+                i["in_flight"] = serving.in_flight(engine, i["name"])
+    except SQLAlchemyError as e:
+        st["gateways_error"] = f"cannot read the store: {type(e).__name__}"
+    return st

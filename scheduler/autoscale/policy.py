@@ -1,0 +1,126 @@
+"""The autoscaling decision: a pure function from (config, signal history, replicas, state,
+``now``) to (decision, next state), in the style of Ray Serve's policy, with ``now`` passed in.
+
+1. Bounds first: below ``min_replicas`` it scales up to it, above ``max_replicas`` down to it.
+2. Cold start: at 0 replicas, any waiting request scales to max(1, min_replicas) at once, without
+   waiting for a stabilization window (the gateway holds the request meanwhile).
+3. The rules vote (rules.py): any up wins with the largest step; down needs every rule, and
+   takes the smallest step.
+4. Anti-flap:
+   - a direction must hold for its stabilization window; a change of direction restarts it;
+   - replicas still starting count as capacity: up to running + step, and if what is already
+     there (starting included) covers that, hold (one burst never scales up twice);
+   - never down while a replica is still starting;
+   - no down until the signals cover the whole down window with complete samples and no replica
+     was added within it: a new replica or a failed scrape is no evidence of idleness;
+   - every change restarts its direction's window (as Ray Serve resets its decision counter), so
+     scale-down goes one step per window and never saws against the saturation point.
+5. A down window with no traffic at all removes ``max_step`` at once (towards min_replicas, 0
+   for scale to zero); a busy one removes the rule's step.
+6. ``max_step`` bounds every change.
+
+The caller asks the scheduler whether the added replicas fit before creating them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from scheduler.autoscale.config import Autoscaling
+from scheduler.autoscale.rules import VOTERS, Vote
+from scheduler.autoscale.signals import Sample
+
+UP, HOLD, DOWN = "up", "hold", "down"
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    direction: int = 0  # the direction voted in a row
+    since: float | None = None  # when that run of votes began
+    last_up_at: float | None = None  # when replicas were last added
+
+
+@dataclass(frozen=True)
+class Decision:
+    current: int  # replicas the deployment has, starting ones included
+    starting: int
+    desired: int
+    direction: str  # up | hold | down
+    rule: str  # the rule (or bound) that decided
+    reason: str
+    votes: list[Vote] = field(default_factory=list)
+
+    @property
+    def delta(self) -> int:
+        return self.desired - self.current
+
+
+def _hold(cur: int, starting: int, rule: str, why: str, votes: list[Vote]) -> Decision:
+    return Decision(cur, starting, cur, HOLD, rule, why, votes)
+
+
+def _covered(cfg: Autoscaling, history: list[Sample], now: float, since_up: float | None) -> str | None:
+    """Why the history is no evidence for scaling down yet (None when it is)."""
+    window = max(cfg.scale_down_stabilization_s, cfg.interval_s)
+    if not history or now - history[0].at < window:
+        return f"signals cover {now - history[0].at if history else 0:.0f} of {window:.0f} s"
+    if any(not s.complete for s in history if now - window < s.at <= now):
+        return "a scrape failed within the down window"
+    if since_up is not None and now - since_up < window:
+        return f"a replica was added {now - since_up:.0f} s ago (< {window:.0f} s)"
+    return None
+
+
+def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int, now: float,
+           state: PolicyState = PolicyState()) -> tuple[Decision, PolicyState]:
+    """The desired replica count now, why, and the state to pass to the next call."""
+    lo, hi = cfg.min_replicas, cfg.max_replicas
+    if current < lo:
+        want = min(lo, current + cfg.max_step)
+        return Decision(current, starting, want, UP, "min_replicas", f"{current} < min_replicas {lo}"), \
+            replace(state, last_up_at=now)
+    if current > hi:
+        want = max(hi, current - cfg.max_step)
+        return Decision(current, starting, want, DOWN, "max_replicas", f"{current} > max_replicas {hi}"), state
+    if current == 0 and history and history[-1].queue > 0:
+        want = max(1, lo)
+        return Decision(current, starting, want, UP, "cold_start",
+                        f"{history[-1].queue:g} request(s) waiting with no replica"), \
+            replace(state, direction=1, since=now, last_up_at=now)
+
+    votes = [VOTERS[r.kind](r, history, now) for r in cfg.rules]
+    ups = [v for v in votes if v.direction > 0]
+    direction = 1 if ups else (-1 if all(v.direction < 0 for v in votes) else 0)
+    since = state.since if direction == state.direction and state.since is not None else now
+    state = replace(state, direction=direction, since=since)
+    held = now - since
+    if direction == 0:
+        return _hold(current, starting, "-", "; ".join(f"{v.rule}: {v.why}" for v in votes), votes), state
+
+    if direction > 0:
+        v = max(ups, key=lambda v: v.step)
+        if held < cfg.scale_up_stabilization_s:
+            return _hold(current, starting, v.rule, f"up for {held:.0f} of {cfg.scale_up_stabilization_s:.0f} s: "
+                                                    f"{v.why}", votes), state
+        running = current - starting
+        target = min(hi, running + v.step, current + cfg.max_step)
+        if target <= current:
+            why = (f"{starting} replica(s) still starting cover +{v.step}" if starting else f"at max_replicas {hi}")
+            return _hold(current, starting, v.rule, f"{why}: {v.why}", votes), state
+        return Decision(current, starting, target, UP, v.rule, v.why, votes), replace(state, since=now, last_up_at=now)
+
+    v = min(votes, key=lambda v: v.step)
+    if starting:
+        return _hold(current, starting, v.rule, f"{starting} replica(s) still starting: no scale-down", votes), state
+    if held < cfg.scale_down_stabilization_s:
+        return _hold(current, starting, v.rule, f"down for {held:.0f} of {cfg.scale_down_stabilization_s:.0f} s: "
+                                                f"{v.why}", votes), state
+    lacking = _covered(cfg, history, now, state.last_up_at)
+    if lacking:
+        return _hold(current, starting, v.rule, f"{lacking}: {v.why}", votes), state
+    window = max(cfg.scale_down_stabilization_s, cfg.interval_s)
+    idle = all(s.idle for s in history if now - window < s.at <= now)
+    target = max(lo, current - (cfg.max_step if idle else min(v.step, cfg.max_step)))
+    if target >= current:
+        return _hold(current, starting, v.rule, f"at min_replicas {lo}", votes), state
+    why = f"no traffic for {window:.0f} s" if idle else v.why
+    return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), replace(state, since=now)

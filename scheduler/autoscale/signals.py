@@ -1,0 +1,69 @@
+"""One sample of what a deployment suffers, built from each RUNNING replica's engine and from
+the gateways over one interval.
+
+Queue depth is requests waiting per RUNNING replica: the engines' waiting counts plus the
+gateways' queue, divided by the replicas. Latencies are windowed (histogram deltas, see
+histogram.py). An engine without metrics falls back to the gateways' view; an engine whose
+scrape failed makes the sample incomplete, and an incomplete sample is never evidence of
+idleness (it can still show overload through the gateways)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.autoscale.histogram import Histogram, merge, mean, quantile
+
+
+@dataclass(frozen=True)
+class Window:
+    """One source's view over one interval: an engine's (``ok`` False when its scrape failed) or
+    the gateways' (``waiting`` is then their queue for the model)."""
+
+    ok: bool = True
+    waiting: float | None = None  # requests waiting now
+    running: float | None = None  # requests being served now
+    tpot: Histogram | None = None  # time per output token, observed in the window
+    latency: Histogram | None = None  # whole-request latency, observed in the window
+    queue_time: Histogram | None = None  # time spent queued, observed in the window
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    running_replicas: int
+    complete: bool = True
+    requests: float = 0.0  # finished in the window plus in flight now
+    queue: float = 0.0  # waiting per RUNNING replica (the whole queue when none runs)
+    tpot_s: float | None = None
+    latency_p95_s: float | None = None
+    queue_time_p90_s: float | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No traffic at all: queue 0 and nothing served; TPOT then counts as 0."""
+        return self.complete and self.requests == 0 and self.queue == 0
+
+
+def _pick(engines: list[Window], gateway: Window | None, field: str) -> Histogram | None:
+    got = [getattr(w, field) for w in engines if w.ok and getattr(w, field) is not None]
+    if got:
+        return merge(got)
+    return getattr(gateway, field) if gateway else None
+
+
+def combine(at: float, running_replicas: int, engines: list[Window], gateway: Window | None) -> Sample:
+    """The sample for ``at`` from every RUNNING replica's engine window and the gateways' window."""
+    waiting = sum(w.waiting or 0.0 for w in engines if w.ok) + ((gateway.waiting or 0.0) if gateway else 0.0)
+    serving = sum(w.running or 0.0 for w in engines if w.ok)
+    if gateway and gateway.running is not None:
+        serving = max(serving, gateway.running)
+    latency = _pick(engines, gateway, "latency")
+    tpot = _pick(engines, gateway, "tpot")
+    qt = [h for h in (_pick(engines, None, "queue_time"), gateway.queue_time if gateway else None) if h is not None]
+    q90 = [v for v in (quantile(h, 0.9) for h in qt) if v is not None]
+    return Sample(at=at, running_replicas=running_replicas, complete=all(w.ok for w in engines),
+                  requests=(latency.count if latency else 0.0) + serving,
+                  queue=waiting / max(running_replicas, 1),
+                  tpot_s=mean(tpot) if tpot else None,
+                  latency_p95_s=quantile(latency, 0.95) if latency else None,
+                  queue_time_p90_s=max(q90) if q90 else None)

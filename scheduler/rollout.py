@@ -1,0 +1,81 @@
+"""Rolling a deployment to a new spec, as pure policy: what to do next, from the replicas of the
+old and new versions as they are now. The deployment workflow calls it after every change and
+carries out one step at a time, so a restart mid-rollout resumes from the replicas themselves.
+
+Surge first (``max_surge`` 1, ``max_unavailable`` 0 by default): start a new replica; once it is
+RUNNING and answers through the gateway, drain and stop one old replica; repeat. Availability is
+``ready old + ready new >= desired - max_unavailable`` and the fleet never exceeds
+``desired + max_surge``.
+
+Where Kubernetes leaves a surge replica Pending forever on a full GPU cluster (kubernetes PR
+#135993), a new replica that cannot be placed for ``surge_timeout_s`` makes that step stop-first:
+one old replica is drained and stopped (``max_unavailable`` 1 for the step) so the new one gets
+its GPUs; the gateway queues requests meanwhile. The fallback is recorded.
+
+A new version that does not reach RUNNING (ERROR, or restarted ``failure_threshold`` times)
+halts the rollout: ``rollback``. The caller makes the last good spec the target and rolls to it
+the same way; the old replicas keep serving throughout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from scheduler.cluster import Strict
+
+START, STOP, WAIT, DONE, ROLLBACK = "start_new", "stop_old", "wait", "done", "rollback"
+
+
+class RolloutConfig(Strict):
+    strategy: str = Field("rolling", pattern="^(rolling|recreate)$", description="recreate: stop all, then start (today's behaviour).")
+    max_surge: int = Field(1, ge=0, le=100, description="New replicas beyond the desired count at once. Default 1.")
+    max_unavailable: int = Field(0, ge=0, le=100, description="Replicas below the desired count that may be unready. Default 0.")
+    surge_timeout_s: float = Field(60, ge=0, le=86400, description="A surge replica unplaced this long makes the step stop-first. Default 60 s.")
+    failure_threshold: int = Field(3, ge=1, le=100, description="Restarts of a new replica before the rollout is rolled back. Default 3.")
+
+
+@dataclass(frozen=True)
+class Replica:
+    name: str
+    state: str  # pending | analyzing | scheduled | downloading | starting | running | error | unreachable
+    ready: bool = False  # RUNNING and answering through the gateway
+    restarts: int = 0
+    pending_since: float | None = None  # when it began waiting for capacity (None: placed)
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str
+    names: list[str] = field(default_factory=list)  # the old replica to stop
+    reason: str = ""
+    fallback: bool = False  # stop-first because the surge could not be placed
+
+
+def next_step(cfg: RolloutConfig, desired: int, old: list[Replica], new: list[Replica], now: float) -> Step:
+    """The next step of the rollout from ``old`` to ``new`` (both: the replicas that exist now)."""
+    failed = [r for r in new if r.state == "error" or r.restarts >= cfg.failure_threshold]
+    if failed:
+        r = failed[0]
+        why = f"{r.name} restarted {r.restarts} times" if r.restarts >= cfg.failure_threshold else f"{r.name} is ERROR"
+        return Step(ROLLBACK, reason=f"rolled back: {why}")
+    ready_old = [r for r in old if r.ready]
+    ready_new = [r for r in new if r.ready]
+    if not old and len(ready_new) >= desired:
+        return Step(DONE, reason=f"{len(ready_new)} new replica(s) ready")
+    idle_old = [r for r in old if not r.ready]
+    if idle_old:  # an old replica that serves nothing can go without costing availability
+        return Step(STOP, [idle_old[0].name], f"{idle_old[0].name} is not serving ({idle_old[0].state})")
+    floor = desired - cfg.max_unavailable
+    if old and len(ready_old) + len(ready_new) - 1 >= floor:
+        return Step(STOP, [old[-1].name], f"{len(ready_old)} old + {len(ready_new)} new ready: one may go "
+                                          f"and {floor} stay")
+    if len(new) < desired and len(old) + len(new) < desired + cfg.max_surge:
+        return Step(START, reason=f"{len(old)} old + {len(new)} new < {desired} + surge {cfg.max_surge}")
+    stuck = [r for r in new if r.pending_since is not None and now - r.pending_since >= cfg.surge_timeout_s]
+    if stuck and old:
+        return Step(STOP, [old[-1].name],
+                    f"{stuck[0].name} could not be placed for {now - stuck[0].pending_since:.0f} s "
+                    f"(>= {cfg.surge_timeout_s:.0f} s): stop-first for this step", fallback=True)
+    waiting = [r.name for r in new if not r.ready]
+    return Step(WAIT, reason=f"waiting for {', '.join(waiting)}" if waiting else "waiting")

@@ -1,0 +1,105 @@
+"""Preemption, pure: which running replicas a PENDING one may take the place of, proven by a dry
+run before any victim is touched. Kueue's classical preemption is the anchor
+(pkg/scheduler/preemption), with the replica as the unit (kueue#3762 asks for exactly that).
+
+Who may be a victim:
+- the preemptor's tenant stays within its guarantee with this replica: replicas of tenants that
+  borrow (use more than their guarantee), only while they still borrow as victims are taken;
+- otherwise (it would borrow itself): only idle capacity, except that within its own tenant a
+  higher-priority deployment may preempt a lower one.
+So a victim can never preempt its preemptor back: the preemptor's tenant is within its guarantee
+afterwards (it does not borrow), and within a tenant priority must be strictly higher.
+
+Victim order (Kueue's ordering.go, in our terms): replicas of borrowing tenants first (other
+tenants before the preemptor's own), then lower tenant priority, then lower deployment priority,
+then the most recently started, then the name. The set is minimal: remove victims in that order
+until a dry run places the preemptor, then add back, in reverse, every victim it still fits
+without. No preemption happens unless the dry run on the snapshot without the victims places it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.cluster import ClusterSnapshot, Instance
+from scheduler.decide import decide
+from scheduler.decision import Candidate
+from scheduler.dry_run import without
+from scheduler.policy_config import PolicyConfig
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
+from scheduler.tenancy.config import TenantsFile
+from scheduler.tenancy.usage import Usage, by_tenant, of_candidate, of_instance
+
+
+@dataclass(frozen=True)
+class Owners:
+    """Who owns what: deployment -> (tenant, deployment priority), and when each instance started."""
+
+    tenant_of: dict[str, str]
+    priority_of: dict[str, int]
+    started_at: dict[str, float]
+
+
+@dataclass
+class Preemption:
+    placement: Candidate | None
+    victims: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    why: str = ""  # the victims' line: "to reclaim prod's guarantee" | "for a higher-priority deployment"
+
+
+def _ordered(cands: list[Instance], tenants: TenantsFile, o: Owners, mine: str, used: dict[str, Usage]) -> list[Instance]:
+    def key(i: Instance):
+        t = o.tenant_of.get(i.model, "default")
+        tn = tenants.get(t)
+        return (0 if t != mine and borrowing(tn, used.get(t, Usage())) else 1, tn.priority,
+                o.priority_of.get(i.model, 0), -o.started_at.get(i.name, 0.0), i.name)
+
+    return sorted(cands, key=key)
+
+
+def plan(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
+         name: str, config: PolicyConfig | None = None) -> Preemption:
+    """Where the PENDING replica ``name`` of ``spec`` goes, taking the fewest victims; no
+    placement (and no victims) when it cannot be placed even so."""
+    mine = owners.tenant_of.get(spec.name, "default")
+    me, my_prio = tenants.get(mine), owners.priority_of.get(spec.name, 0)
+    used = by_tenant(snap.instances, owners.tenant_of)
+    d = decide(snap, spec, request, config, exclude=name)
+    if d.scheduled:
+        return Preemption(d.placement, reasons=d.reasons)
+    probe = decide(without(snap, {i.name for i in snap.instances if i.name != name}), spec, request, config, exclude=name)
+    if not probe.scheduled:
+        return Preemption(None, reasons=d.reasons + ["preemption: it does not fit even on an empty cluster"])
+    need = of_candidate(probe.placement)
+    reclaim = within_guarantee(me, used.get(mine, Usage()), need)
+    cands = [i for i in snap.instances if i.name != name and i.worker is not None
+             and (owners.tenant_of.get(i.model, "default") != mine and reclaim
+                  or owners.tenant_of.get(i.model, "default") == mine and owners.priority_of.get(i.model, 0) < my_prio)]
+    taken, left = [], dict(used)
+    for v in _ordered(cands, tenants, owners, mine, used):
+        t = owners.tenant_of.get(v.model, "default")
+        if t != mine and not borrowing(tenants.get(t), left.get(t, Usage())):
+            continue  # that tenant is back within its guarantee: no more of its replicas
+        taken.append(v)
+        left[t] = left.get(t, Usage()) - of_instance(v)
+        if decide(without(snap, {x.name for x in taken}), spec, request, config, exclude=name).scheduled:
+            break
+    else:
+        return Preemption(None, reasons=d.reasons + [f"preemption: no set of preemptible replicas makes room "
+                                                     f"({len(cands)} candidates)"])
+    for v in reversed(list(taken)):  # fill back: keep every victim it still fits without
+        rest = {x.name for x in taken if x is not v}
+        if decide(without(snap, rest), spec, request, config, exclude=name).scheduled:
+            taken.remove(v)
+    final = decide(without(snap, {x.name for x in taken}), spec, request, config, exclude=name)
+    limit = over_limit(me, used.get(mine, Usage()), of_candidate(final.placement))
+    if limit:
+        return Preemption(None, reasons=[limit])
+    cross = any(owners.tenant_of.get(v.model, "default") != mine for v in taken)
+    if cross and not within_guarantee(me, used.get(mine, Usage()), of_candidate(final.placement)):
+        return Preemption(None, reasons=d.reasons + [f"preemption: the placement found would take {mine} past "
+                                                     f"its guarantee"])
+    why = f"to reclaim {mine}'s guarantee" if cross else "for a higher-priority deployment of its tenant"
+    return Preemption(final.placement, victims=[v.name for v in taken], reasons=final.reasons, why=why)

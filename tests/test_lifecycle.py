@@ -1,0 +1,127 @@
+"""Lifecycle faults end to end, with the real stack (tests/live.py): an agent frozen with SIGSTOP
+looks, to the control plane, like a host cut off while its processes keep running; SIGCONT
+brings it back with the same process table and no restart."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import urllib.request
+
+from gpuflow import ops
+from tests.live import FAST, Live, spec
+
+
+def row(lv: Live, name: str):
+    return next(i for i in lv.instances() if i.name == name)
+
+
+def live_copies(lv: Live, instance: str) -> list[str]:
+    """Hosts where a process of ``instance`` runs, from each agent's pid files."""
+    out = []
+    for host in ("h1", "h2"):
+        t = lv.stack.instance_processes(host)
+        r = t.find(instance)
+        if r is not None and t.alive(r.pid):
+            out.append(host)
+    return out
+
+
+async def test_a_second_unreachable_episode_gets_the_full_grace_period(tmp_path):
+    """Two outages of the same host, far enough apart (more than a grace period of RUNNING in
+    between): each is UNREACHABLE first and keeps the placement while the host is back within
+    the grace (15 s here). The bug: the second outage skipped the grace and re-placed the instance
+    on h2 at once, while its first process kept running on h1 (two live copies)."""
+    t = FAST.model_copy(update={"unreachable_grace_s": 15})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24], "h2": [24]})
+    agent = None
+    try:
+        await ops.deploy(lv.client, spec("twice", vram_gib=20), t)
+        await lv.wait(lambda: lv.states("twice") == {"twice-0": "running"}, 60, "RUNNING")
+        first = row(lv, "twice-0")
+        agent = lv.stack.agents[first.worker]
+        moved: list[str] = []
+
+        def watch():  # the placement must never leave the frozen host within its grace
+            r = row(lv, "twice-0")
+            if r.worker != first.worker or r.state == "pending":
+                moved.append(f"{r.state}@{r.worker}: {r.reason}")
+            assert not moved, moved
+
+        for episode in (1, 2):
+            agent.send_signal(signal.SIGSTOP)
+            frozen = time.monotonic()
+            await lv.wait(lambda: row(lv, "twice-0").state == "unreachable", 30,
+                          f"episode {episode}: UNREACHABLE", check=watch, every=0.1)
+            await asyncio.sleep(max(0.0, 8 - (time.monotonic() - frozen)))  # ~8 s out: half the grace
+            watch()
+            agent.send_signal(signal.SIGCONT)
+            await lv.wait(lambda: (row(lv, "twice-0").state, row(lv, "twice-0").pid) == ("running", first.pid), 40,
+                          f"episode {episode}: the same process adopted, RUNNING", check=watch)
+            assert live_copies(lv, "twice-0") == [first.worker]
+            await asyncio.sleep(t.unreachable_grace_s + 3)  # RUNNING longer than a grace before the next outage
+            watch()
+        assert row(lv, "twice-0").restarts == 0
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGCONT)
+        lv.close()
+
+
+def orphans_metric(lv: Live, host: str) -> float:
+    text = urllib.request.urlopen(f"http://{lv.stack.metrics[f'agent {host}']}/metrics", timeout=10).read().decode()
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+               if ln.startswith("gpuflow_agent_orphans_stopped_total{"))
+
+
+async def test_orphan_of_a_moved_placement_is_stopped_without_an_agent_restart(tmp_path):
+    """h1's agent freezes past the grace (3 s): the instance is released and RUNNING on h2, while
+    its first process still runs on h1. When h1's agent thaws (same process, never restarted),
+    its periodic orphan check (every 2 s here) stops that process within the interval, logs it
+    and counts it; one live copy remains. Before, only an agent start-up checked."""
+    t = FAST.model_copy(update={"orphan_check_s": 2})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24], "h2": [24]})
+    agent = None
+    try:
+        await ops.deploy(lv.client, spec("mover", vram_gib=20), t)
+        await lv.wait(lambda: lv.states("mover") == {"mover-0": "running"}, 60, "RUNNING")
+        first = row(lv, "mover-0")
+        other = "h2" if first.worker == "h1" else "h1"
+        agent = lv.stack.agents[first.worker]
+        agent.send_signal(signal.SIGSTOP)
+        await lv.wait(lambda: row(lv, "mover-0").worker == other and row(lv, "mover-0").state == "running", 60,
+                      f"mover-0 RUNNING on {other}")
+        assert sorted(live_copies(lv, "mover-0")) == ["h1", "h2"]  # the leftover on the frozen host
+        agent.send_signal(signal.SIGCONT)
+        thawed = time.monotonic()
+        await lv.wait(lambda: live_copies(lv, "mover-0") == [other], 30, "the leftover stopped by the running agent")
+        print(f"leftover stopped {time.monotonic() - thawed:.1f} s after the agent thawed")
+        assert agent.poll() is None and lv.stack.agents[first.worker] is agent  # no restart
+        assert orphans_metric(lv, first.worker) == 1
+        with open(f"{lv.stack.log_dir}/agent-{first.worker}.log") as f:
+            assert "stopped orphan mover-0" in f.read()
+        assert row(lv, "mover-0").state == "running" and row(lv, "mover-0").worker == other
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGCONT)
+        lv.close()
+
+
+async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_path):
+    """A process in the agent's table (started the way the agent starts one: own session, pid
+    file) whose instance workflow does not exist, beside a RUNNING instance's: the running agent
+    stops the first within its interval (why=gone) and leaves the second alone."""
+    t = FAST.model_copy(update={"orphan_check_s": 2})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("kept", vram_gib=4), t)
+        await lv.wait(lambda: lv.states("kept") == {"kept-0": "running"}, 60, "RUNNING")
+        table = lv.stack.instance_processes("h1")
+        ghost = table.start("ghost-0", ["sleep", "600"], {}, None)
+        await lv.wait(lambda: table.returncode(ghost.pid) is not None, 30, "ghost-0 stopped by the agent")
+        assert table.find("ghost-0") is None and live_copies(lv, "kept-0") == ["h1"]
+        text = urllib.request.urlopen(f"http://{lv.stack.metrics['agent h1']}/metrics", timeout=10).read().decode()
+        assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="gone"} 1.0' in text
+    finally:
+        lv.close()
