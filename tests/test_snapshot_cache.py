@@ -28,6 +28,8 @@ STEPS = [
         name="a-0", deployment="a", model="m", state="running", worker="h1", gpu_indexes=[0],
         model_source="hf:o/m")), 0, 1),
     ("h2 goes not_ready", lambda e: records.set_worker_state(e, "h2", "not_ready", "lost"), 1, 0),
+    ("a-0 drains: shown as stopping", lambda e: records.record_instance(e, InstanceRecord(
+        name="a-0", deployment="a", model="m", state="draining", worker="h1", gpu_indexes=[0])), 0, 1),
     ("a-0 is released: h1 and a-0", lambda e: ledger.release(e, "a-0"), 1, 1),
     ("a-0 is marked gone: it leaves the snapshot", lambda e: records.mark_gone(e, "a-0", "ended"), 0, 1),
     ("nothing", lambda e: None, 0, 0),

@@ -22,9 +22,11 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.store import changes
-from activities.store.snapshot import LIVE, instance_model, session, worker_model
+from activities.store.snapshot import DRAINING, LIVE, instance_model, session, worker_model
 from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
+
+SHOWN = (*LIVE, DRAINING)  # the instances load_snapshot shows
 
 
 @dataclass
@@ -81,7 +83,7 @@ class SnapshotCache:
         self.stats.workers += len(stale_workers)
         if changed_insts is None:
             self.stats.full += 1
-            rows = s.exec(select(InstanceRow).where(InstanceRow.state.in_(LIVE)))
+            rows = s.exec(select(InstanceRow).where(InstanceRow.state.in_(SHOWN)))
             instances = {r.name: instance_model(r) for r in rows}
             full = True
         else:
@@ -91,7 +93,7 @@ class SnapshotCache:
                 instances.pop(n, None)
             for i in range(0, len(names), 500):
                 for r in s.exec(select(InstanceRow).where(InstanceRow.name.in_(names[i:i + 500]),
-                                                          InstanceRow.state.in_(LIVE))):
+                                                          InstanceRow.state.in_(SHOWN))):
                     instances[r.name] = instance_model(r)
             self.stats.instances += len(names)
         files = old.files
