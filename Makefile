@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo dry-run test bench bench-control-plane bench-gateway
+.PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -37,3 +37,7 @@ bench-control-plane: $(VENV)/.installed
 
 bench-gateway: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_gateway.py
+
+bench-fleet: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_schedule_cli.py
+	$(VENV)/bin/python bench/bench_fleet.py

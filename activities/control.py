@@ -24,7 +24,7 @@ from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
 from activities.store import ledger, records, serving
-from activities.store.snapshot import generations, load_snapshot
+from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError
@@ -116,6 +116,7 @@ class ControlActivities:
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
         self.estimates = EstimateCache(hub_cache, hf_endpoint, self.limits.estimate_timeout_s)
+        self.snapshots = SnapshotCache()  # refreshed incrementally by each decision
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
@@ -184,8 +185,7 @@ class ControlActivities:
         req = self.estimates.get(spec, inputs)
         bind = bind if bind is not None else self.engine
         with self.metrics.decision_seconds.time():
-            gens = generations(bind)  # read before the snapshot: a change in between reads as stale, never as fresh
-            snap = load_snapshot(bind)
+            snap, gens = self.snapshots.refresh(bind)  # gens read first: a change meanwhile reads as stale
             d = decide(snap, spec, req, self.policy, exclude=instance)
         self.metrics.decisions.labels("scheduled" if d.scheduled else "unschedulable").inc()
         return decision_record(d, req, len(snap.workers), gens)
@@ -235,7 +235,8 @@ class ControlActivities:
     @activity.defn(name=c.RANK_SCALE_DOWN)
     async def rank_scale_down(self, model: str, strategy: str, live: list[str]) -> ScaleDownOrder:
         def run() -> ScaleDownOrder:
-            ranked = scale_down.rank(load_snapshot(self.engine), model, PlacementStrategy(strategy), self.policy)
+            snap = self.snapshots.refresh(self.engine)[0]
+            ranked = scale_down.rank(snap, model, PlacementStrategy(strategy), self.policy)
             order = [r.instance.name for r in ranked if r.instance.name in live]
             missing = [n for n in live if n not in order]  # not in the store yet: nothing placed, remove first
             return ScaleDownOrder(order=missing + order, ranking=[r.to_dict() for r in ranked if r.instance.name in live])

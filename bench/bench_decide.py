@@ -1,6 +1,14 @@
 """Decision latency and peak memory by cluster size: 10, 100, 1,000, 5,000 workers with 8 GPUs
 each and two instances per worker, for a custom, a vLLM and a GGUF model. Prints a table.
-Target: under 50 ms per decision at 1,000 workers. Run: make bench (or python bench/bench_decide.py)."""
+Target: under 50 ms per decision at 1,000 workers. Run: make bench (or python bench/bench_decide.py).
+
+Then the decide activity's own work on a real store (a SQLite file): 1,000 workers with 2,000 and
+10,000 instances, and 5,000 workers with 10,000: the policy alone, the policy after a full
+snapshot load (what every decision did before the cache), and the policy after an incremental
+refresh of the cached snapshot with one booking between decisions (what it does now), and the
+policy alone on that snapshot (the cache takes what it loads out of the garbage collector's
+generations). Median
+and p95. ``--store-only`` skips the first table. Noisy on a loaded machine: compare rows of one run."""
 
 from __future__ import annotations
 
@@ -35,6 +43,14 @@ def snapshot(n: int) -> ClusterSnapshot:
 
 
 def main() -> None:
+    if "--store-only" not in sys.argv:
+        policy_table()
+    from bench.decide_store import store_table
+
+    store_table()
+
+
+def policy_table() -> None:
     tmp = tempfile.mkdtemp()
     gguf_path = synthetic.write_llama_gguf(os.path.join(tmp, "l3.gguf"), recipe="Q5_K_M", **synthetic.LLAMA3_8B)
     t = time.perf_counter()

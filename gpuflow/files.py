@@ -77,12 +77,28 @@ def read_document(path: str) -> dict:
 
 
 def load(path: str, model: type[BaseModel]):
+    if path.endswith(".json"):
+        obj = _load_json_fast(path, model)
+        if obj is not None:
+            return obj
     data = read_document(path)
     try:
         obj = model.model_validate(data)
     except ValidationError as e:
         raise _explain(path, e, model) from None
     return obj
+
+
+def _load_json_fast(path: str, model: type[BaseModel]):
+    """A JSON file validated by pydantic's JSON parser in one pass (a 1,000-worker cluster in a
+    fraction of json.loads + model_validate). None when it does not validate: the slow path then
+    reads it again and names the problem exactly as for YAML."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        return model.model_validate_json(raw)
+    except (OSError, ValidationError):
+        return None
 
 
 def load_cluster(path: str) -> ClusterSnapshot:

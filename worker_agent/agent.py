@@ -70,12 +70,12 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
                     serve_metrics: Callable | None = None, address: str = "127.0.0.1",
-                    hub: HubConfig | None = None) -> None:
+                    hub: HubConfig | None = None, table: ProcessTable | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
     from scheduler.naming import check_name, path_in
 
-    table = ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
+    table = table or ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
     # the engine probes start other interpreters (a second or so): meanwhile this agent starts serving,
     # so a process of its previous run is adopted without waiting; the first report waits for them
     finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))

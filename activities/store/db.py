@@ -10,7 +10,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, create_engine
 
-from activities.store import keys, serving, tables  # noqa: F401  (registers the tables)
+from activities.store import changes, keys, serving, tables  # noqa: F401  (registers the tables)
 
 
 def sqlite_url(path: str) -> str:
@@ -47,3 +47,4 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
 
 def init_db(engine: Engine) -> None:
     SQLModel.metadata.create_all(engine)
+    changes.ensure_counter(engine)

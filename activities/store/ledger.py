@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.payloads import PlacementPlan
+from activities.store import changes
 from activities.store.snapshot import worker_model
 from activities.store.tables import InstanceRow, ReservationRow, WorkerRow, utcnow
 from scheduler.allocatable import Allocated, allocatable
@@ -136,6 +137,7 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, seen: dict[str, 
             row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
             row.placement = plan.model_dump(mode="json")
             s.add(row)
+        changes.bump(s, instance)
         s.commit()
         return plan, True
 
@@ -154,9 +156,13 @@ def release(engine: Engine, instance: str) -> int:
             _bump(s, _lock_workers(s, sorted(set(held))).values())
         n = s.exec(delete(ReservationRow).where(ReservationRow.instance == instance)).rowcount
         row = s.get(InstanceRow, instance)
+        changed = bool(held)
         if row is not None and row.placement is not None:
             row.placement = None
             s.add(row)
+            changed = True
+        if changed:
+            changes.bump(s, instance)
         s.commit()
         return n or 0
 

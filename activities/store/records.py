@@ -8,6 +8,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.payloads import HostReport, InstanceRecord
+from activities.store import changes
 from activities.store.tables import DeploymentRow, InstanceRow, ModelFileRow, WorkerRow, utcnow
 
 
@@ -62,6 +63,7 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
                                                                                     source=rec.model_source)
             f.state, f.updated_at = file_state, utcnow()
             s.add(f)
+        changes.bump(s, rec.name, files=bool(file_state and rec.worker))
         s.commit()
 
 
@@ -72,6 +74,7 @@ def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
         if s.get(InstanceRow, rec.name) is not None:
             return False
         s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state))
+        changes.bump(s, rec.name)
         s.commit()
         return True
 
@@ -89,6 +92,7 @@ def mark_gone(engine: Engine, name: str, why: str) -> str | None:
         worker = row.worker if row.state in ON_A_HOST else None
         row.state, row.reason, row.updated_at = "deleted", why, utcnow()
         s.add(row)
+        changes.bump(s, name)
         s.commit()
         return worker
 

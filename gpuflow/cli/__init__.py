@@ -99,7 +99,7 @@ def cmd_demo(a) -> int:
     return run_demo(a.data_dir)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(local_only: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuflow", description="GPU-cluster orchestrator for LLM inference servers",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -142,17 +142,23 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
     d.set_defaults(fn=cmd_demo)
 
-    from gpuflow import dev
-    from gpuflow.cli import cluster as cli_cluster, gateway as cli_gateway
+    if not local_only:
+        from gpuflow import dev, simulate
+        from gpuflow.cli import cluster as cli_cluster, gateway as cli_gateway
 
-    cli_cluster.add_commands(sub)
-    dev.add_command(sub)
-    cli_gateway.add_commands(sub)
+        cli_cluster.add_commands(sub)
+        dev.add_command(sub)
+        cli_gateway.add_commands(sub)
+        simulate.add_command(sub)
     return p
 
 
+LOCAL_COMMANDS = ("schedule", "estimate", "rank-scale-down")  # dry runs: no Temporal client to import
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(local_only=bool(argv) and argv[0] in LOCAL_COMMANDS).parse_args(argv)
     try:
         code = args.fn(args)
     except GpuflowError as e:

@@ -1,0 +1,71 @@
+"""A monotonic change number for instances and their reservations, so a snapshot cache can read
+only what changed since it last looked (activities/store/snapshot_cache.py).
+
+Every write of an instance row or of its ledger lines calls ``bump`` in the same transaction: it
+increments the one counter row and logs (seq, instance). The counter row is updated in place,
+so on PostgreSQL concurrent writers queue on its row lock and commit in seq order; on SQLite
+every transaction holds the database lock. A reader that sees seq S therefore sees every log
+line up to S. The log keeps the last KEEP changes; a cache further behind reloads everything.
+Workers need no log: each carries its own ``generation``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Field, Session, SQLModel, select
+
+KEEP = 20_000  # log lines kept; pruned every PRUNE_EVERY changes
+PRUNE_EVERY = 1_000
+
+
+class ChangeCounterRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_change_counter"
+    id: int = Field(default=1, primary_key=True)
+    seq: int = 0
+
+
+class ChangeRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_changes"
+    seq: int = Field(primary_key=True)
+    instance: str = ""
+    files: bool = False  # the write touched model_files too
+
+
+def ensure_counter(engine: Engine) -> None:
+    with Session(engine) as s:
+        if s.get(ChangeCounterRow, 1) is None:
+            s.add(ChangeCounterRow(id=1, seq=0))
+            try:
+                s.commit()
+            except IntegrityError:  # another process made it first
+                s.rollback()
+
+
+def bump(s: Session, instance: str, files: bool = False) -> int:
+    """Record that ``instance`` (its row, its ledger lines, or with ``files`` its model files)
+    changed in the transaction of ``s``; returns the new change number."""
+    if s.exec(update(ChangeCounterRow).where(ChangeCounterRow.id == 1)
+              .values(seq=ChangeCounterRow.seq + 1)).rowcount == 0:
+        s.add(ChangeCounterRow(id=1, seq=1))  # a store made before the counter existed
+        s.flush()
+    seq = s.exec(select(ChangeCounterRow.seq).where(ChangeCounterRow.id == 1)).one()
+    s.add(ChangeRow(seq=seq, instance=instance, files=files))
+    if seq % PRUNE_EVERY == 0:
+        s.exec(delete(ChangeRow).where(ChangeRow.seq <= seq - KEEP))
+    return seq
+
+
+def current(s: Session) -> int:
+    return s.exec(select(ChangeCounterRow.seq).where(ChangeCounterRow.id == 1)).first() or 0
+
+
+def since(s: Session, seq: int) -> tuple[set[str], bool, bool]:
+    """(instances changed after ``seq``, model files changed?, complete?). Not complete: the log
+    no longer reaches back to ``seq``; the caller reloads everything."""
+    rows = list(s.exec(select(ChangeRow.seq, ChangeRow.instance, ChangeRow.files).where(ChangeRow.seq > seq)))
+    if not rows:
+        return set(), False, False
+    complete = min(r[0] for r in rows) == seq + 1
+    return {r[1] for r in rows}, any(r[2] for r in rows), complete

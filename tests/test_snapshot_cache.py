@@ -1,0 +1,89 @@
+"""The in-memory snapshot cache on a real SQLite file and a real PostgreSQL schema: after every
+kind of store write, an incremental refresh equals a full load, and it reads only what changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.payloads import InstanceRecord
+from activities.store import changes, ledger, records
+from activities.store.snapshot import load_snapshot
+from activities.store.snapshot_cache import SnapshotCache
+from tests.test_ledger import host, plan
+
+
+def same(cache: SnapshotCache, engine) -> dict[str, int]:
+    snap, gens = cache.refresh(engine)
+    assert snap.model_dump() == load_snapshot(engine).model_dump()
+    return gens
+
+
+# (write, workers reloaded, instances reloaded) after the first full load
+STEPS = [
+    ("a host joins", lambda e: records.upsert_worker(e, host("h2")), 1, 0),
+    ("an instance is created", lambda e: records.create_instance(
+        e, InstanceRecord(name="a-0", deployment="a", model="m", state="pending")), 0, 1),
+    ("it is booked on h1: its row and h1's generation", lambda e: ledger.reserve(e, "a-0", plan("h1", 0, 10)), 1, 1),
+    ("it runs, with its model file on h1", lambda e: records.record_instance(e, InstanceRecord(
+        name="a-0", deployment="a", model="m", state="running", worker="h1", gpu_indexes=[0],
+        model_source="hf:o/m")), 0, 1),
+    ("h2 goes not_ready", lambda e: records.set_worker_state(e, "h2", "not_ready", "lost"), 1, 0),
+    ("a-0 drains: shown as stopping", lambda e: records.record_instance(e, InstanceRecord(
+        name="a-0", deployment="a", model="m", state="draining", worker="h1", gpu_indexes=[0])), 0, 1),
+    ("a-0 is released: h1 and a-0", lambda e: ledger.release(e, "a-0"), 1, 1),
+    ("a-0 is marked gone: it leaves the snapshot", lambda e: records.mark_gone(e, "a-0", "ended"), 0, 1),
+    ("nothing", lambda e: None, 0, 0),
+]
+
+
+def test_incremental_refresh_equals_full_load(store):
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    cache = SnapshotCache()
+    same(cache, engine)
+    assert cache.stats.full == 1
+    for what, write, workers, instances in STEPS:
+        before = (cache.stats.workers, cache.stats.instances)
+        write(engine)
+        gens = same(cache, engine)
+        assert (cache.stats.workers - before[0], cache.stats.instances - before[1]) == (workers, instances), what
+        assert gens == {w.name: w.generation for w in records.workers(engine)}, what
+    assert cache.stats.full == 1  # never reloaded whole
+
+
+def test_a_cache_behind_the_pruned_log_reloads_whole(store, monkeypatch):
+    _, _, engine = store
+    monkeypatch.setattr(changes, "KEEP", 3)
+    monkeypatch.setattr(changes, "PRUNE_EVERY", 2)
+    records.upsert_worker(engine, host("h1"))
+    cache = SnapshotCache()
+    same(cache, engine)
+    for i in range(8):  # 8 changes; the log keeps the last 3 or so
+        records.create_instance(engine, InstanceRecord(name=f"a-{i}", deployment="a", model="m", state="pending"))
+    same(cache, engine)
+    assert cache.stats.full == 2
+
+
+@pytest.mark.parametrize("n", [40])
+def test_refreshes_racing_bookings_never_show_a_booking_without_its_generation(store, n):
+    """Threads book while others refresh: every refresh's generations are no newer than what its
+    snapshot shows (a booking it missed reads as a stale decision at reserve time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1", gpus=8, gib=80))
+    cache = SnapshotCache()
+
+    def book(i: int) -> None:
+        records.create_instance(engine, InstanceRecord(name=f"b-{i}", deployment="b", model="m", state="pending"))
+        ledger.reserve(engine, f"b-{i}", plan("h1", i % 8, 1, 0.1))
+
+    def look(_: int) -> None:
+        snap, gens = cache.refresh(engine)
+        booked = sum(1 for i in snap.instances if i.worker == "h1")
+        # each booking bumps h1's generation once, after upsert's first bump: gen - 1 bookings at least
+        assert booked >= gens["h1"] - 1
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: book(i) if i % 2 == 0 else look(i), range(2 * n)))
+    same(cache, engine)
