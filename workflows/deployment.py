@@ -113,8 +113,8 @@ class ModelDeploymentWorkflow:
 
     @workflow.update
     async def rollout_undo(self) -> DeploymentView:
-        """Back to the spec before the last change, rolled the same way."""
-        return await self.update_spec(self.ro.previous)
+        """Back to the spec before the last change, rolled the same way; the replica count stays."""
+        return await self.update_spec({**self.ro.previous, "replicas": self.replicas})
 
     @rollout_undo.validator
     def _check_undo(self) -> None:

@@ -80,6 +80,8 @@ def _log(r: RolloutState, action: str, names: list[str], reason: str, fallback: 
 
 
 def _replicas(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[str, Replica]:
+    """An old replica that answers is ready at once (the gateways route it already); a new one
+    once it has answered for SEEN_S, so the gateways have seen it before an old one goes."""
     out = {}
     for p in probes:
         if p.state == "pending" and p.reason.startswith("unschedulable"):
@@ -90,7 +92,8 @@ def _replicas(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[s
             r.answering_since.setdefault(p.name, now)
         else:
             r.answering_since.pop(p.name, None)
-        ready = p.answers and now - r.answering_since[p.name] >= SEEN_S
+        fresh = r.versions.get(p.name, 0) == r.version
+        ready = p.answers and (not fresh or now - r.answering_since[p.name] >= SEEN_S)
         out[p.name] = Replica(p.name, p.state, ready, p.restarts, r.pending_since.get(p.name))
     return out
 
