@@ -146,3 +146,41 @@ async def test_rolling_upgrades_under_load(tmp_path):
         if load and not load.stop.is_set():
             await load.finish()
         lv.close()
+
+
+async def test_a_control_plane_worker_killed_mid_rollout_resumes_without_an_extra_stop(tmp_path):
+    """Two v1 replicas and a spare GPU; the only control-plane worker is SIGKILLed right after
+    the rollout stopped its first old replica, and a fresh one started: the rollout carries on
+    from the replicas, each old replica is stopped once, two new ones are started, no more."""
+    lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]})
+    load = None
+    try:
+        lv.gateway = lv.stack.start_gateway(free_port())
+        await ops.deploy(lv.client, version("v1", replicas=2), T)
+        await lv.wait(lambda: list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v1 RUNNING")
+        load = Load(lv.gateway)
+        await lv.wait(lambda: load.ok >= 10 or load.failed, 60, "v1 answers through the gateway")
+        await ops.deploy(lv.client, version("v2", replicas=2), T)
+
+        async def first_stop():
+            while not any(s["action"] == "stop_old" for s in (await rollout(lv))["steps"]):
+                await asyncio.sleep(0.2)
+        await asyncio.wait_for(first_stop(), 180)
+        victim = lv.stack.servers[0]
+        victim.send_signal(9)
+        victim.wait(10)
+        await asyncio.sleep(3)
+        lv.stack.start_server()
+
+        v = await settled(lv, "version 1 rolled out", 2, timeout=300)
+        stops = [n for s in v["steps"] if s["action"] == "stop_old" for n in s["names"]]
+        starts = [n for s in v["steps"] if s["action"] == "start_new" for n in s["names"]]
+        assert sorted(stops) == ["chat-0", "chat-1"], v["steps"]  # each old replica once, no new one
+        assert len(starts) == 2 and running_names(lv) == set(starts), (v["steps"], lv.states("chat"))
+        await load.finish()
+        assert load.failed == [], load.failed[:5]
+        print(f"\nworker killed mid-rollout: {load.ok} requests answered, {len(load.failed)} failed")
+    finally:
+        if load and not load.stop.is_set():
+            await load.finish()
+        lv.close()
