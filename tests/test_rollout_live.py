@@ -184,3 +184,25 @@ async def test_a_control_plane_worker_killed_mid_rollout_resumes_without_an_extr
         if load and not load.stop.is_set():
             await load.finish()
         lv.close()
+
+
+async def test_strategy_recreate_stops_every_replica_then_starts(tmp_path):
+    """Today's behaviour, on request: both v1 replicas are stopped at once, then two v2 started
+    (the spare GPU is not used for a surge)."""
+    lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]})
+    try:
+        sp = version("v1", replicas=2).model_dump(mode="json")
+        sp["rollout"] = {"strategy": "recreate"}
+        await ops.deploy(lv.client, ModelSpec.model_validate(sp), T)
+        await lv.wait(lambda: list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v1 RUNNING")
+        seen: set[tuple[str, str]] = set()
+        sp["run_command"] = sp["run_command"].replace("--name v1", "--name v2")
+        await ops.deploy(lv.client, ModelSpec.model_validate(sp), T)
+        await lv.wait(lambda: sorted(lv.states("chat")) == ["chat-2", "chat-3"]
+                      and list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v2 RUNNING",
+                      check=lambda: seen.update(lv.states("chat").items()), every=0.1)
+        v = await rollout(lv)
+        assert v["status"] == "recreated as version 1" and [s["action"] for s in v["steps"]] == ["recreate"], v
+        assert not any(s["action"] == "start_new" for s in v["steps"])
+    finally:
+        lv.close()

@@ -49,3 +49,19 @@ def test_a_bad_rollout_block_is_refused_naming_the_field(block, named):
     with pytest.raises(ValidationError) as e:
         ModelSpec.model_validate({**BASE, "rollout": block})
     assert named in str(e.value).replace("\n", ".")
+
+
+@pytest.mark.parametrize("carried,named", [
+    ({"version": -1}, "rollout: version"),                     # counts are >= 0
+    ({"steps": "x"}, "rollout: steps"),                        # a list of steps, not a string
+    ({"steps": [{}] * 101}, "rollout: steps"),                 # at most 100 kept
+    ({"good": {"name": "x"}}, "rollout: source"),              # a spec to fall back on must be valid
+])
+def test_a_bad_carried_rollout_state_fails_naming_it(carried, named):
+    from temporalio.exceptions import ApplicationError
+
+    from workflows.rollout_steps import state_from
+
+    with pytest.raises(ApplicationError) as e:
+        state_from(carried)
+    assert named in e.value.message and e.value.non_retryable

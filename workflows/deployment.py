@@ -56,7 +56,7 @@ class ModelDeploymentWorkflow:
         self.applied = 0
         self.limits: Limits | None = None  # the operator's, read by an activity when run starts
         self.fresh = not inp.instances and inp.next_index == 0
-        self.ro = ro.RolloutState.model_validate(inp.rollout or {})  # workflows/rollout_steps.py
+        self.ro = ro.state_from(inp.rollout)  # workflows/rollout_steps.py
 
     @property
     def name(self) -> str:

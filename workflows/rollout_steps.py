@@ -13,13 +13,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio import workflow
 
 from activities.rollout_probe import ROLLOUT_PROBE, ReplicaProbe
 from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT, Replica, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
+from workflows.inputs import compact, invalid
 
 POLL_S = 2.0  # between looks at the replicas while a rollout runs
 SEEN_S = 2.0  # a replica answers this long before it counts as ready (the gateways re-read every 0.5 s)
@@ -41,6 +42,19 @@ class RolloutState(BaseModel):
     steps: list[dict[str, Any]] = Field([], max_length=KEEP_STEPS)
     pending_since: dict[str, float] = Field({}, max_length=4000)
     answering_since: dict[str, float] = Field({}, max_length=4000)
+
+
+def state_from(raw: dict | None) -> RolloutState:
+    """The state carried in DeploymentInput (untrusted, like every input): a bad one fails the
+    workflow at once with the problem named, never a workflow task retried forever."""
+    try:
+        r = RolloutState.model_validate(raw or {})
+        for spec in (r.good, r.previous):
+            if spec is not None:
+                ModelSpec.model_validate(spec)
+    except ValidationError as e:
+        raise invalid(f"ModelDeploymentWorkflow: invalid input: rollout: {compact(e)}") from None
+    return r
 
 
 def rolls(old: ModelSpec, new: ModelSpec) -> bool:
