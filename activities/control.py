@@ -106,6 +106,9 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
                           generations=gens)
 
 
+from activities.rollout_probe import RolloutProbe  # noqa: E402  (the rollout's replica probe)
+
+
 class ControlActivities:
     def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
                  metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None,
@@ -122,7 +125,7 @@ class ControlActivities:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
-                self.deployment_limits] + HostPathActivities(self.engine, self._db).all()
+                self.deployment_limits] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane

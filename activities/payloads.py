@@ -103,6 +103,7 @@ class DeploymentInput(BaseModel):
     instances: list[str] = Field([], max_length=2 * REPLICAS_CEILING)
     next_index: int = Field(0, ge=0, le=2**53)
     deleting: bool = False
+    rollout: dict[str, Any] | None = None  # workflows/rollout_steps.py's RolloutState, across continue-as-new
 
 
 class DeploymentView(BaseModel):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from scheduler.cluster import Strict
+from scheduler.fields import Strict  # not scheduler.cluster: it imports scheduler.spec, which imports this
 
 START, STOP, WAIT, DONE, ROLLBACK = "start_new", "stop_old", "wait", "done", "rollback"
 

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from scheduler.autoscale.config import Autoscaling
 from scheduler.fields import Bytes, Strict
 from scheduler.engine_flags import flag_problems
+from scheduler.rollout import RolloutConfig
 from scheduler.naming import NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
@@ -177,6 +178,7 @@ class ModelSpec(Strict):
     topology_policy: TopologyPolicy = TopologyPolicy.NONE
     cpu_pinning: bool = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
     max_concurrency: int | None = Field(default=None, ge=1)  # gateway: requests per replica at once, unless an engine flag says
+    rollout: RolloutConfig = RolloutConfig()  # how a changed spec replaces the replicas (docs/formats.md)
 
     @field_validator("env")
     @classmethod

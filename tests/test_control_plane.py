@@ -341,9 +341,9 @@ async def test_agent_restart_adopts_its_running_processes(tmp_path):
         row = lv.instances("steady")[0]
         assert (row.state, row.pid, row.restarts) == ("running", pid, 0)
 
-        # a changed spec recreates the instances: steady-0 stops, steady-1 runs with the new spec
+        # a changed spec rolls the instances: steady-1 starts with the new spec, then steady-0 stops
         await ops.deploy(lv.client, spec("steady", vram_gib=6, env={"OMP_NUM_THREADS": "2"}), t)
-        await lv.wait(lambda: lv.states("steady") == {"steady-1": "running"}, 60, "recreated with the new spec")
+        await lv.wait(lambda: lv.states("steady") == {"steady-1": "running"}, 60, "rolled to the new spec")
         assert lv.stack.instance_processes("h1").returncode(pid) is not None  # gone (or a zombie nobody reaped)
         assert ledger.booked_per_gpu(lv.engine) == {("h1", 0): 6 * 2**30}
         await ops.delete(lv.client, "steady", wait=True)

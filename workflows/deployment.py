@@ -1,5 +1,5 @@
 """ModelDeploymentWorkflow (id ``deployment/<name>``): holds a model's spec and keeps its
-replicas. Updates: ``scale``, ``update_spec`` (instances are recreated with the new spec),
+replicas. Updates: ``scale``, ``update_spec`` (a changed spec rolls the replicas: workflows/rollout_steps.py),
 ``delete``. Scale-down asks the rank activity for the cluster-wide removal order (ERROR and
 unreachable before healthy RUNNING) and stops the lowest first. Instances whose workflows end
 on their own are replaced. Continue-as-new keeps the history bounded."""
@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import guards
+    from workflows import rollout_steps as ro
     from workflows.inputs import one_input
 
 
@@ -55,6 +56,7 @@ class ModelDeploymentWorkflow:
         self.applied = 0
         self.limits: Limits | None = None  # the operator's, read by an activity when run starts
         self.fresh = not inp.instances and inp.next_index == 0
+        self.ro = ro.state_from(inp.rollout)  # workflows/rollout_steps.py
 
     @property
     def name(self) -> str:
@@ -65,6 +67,10 @@ class ModelDeploymentWorkflow:
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
+
+    @workflow.query
+    def rollout(self) -> dict:
+        return ro.view(self)
 
     async def _applied(self) -> DeploymentView:
         self.asked += 1
@@ -101,9 +107,20 @@ class ModelDeploymentWorkflow:
     async def update_spec(self, spec: dict) -> DeploymentView:
         new = parse_spec(spec)
         await self._within_limits(new.replicas)
-        self.raw, self.dirty, self.recreate = dict(spec), True, True
-        self.replicas = new.replicas
+        ro.change_spec(self, dict(spec), new, parse_spec(self.raw))
+        self.dirty, self.replicas = True, new.replicas
         return await self._applied()
+
+    @workflow.update
+    async def rollout_undo(self) -> DeploymentView:
+        """Back to the spec before the last change, rolled the same way; the replica count stays."""
+        return await self.update_spec({**self.ro.previous, "replicas": self.replicas})
+
+    @rollout_undo.validator
+    def _check_undo(self) -> None:
+        if self.ro.previous is None:
+            raise ValueError(f"deployment {self.name} has no previous spec to return to")
+        self._check_spec(self.ro.previous)
 
     @update_spec.validator
     def _check_spec(self, spec: dict) -> None:
@@ -149,7 +166,7 @@ class ModelDeploymentWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda: self.dirty or bool(self.ended) or self._may_continue_as_new(),
-                    timeout=c.secs(self.timings.reconcile_s))
+                    timeout=ro.timeout(self, self.timings.reconcile_s))
             except asyncio.TimeoutError:
                 await self._drop_closed()
             self.dirty = False
@@ -174,14 +191,17 @@ class ModelDeploymentWorkflow:
             if self.recreate:
                 self.recreate = False
                 await self._stop(list(self.instances))
-            await self._scale_up()
-            await self._scale_down()
+            if self.ro.rolling:
+                await ro.step(self)
+            else:
+                await self._scale_up()
+                await self._scale_down()
             self.applied = max(self.applied, target)
             if self._may_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(DeploymentInput(
                     spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
-                    next_index=self.next_index, deleting=self.deleting))
+                    next_index=self.next_index, deleting=self.deleting, rollout=self.ro.model_dump()))
 
     def _may_continue_as_new(self) -> bool:
         """Suggested by the server, and nothing in flight: instances being stopped still owe us
@@ -215,8 +235,10 @@ class ModelDeploymentWorkflow:
 
     async def _scale_up(self) -> None:
         missing = (self.replicas or 0) - len(self.instances)
-        if missing <= 0:
-            return
+        if missing > 0:
+            await self._start_new(missing)
+
+    async def _start_new(self, missing: int) -> list[str]:
         new = []
         for _ in range(missing):
             new.append(f"{self.name}-{self.next_index}")
@@ -228,6 +250,8 @@ class ModelDeploymentWorkflow:
                 [InstanceInput(name=n, deployment=self.name, spec=self.raw, timings=self.timings) for n in batch],
                 **c.STORE_CALL)
             self.instances.extend(batch)
+            self.ro.versions.update({n: self.ro.version for n in batch if self.ro.version})
+        return new
 
     async def _scale_down(self) -> None:
         excess = len(self.instances) - (self.replicas or 0)

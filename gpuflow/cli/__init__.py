@@ -150,6 +150,8 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
         dev.add_command(sub)
         cli_gateway.add_commands(sub)
         simulate.add_command(sub)
+        from gpuflow.cli import rollout as cli_rollout  # gpuflow rollout status|undo
+        cli_rollout.add_commands(sub)
     return p
 
 
