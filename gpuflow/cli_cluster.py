@@ -28,6 +28,8 @@ def settings_from(a) -> Settings:
         upd["database_url"] = a.database_url
     if getattr(a, "hf_endpoint", None):
         upd["hf_endpoint"] = a.hf_endpoint
+    if getattr(a, "capacity_hook", None):
+        upd["capacity_hook"] = a.capacity_hook
     from scheduler.spec_env import allow_more
 
     allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
@@ -221,6 +223,8 @@ def add_commands(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
     p.add_argument("--metrics-address", default="127.0.0.1:9400", help="Prometheus endpoint HOST:PORT, or off")
+    p.add_argument("--capacity-hook", help="command or http(s) URL told the demand the autoscaler cannot place "
+                   "(JSON; or GPUFLOW_CAPACITY_HOOK)")
     p.add_argument("--hf-endpoint", help="a Hugging Face mirror for estimating hub models from their headers "
                                          "(default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
     p.set_defaults(fn=cmd_server, temporal=True)

@@ -1,0 +1,57 @@
+"""What the autoscaler carries from one interval to the next, as plain JSON (the workflow holds it
+and passes it back in, so a control-plane worker can die between two steps): the previous scrape
+of every source (an engine by instance name, a gateway by its id), the recent samples the policy
+reads, and the policy's state. Histogram bounds are written as strings ("inf" for +Inf): JSON has
+no infinity."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+
+from activities.autoscale_scrape import Scrape
+from scheduler.autoscale.histogram import Histogram
+from scheduler.autoscale.policy import PolicyState
+from scheduler.autoscale.signals import Sample
+
+MAX_SAMPLES = 400  # a bound on what is carried, whatever the windows
+
+
+def scrape_out(s: Scrape) -> dict:
+    return {"gauges": dict(s.gauges),
+            "histograms": {k: {"buckets": [[repr(le), n] for le, n in h.buckets], "count": h.count, "sum": h.sum}
+                           for k, h in s.histograms.items()}}
+
+
+def scrape_in(d: dict) -> Scrape:
+    return Scrape(gauges={str(k): float(v) for k, v in (d.get("gauges") or {}).items()},
+                  histograms={str(k): Histogram(buckets=tuple((float(le), float(n)) for le, n in h["buckets"]),
+                                                count=float(h["count"]), sum=float(h["sum"]))
+                              for k, h in (d.get("histograms") or {}).items()})
+
+
+def sample_in(d: dict) -> Sample:
+    known = {f.name for f in fields(Sample)}
+    return Sample(**{k: v for k, v in d.items() if k in known})
+
+
+def state_in(d: dict | None) -> PolicyState:
+    known = {f.name for f in fields(PolicyState)}
+    return PolicyState(**{k: v for k, v in (d or {}).items() if k in known})
+
+
+class Carry:
+    """The carried state, decoded."""
+
+    def __init__(self, d: dict | None):
+        d = d or {}
+        self.scrapes = {str(k): scrape_in(v) for k, v in (d.get("scrapes") or {}).items()}
+        self.samples = [sample_in(s) for s in (d.get("samples") or [])]
+        self.policy = state_in(d.get("policy"))
+
+    def keep(self, now: float, window_s: float) -> None:
+        """Only the samples the policy can still read (``window_s`` back), at most MAX_SAMPLES."""
+        self.samples = [s for s in self.samples if now - s.at <= window_s][-MAX_SAMPLES:]
+
+    def out(self) -> dict:
+        return {"scrapes": {k: scrape_out(v) for k, v in self.scrapes.items()},
+                "samples": [asdict(s) for s in self.samples], "policy": asdict(self.policy)}
