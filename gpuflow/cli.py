@@ -146,6 +146,8 @@ def parser() -> argparse.ArgumentParser:
     cli_cluster.add_commands(sub)
     dev.add_command(sub)
     cli_gateway.add_commands(sub)
+    from gpuflow import cli_autoscale  # gpuflow autoscale NAME
+    cli_autoscale.add_commands(sub)
     return p
 
 
