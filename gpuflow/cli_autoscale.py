@@ -74,3 +74,21 @@ def add_commands(sub) -> None:
     p.add_argument("name")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_autoscale, temporal=True)
+
+
+async def add_status(client: Client, st: dict[str, Any]) -> str:
+    """Add each autoscaled deployment's summary to ``gpuflow status``'s dict (``autoscaler``) and
+    return its lines (empty when none is autoscaled)."""
+    lines = []
+    for d in st.get("deployments", []):
+        if d.get("broken"):
+            continue
+        v = await view(client, d["name"])
+        if v is None:
+            continue
+        last = (v.get("history") or [{}])[-1]
+        d["autoscaler"] = {"desired": v.get("desired"), "capacity_blocked": v.get("capacity_blocked"),
+                           "blocked_reasons": v.get("blocked_reasons"), "ended": v.get("ended"),
+                           "last": {k: last.get(k) for k in ("at", "direction", "rule", "reason", "done")}}
+        lines.append(line(d["name"], v))
+    return "".join("\n" + ln for ln in lines)

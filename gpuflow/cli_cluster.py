@@ -139,8 +139,12 @@ def cmd_status(a) -> int:
         from gpuflow.serving_view import add_serving, open_store
 
         store = open_store(s, bool(a.database_url or a.data_dir))
-        st = add_serving(await ops.status(await connect(s.temporal), a.name), store)
-        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st))
+        from gpuflow.cli_autoscale import add_status
+
+        client = await connect(s.temporal)
+        st = add_serving(await ops.status(client, a.name), store)
+        auto = await add_status(client, st)  # one line per autoscaled deployment
+        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st) + auto)
 
     return _run(go())
 

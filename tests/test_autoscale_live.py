@@ -95,11 +95,54 @@ async def test_scales_up_under_load_and_back_down_without_a_failed_request(tmp_p
         out = await asyncio.to_thread(cli, lv, "autoscale", "chat", "--json")
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["history"][-1]["at"] >= downs[-1]["at"]
+        out = await asyncio.to_thread(cli, lv, "status", "--data-dir", lv.stack.data_dir)
+        assert out.returncode == 0, out.stderr
+        assert "autoscaler chat: desired 1, last " in out.stdout, out.stdout
         text = httpx.get(f"http://{lv.stack.metrics['server-0']}/metrics").text
         assert metric(text, "gpuflow_autoscaler_decisions_total", deployment="chat", direction="up",
                       rule="queue_tpot") >= 2  # 1 -> 2 -> 3
         print(f"\n1 -> 3 replicas in {up_s:.1f} s under load; back to 1 in {down_s:.1f} s; "
               f"{load.ok} requests, 0 failed")
+    finally:
+        if load and not load.stop:
+            await load.close()
+        lv.close()
+
+
+async def test_a_full_cluster_blocks_without_pending_replicas_and_a_joining_host_unblocks(tmp_path):
+    demand = str(tmp_path / "demand.jsonl")
+    hook = f"{sys.executable} {ROOT}/deploy/hooks/log-demand.py {demand}"
+    lv = await Live(str(tmp_path), t=T, env={"GPUFLOW_CAPACITY_HOOK": hook}).start({"g1": [24]})
+    load = None
+    try:
+        base = lv.stack.start_gateway(free_port())
+        # 20 GiB per replica, one 24 GiB GPU: the second replica fits nowhere
+        sp = spec("chat", vram_gib=20, command=ENGINE, autoscaling={**AUTOSCALING, "max_replicas": 2})
+        await ops.deploy(lv.client, sp, T)
+        await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        load = Load(base, "chat", workers=12)
+        await lv.wait(lambda: os.path.exists(demand), 120, "the capacity hook called", every=1)
+        got = json.loads(open(demand).readline())
+        assert got["deployment"] == "chat" and got["replicas"] == 1 and got["reasons"]
+        assert got["per_replica"]["vram_bytes"] >= 20 * 2**30
+        v = await lv.client.get_workflow_handle("autoscaler/chat").query("autoscale")
+        assert v["capacity_blocked"] and v["blocked_reasons"] == got["reasons"]
+        text = httpx.get(f"http://{lv.stack.metrics['server-0']}/metrics").text
+        assert metric(text, "gpuflow_autoscaler_capacity_blocked", deployment="chat") == 1
+        for _ in range(5):  # blocked: no PENDING replica is ever created
+            assert list(lv.states("chat").values()) == ["running"]
+            await asyncio.sleep(1)
+        out = await asyncio.to_thread(cli, lv, "status", "--data-dir", lv.stack.data_dir)
+        assert "CAPACITY-BLOCKED" in out.stdout, out.stdout
+
+        t0 = time.monotonic()
+        lv.add_host("g2", [24])
+        await lv.wait(lambda: replicas(lv, "chat") == 2, 120, "the scale-up completes on the new host", every=0.5)
+        print(f"\nblocked scale-up completed {time.monotonic() - t0:.1f} s after the host agent started")
+        await load.close()
+        assert load.failed == [] and load.ok > 0
+        v = await lv.client.get_workflow_handle("autoscaler/chat").query("autoscale")
+        assert not v["capacity_blocked"]
     finally:
         if load and not load.stop:
             await load.close()
