@@ -16,6 +16,7 @@ class AutoscalerInput(BaseModel):
     deployment: str
     history: list[dict[str, Any]] = []  # the last HISTORY decisions, newest last
     carry: dict[str, Any] = {}  # activities/autoscale_state.py
+    cold_starts: list[dict[str, Any]] = []  # the last 10: {at, seconds} from the 0 -> 1 decision to RUNNING
 
 
 class Step(BaseModel):
@@ -40,3 +41,4 @@ class AutoscaleView(BaseModel):
     blocked_reasons: list[str] = []
     ended: str = ""
     history: list[dict[str, Any]] = []
+    cold_starts: list[dict[str, Any]] = []

@@ -30,6 +30,8 @@ def line(name: str, v: dict[str, Any]) -> str:
     last = (v.get("history") or [{}])[-1]
     blocked = f"; CAPACITY-BLOCKED: {'; '.join(v.get('blocked_reasons') or [])[:200]}" if v.get("capacity_blocked") else ""
     ended = f"; ended: {v['ended']}" if v.get("ended") else ""
+    if v.get("cold_starts"):
+        ended += f"; last cold start {v['cold_starts'][-1]['seconds']:.1f} s (0 -> 1 decision to RUNNING)"
     return (f"autoscaler {name}: desired {v.get('desired')}, last {last.get('direction', '-')} by "
             f"{last.get('rule', '-')} ({last.get('done', '-')}){blocked}{ended}")
 

@@ -147,3 +147,42 @@ async def test_a_full_cluster_blocks_without_pending_replicas_and_a_joining_host
         if load and not load.stop:
             await load.close()
         lv.close()
+
+
+async def test_scale_to_zero_and_the_first_request_wakes_it(tmp_path):
+    lv = await Live(str(tmp_path), t=T).start({"g1": [24]})
+    try:
+        base = lv.stack.start_gateway(free_port())
+        # a long interval: only the gateway's wake can start the replica within seconds
+        sp = spec("chat", vram_gib=10, command=ENGINE,
+                  autoscaling={**AUTOSCALING, "min_replicas": 0, "interval_s": 30, "scale_down_stabilization_s": 0})
+        await ops.deploy(lv.client, sp, T)
+        await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        await lv.wait(lambda: lv.states("chat") == {}, 180, "scaled to zero after a quiet window", every=1)
+        c = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
+        t0 = time.time()
+        stream = await c.chat.completions.create(model="chat", max_tokens=4, stream=True,
+                                                 messages=[{"role": "user", "content": "hi"}])
+        first, text = None, ""
+        async for ch in stream:
+            if ch.choices and ch.choices[0].delta.content:
+                first = first or time.time()
+                text += ch.choices[0].delta.content
+        assert text and first is not None
+        cold = first - t0
+        assert cold < 25  # well before the 30 s interval: the gateway woke the autoscaler
+        v = await lv.client.get_workflow_handle("autoscaler/chat").query("autoscale")
+        starts = [h for h in v["history"] if h["rule"] == "cold_start"]
+        assert starts and starts[-1]["at"] - t0 < 5 and starts[-1]["done"] == "replicas 0 -> 1"
+        for _ in range(30):  # recorded at the first step that sees the replica RUNNING (1 s apart meanwhile)
+            v = await lv.client.get_workflow_handle("autoscaler/chat").query("autoscale")
+            if v["cold_starts"]:
+                break
+            await asyncio.sleep(1)
+        assert 0 < v["cold_starts"][-1]["seconds"] < 25
+        out = await asyncio.to_thread(cli, lv, "autoscale", "chat")
+        assert "last cold start" in out.stdout and "cold_start" in out.stdout, out.stdout
+        print(f"\ncold start: request -> first token {cold:.1f} s through the gateway; decision "
+              f"{starts[-1]['at'] - t0:.2f} s after the request; recorded {v['cold_starts'][-1]['seconds']:.1f} s")
+    finally:
+        lv.close()

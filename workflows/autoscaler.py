@@ -45,13 +45,15 @@ class AutoscalerWorkflow:
         self.woken = False
         self.last: Step | None = None
         self.ended = ""
+        self.cold_at: float | None = None  # when a cold start (0 -> 1) was applied, until a replica runs
+        self.cold_starts = list(inp.cold_starts)[-10:]
 
     @workflow.query
     def autoscale(self) -> AutoscaleView:
         last = self.last
         return AutoscaleView(deployment=self.deployment, desired=last.target if last and not last.done else None,
                              capacity_blocked=bool(last and last.blocked), blocked_reasons=last.reasons if last else [],
-                             ended=self.ended, history=list(self.history))
+                             ended=self.ended, history=list(self.history), cold_starts=list(self.cold_starts))
 
     @workflow.signal
     def wake(self) -> None:
@@ -68,8 +70,8 @@ class AutoscalerWorkflow:
                 self.ended = step.done
                 return self.autoscale()
             wait = 5.0 if step is None else step.interval_s
-            if step is not None and step.blocked:
-                wait = min(wait, BLOCKED_RECHECK_S)
+            if step is not None and (step.blocked or self.cold_at is not None):
+                wait = min(wait, BLOCKED_RECHECK_S if step.blocked else 1.0)
             try:
                 await workflow.wait_condition(lambda: self.woken, timeout=c.secs(wait))
             except asyncio.TimeoutError:
@@ -77,7 +79,7 @@ class AutoscalerWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(AutoscalerInput(deployment=self.deployment, history=self.history,
-                                                         carry=self.carry))
+                                                         carry=self.carry, cold_starts=self.cold_starts))
 
     async def _step(self) -> Step | None:
         now = workflow.now().timestamp()
@@ -96,12 +98,18 @@ class AutoscalerWorkflow:
                 got = await workflow.execute_activity(AUTOSCALE_APPLY, args=[self.deployment, step.target],
                                                       result_type=int, **STEP_CALL)
                 rec["done"] = f"replicas {step.current} -> {got}"
+                if rec.get("rule") == "cold_start":
+                    self.cold_at = now
             except ActivityError as e:
                 rec["done"] = f"not applied: {c.cause(e)[1]}"
         elif step.blocked:
             rec["done"] = "capacity-blocked: nothing added"
         else:
             rec["done"] = "nothing"
+        if self.cold_at is not None and rec.get("signals", {}).get("running_replicas", 0) >= 1:
+            rec["cold_start_s"] = round(now - self.cold_at, 3)
+            self.cold_starts = (self.cold_starts + [{"at": self.cold_at, "seconds": rec["cold_start_s"]}])[-10:]
+            self.cold_at = None
         self._keep(rec)
         return step
 
