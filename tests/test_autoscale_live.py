@@ -186,3 +186,35 @@ async def test_scale_to_zero_and_the_first_request_wakes_it(tmp_path):
               f"{starts[-1]['at'] - t0:.2f} s after the request; recorded {v['cold_starts'][-1]['seconds']:.1f} s")
     finally:
         lv.close()
+
+
+async def test_a_control_plane_worker_killed_during_scale_up_never_applies_a_step_twice(tmp_path):
+    """Two control-plane workers; one is SIGKILLed just after the autoscaler's first scale-up. The
+    steps set absolute counts, so whichever worker retries a step sets the same count: the
+    replicas created are exactly those the decisions asked for, and never above max_replicas."""
+    lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]}, servers=2)
+    load = None
+    try:
+        base = lv.stack.start_gateway(free_port())
+        sp = spec("chat", vram_gib=10, command=ENGINE, autoscaling=AUTOSCALING)
+        await ops.deploy(lv.client, sp, T)
+        await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        load = Load(base, "chat", workers=12)
+        await lv.wait(lambda: len(lv.states("chat")) >= 2, 120, "the first scale-up under way", every=0.2)
+        lv.stack.servers[0].kill()  # mid-loop: its activities and workflow tasks go to the other worker
+        seen = set()
+
+        def check():
+            seen.update(i.name for i in lv.instances("chat"))
+            assert len(lv.states("chat")) <= 3, lv.states("chat")
+        await lv.wait(lambda: replicas(lv, "chat") == 3, 180, "3 RUNNING replicas on the surviving worker",
+                      every=0.5, check=check)
+        await asyncio.sleep(5)
+        check()
+        assert seen == {"chat-0", "chat-1", "chat-2"}, seen  # no extra replica from a step applied twice
+        await load.close()
+        assert load.failed == [] and load.ok > 0
+    finally:
+        if load and not load.stop:
+            await load.close()
+        lv.close()
