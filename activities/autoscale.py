@@ -19,6 +19,7 @@ It returns an absolute replica count; ``autoscale_apply`` sets it through the de
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import asdict
 
 import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
@@ -159,7 +160,7 @@ class AutoscaleActivities:
         d, carry.policy = decide(cfg, carry.samples, current, starting, now, carry.policy)
         target, outcome, blocked, reasons = d.desired, None, False, []
         if d.direction == UP and d.delta > 0:
-            target, outcome, blocked, reasons = await self._fit(spec, current, d.delta)
+            target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)
         record = {"at": now, "signals": {k: v for k, v in asdict(sample).items() if k != "at"},
                   "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
                   "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,
@@ -168,8 +169,10 @@ class AutoscaleActivities:
         return Step(carry=carry.out(), record=record, current=current, target=target, blocked=blocked,
                     reasons=reasons, interval_s=cfg.interval_s)
 
-    async def _fit(self, spec: ModelSpec, current: int, k: int):
-        """(target, dry-run outcome, blocked, reasons): add only what the scheduler can place."""
+    async def _fit(self, spec: ModelSpec, current: int, k: int, carry: Carry, now: float):
+        """(target, dry-run outcome, blocked, reasons): add only what the scheduler can place. The
+        hook hears a demand once per ``interval_s`` (or at once when the demand changes), not at
+        every 3 s re-check while blocked."""
         def run():
             req = self.c.estimates.get(spec)
             return req, fit(load_snapshot(self.c.engine), spec, req, k, self.c.policy)
@@ -177,8 +180,12 @@ class AutoscaleActivities:
         req, f = await self.c._db(run)
         outcome = {"asked": f.asked, "fits": f.fits, "placed_on": [p.worker for p in f.placed], "reasons": f.reasons}
         if f.blocked and self.hook:
-            res = await asyncio.to_thread(capacity_hook.call, self.hook, demand(spec, req, f))
-            outcome["hook"] = {"ok": res.ok, "detail": res.detail}
+            want = demand(spec, req, f)
+            key = json.dumps(want, sort_keys=True, default=str)
+            if key != carry.hooked.get("key") or now - carry.hooked.get("at", 0) >= spec.autoscaling.interval_s:
+                res = await asyncio.to_thread(capacity_hook.call, self.hook, want)
+                outcome["hook"] = {"ok": res.ok, "detail": res.detail}
+                carry.hooked = {"key": key, "at": now}
         return current + f.fits, outcome, f.blocked, f.reasons
 
     def _count(self, deployment: str, desired: int, direction: str, rule: str, blocked: bool) -> None:

@@ -47,6 +47,7 @@ class Carry:
         self.scrapes = {str(k): scrape_in(v) for k, v in (d.get("scrapes") or {}).items()}
         self.samples = [sample_in(s) for s in (d.get("samples") or [])]
         self.policy = state_in(d.get("policy"))
+        self.hooked = dict(d.get("hooked") or {})  # the last demand told the capacity hook, and when
 
     def keep(self, now: float, window_s: float) -> None:
         """Only the samples the policy can still read (``window_s`` back), at most MAX_SAMPLES."""
@@ -54,4 +55,5 @@ class Carry:
 
     def out(self) -> dict:
         return {"scrapes": {k: scrape_out(v) for k, v in self.scrapes.items()},
-                "samples": [asdict(s) for s in self.samples], "policy": asdict(self.policy)}
+                "samples": [asdict(s) for s in self.samples], "policy": asdict(self.policy),
+                "hooked": self.hooked}
