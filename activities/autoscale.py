@@ -131,7 +131,11 @@ class AutoscaleActivities:
             return Step(done=f"its spec no longer validates: {e}")
         if spec.autoscaling is None:
             return Step(done="its spec has no autoscaling block any more")
-        cfg, carry = spec.autoscaling, Carry(carried)
+        cfg = spec.autoscaling
+        try:
+            carry = Carry(carried)
+        except (KeyError, TypeError, ValueError, AttributeError):  # arrived through Temporal: not trusted
+            carry = Carry({})  # start afresh: no evidence of idleness until the window is covered again
         routes = [r for r in await self.c._db(serving.routes, self.c.engine)
                   if r.deployment == deployment and r.instance in view.instances]
         gateways = await self.c._db(serving.live_gateways, self.c.engine)

@@ -6,7 +6,7 @@ no infinity."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 from activities.autoscale_scrape import Scrape
 from scheduler.autoscale.histogram import Histogram
@@ -29,14 +29,21 @@ def scrape_in(d: dict) -> Scrape:
                               for k, h in (d.get("histograms") or {}).items()})
 
 
+def _num(v):
+    return None if v is None else float(v)
+
+
 def sample_in(d: dict) -> Sample:
-    known = {f.name for f in fields(Sample)}
-    return Sample(**{k: v for k, v in d.items() if k in known})
+    """Every field checked: the carry arrives through Temporal (a bad one raises ValueError/TypeError)."""
+    return Sample(at=float(d["at"]), running_replicas=int(d["running_replicas"]), complete=bool(d.get("complete", True)),
+                  requests=float(d.get("requests", 0.0)), queue=float(d.get("queue", 0.0)), tpot_s=_num(d.get("tpot_s")),
+                  latency_p95_s=_num(d.get("latency_p95_s")), queue_time_p90_s=_num(d.get("queue_time_p90_s")))
 
 
 def state_in(d: dict | None) -> PolicyState:
-    known = {f.name for f in fields(PolicyState)}
-    return PolicyState(**{k: v for k, v in (d or {}).items() if k in known})
+    d = d or {}
+    return PolicyState(direction=int(d.get("direction", 0)), since=_num(d.get("since")),
+                       last_up_at=_num(d.get("last_up_at")))
 
 
 class Carry:

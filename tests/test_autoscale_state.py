@@ -57,3 +57,15 @@ def test_keep_drops_samples_older_than_the_window(keep_s, kept):
 ])
 def test_a_gateway_url_maps_to_its_metrics(url, metrics):
     assert metrics_url(url) == metrics
+
+
+@pytest.mark.parametrize("bad", [
+    {"scrapes": {"x": {"histograms": {"tpot": {"buckets": "nope"}}}}},
+    {"samples": [{"at": "later"}]},
+    {"samples": [7]},
+    {"policy": {"direction": "up"}},
+])
+def test_a_malformed_carry_is_refused_by_the_decoder(bad):
+    """autoscale_step then starts afresh (activities/autoscale.py), instead of failing every step."""
+    with pytest.raises((KeyError, TypeError, ValueError, AttributeError)):
+        Carry(bad)
