@@ -10,7 +10,8 @@ class AutoscalerMetrics:
         self.desired = Gauge("gpuflow_autoscaler_desired_replicas", "Replicas the autoscaler last set (or kept).",
                              ["deployment"], registry=registry)
         self.decisions = Counter("gpuflow_autoscaler_decisions", "Autoscaler decisions, by direction and by the "
-                                 "rule (or bound) that decided.", ["deployment", "direction", "rule"], registry=registry)
+                                 "rule (or bound) that decided.", ["deployment", "direction", "rule"],
+                                 registry=registry)
         self.blocked = Gauge("gpuflow_autoscaler_capacity_blocked", "1 while the replicas the autoscaler wants do not "
                              "all fit on the cluster (the scheduler's dry run).", ["deployment"], registry=registry)
 

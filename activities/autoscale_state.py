@@ -35,8 +35,9 @@ def _num(v):
 
 def sample_in(d: dict) -> Sample:
     """Every field checked: the carry arrives through Temporal (a bad one raises ValueError/TypeError)."""
-    return Sample(at=float(d["at"]), running_replicas=int(d["running_replicas"]), complete=bool(d.get("complete", True)),
-                  requests=float(d.get("requests", 0.0)), queue=float(d.get("queue", 0.0)), tpot_s=_num(d.get("tpot_s")),
+    return Sample(at=float(d["at"]), running_replicas=int(d["running_replicas"]),
+                  complete=bool(d.get("complete", True)), requests=float(d.get("requests", 0.0)),
+                  queue=float(d.get("queue", 0.0)), tpot_s=_num(d.get("tpot_s")),
                   latency_p95_s=_num(d.get("latency_p95_s")), queue_time_p90_s=_num(d.get("queue_time_p90_s")))
 
 

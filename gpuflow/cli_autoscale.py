@@ -28,7 +28,8 @@ def _ms(v) -> str:
 def line(name: str, v: dict[str, Any]) -> str:
     """One line for `gpuflow status`."""
     last = (v.get("history") or [{}])[-1]
-    blocked = f"; CAPACITY-BLOCKED: {'; '.join(v.get('blocked_reasons') or [])[:200]}" if v.get("capacity_blocked") else ""
+    why = "; ".join(v.get("blocked_reasons") or [])[:200]
+    blocked = f"; CAPACITY-BLOCKED: {why}" if v.get("capacity_blocked") else ""
     ended = f"; ended: {v['ended']}" if v.get("ended") else ""
     if v.get("cold_starts"):
         ended += f"; last cold start {v['cold_starts'][-1]['seconds']:.1f} s (0 -> 1 decision to RUNNING)"
@@ -44,8 +45,8 @@ def render(v: dict[str, Any]) -> str:
         s = h.get("signals") or {}
         repl = f"{h.get('current', '-')}->{h.get('target', '-')}" if "target" in h else "-"
         dry = h.get("dry_run") or {}
-        fit = f" [dry run: {dry['fits']}/{dry['asked']} fit{'; ' + '; '.join(dry['reasons'])[:160] if dry.get('reasons') else ''}]" \
-            if dry else ""
+        reasons = ("; " + "; ".join(dry["reasons"])[:160]) if dry.get("reasons") else ""
+        fit = f" [dry run: {dry['fits']}/{dry['asked']} fit{reasons}]" if dry else ""
         out.append(f"{now - h['at']:>7.0f}s  {h.get('direction', '-'):5} {h.get('rule', '-'):15} {repl:>9} "
                    f"{s.get('queue', 0):>6.1f} {_ms(s.get('tpot_s')):>7} {_ms(s.get('latency_p95_s')):>7}  "
                    f"{h.get('done', '-')}: {h.get('reason', '')}{fit}")
