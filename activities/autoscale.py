@@ -38,7 +38,7 @@ from activities.payloads import CONTROL_QUEUE, DeploymentView
 from activities.store import serving
 from activities.store.snapshot import load_snapshot
 from scheduler.autoscale.fit import demand, fit
-from scheduler.autoscale.histogram import merge
+from scheduler.autoscale.histogram import delta, merge
 from scheduler.autoscale.policy import UP, decide
 from scheduler.autoscale.signals import Window, combine
 from scheduler.spec import ModelSpec
@@ -152,10 +152,15 @@ class AutoscaleActivities:
                 engines.append(window(carry.scrapes.get(f"engine:{r.instance}"), s))
                 if s is not None:
                     scrapes[f"engine:{r.instance}"] = s
+        cold = []  # the gateways' cold starts in this window: (count, seconds summed)
         for g, s in zip(gateways, gws):
             if isinstance(s, Scrape):
-                gw_windows.append(window(carry.scrapes.get(f"gateway:{g.id}"), s))
+                prev = carry.scrapes.get(f"gateway:{g.id}")
+                gw_windows.append(window(prev, s))
                 scrapes[f"gateway:{g.id}"] = s
+                if prev is not None and "cold_start" in s.histograms:
+                    h = delta(prev.histograms.get("cold_start"), s.histograms["cold_start"])
+                    cold.append((h.count, h.sum))
         sample = combine(now, len(routes), engines, _gateway_window(gw_windows))
         carry.scrapes, carry.samples = scrapes, carry.samples + [sample]
         carry.keep(now, _keep_s(spec))
@@ -169,6 +174,9 @@ class AutoscaleActivities:
                   "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
                   "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,
                   "gateways": len(gateways), "engines_scraped": sum(1 for s in eng if isinstance(s, Scrape))}
+        n = sum(c for c, _ in cold)
+        if n > 0:  # mean request -> first token of the requests that arrived with no replica
+            record["cold_start_first_token_s"] = round(sum(t for _, t in cold) / n, 3)
         self._count(deployment, target, d.direction, d.rule, blocked)
         return Step(carry=carry.out(), record=record, current=current, target=target, blocked=blocked,
                     reasons=reasons, interval_s=cfg.interval_s)

@@ -16,7 +16,9 @@ class AutoscalerInput(BaseModel):
     deployment: str
     history: list[dict[str, Any]] = []  # the last HISTORY decisions, newest last
     carry: dict[str, Any] = {}  # activities/autoscale_state.py
-    cold_starts: list[dict[str, Any]] = []  # the last 10: {at, seconds} from the 0 -> 1 decision to RUNNING
+    # the last 10: {at, decision_to_running_s} (the 0 -> 1 decision to the step that saw a replica
+    # RUNNING) and {at, request_to_first_token_s} (the gateways' gpuflow_gateway_cold_start_seconds)
+    cold_starts: list[dict[str, Any]] = []
 
 
 class Step(BaseModel):

@@ -60,9 +60,12 @@ class Gateway:
                     r = errors.unknown_model(name, self.balancer.table.names())
                 else:
                     model = name
-                    if not self.balancer.table.models[name].replicas:  # scaled to zero: start one now
+                    cold = not self.balancer.table.models[name].replicas  # scaled to zero: start one now
+                    if cold:
                         self.waker.poke(name)
                     r = await self._forward(request, t0, tenant, body, model, data.get("stream") is True)
+                    if cold and isinstance(r, Relay):
+                        r.cold = True
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except TooLarge:

@@ -31,8 +31,11 @@ def line(name: str, v: dict[str, Any]) -> str:
     why = "; ".join(v.get("blocked_reasons") or [])[:200]
     blocked = f"; CAPACITY-BLOCKED: {why}" if v.get("capacity_blocked") else ""
     ended = f"; ended: {v['ended']}" if v.get("ended") else ""
-    if v.get("cold_starts"):
-        ended += f"; last cold start {v['cold_starts'][-1]['seconds']:.1f} s (0 -> 1 decision to RUNNING)"
+    for key, what in (("request_to_first_token_s", "request to first token"),
+                      ("decision_to_running_s", "0 -> 1 decision to RUNNING")):
+        got = [c[key] for c in v.get("cold_starts") or [] if key in c]
+        if got:
+            ended += f"; last cold start {got[-1]:.1f} s ({what})"
     return (f"autoscaler {name}: desired {v.get('desired')}, last {last.get('direction', '-')} by "
             f"{last.get('rule', '-')} ({last.get('done', '-')}){blocked}{ended}")
 

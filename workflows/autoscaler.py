@@ -108,10 +108,15 @@ class AutoscalerWorkflow:
             rec["done"] = "nothing"
         if self.cold_at is not None and rec.get("signals", {}).get("running_replicas", 0) >= 1:
             rec["cold_start_s"] = round(now - self.cold_at, 3)
-            self.cold_starts = (self.cold_starts + [{"at": self.cold_at, "seconds": rec["cold_start_s"]}])[-10:]
+            self._cold({"at": self.cold_at, "decision_to_running_s": rec["cold_start_s"]})
             self.cold_at = None
+        if "cold_start_first_token_s" in rec:  # measured by the gateways
+            self._cold({"at": now, "request_to_first_token_s": rec["cold_start_first_token_s"]})
         self._keep(rec)
         return step
+
+    def _cold(self, entry: dict) -> None:
+        self.cold_starts = (self.cold_starts + [entry])[-10:]
 
     def _keep(self, rec: dict) -> None:
         self.history = (self.history + [rec])[-HISTORY:]
