@@ -36,6 +36,7 @@ HISTOGRAMS = {
     "latency": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
                 "gpuflow_gateway_request_duration_seconds"),
     "queue_time": ("vllm:request_queue_time_seconds", "gpuflow_gateway_queue_wait_seconds"),
+    "cold_start": ("gpuflow_gateway_cold_start_seconds",),  # a request that found no replica -> first token
     "ttft": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
              "gpuflow_gateway_time_to_first_token_seconds"),
 }

@@ -25,6 +25,7 @@ from gateway.metrics import Metrics
 from gateway.refresh import Refresher
 from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
 from gateway.upstream import make_client
+from gateway.wake import Waker
 from scheduler.errors import InvalidInput
 
 STALE_S = 30.0  # /healthz fails when the routing table could not be read for this long
@@ -38,6 +39,7 @@ class Gateway:
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
         self.refresher = Refresher(self)
+        self.waker = Waker(s.temporal, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
         self.client = None
 
     async def relay(self, request: Request) -> Response:
@@ -58,7 +60,12 @@ class Gateway:
                     r = errors.unknown_model(name, self.balancer.table.names())
                 else:
                     model = name
+                    cold = not self.balancer.table.models[name].replicas  # scaled to zero: start one now
+                    if cold:
+                        self.waker.poke(name)
                     r = await self._forward(request, t0, tenant, body, model, data.get("stream") is True)
+                    if cold and isinstance(r, Relay):
+                        r.cold = True
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except TooLarge:

@@ -30,6 +30,7 @@ class GatewaySettings:
     bad_s: float = 5.0  # a replica that failed is skipped this long
     attempts: int = 3  # replicas tried per request before giving up
     key_cache_s: float = 1.0  # a key's verdict is reused this long (revocation takes effect within ~2 s)
+    temporal: object = None  # gpuflow.settings.TemporalSettings: wake autoscalers (gateway/wake.py); None: never
     http_client: str = "aiohttp"  # or "httpx" (bench/bench_gateway.py measured aiohttp faster)
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 

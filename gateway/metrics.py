@@ -29,6 +29,9 @@ class Metrics:
                               buckets=LATENCY, registry=r)
         self.itl = Histogram("gpuflow_gateway_inter_token_latency_seconds",
                              "Gaps between content chunks of a stream", ["model"], buckets=GAPS, registry=r)
+        self.cold_start = Histogram("gpuflow_gateway_cold_start_seconds", "Request received with no replica "
+                                    "(scaled to zero) -> first content (response start when not streamed)",
+                                    ["model"], buckets=LATENCY, registry=r)
         self.duration = Histogram("gpuflow_gateway_request_duration_seconds",
                                   "Request received -> last byte sent", ["model"], buckets=LATENCY, registry=r)
         self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage",

@@ -134,12 +134,15 @@ class Relay(Response):
         self.keep = ctype.startswith(b"application/json") and self.sse is None
         self.status_code = resp.status
         self.background = None
+        self.cold = False  # set by the gateway: the request arrived with no replica (gateway/wake.py)
 
     async def __call__(self, scope, receive, send) -> None:
         m, kept, last_content, n_kept = self.gw.metrics, [], None, 0
         code = str(self.resp.status)
         try:
             await send({"type": "http.response.start", "status": self.resp.status, "headers": self.resp.headers})
+            if self.cold and self.sse is None:
+                m.cold_start.labels(self.model).observe(time.perf_counter() - self.t0)
             chunk = self.first
             while chunk:
                 n = self.sse.feed(chunk) if self.sse is not None else 0
@@ -147,6 +150,8 @@ class Relay(Response):
                     now = time.perf_counter()
                     if last_content is None:
                         m.ttft.labels(self.model).observe(now - self.t0)
+                        if self.cold:
+                            m.cold_start.labels(self.model).observe(now - self.t0)
                     else:
                         m.itl.labels(self.model).observe(now - last_content)
                     for _ in range(n - 1):

@@ -18,12 +18,14 @@ from activities.metrics import ControlMetrics
 from gpuflow.metrics_http import parse_address, sdk_runtime, serve
 from gpuflow.runtime import connect, ensure_search_attributes
 from gpuflow.settings import Settings
+from activities.autoscale import AutoscaleActivities
+from workflows.autoscaler import AutoscalerWorkflow
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
 
 log = logging.getLogger("gpuflow.server")
-WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow]
+WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow]
 
 
 def until_signalled() -> asyncio.Event:
@@ -48,7 +50,8 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
                              limits=settings.limits)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
-    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, activities=acts.all(),
+    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS,
+                      activities=acts.all() + AutoscaleActivities(acts, client, settings.capacity_hook).all(),
                       max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
                       graceful_shutdown_timeout=timedelta(seconds=5)):
         log.info("control plane serving %s on %s (store %s)", CONTROL_QUEUE, settings.temporal.address,

@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")
     hf_endpoint: str | None = Field(None, description="A Hugging Face mirror for estimates and downloads (default: HF_ENDPOINT, else huggingface.co).")
+    capacity_hook: str | None = Field(None, description="Where the autoscaler reports demand the cluster cannot place: an http(s) URL (JSON POST) or a command (JSON on stdin); activities/capacity_hook.py. Default none.")
     allow_env: list[str] = Field([], description="Env patterns specs may set beyond the default allowlist (JSON list, e.g. GPUFLOW_ALLOW_ENV='[\"MYAPP_*\"]'); each agent must allow them too (--allow-env). Default none.")
 
     def store_url(self) -> str:

@@ -179,6 +179,8 @@ class ModelDeploymentWorkflow:
                 workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
                 await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, self.replicas, state],
                                                 **c.STORE_CALL)
+                if self.raw.get("autoscaling") is not None and not self.deleting and workflow.patched("autoscaler"):
+                    await workflow.execute_activity("start_autoscaler", self.name, **c.STORE_CALL)
             if self.deleting:
                 self.applied = max(self.applied, target)  # nothing left to scale: answer waiting updates
                 await self._stop(list(self.instances))

@@ -152,6 +152,8 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
         simulate.add_command(sub)
         from gpuflow.cli import rollout as cli_rollout  # gpuflow rollout status|undo
         cli_rollout.add_commands(sub)
+        from gpuflow.cli import autoscale as cli_autoscale  # gpuflow autoscale NAME
+        cli_autoscale.add_commands(sub)
     return p
 
 

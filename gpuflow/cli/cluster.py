@@ -29,6 +29,8 @@ def settings_from(a) -> Settings:
         upd["database_url"] = a.database_url
     if getattr(a, "hf_endpoint", None):
         upd["hf_endpoint"] = a.hf_endpoint
+    if getattr(a, "capacity_hook", None):
+        upd["capacity_hook"] = a.capacity_hook
     from scheduler.spec_env import allow_more
 
     allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
@@ -138,8 +140,12 @@ def cmd_status(a) -> int:
         from gpuflow.serving_view import add_serving, open_store
 
         store = open_store(s, bool(a.database_url or a.data_dir))
-        st = add_serving(await ops.status(await connect(s.temporal), a.name), store)
-        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st))
+        from gpuflow.cli_autoscale import add_status
+
+        client = await connect(s.temporal)
+        st = add_serving(await ops.status(client, a.name), store)
+        auto = await add_status(client, st)  # one line per autoscaled deployment
+        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st) + auto)
 
     return _run(go())
 
@@ -222,6 +228,8 @@ def add_commands(sub) -> None:
     p.add_argument("--data-dir")
     p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
     p.add_argument("--metrics-address", default="127.0.0.1:9400", help="Prometheus endpoint HOST:PORT, or off")
+    p.add_argument("--capacity-hook", help="command or http(s) URL told the demand the autoscaler cannot place "
+                   "(JSON; or GPUFLOW_CAPACITY_HOOK)")
     p.add_argument("--hf-endpoint", help="a Hugging Face mirror for estimating hub models from their headers "
                                          "(default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
     p.set_defaults(fn=cmd_server, temporal=True)

@@ -25,6 +25,13 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
 
 
+def _temporal(a):
+    """Where to wake autoscalers from (gateway/wake.py): the Temporal flags or GPUFLOW_TEMPORAL__*."""
+    from gpuflow.cli.cluster import settings_from
+
+    return settings_from(a).temporal
+
+
 def cmd_gateway(a) -> int:
     from gateway.app import run
     from gateway.config import GatewaySettings, parse_listen
@@ -33,7 +40,8 @@ def cmd_gateway(a) -> int:
     run(_store(a), GatewaySettings(
         host=host, port=port, allow_anonymous=a.allow_anonymous, queue_timeout_s=a.queue_timeout,
         max_queue=a.max_queue, max_body=a.max_body, max_concurrency=a.max_concurrency,
-        connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client))
+        connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client,
+        temporal=_temporal(a)))
     return 0
 
 
@@ -62,7 +70,7 @@ def cmd_keys(a) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("gateway", help="the OpenAI-compatible endpoint in front of every RUNNING replica")
-    temporal_flags(p)  # accepted like every command's; the gateway itself reads only the store
+    temporal_flags(p)  # the gateway reads the store; Temporal only to wake autoscalers (gateway/wake.py)
     _store_flags(p)
     p.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT to serve on (default 127.0.0.1:8080)")
     p.add_argument("--allow-anonymous", action="store_true",

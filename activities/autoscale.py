@@ -1,0 +1,204 @@
+"""The autoscaler's activities (task queue ``gpuflow-control``; workflows/autoscaler.py calls them).
+
+``autoscale_step`` is one interval's I/O around the pure policy (scheduler/autoscale/):
+
+1. the deployment's spec, desired replicas and instances, asked of its workflow (query);
+2. each RUNNING replica's engine ``/metrics``, scraped directly at the address:port the routing
+   table holds (the gateway reaches the engine the same way; going through the host's agent
+   would add a Temporal round trip per replica per interval for the same bytes), and every live
+   gateway's ``/metrics`` for this model;
+3. windows against the previous scrapes (carried by the workflow), the sample, ``policy.decide``
+   with the workflow's ``now``;
+4. on an up decision, the scheduler's dry run (scheduler/autoscale/fit.py) on the control
+   plane's snapshot: only the replicas that fit are added; for the rest the deployment is
+   capacity-blocked, with the scheduler's reasons, and the capacity hook is called.
+
+It returns an absolute replica count; ``autoscale_apply`` sets it through the deployment's
+``scale`` update, so a step retried after a worker died never adds twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+
+import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from activities import capacity_hook
+from activities.autoscale_payloads import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, AutoscalerInput, Step
+from activities.autoscale_metrics import AutoscalerMetrics
+from activities.autoscale_scrape import Scrape, parse, window
+from activities.autoscale_state import Carry
+from activities.payloads import CONTROL_QUEUE, DeploymentView
+from activities.store import serving
+from activities.store.snapshot import load_snapshot
+from scheduler.autoscale.fit import demand, fit
+from scheduler.autoscale.histogram import delta, merge
+from scheduler.autoscale.policy import UP, decide
+from scheduler.autoscale.signals import Window, combine
+from scheduler.spec import ModelSpec
+
+SCRAPE_TIMEOUT_S = 3.0
+
+
+def metrics_url(gateway_url: str) -> str:
+    """A gateway registers its OpenAI base ``http://HOST:PORT/v1``; its metrics are at /metrics."""
+    base = gateway_url.rstrip("/")
+    return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
+
+
+async def _scrape(http: httpx.AsyncClient, url: str, model: str | None) -> Scrape | None | str:
+    """The parsed scrape; ``"none"`` when the server has no metrics (404): it then counts on the
+    gateways' view; None when it could not be read (no evidence of idleness)."""
+    try:
+        r = await http.get(url)
+        if r.status_code == 404:
+            return "none"
+        r.raise_for_status()
+        return parse(r.text, model)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _gateway_window(ws: list[Window]) -> Window | None:
+    ok = [w for w in ws if w.ok]
+    if not ok:
+        return None
+
+    def hist(f):
+        got = [getattr(w, f) for w in ok if getattr(w, f) is not None]
+        return merge(got) if got else None
+
+    return Window(waiting=sum(w.waiting or 0.0 for w in ok), running=sum(w.running or 0.0 for w in ok),
+                  tpot=hist("tpot"), latency=hist("latency"), queue_time=hist("queue_time"))
+
+
+def _keep_s(spec: ModelSpec) -> float:
+    a = spec.autoscaling
+    rule_windows = [getattr(r, k, 0) for r in a.rules for k in ("up_window_s", "down_window_s")]
+    return max([a.scale_down_stabilization_s, a.scale_up_stabilization_s, a.interval_s, *rule_windows]) \
+        + 3 * a.interval_s
+
+
+class AutoscaleActivities:
+    def __init__(self, control, client: Client, capacity_hook_cmd: str | None = None):
+        self.c, self.client, self.hook = control, client, capacity_hook_cmd  # control: ControlActivities
+        self.metrics = AutoscalerMetrics(control.metrics.registry)
+
+    def all(self) -> list:
+        return [self.autoscale_step, self.autoscale_apply, self.start_autoscaler]
+
+    async def _view(self, name: str) -> DeploymentView | None:
+        h = self.client.get_workflow_handle(f"deployment/{name}")
+        try:
+            if (await h.describe()).status.name != "RUNNING":
+                return None
+            return await h.query("status", result_type=DeploymentView)
+        except RPCError:
+            return None
+
+    @activity.defn(name=START_AUTOSCALER)
+    async def start_autoscaler(self, deployment: str) -> None:
+        await self.client.start_workflow(
+            "AutoscalerWorkflow", AutoscalerInput(deployment=deployment), id=f"autoscaler/{deployment}",
+            task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"autoscaler of {deployment}")
+
+    @activity.defn(name=AUTOSCALE_APPLY)
+    async def autoscale_apply(self, deployment: str, replicas: int) -> int:
+        """Set the deployment's replicas to ``replicas`` (absolute: applying it twice is applying it once)."""
+        h = self.client.get_workflow_handle(f"deployment/{deployment}")
+        try:
+            view = await h.execute_update("scale", replicas, result_type=DeploymentView)
+        except WorkflowUpdateFailedError as e:
+            raise ApplicationError(f"scale to {replicas} refused: {e.cause or e}", type="ScaleRefused",
+                                   non_retryable=True) from None
+        return view.replicas
+
+    @activity.defn(name=AUTOSCALE_STEP)
+    async def autoscale_step(self, deployment: str, carried: dict, now: float) -> Step:
+        view = await self._view(deployment)
+        if view is None or view.deleting:
+            return Step(done=f"deployment {deployment} is {'being deleted' if view else 'gone'}")
+        try:
+            spec = ModelSpec.model_validate(view.spec)
+        except ValueError as e:
+            return Step(done=f"its spec no longer validates: {e}")
+        if spec.autoscaling is None:
+            return Step(done="its spec has no autoscaling block any more")
+        cfg = spec.autoscaling
+        try:
+            carry = Carry(carried)
+        except (KeyError, TypeError, ValueError, AttributeError):  # arrived through Temporal: not trusted
+            carry = Carry({})  # start afresh: no evidence of idleness until the window is covered again
+        routes = [r for r in await self.c._db(serving.routes, self.c.engine)
+                  if r.deployment == deployment and r.instance in view.instances]
+        gateways = await self.c._db(serving.live_gateways, self.c.engine)
+        async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as http:
+            eng = await asyncio.gather(*(_scrape(http, f"http://{r.address}:{r.port}/metrics", None) for r in routes))
+            gws = await asyncio.gather(*(_scrape(http, metrics_url(g.url), deployment) for g in gateways))
+        activity.heartbeat()
+        scrapes: dict[str, Scrape] = {}
+        engines, gw_windows = [], []
+        for r, s in zip(routes, eng):
+            if s == "none":
+                engines.append(Window())
+            else:
+                engines.append(window(carry.scrapes.get(f"engine:{r.instance}"), s))
+                if s is not None:
+                    scrapes[f"engine:{r.instance}"] = s
+        cold = []  # the gateways' cold starts in this window: (count, seconds summed)
+        for g, s in zip(gateways, gws):
+            if isinstance(s, Scrape):
+                prev = carry.scrapes.get(f"gateway:{g.id}")
+                gw_windows.append(window(prev, s))
+                scrapes[f"gateway:{g.id}"] = s
+                if prev is not None and "cold_start" in s.histograms:
+                    h = delta(prev.histograms.get("cold_start"), s.histograms["cold_start"])
+                    cold.append((h.count, h.sum))
+        sample = combine(now, len(routes), engines, _gateway_window(gw_windows))
+        carry.scrapes, carry.samples = scrapes, carry.samples + [sample]
+        carry.keep(now, _keep_s(spec))
+        current = view.replicas
+        starting = max(0, current - len(routes))
+        d, carry.policy = decide(cfg, carry.samples, current, starting, now, carry.policy)
+        target, outcome, blocked, reasons = d.desired, None, False, []
+        if d.direction == UP and d.delta > 0:
+            target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)
+        record = {"at": now, "signals": {k: v for k, v in asdict(sample).items() if k != "at"},
+                  "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
+                  "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,
+                  "gateways": len(gateways), "engines_scraped": sum(1 for s in eng if isinstance(s, Scrape))}
+        n = sum(c for c, _ in cold)
+        if n > 0:  # mean request -> first token of the requests that arrived with no replica
+            record["cold_start_first_token_s"] = round(sum(t for _, t in cold) / n, 3)
+        self._count(deployment, target, d.direction, d.rule, blocked)
+        return Step(carry=carry.out(), record=record, current=current, target=target, blocked=blocked,
+                    reasons=reasons, interval_s=cfg.interval_s)
+
+    async def _fit(self, spec: ModelSpec, current: int, k: int, carry: Carry, now: float):
+        """(target, dry-run outcome, blocked, reasons): add only what the scheduler can place. The
+        hook hears a demand once per ``interval_s`` (or at once when the demand changes), not at
+        every 3 s re-check while blocked."""
+        def run():
+            req = self.c.estimates.get(spec)
+            return req, fit(load_snapshot(self.c.engine), spec, req, k, self.c.policy)
+
+        req, f = await self.c._db(run)
+        outcome = {"asked": f.asked, "fits": f.fits, "placed_on": [p.worker for p in f.placed], "reasons": f.reasons}
+        if f.blocked and self.hook:
+            want = demand(spec, req, f)
+            key = json.dumps(want, sort_keys=True, default=str)
+            if key != carry.hooked.get("key") or now - carry.hooked.get("at", 0) >= spec.autoscaling.interval_s:
+                res = await asyncio.to_thread(capacity_hook.call, self.hook, want)
+                outcome["hook"] = {"ok": res.ok, "detail": res.detail}
+                carry.hooked = {"key": key, "at": now}
+        return current + f.fits, outcome, f.blocked, f.reasons
+
+    def _count(self, deployment: str, desired: int, direction: str, rule: str, blocked: bool) -> None:
+        self.metrics.observe(deployment, desired, direction, rule, blocked)

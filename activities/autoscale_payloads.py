@@ -1,0 +1,46 @@
+"""What the autoscaler's workflow and activities exchange (names, inputs, one step's result)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+AUTOSCALE_STEP = "autoscale_step"
+AUTOSCALE_APPLY = "autoscale_apply"
+START_AUTOSCALER = "start_autoscaler"
+HISTORY = 50  # decisions kept, and shown by `gpuflow autoscale`
+
+
+class AutoscalerInput(BaseModel):
+    deployment: str
+    history: list[dict[str, Any]] = []  # the last HISTORY decisions, newest last
+    carry: dict[str, Any] = {}  # activities/autoscale_state.py
+    # the last 10: {at, decision_to_running_s} (the 0 -> 1 decision to the step that saw a replica
+    # RUNNING) and {at, request_to_first_token_s} (the gateways' gpuflow_gateway_cold_start_seconds)
+    cold_starts: list[dict[str, Any]] = []
+
+
+class Step(BaseModel):
+    """One interval's outcome. ``done``: the autoscaler has nothing left to do (the reason)."""
+
+    done: str = ""
+    carry: dict[str, Any] = {}
+    record: dict[str, Any] = {}
+    current: int = 0
+    target: int = 0  # the absolute replica count to set
+    blocked: bool = False  # some of the replicas the policy wanted do not fit
+    reasons: list[str] = []  # the scheduler's, for the first that does not fit
+    interval_s: float = 15.0
+
+
+class AutoscaleView(BaseModel):
+    """The ``autoscale`` query's answer."""
+
+    deployment: str
+    desired: int | None = None
+    capacity_blocked: bool = False
+    blocked_reasons: list[str] = []
+    ended: str = ""
+    history: list[dict[str, Any]] = []
+    cold_starts: list[dict[str, Any]] = []
