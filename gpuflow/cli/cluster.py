@@ -140,7 +140,7 @@ def cmd_status(a) -> int:
         from gpuflow.serving_view import add_serving, open_store
 
         store = open_store(s, bool(a.database_url or a.data_dir))
-        from gpuflow.cli_autoscale import add_status
+        from gpuflow.cli.autoscale import add_status
 
         client = await connect(s.temporal)
         st = add_serving(await ops.status(client, a.name), store)
