@@ -7,8 +7,8 @@ Two kinds of evidence, two rules:
   filter keeps everyone, as GPUStack's does.
 - Ours, where GPUStack has none: the control plane asks the agents of the hosts that could run
   the model to read the path (activities/host_estimate.py) and records each answer, READY or
-  MISSING. A MISSING row goes; and once agents have been asked (some row is MISSING), a worker
-  with no row was not asked yet, so it waits for its answer rather than being chosen blind.
+  MISSING. A MISSING row goes; a worker with no row has not been asked yet (it joined later, say)
+  and stays, so the next read asks it.
 """
 
 from scheduler.cluster import FileState
@@ -22,7 +22,6 @@ def run(ctx, workers):
     if not path:
         return verdict(NAME, workers, {})
     rows = {f.worker: f.state for f in ctx.snapshot.model_files if f.source == path}
-    asked = FileState.MISSING in rows.values()
     pinned = bool(ctx.spec.gpu_selector.gpu_ids)
     removed = {}
     for w in workers:
@@ -31,8 +30,6 @@ def run(ctx, workers):
             removed[w.name] = [f"model path {path!r} is not on this worker (its agent looked)"]
         elif state == FileState.ERROR and pinned:
             removed[w.name] = [f"model path {path!r} is in error on this worker"]
-        elif state is None and asked:
-            removed[w.name] = [f"model path {path!r} is not reported on this worker (its agent was not asked yet)"]
     note = None
     if removed:
         names = sorted(removed)
