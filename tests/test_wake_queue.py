@@ -5,6 +5,10 @@ and a store made before ``queued_at`` upgraded in place."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -137,10 +141,12 @@ def test_a_wake_picks_the_heads_that_fit(store, free, strict, woken, reasons):
     assert [r.instance for r in v.order] == ["pr-0", "pr-1", "big-0", "d-0", "q-0", "q-1"]
 
 
-def test_an_unknown_request_is_woken_and_the_queue_costs_a_decision_per_deployment(store):
+def test_an_unknown_request_is_woken_and_the_queue_costs_a_decision_per_spec(store):
     _, _, engine = store
     seed(engine, 1)
     enqueue(engine, "many", 30, tenant="dev")  # 30 replicas of one deployment, one slot free
+    enqueue(engine, "twin", 10, tenant="poc")  # the same model under another name and tenant
+    records.save_deployment(engine, "twin", {**raw("twin", tenant="poc"), "source": raw("many")["source"]}, 10)
     gguf = {"name": "g", "backend": "llama.cpp", "source": {"local_path": "/nowhere/g.gguf"}}
     records.save_deployment(engine, "g", gguf, 1)
     records.create_instance(engine, rec("g-0", "g", "pending"))  # costed from files: not known here
@@ -148,9 +154,10 @@ def test_an_unknown_request_is_woken_and_the_queue_costs_a_decision_per_deployme
     c = cache()
     v = judge(read(engine), snap, lambda s: known_request(c, s))
     assert v.to_signal() == ["many-0", "g-0"] and v.reason("g-0") == UNKNOWN
-    # many-0 fits (1 decision), many-1 does not (1 + its empty-cluster check = 2); the 28 after it
-    # share that verdict: 3 decisions for 30 replicas, not 30
-    assert v.wake.decisions == 3 and v.reason("many-29").startswith("does not fit")
+    # many-0 fits (1 decision), many-1 does not (1); the 28 after it and twin's 10 (a spec that fits
+    # the same places) share that verdict: 2 decisions for 40 replicas, not 40. Nothing of lower
+    # priority fits, so no head's empty-cluster fit is asked for.
+    assert v.wake.decisions == 2 and v.reason("many-29") == v.reason("twin-9") == v.reason("many-1")
     spec = ModelSpec.model_validate(gguf)
     assert c.peek(spec) is None  # peeking costs nothing
 
@@ -163,3 +170,25 @@ def test_a_store_made_before_queued_at_is_upgraded(store):
     records.create_instance(engine, rec("a-0", "a", "pending"))
     assert queued_at(engine, "a-0") is not None
     db.init_db(engine)  # and again: nothing to add
+
+
+def test_gpuflow_queue_shows_positions_and_reasons(store):
+    url, schema, engine = store
+    seed(engine, 1)
+    enqueue(engine, "q", 2, tenant="poc")
+    enqueue(engine, "pr", 2, tenant="prod")
+    env = {**os.environ, **({"GPUFLOW_DATABASE_SCHEMA": schema} if schema else {})}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "gpuflow", "queue", *a, "--database-url", url],  # noqa: E731
+                                    capture_output=True, text=True, timeout=60, env=env)
+    out = run("--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["queueing"] == "BestEffortFIFO"
+    lines = [(x["position"], x["instance"], x["tenant"], x["tenant_priority"], x["reason"].split(":")[0])
+             for x in got["queue"]]
+    assert lines == [(1, "pr-0", "prod", 100, "fits now"),  # the one free GPU is the head's
+                     (2, "pr-1", "prod", 100, "does not fit"),
+                     (3, "q-0", "poc", 10, "does not fit"), (4, "q-1", "poc", 10, "does not fit")]
+    assert all(x["waiting_s"] >= 0 for x in got["queue"])
+    shown = run()
+    assert shown.returncode == 0 and "pr-0" in shown.stdout and "queueing: BestEffortFIFO" in shown.stdout
