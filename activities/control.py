@@ -23,7 +23,7 @@ from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
-from activities.store import ledger, records, serving
+from activities.store import ledger, records, serving, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.decide import decide
@@ -125,7 +125,7 @@ class ControlActivities:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
-                self.deployment_limits] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
+                self.deployment_limits, self.tenant_problem] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -280,6 +280,11 @@ class ControlActivities:
     async def deployment_limits(self) -> Limits:
         """The operator's limits (this server's settings), for a deployment to check against."""
         return self.limits
+
+    @activity.defn(name=c.TENANT_PROBLEM)
+    async def tenant_problem(self, tenant: str | None) -> str | None:
+        """Why a spec naming ``tenant`` is refused (not in the tenants file), else None."""
+        return await self._db(tenants.problem, self.engine, tenant)
 
     @activity.defn(name=c.HOST_LOST)
     async def host_lost(self, name: str, reason: str) -> None:

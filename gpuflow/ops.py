@@ -54,7 +54,11 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
         ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, timings=timings), id=wid,
         task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"deployment of {spec.name} ({spec.backend.value})")
-    view = await handle.query(ModelDeploymentWorkflow.status)
+    try:
+        view = await _update(handle, ModelDeploymentWorkflow.accepted)
+    except Exception:  # noqa: BLE001  refused by the control plane's checks: its reason, if it failed
+        await _deployment(client, spec.name)
+        raise
     if view.spec != raw or (replicas is not None and view.replicas != replicas):
         view = await _update(handle, ModelDeploymentWorkflow.update_spec, raw)
         if replicas is not None and view.replicas != replicas:

@@ -14,6 +14,7 @@ from scheduler.autoscale.config import Autoscaling
 from scheduler.fields import Bytes, Strict
 from scheduler.engine_flags import flag_problems
 from scheduler.rollout import RolloutConfig
+from scheduler.tenancy.config import NAME as TENANT_PATTERN
 from scheduler.naming import NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
@@ -179,6 +180,12 @@ class ModelSpec(Strict):
     cpu_pinning: bool = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
     max_concurrency: int | None = Field(default=None, ge=1)  # gateway: requests per replica at once, unless an engine flag says
     rollout: RolloutConfig = RolloutConfig()  # how a changed spec replaces the replicas (docs/formats.md)
+    tenant: str | None = Field(default=None, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
+
+    @property
+    def tenant_name(self) -> str:
+        return self.tenant or "default"
 
     @field_validator("env")
     @classmethod

@@ -57,6 +57,7 @@ class ModelDeploymentWorkflow:
         self.limits: Limits | None = None  # the operator's, read by an activity when run starts
         self.fresh = not inp.instances and inp.next_index == 0
         self.ro = ro.state_from(inp.rollout)  # workflows/rollout_steps.py
+        self.checked = False  # the spec passed the control plane's checks (limits, tenant)
 
     @property
     def name(self) -> str:
@@ -67,6 +68,13 @@ class ModelDeploymentWorkflow:
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
+
+    @workflow.update
+    async def accepted(self) -> DeploymentView:
+        """Answers once the control plane's checks passed (``gpuflow deploy`` waits on it); a spec
+        they refuse fails the workflow instead, with the reason."""
+        await workflow.wait_condition(lambda: self.checked)
+        return self.status()
 
     @workflow.query
     def rollout(self) -> dict:
@@ -103,10 +111,19 @@ class ModelDeploymentWorkflow:
         if self.deleting:
             raise ValueError(f"deployment {self.name} is being deleted")
 
+    async def _known_tenant(self, spec: ModelSpec) -> None:
+        """A spec naming a tenant the tenants file does not define is refused (InvalidSpec)."""
+        problem = await workflow.execute_activity(c.TENANT_PROBLEM, spec.tenant, result_type=str | None,
+                                                  **c.STORE_CALL)
+        if problem:
+            raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
+
     @workflow.update
     async def update_spec(self, spec: dict) -> DeploymentView:
         new = parse_spec(spec)
         await self._within_limits(new.replicas)
+        if new.tenant != parse_spec(self.raw).tenant and workflow.patched("tenant-check"):
+            await self._known_tenant(new)
         ro.change_spec(self, dict(spec), new, parse_spec(self.raw))
         self.dirty, self.replicas = True, new.replicas
         return await self._applied()
@@ -159,6 +176,9 @@ class ModelDeploymentWorkflow:
                 raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
         else:  # a history from before limits were read: the defaults
             self.limits = Limits()
+        if self.fresh and workflow.patched("tenant-check"):  # a typo in the tenant: refused, nothing started
+            await self._known_tenant(spec)
+        self.checked = True
         workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name), c.SA_DEPLOYMENT.value_set(spec.name),
                                            c.SA_STATE.value_set("DELETING" if self.deleting else "ACTIVE")])
         saved = None

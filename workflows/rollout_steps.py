@@ -25,7 +25,7 @@ from workflows.inputs import compact, invalid
 POLL_S = 2.0  # between looks at the replicas while a rollout runs
 SEEN_S = 2.0  # a replica answers this long before it counts as ready (the gateways re-read every 0.5 s)
 KEEP_STEPS = 100
-NO_ROLL = {"replicas", "autoscaling", "rollout"}  # changing only these restarts nothing
+NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority"}  # changing only these restarts nothing
 
 
 class RolloutState(BaseModel):

@@ -87,3 +87,14 @@ class ModelFileRow(SQLModel, table=True):
     source: str = Field(primary_key=True)
     state: str = "ready"
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class TenantsRow(SQLModel, table=True):
+    """The applied tenants file (scheduler/tenancy/config.py), one row: ``version`` counts the
+    applies, so readers (the gateway, the decide activity) re-parse only when it moved."""
+
+    __tablename__ = "gpuflow_tenants"
+    id: int = Field(default=1, primary_key=True)
+    doc: dict[str, Any] = _json(dict)
+    version: int = 0
+    updated_at: datetime = Field(default_factory=utcnow)

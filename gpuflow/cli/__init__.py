@@ -154,6 +154,8 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
         cli_rollout.add_commands(sub)
         from gpuflow.cli import autoscale as cli_autoscale  # gpuflow autoscale NAME
         cli_autoscale.add_commands(sub)
+        from gpuflow.cli import tenants as cli_tenants  # gpuflow tenants [apply FILE]
+        cli_tenants.add_commands(sub)
     return p
 
 
