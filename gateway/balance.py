@@ -2,7 +2,8 @@
 that find every replica at its limit (or none RUNNING yet). The queue is served by tenant
 priority (high first), then arrival: a request's arrival is when it first asked for a replica,
 so a retry (its replica failed) keeps the place it had and goes ahead of everything of its
-priority that arrived after it. Single event loop: no locks; the routing table is swapped whole
+priority that arrived after it. A full queue refuses a newcomer, unless the last in line has a
+lower priority than it: that one leaves (QueueFull) to make room. Single event loop: no locks; the routing table is swapped whole
 (``swap``), the in-flight counters are this gateway's only state."""
 
 from __future__ import annotations
@@ -109,7 +110,12 @@ class Balancer:
                 return r, 0.0
         q = self.queues.setdefault(model, [])
         if len(q) >= self.max_queue:
-            raise QueueFull(model)
+            last = q[-1]  # the lowest priority, the newest of it
+            if last.key[0] <= -priority:
+                raise QueueFull(model)
+            q.pop()  # it makes room for a higher priority, and is told the queue is full
+            if not last.fut.done():
+                last.fut.set_exception(QueueFull(model))
         now = time.monotonic()
         w = Waiter(asyncio.get_running_loop().create_future(), exclude,
                    (-priority, now if arrival is None else arrival, next(self.seq)), now)

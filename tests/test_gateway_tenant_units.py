@@ -149,3 +149,46 @@ async def test_a_retry_that_cannot_use_the_free_replica_does_not_hold_back_lower
     assert (await low)[0].instance == "a" and not retry.done()
     b.swap(build([route("a"), route("b")], {"m": {"max_concurrency": 1}}, 4))
     assert (await retry)[0].instance == "b"
+
+
+# max_queue 2, full with (name, priority) in line; a newcomer of ``priority`` arrives: who is refused.
+@pytest.mark.parametrize("line,priority,refused", [
+    ([("a", 0), ("b", 0)], 0, "new"),  # same priority: the newcomer waits nowhere
+    ([("a", 10), ("b", 0)], 5, "b"),  # b (0) is below the newcomer (5): b leaves, the newcomer is in line
+    ([("a", 0), ("b", 0)], 100, "b"),  # of equals, the newest leaves
+    ([("a", 10), ("b", 10)], 5, "new"),  # everyone in line outranks it
+])
+async def test_a_full_queue_makes_room_only_for_a_higher_priority(line, priority, refused):
+    from gateway.balance import QueueFull
+
+    b = Balancer(queue_timeout_s=5, max_queue=2, bad_s=5)
+    b.swap(build([route("r")], {"m": {"max_concurrency": 1}}, 4))
+    await b.acquire("m")  # holds the only slot
+    waiting = {}
+    for name, p in line:
+        waiting[name] = asyncio.create_task(b.acquire("m", priority=p))
+        await asyncio.sleep(0)
+    new = asyncio.create_task(b.acquire("m", priority=priority))
+    await asyncio.sleep(0)
+    waiting["new"] = new
+    with pytest.raises(QueueFull):
+        await waiting.pop(refused)
+    assert b.depth("m") == 2 and not any(t.done() for t in waiting.values())
+    for t in waiting.values():
+        t.cancel()
+    await asyncio.gather(*waiting.values(), return_exceptions=True)
+    assert b.depth("m") == 0
+
+
+def test_the_refresh_loop_parses_the_tenants_file_only_when_its_version_moved(tmp_path):
+    from activities.store import db, tenants
+    from gateway.refresh import load_tenants
+
+    engine = db.make_engine(db.sqlite_url(str(tmp_path / "gpuflow.db")))
+    db.init_db(engine)
+    assert load_tenants(engine, None) == (0, {})  # nothing applied yet: version 0, no rules
+    assert load_tenants(engine, 0) is None  # unchanged: nothing parsed
+    tenants.apply(engine, TenantsFile.model_validate({"tenants": [{"name": "dev", "requests_per_s": 2}]}))
+    assert load_tenants(engine, 0) == (1, {"dev": Rule(0, 2.0, None)})
+    assert load_tenants(engine, 1) is None
+    engine.dispose()
