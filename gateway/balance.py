@@ -2,8 +2,9 @@
 that find every replica at its limit (or none RUNNING yet). The queue is served by tenant
 priority (high first), then arrival: a request's arrival is when it first asked for a replica,
 so a retry (its replica failed) keeps the place it had and goes ahead of everything of its
-priority that arrived after it. A full queue refuses a newcomer, unless the last in line has a
-lower priority than it: that one leaves (QueueFull) to make room. Single event loop: no locks; the routing table is swapped whole
+priority that arrived after it. A waiting request keeps the priority it arrived with. A full
+queue refuses a newcomer, unless the last in line has a lower priority than it: that one leaves
+(QueueFull) to make room. Single event loop: no locks; the routing table is swapped whole
 (``swap``), the in-flight counters are this gateway's only state."""
 
 from __future__ import annotations

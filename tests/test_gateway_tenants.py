@@ -120,7 +120,8 @@ def test_requests_per_s_and_max_concurrent_per_tenant(sqlite_store, procs, tmp_p
     streams[1].close()
 
     # a new file is read within a refresh: poc now gets 0.25 a second too
-    apply(url, tmp_path, TENANTS.replace("{name: poc,  priority: 10}", "{name: poc, priority: 10, requests_per_s: 0.25}"))
+    apply(url, tmp_path, TENANTS.replace("{name: poc,  priority: 10}", "{name: poc, priority: 10, "
+                                                                      "requests_per_s: 0.25}"))
     gs.wait_for(lambda: not _served(poc), 10, "poc limited by the new file", every=0.2)
 
     m = scrape(g)
