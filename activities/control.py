@@ -19,11 +19,11 @@ from temporalio.service import RPCError
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
+from activities import wake_queue
 from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
-from activities import wake_queue
 from activities.store import ledger, records, serving, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
