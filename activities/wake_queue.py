@@ -34,6 +34,7 @@ from temporalio.service import RPCError
 from activities.store import tenants
 from activities.store.tables import DeploymentRow, InstanceRow
 from scheduler.cluster import ClusterSnapshot
+from scheduler.errors import GpuflowError
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -135,7 +136,10 @@ def judge(q: Queue, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Req
             spec = ModelSpec.model_validate(raw)
         except ValueError:  # its replicas fail on their own, with the reason
             continue
-        req = request_of(spec)
+        try:
+            req = request_of(spec)
+        except (GpuflowError, ValueError):  # costing failed: unknown here (its replicas find out themselves)
+            req = None
         if req is not None:
             specs[dep] = (spec, req)
     known = [r for r in q.replicas if r.deployment in specs]

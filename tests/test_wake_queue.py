@@ -20,7 +20,7 @@ from activities.payloads import InstanceRecord
 from activities.store import changes, db, ledger, records, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from activities.store.tables import InstanceRow
-from activities.wake_queue import UNKNOWN, judge, known_request, read
+from activities.wake_queue import UNKNOWN, judge, known_request, ordered_replicas, read
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from scheduler.units import GiB
@@ -104,7 +104,6 @@ def test_read_orders_by_tenant_then_deployment_priority_then_arrival(store):
     records.save_deployment(engine, "gone", raw("gone"), 0, "deleting")  # its replicas are stopping: not queued
     records.record_instance(engine, rec("pr-1", "pr", "analyzing"))  # deciding now: not waiting for a wake
     q = read(engine)
-    from activities.wake_queue import ordered_replicas
     assert [r.instance for r in ordered_replicas(q.replicas)] == ["pr-0", "d2-0", "d1-0", "p1-0", "p1-1"]
     got = {r.instance: (r.tenant, r.tenant_priority, r.priority) for r in q.replicas}
     assert got["d2-0"] == ("dev", 30, 5) and got["p1-0"] == ("poc", 10, 0)
