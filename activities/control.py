@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
+from activities import wake_queue
 from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
@@ -80,6 +81,13 @@ class EstimateCache:
                 self._d.clear()
             self._d[key] = req
         return req
+
+    def peek(self, spec: ModelSpec) -> Request | None:
+        """The request last costed for ``spec`` (whatever file stamp it was costed at), or None;
+        never costs anything (the wake queue's view: activities/wake_queue.py)."""
+        want = spec.model_dump_json()
+        with self._lock:
+            return next((r for (k, _), r in reversed(self._d.items()) if k == want), None)
 
 
 def _spec(raw: dict) -> ModelSpec:
@@ -144,15 +152,8 @@ class ControlActivities:
             activity.heartbeat()
 
     async def wake_pending(self) -> int:
-        """Signal every PENDING instance that capacity changed, so it decides again now."""
-        names = await self._db(records.pending_instances, self.engine)
-        for n in names:
-            activity.heartbeat()
-            try:
-                await self.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
-            except RPCError:
-                pass  # ended meanwhile
-        return len(names)
+        """Wake the heads of the PENDING queue that now fit, in queue order (activities/wake_queue.py)."""
+        return await wake_queue.wake(self)
 
     @activity.defn(name=c.SAVE_DEPLOYMENT)
     async def save_deployment(self, name: str, spec: dict, replicas: int, state: str) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import event
+from sqlalchemy import event, inspect, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, create_engine
 
@@ -47,4 +48,25 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
 
 def init_db(engine: Engine) -> None:
     SQLModel.metadata.create_all(engine)
+    add_new_columns(engine)
     changes.ensure_counter(engine)
+
+
+def add_new_columns(engine: Engine) -> None:
+    """A store made by an older gpuflow lacks the nullable columns added since (create_all makes
+    missing tables only): add them, so an upgrade keeps its data. Another process adding the
+    same column at the same moment is fine."""
+    insp = inspect(engine)
+    for table in SQLModel.metadata.sorted_tables:
+        if not insp.has_table(table.name):
+            continue
+        have = {c["name"] for c in insp.get_columns(table.name)}
+        for col in table.columns:
+            if col.name in have or not col.nullable or col.primary_key:
+                continue
+            try:
+                with engine.begin() as c:
+                    c.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"))
+            except DBAPIError:
+                if col.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                    raise

@@ -44,6 +44,10 @@ def set_worker_state(engine: Engine, name: str, state: str, reason: str = "") ->
         return True
 
 
+QUEUED = ("pending", "analyzing")  # in the PENDING queue: ``queued_at`` (arrival) is kept from the first
+# of these states until the instance is placed (or fails, or goes); a later return starts a new arrival
+
+
 def record_instance(engine: Engine, rec: InstanceRecord) -> None:
     with Session(engine) as s:
         row = s.get(InstanceRow, rec.name) or InstanceRow(name=rec.name, deployment=rec.deployment)
@@ -52,6 +56,7 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
         row.pid, row.port, row.address, row.updated_at = rec.pid, rec.port, rec.address, utcnow()
         if rec.decision is not None:
             row.decision = rec.decision
+        row.queued_at = (row.queued_at or utcnow()) if rec.state in QUEUED else None
         s.add(row)
         file_state = "ready" if rec.state == "running" else rec.model_file_state
         if file_state and rec.worker and rec.model_source and not rec.model_source.startswith("/"):
@@ -73,7 +78,8 @@ def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
     with Session(engine) as s:
         if s.get(InstanceRow, rec.name) is not None:
             return False
-        s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state))
+        s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state,
+                          queued_at=utcnow() if rec.state in QUEUED else None))
         changes.bump(s, rec.name)
         s.commit()
         return True

@@ -156,6 +156,8 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
         cli_autoscale.add_commands(sub)
         from gpuflow.cli import tenants as cli_tenants  # gpuflow tenants [apply FILE]
         cli_tenants.add_commands(sub)
+        from gpuflow.cli import queue as cli_queue  # gpuflow queue: the PENDING queue and why each waits
+        cli_queue.add_commands(sub)
     return p
 
 

@@ -8,7 +8,20 @@ next is tried, so the wake-ups never exceed what frees up (no thundering herd).
 replicas behind it, but it does hold back replicas of lower priority that would land on a worker
 it is waiting for (one where it would fit were the worker empty): they would take that capacity.
 Replicas of its own priority are not held back. ``StrictFIFO``: nothing behind a head that does
-not fit is woken."""
+not fit is woken.
+
+Quota: with ``tenants`` given, a replica that fits but would take its tenant over a limit
+(admission.over_limit, counting the replicas woken before it in this pass) is held with the
+quota as its reason. It waits on its own tenant, not on capacity, so it blocks nobody, in either
+mode.
+
+Cost: the snapshot only fills during a pass, so once a replica does not fit, every later replica
+of a spec that fits the same places (``fit_key``: the spec but its name, tenant, priority and
+replica count) is held for the same reason without another decision; once a deployment is over
+its quota, so are its later replicas; one held back stays held back until a replica is woken. The
+workers a head could use were they empty are worked out only when a lower-priority replica fits
+and may have to be held back for it. A pass costs one decision per woken replica and per
+distinct spec that waits, not one per PENDING replica."""
 
 from __future__ import annotations
 
@@ -20,6 +33,9 @@ from scheduler.dry_run import book, without
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
+from scheduler.tenancy.admission import over_limit
+from scheduler.tenancy.config import Tenant
+from scheduler.tenancy.usage import Usage, of_candidate
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,7 @@ class Waiting:
     tenant_priority: int = 0
     priority: int = 0
     arrived: float = 0.0
+    tenant: str = "default"
 
     @property
     def rank(self) -> tuple:
@@ -39,37 +56,93 @@ class Waiting:
 class Wake:
     woken: list[str] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)  # instance -> why it waits
+    decisions: int = 0  # policy runs this pass took (the cost the memo keeps small)
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """Each tenant's definition and what it holds now (the ledger's view)."""
+
+    tenants: dict[str, Tenant]
+    used: dict[str, Usage]
 
 
 def ordered(queue: list[Waiting]) -> list[Waiting]:
     return sorted(queue, key=lambda w: w.rank)
 
 
+FIT_FIELDS_EXCLUDED = {"name", "tenant", "priority", "replicas", "autoscaling", "rollout"}  # no bearing on fit
+
+
+def fit_key(spec: ModelSpec) -> str:
+    """Specs with the same key fit the same places (the name only weighs in the spread score)."""
+    return spec.model_dump_json(exclude=FIT_FIELDS_EXCLUDED)
+
+
+@dataclass
+class _Blocked:
+    """A head that did not fit; the workers it could use were they empty, worked out when asked."""
+
+    w: Waiting
+    spec: ModelSpec
+    req: Request
+    workers: set[str] | None = None
+
+
 def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[ModelSpec, Request]],
-            strict: bool = False, config: PolicyConfig | None = None) -> Wake:
+            strict: bool = False, config: PolicyConfig | None = None, quotas: Quotas | None = None) -> Wake:
     """Which PENDING replicas to wake now, in queue order; every other one with its reason."""
     out = Wake()
-    blocked: list[tuple[Waiting, set[str]]] = []  # heads that did not fit, with the workers they could use
+    blocked: list[_Blocked] = []  # heads that did not fit, in queue order
+    unfit: dict[str, str] = {}  # fit key -> why replicas of such a spec do not fit this pass
+    over: dict[str, str] = {}  # deployment -> the quota its replicas are over this pass
+    used = dict(quotas.used) if quotas else {}
+    held_back: dict[str, tuple[int, str]] = {}  # deployment -> (replicas woken when it was held back, why)
+    empty_snap = without(snap, {i.name for i in snap.instances})
+
+    def could_use(b: _Blocked) -> set[str]:
+        if b.workers is None:
+            empty = decide(empty_snap, b.spec, b.req, config, exclude=b.w.instance)
+            out.decisions += 1
+            b.workers = {x for c in empty.candidates for x in c.workers}
+        return b.workers
+
+    keys = {dep: fit_key(sr[0]) for dep, sr in specs.items()}
     for w in ordered(queue):
         if w.deployment not in specs:
             out.held[w.instance] = "no estimate yet"
             continue
         spec, req = specs[w.deployment]
-        if strict and blocked:
-            out.held[w.instance] = f"StrictFIFO: behind {blocked[0][0].instance}"
+        known = unfit.get(keys[w.deployment]) or over.get(w.deployment)
+        if known is None and held_back.get(w.deployment, (-1, ""))[0] == len(out.woken):
+            known = held_back[w.deployment][1]  # nothing booked since: the same verdict
+        if known is None and strict and blocked:
+            known = f"StrictFIFO: behind {blocked[0].w.instance}"
+        if known is not None:
+            out.held[w.instance] = known
             continue
         d = decide(snap, spec, req, config, exclude=w.instance)
+        out.decisions += 1
         if not d.scheduled:
-            empty = decide(without(snap, {i.name for i in snap.instances}), spec, req, config, exclude=w.instance)
-            blocked.append((w, {x for c in empty.candidates for x in c.workers}))
-            out.held[w.instance] = "; ".join(d.reasons[-2:]) or "does not fit"
+            blocked.append(_Blocked(w, spec, req))
+            out.held[w.instance] = unfit[keys[w.deployment]] = "does not fit: " + (
+                "; ".join(d.reasons[:min(2, d.decisive or 2)]) or "no candidate")
+            continue
+        tenant = quotas.tenants.get(w.tenant) if quotas else None
+        need = of_candidate(d.placement)
+        quota = over_limit(tenant, used.get(w.tenant, Usage()), need) if tenant else None
+        if quota:
+            out.held[w.instance] = over[w.deployment] = quota
             continue
         lands = set(d.placement.workers)
-        ahead = next((b for b, ws in blocked if (b.tenant_priority, b.priority) > (w.tenant_priority, w.priority)
-                      and lands & ws), None)
+        ahead = next((b for b in blocked if (b.w.tenant_priority, b.w.priority) > (w.tenant_priority, w.priority)
+                      and lands & could_use(b)), None)
         if ahead:
-            out.held[w.instance] = f"held back for {ahead.instance} (higher priority) waiting for {', '.join(sorted(lands))}"
+            out.held[w.instance] = (f"held back for {ahead.w.instance} (higher priority) waiting for "
+                                    f"{', '.join(sorted(lands))}")
+            held_back[w.deployment] = (len(out.woken), out.held[w.instance])
             continue
         out.woken.append(w.instance)
+        used[w.tenant] = used.get(w.tenant, Usage()) + need
         snap = book(snap, d.placement, w.instance, spec.name)
     return out

@@ -1,0 +1,200 @@
+"""The PENDING queue's I/O: read the queue from the store, ask the pure policy
+(scheduler/tenancy/queue.py) which heads now fit, and signal only those (``capacity_changed``).
+``wake_pending`` (a release, a host joining or changing) comes here; so does ``gpuflow queue``,
+which shows the same verdicts without signalling anyone.
+
+The rules (README, "The PENDING queue"):
+- The queue is every PENDING instance of a live deployment, ordered by tenant priority, then
+  deployment priority, then arrival (``queued_at``: when it entered the queue), then the name.
+- A replica's request is the one the decide activity last costed for its spec on this
+  control-plane worker (EstimateCache.peek); a spec that states its resources is estimated here
+  (nothing to read). A replica whose request is not known here is woken anyway: it decides
+  itself, and its decision warms this worker's cache for the next wake.
+- Heads that now fit are woken in order, each booked on the cached snapshot before the next is
+  tried; those that would take their tenant over a limit are not woken (the quota is their
+  reason). BestEffortFIFO or StrictFIFO, as the tenants file says.
+- Safety net: a PENDING instance still re-decides every ``pending_recheck_s`` on its own.
+
+Wakes in one process run one at a time; a wake asked for while another already waits for its
+turn is folded into that one, which reads the store after the change that asked for it."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+from temporalio import activity
+from temporalio.service import RPCError
+
+from activities.store import tenants
+from activities.store.tables import DeploymentRow, InstanceRow
+from scheduler.cluster import ClusterSnapshot
+from scheduler.errors import GpuflowError
+from scheduler.policy_config import PolicyConfig
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+from scheduler.tenancy.config import TenantsFile
+from scheduler.tenancy.queue import Quotas, Wake, Waiting, ordered, to_wake
+from scheduler.tenancy.usage import by_tenant
+
+UNKNOWN = "its request is not known here yet: woken to decide itself"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """One PENDING replica as the queue sees it."""
+
+    instance: str
+    deployment: str
+    tenant: str
+    tenant_priority: int
+    priority: int
+    queued_at: datetime
+    reason: str  # its own last word (the instance's recorded reason)
+
+    def waiting(self) -> Waiting:
+        return Waiting(self.instance, self.deployment, self.tenant_priority, self.priority,
+                       self.queued_at.timestamp(), self.tenant)
+
+
+@dataclass
+class Queue:
+    """What the store says: the PENDING replicas, their deployments' specs, the tenants file."""
+
+    replicas: list[Queued] = field(default_factory=list)
+    specs: dict[str, dict] = field(default_factory=dict)  # deployment with replicas queued -> its spec, as stored
+    tenant_of: dict[str, str] = field(default_factory=dict)  # every live deployment -> its tenant
+    tenants: TenantsFile = field(default_factory=TenantsFile)
+
+
+@dataclass
+class Verdict:
+    """The queue in order, what to wake, and why every other replica waits."""
+
+    order: list[Queued]
+    wake: Wake
+    unknown: list[str]  # no request known: woken to decide themselves
+
+    def to_signal(self) -> list[str]:
+        return self.wake.woken + self.unknown
+
+    def reason(self, name: str) -> str:
+        if name in self.unknown:
+            return UNKNOWN
+        if name in self.wake.woken:
+            return "fits now: woken"
+        return self.wake.held.get(name, "")
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # SQLite gives naive UTC
+
+
+def read(engine: Engine) -> Queue:
+    """The PENDING replicas of live deployments, with their specs and owners."""
+    tf = tenants.load(engine)
+    q = Queue(tenants=tf)
+    with Session(engine) as s:
+        rows = list(s.exec(select(InstanceRow.name, InstanceRow.deployment, InstanceRow.queued_at,
+                                  InstanceRow.updated_at, InstanceRow.reason).where(InstanceRow.state == "pending")))
+        deps = {r[1] for r in rows}
+        live: dict[str, dict] = {}
+        for d in s.exec(select(DeploymentRow).where(DeploymentRow.state == "active")):
+            q.tenant_of[d.name] = tenants.tenant_of(d.spec)
+            if d.name in deps:
+                live[d.name] = d.spec
+    for name, dep, queued_at, updated_at, reason in rows:
+        if dep not in live:  # being deleted (its replicas are stopping) or never recorded
+            continue
+        spec = live[dep]
+        t = tenants.tenant_of(spec)
+        known = tf.get(t)
+        q.replicas.append(Queued(name, dep, t, known.priority if known else 0, _int(spec.get("priority")),
+                                 _utc(queued_at or updated_at), reason or ""))
+    q.specs = live
+    return q
+
+
+def _int(v) -> int:
+    try:
+        return int(v or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def judge(q: Queue, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
+          policy: PolicyConfig | None = None) -> Verdict:
+    """The pure part: which replicas of ``q`` to wake on ``snap``, and why the others wait."""
+    specs: dict[str, tuple[ModelSpec, Request]] = {}
+    for dep, raw in q.specs.items():
+        try:
+            spec = ModelSpec.model_validate(raw)
+        except ValueError:  # its replicas fail on their own, with the reason
+            continue
+        try:
+            req = request_of(spec)
+        except (GpuflowError, ValueError):  # costing failed: unknown here (its replicas find out themselves)
+            req = None
+        if req is not None:
+            specs[dep] = (spec, req)
+    known = [r for r in q.replicas if r.deployment in specs]
+    unknown = [r.instance for r in ordered_replicas(q.replicas) if r.deployment not in specs]
+    limited = {t.name: t for t in q.tenants.tenants if t.limit.named()}
+    quotas = None
+    if limited:
+        quotas = Quotas(limited, by_tenant(snap.instances, q.tenant_of))
+    wake = to_wake(snap, [r.waiting() for r in known], specs, strict=q.tenants.queueing == "StrictFIFO",
+                   config=policy, quotas=quotas)
+    return Verdict(ordered_replicas(q.replicas), wake, unknown)
+
+
+def ordered_replicas(replicas: list[Queued]) -> list[Queued]:
+    by_name = {r.instance: r for r in replicas}
+    return [by_name[w.instance] for w in ordered([r.waiting() for r in replicas])]
+
+
+@dataclass
+class _Turns:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: bool = False
+
+
+_turns: "weakref.WeakKeyDictionary[object, _Turns]" = weakref.WeakKeyDictionary()
+
+
+def known_request(cache, spec: ModelSpec) -> Request | None:
+    """What the decide activity costed for ``spec`` here; a spec stating its resources is
+    estimated at once (nothing to read); otherwise None (unknown)."""
+    req = cache.peek(spec)
+    if req is None and spec.resources and spec.resources.vram is not None:
+        req = cache.get(spec)
+    return req
+
+
+async def wake(acts) -> int:
+    """Signal the heads that now fit (and those whose request is unknown here); returns how many
+    were signalled. ``acts``: the ControlActivities (store, client, snapshot and estimate caches)."""
+    turns = _turns.setdefault(acts, _Turns())
+    if turns.waiting:
+        return 0  # one already waits for its turn and will read this change
+    turns.waiting = True
+    async with turns.lock:
+        turns.waiting = False
+
+        def plan() -> Verdict:
+            snap = acts.snapshots.refresh(acts.engine)[0]
+            return judge(read(acts.engine), snap, lambda s: known_request(acts.estimates, s), acts.policy)
+
+        names = (await acts._db(plan)).to_signal()
+        for n in names:
+            activity.heartbeat()
+            try:
+                await acts.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
+            except RPCError:
+                pass  # ended meanwhile
+    return len(names)
