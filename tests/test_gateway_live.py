@@ -6,9 +6,11 @@ in the middle of a load, and not one request fails."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
+import urllib.request
 
 import pytest
 
@@ -53,7 +55,14 @@ async def deploy(lv: Live, sp: ModelSpec) -> dict[str, int]:
     await ops.deploy(lv.client, sp, T)
     await lv.wait(lambda: list(lv.states(sp.name).values()) == ["running"] * sp.replicas, 240,
                   f"{sp.replicas} RUNNING replicas of {sp.name}")
+    await lv.wait(lambda: routed(lv, sp.name) == sp.replicas, 30, f"the gateway routing to {sp.replicas} replicas")
     return {i.name: i.pid for i in lv.instances(sp.name) if i.state == "running"}
+
+
+def routed(lv: Live, model: str) -> int:
+    """Replicas of ``model`` in the gateway's routing table (it re-reads the store every 0.5 s)."""
+    with urllib.request.urlopen(f"{lv.gateway}/models", timeout=10) as r:
+        return next((m["replicas"] for m in json.load(r)["data"] if m["id"] == model), 0)
 
 
 def completions(lv: Live, instance: str) -> int:
