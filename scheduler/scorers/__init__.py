@@ -11,18 +11,22 @@ Scorer = tuple[str, float, Callable[[Sequence], list[float]]]  # (name, weight, 
 
 def apply_chain(items: Sequence, chain: list[Scorer]) -> None:
     """Set ``.scores[name]`` (the weighted contribution) and ``.score`` (their sum) on each item."""
-    for it in items:
-        it.scores = {}
-        it.score = 0.0
+    names, columns = [], []
     for name, weight, fn in chain:
         if weight <= 0:
             continue
         raw = fn(items)
-        for it, s in zip(items, raw):
+        for s in raw:
             if not 0.0 <= s <= 100.0 + 1e-9:
                 raise ValueError(f"scorer {name} returned {s}, outside 0..100")
-            it.scores[name] = s * weight / 100.0
-            it.score += it.scores[name]
+        names.append(name)
+        columns.append([s * weight / 100.0 for s in raw])
+    for it, row in zip(items, zip(*columns)) if columns else ((it, ()) for it in items):
+        it.scores = dict(zip(names, row))
+        total = 0.0
+        for v in row:  # summed in the chain's order
+            total += v
+        it.score = total
 
 
 def pick(items: Sequence):

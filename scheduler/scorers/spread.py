@@ -49,16 +49,20 @@ def _inv(v: float, lo: float, hi: float) -> float:
     return 1.0 if hi <= lo else 1.0 - (v - lo) / (hi - lo)
 
 
+NONE = Counts()  # a worker holding no instance (never changed)
+
+
 def scores(placements: list[tuple[str, list[int]]], counts: dict[str, Counts], compared: list[str]) -> list[float]:
     """Spread score per (worker, gpu_indexes); stats are taken over the ``compared`` workers."""
-    stats = [counts.get(w, Counts()) for w in dict.fromkeys(compared)]
+    stats = [counts.get(w, NONE) for w in dict.fromkeys(compared)]
     any_zero = any(c.cur == 0 for c in stats)
     lo_c, hi_c = min((c.cur for c in stats), default=0), max((c.cur for c in stats), default=0)
     lo_o, hi_o = min((c.oth for c in stats), default=0), max((c.oth for c in stats), default=0)
     worker_score: dict[str, float] = {}
     out = []
+    append = out.append
     for worker, gpus in placements:
-        c = counts.get(worker, Counts())
+        c = counts.get(worker, NONE)
         w = worker_score.get(worker)
         if w is None:
             if any_zero:
@@ -67,9 +71,12 @@ def scores(placements: list[tuple[str, list[int]]], counts: dict[str, Counts], c
             else:
                 w = 0.50 + 0.25 * _inv(c.cur, lo_c, hi_c) + 0.15 * _inv(c.oth, lo_o, hi_o)
             worker_score[worker] = w
-        if gpus:
+        if len(gpus) == 1:  # the sum below for one GPU (0 + x is x, x / 1 is x)
+            i = gpus[0]
+            append((0.85 * w + 0.15 * (1 / (1 + c.gpu_cur.get(i, 0) + 0.2 * c.gpu_oth.get(i, 0)))) * 100)
+        elif gpus:
             g = sum(1 / (1 + c.gpu_cur.get(i, 0) + 0.2 * c.gpu_oth.get(i, 0)) for i in gpus) / len(gpus)
-            out.append((0.85 * w + 0.15 * g) * 100)
+            append((0.85 * w + 0.15 * g) * 100)
         else:
-            out.append(w * 100)
+            append(w * 100)
     return out

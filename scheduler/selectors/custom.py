@@ -25,16 +25,20 @@ def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
     """Every GPU that holds the claim, walked as GPUStack walks them (workers grouped by GPU type,
     types in order of first appearance), so equal scores go to the same first candidate."""
     req, out, best = ctx.request, [], 0
+    ram, vram, allocatable = req.ram, req.vram, ctx.allocatable
     for t, w, gpus in by_type(workers):
-        a = ctx.allocatable[w.name]
-        if req.ram > a.ram:
+        a = allocatable[w.name]
+        if ram > a.ram:
             continue
+        free = a.vram
         for g in gpus:
-            alloc = a.vram.get(g.index, 0)
-            best = max(best, alloc)
-            need = _per_card(req.vram, frac, g.vram_total, req.vram)
+            i = g.index
+            alloc = free.get(i, 0)
+            if alloc > best:
+                best = alloc
+            need = _per_card(vram, frac, g.vram_total, vram) if frac else vram
             if need <= alloc:
-                out.append(Candidate(w.name, [g.index], claim(ram=req.ram, vram={g.index: need}), gpu_type=t))
+                out.append(Candidate(w.name, [i], claim(ram, {i: need}), gpu_type=t))
     if not out:
         msgs.append(f"The largest allocatable GPU has {gib(best)} GiB; the model needs {gib(req.vram)} GiB on one GPU.")
     return out
