@@ -5,7 +5,6 @@ a thread pool; the Temporal client is used for signals and starts."""
 from __future__ import annotations
 
 import asyncio
-import heapq
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -91,9 +90,7 @@ def _spec(raw: dict) -> ModelSpec:
 
 
 def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
-    # the best by rounded score, ties in the policy's order (nsmallest is sorted()[:n]); only they become dicts
-    top = heapq.nsmallest(TOP_CANDIDATES, d.candidates, key=lambda x: -round(x.score, 4))
-    full = d.to_dict(top)
+    full = d.to_dict(d.top(TOP_CANDIDATES))  # the best by rounded score, ties in the policy's order
     full["candidates_total"] = len(d.candidates)
     plan = None
     if d.placement is not None:

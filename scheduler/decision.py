@@ -3,6 +3,7 @@ with per-worker reasons, and the decision itself. Plain data; ``to_dict`` gives 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -123,6 +124,13 @@ class Decision:
     @property
     def score(self) -> float | None:
         return self.placement.score if self.placement else None
+
+    def top(self, n: int) -> list[Candidate]:
+        """The n best candidates by score rounded to 4 places, equals in the policy's order
+        (heapq.nsmallest is sorted()[:n]); one-GPU rows build only those (candidates.py)."""
+        if hasattr(self.candidates, "top"):
+            return self.candidates.top(n)
+        return heapq.nsmallest(n, self.candidates, key=lambda c: -round(c.score, 4))
 
     def to_dict(self, candidates: list[Candidate] | None = None) -> dict:
         """``candidates``: the ones to list (default: all)."""
