@@ -18,13 +18,13 @@ one slot per GPU, or one slot when it holds no GPU.
 from __future__ import annotations
 
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from scheduler.allocatable import Allocatable, allocatable
 from scheduler.cluster import ClusterSnapshot, Instance, Worker
 from scheduler.interconnect import reports
+from scheduler.memo import ByIdentity
 from scheduler.scorers.spread import Counts
 
 
@@ -156,14 +156,14 @@ def build(workers: list[Worker], instances: Iterable[Instance]) -> Occupancy:
     return EMPTY.derive(workers, insts, [], insts.values())
 
 
-_MEMO: dict[int, tuple] = {}  # id(snapshot) -> (weakref, workers list, instances list, Occupancy)
+_MEMO = ByIdentity()  # snapshot -> (its workers list, its instances list, Occupancy)
 
 
 def of(snapshot: ClusterSnapshot) -> Occupancy:
     """The snapshot's occupancy, built on first use and remembered while the snapshot lives."""
-    m = _MEMO.get(id(snapshot))
-    if m is not None and m[0]() is snapshot and m[1] is snapshot.workers and m[2] is snapshot.instances:
-        return m[3]
+    m = _MEMO.get(snapshot)
+    if m is not None and m[0] is snapshot.workers and m[1] is snapshot.instances:
+        return m[2]
     occ = build(snapshot.workers, snapshot.instances)
     remember(snapshot, occ)
     return occ
@@ -171,11 +171,4 @@ def of(snapshot: ClusterSnapshot) -> Occupancy:
 
 def remember(snapshot: ClusterSnapshot, occ: Occupancy) -> None:
     """Record ``occ`` as the occupancy of ``snapshot`` (the snapshot cache derives it)."""
-    key = id(snapshot)
-
-    def forget(ref, key=key) -> None:
-        e = _MEMO.get(key)
-        if e is not None and e[0] is ref:
-            _MEMO.pop(key, None)
-
-    _MEMO[key] = (weakref.ref(snapshot, forget), snapshot.workers, snapshot.instances, occ)
+    _MEMO.put(snapshot, (snapshot.workers, snapshot.instances, occ))

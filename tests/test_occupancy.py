@@ -109,3 +109,15 @@ def test_derived_equals_built_and_decides_alike(seed):
                 req = FlatRequest(vram=vram * GiB, ram=2 * GiB)
                 a, b = decide(snap, spec, req, exclude=exclude), decide(fresh, spec, req, exclude=exclude)
                 assert a.to_dict() == b.to_dict(), (spec.backend, exclude, vram)
+
+
+def test_remembered_only_while_the_snapshot_lives():
+    import gc
+
+    before = len(occupancy._MEMO)
+    snap = ClusterSnapshot.model_validate(snapshot_dict(7))
+    occupancy.of(snap)
+    assert len(occupancy._MEMO) == before + 1
+    del snap
+    gc.collect()
+    assert len(occupancy._MEMO) == before
