@@ -77,13 +77,16 @@ def ordered(w: Worker, items: list[T], n: int, gpu: Callable[[T], GPU] = lambda 
     seen: set[frozenset[int]] = set()
     idx = [gpu(x).index for x in items]  # combinations of positions: the same order as of the items
     pos = range(len(items))
-    runs: list[Iterable[tuple[int, ...]]] = [islice(combinations(pos, n), 1)]
-    for group in _groups(w):
-        inside = [p for p in pos if idx[p] in group]
-        if len(inside) >= n:
-            runs.append(combinations(inside, n))
-    runs.append(combinations(pos, n))
-    for run in runs:
+
+    def runs() -> Iterator[Iterable[tuple[int, ...]]]:  # lazily: a caller often stops in the first groups
+        yield islice(combinations(pos, n), 1)
+        for group in _groups(w):
+            inside = [p for p in pos if idx[p] in group]
+            if len(inside) >= n:
+                yield combinations(inside, n)
+        yield combinations(pos, n)
+
+    for run in runs():
         for comb in run:
             key = frozenset([idx[p] for p in comb])
             if key in seen:
