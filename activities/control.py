@@ -98,10 +98,8 @@ def _spec(raw: dict) -> ModelSpec:
 
 
 def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
-    full = d.to_dict()
-    ranked = sorted(full["candidates"], key=lambda x: -x.get("score", 0))
-    full["candidates"] = ranked[:TOP_CANDIDATES]
-    full["candidates_total"] = len(ranked)
+    full = d.to_dict(d.top(TOP_CANDIDATES))  # the best by rounded score, ties in the policy's order
+    full["candidates_total"] = len(d.candidates)
     plan = None
     if d.placement is not None:
         p = d.placement

@@ -7,8 +7,9 @@ Then the decide activity's own work on a real store (a SQLite file): 1,000 worke
 snapshot load (what every decision did before the cache), and the policy after an incremental
 refresh of the cached snapshot with one booking between decisions (what it does now), and the
 policy alone on that snapshot (the cache takes what it loads out of the garbage collector's
-generations). Median
-and p95. ``--store-only`` skips the first table. Noisy on a loaded machine: compare rows of one run."""
+generations), the policy on a new snapshot whose per-worker sums (scheduler/occupancy.py) are
+built rather than derived, and the whole of the activity's work after the estimate (refresh, policy,
+decision record). Median and p95. ``--store-only`` skips the first table. Noisy on a loaded machine: compare rows of one run."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler import filters, reasons, selectors, topology_policy
-from scheduler.allocatable import allocatable_map
+from scheduler import filters, occupancy, reasons, selectors, topology_policy
+from scheduler.candidates import GpuRows
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decision import Candidate, Context, Decision
 from scheduler.policy_config import PolicyConfig
@@ -15,9 +15,13 @@ from scheduler.spec import ModelSpec, PlacementStrategy
 
 def _placement(ctx: Context, cands: list[Candidate]) -> list[float]:
     if ctx.spec.placement_strategy == PlacementStrategy.BINPACK:
+        if isinstance(cands, GpuRows):
+            return [binpack.one_gpu(w, i, b, r, ctx.allocatable)
+                    for w, i, b, r in zip(cands.workers, cands.indexes, cands.books, cands.rams)]
         return [binpack.score(c.worker, c.gpu_indexes, c.claim, c.subordinates, ctx.allocatable) for c in cands]
-    insts = [i for i in ctx.snapshot.instances if i.name != ctx.exclude]
-    counts = spread.count(insts, ctx.spec.name)
+    counts = ctx.occupancy.spread_counts(ctx.spec.name)
+    if isinstance(cands, GpuRows):
+        return spread.one_gpu(cands.workers, cands.indexes, counts)
     return spread.scores([(c.worker, c.gpu_indexes) for c in cands], counts, [c.worker for c in cands])
 
 
@@ -25,14 +29,24 @@ def _locality(ctx: Context, cands: list[Candidate]) -> list[float]:
     files = ctx.snapshot.model_files
     main = locality.ready_on(files, ctx.spec.source.key)
     draft = locality.ready_on(files, ctx.spec.draft_model.key if ctx.spec.draft_model else None)
+    if not main and not draft:
+        return [0.0] * len(cands)  # what score gives every candidate when no worker holds the files
+    if isinstance(cands, GpuRows):
+        return [locality.score([w], main, draft) for w in cands.workers]
     return [locality.score(c.workers, main, draft) for c in cands]
+
+
+def _topology(ctx: Context, cands: list[Candidate]) -> list[float]:
+    if isinstance(cands, GpuRows):
+        return [100.0] * len(cands)  # one GPU has nothing to join and loses nothing
+    return topology.scores(ctx.snapshot, cands)
 
 
 def scale_up_chain(ctx: Context):
     chain = [("placement", ctx.config.placement, lambda cs: _placement(ctx, cs)),
              ("locality", ctx.config.locality, lambda cs: _locality(ctx, cs))]
-    if topology.applies(ctx.snapshot):
-        chain.append(("topology", ctx.config.topology, lambda cs: topology.scores(ctx.snapshot, cs)))
+    if ctx.occupancy.topology:
+        chain.append(("topology", ctx.config.topology, lambda cs: _topology(ctx, cs)))
     return chain
 
 
@@ -40,7 +54,8 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
            config: PolicyConfig | None = None, exclude: str | None = None) -> Decision:
     """Where one replica of ``spec`` goes on ``snapshot``, and why. ``exclude`` names an
     instance being re-placed, whose own claim and counts are left out."""
-    ctx = Context(spec, snapshot, request, config or PolicyConfig(), allocatable_map(snapshot, exclude), exclude)
+    occ = occupancy.of(snapshot).without(exclude)
+    ctx = Context(spec, snapshot, request, config or PolicyConfig(), occ.allocatable, exclude, occ)
     workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN)
     if not workers:
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts))
@@ -60,7 +75,7 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
 def _topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> list[str]:
     """Each candidate's link level (where workers report topology), and the placement's CPU
     binding when the spec asks for pinning (a note when the worker cannot say)."""
-    if topology.applies(ctx.snapshot):
+    if ctx.occupancy.topology and not isinstance(cands, GpuRows):  # one GPU each: no link to name
         for c, lv in zip(cands, topology.links(ctx.snapshot, cands)):
             c.link = lv
     notes = topology_policy.admitted_note(ctx.snapshot, ctx.spec.topology_policy, best)

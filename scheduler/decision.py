@@ -3,13 +3,18 @@ with per-worker reasons, and the decision itself. Plain data; ``to_dict`` gives 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler.allocatable import Allocatable
 from scheduler.cluster import ClusterSnapshot
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.policy_config import PolicyConfig
+
+if TYPE_CHECKING:
+    from scheduler.occupancy import Occupancy
 
 
 @dataclass(slots=True)
@@ -103,6 +108,7 @@ class Context:
     config: PolicyConfig
     allocatable: dict[str, Allocatable]
     exclude: str | None = None  # the instance being re-placed: its own claim does not count
+    occupancy: Occupancy | None = None  # the snapshot's sums, ``exclude`` left out (scheduler/occupancy.py)
 
 
 @dataclass
@@ -119,11 +125,20 @@ class Decision:
     def score(self) -> float | None:
         return self.placement.score if self.placement else None
 
-    def to_dict(self) -> dict:
+    def top(self, n: int) -> list[Candidate]:
+        """The n best candidates by score rounded to 4 places, equals in the policy's order
+        (heapq.nsmallest is sorted()[:n]); one-GPU rows build only those (candidates.py)."""
+        if hasattr(self.candidates, "top"):
+            return self.candidates.top(n)
+        return heapq.nsmallest(n, self.candidates, key=lambda c: -round(c.score, 4))
+
+    def to_dict(self, candidates: list[Candidate] | None = None) -> dict:
+        """``candidates``: the ones to list (default: all)."""
+        candidates = self.candidates if candidates is None else candidates
         return {"scheduled": self.scheduled,
                 "placement": self.placement.to_dict(with_scores=False) if self.placement else None,
                 "strategy": self.strategy,
                 "score": round(self.score, 4) if self.score is not None else None,
-                "candidates": [c.to_dict() for c in self.candidates],
+                "candidates": [c.to_dict() for c in candidates],
                 "filters": [f.to_dict() for f in self.filters],
                 "reasons": self.reasons, "decisive": self.decisive}

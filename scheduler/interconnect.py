@@ -19,6 +19,7 @@ from itertools import combinations
 
 from scheduler import cpulist
 from scheduler.cluster import GPU, Link, Worker
+from scheduler.memo import ByIdentity
 
 NVLINK = "nvlink"
 SCORE = {NVLINK: 100.0, Link.INTERNAL.value: 90.0, Link.SINGLE.value: 80.0, Link.MULTIPLE.value: 70.0,
@@ -28,10 +29,23 @@ WHAT = {NVLINK: "all pairs on NVLink", Link.INTERNAL.value: "one board", Link.SI
         Link.NODE.value: "one NUMA node", Link.SYSTEM.value: "across CPU sockets"}
 
 
+_MEMO = ByIdentity()  # worker -> {"reports": bool, "groups": [...], (GPU indexes...): level}
+
+
+def memo(w: Worker) -> dict:
+    """What is worked out once per worker report (a report is a new Worker object)."""
+    m = _MEMO.get(w)
+    return m if m is not None else _MEMO.put(w, {})
+
+
 def reports(w: Worker) -> bool:
     """Whether the worker reports any topology at all."""
-    return any(g.numa_node is not None or g.nvlink_peers is not None or g.pcie_switch is not None
-               or g.links is not None for g in w.gpus)
+    m = memo(w)
+    r = m.get("reports")
+    if r is None:
+        r = m["reports"] = any(g.numa_node is not None or g.nvlink_peers is not None or g.pcie_switch is not None
+                               or g.links is not None for g in w.gpus)
+    return r
 
 
 def pair(a: GPU, b: GPU) -> str | None:
@@ -54,7 +68,11 @@ def _gpus(w: Worker, indexes) -> list[GPU]:
 
 def level(w: Worker, indexes) -> str | None:
     """The worst pair's level (``internal`` for one GPU); None when some pair is unknown."""
-    return level_of(_gpus(w, indexes))
+    m, key = memo(w), tuple(indexes)
+    if key in m:
+        return m[key]
+    lv = m[key] = level_of(_gpus(w, indexes))
+    return lv
 
 
 def level_of(gs: list[GPU]) -> str | None:

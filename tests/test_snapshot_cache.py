@@ -9,12 +9,18 @@ from activities.payloads import InstanceRecord
 from activities.store import changes, ledger, records
 from activities.store.snapshot import load_snapshot
 from activities.store.snapshot_cache import SnapshotCache
+from scheduler import occupancy
 from tests.test_ledger import host, plan
 
 
 def same(cache: SnapshotCache, engine) -> dict[str, int]:
+    """The refreshed snapshot equals a full load, and so do the sums the cache derived for it."""
     snap, gens = cache.refresh(engine)
-    assert snap.model_dump() == load_snapshot(engine).model_dump()
+    full = load_snapshot(engine)
+    assert snap.model_dump() == full.model_dump()
+    derived, built = occupancy.of(snap), occupancy.of(full)
+    assert derived is not built and derived.allocatable == built.allocatable
+    assert derived.spread_counts("m") == built.spread_counts("m")
     return gens
 
 

@@ -24,7 +24,9 @@ from sqlmodel import Session, select
 from activities.store import changes
 from activities.store.snapshot import DRAINING, LIVE, instance_model, session, worker_model
 from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
+from scheduler import occupancy
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
+from scheduler.occupancy import Occupancy
 
 SHOWN = (*LIVE, DRAINING)  # the instances load_snapshot shows
 
@@ -37,6 +39,7 @@ class _State:
     instances: dict[str, Instance] = field(default_factory=dict)
     files: list[ModelFile] = field(default_factory=list)
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
+    occupancy: Occupancy = occupancy.EMPTY  # the snapshot's sums, derived from the previous ones
 
 
 @dataclass
@@ -75,12 +78,13 @@ class SnapshotCache:
             changed_insts = names if complete else None
         stale_workers = [n for n, g in gens.items() if old.gens.get(n) != g]
         if not stale_workers and len(gens) == len(old.gens) and changed_insts == set() and not files_changed:
-            return _State(seq, old.gens, old.workers, old.instances, old.files, old.snapshot)
+            return _State(seq, old.gens, old.workers, old.instances, old.files, old.snapshot, old.occupancy)
         workers = {n: w for n, w in old.workers.items() if n in gens}
         for i in range(0, len(stale_workers), 500):
             for row in s.exec(select(WorkerRow).where(WorkerRow.name.in_(stale_workers[i:i + 500]))):
                 workers[row.name] = worker_model(row)
         self.stats.workers += len(stale_workers)
+        gone: list[Instance] = []
         if changed_insts is None:
             self.stats.full += 1
             rows = s.exec(select(InstanceRow).where(InstanceRow.state.in_(SHOWN)))
@@ -90,7 +94,9 @@ class SnapshotCache:
             instances = dict(old.instances)
             names = sorted(changed_insts)
             for n in names:
-                instances.pop(n, None)
+                was = instances.pop(n, None)
+                if was is not None:
+                    gone.append(was)
             for i in range(0, len(names), 500):
                 for r in s.exec(select(InstanceRow).where(InstanceRow.name.in_(names[i:i + 500]),
                                                           InstanceRow.state.in_(SHOWN))):
@@ -99,13 +105,18 @@ class SnapshotCache:
         files = old.files
         if files_changed:
             files = [ModelFile(worker=f.worker, source=f.source, state=f.state) for f in s.exec(select(ModelFileRow))]
+        listed = [workers[n] for n in sorted(workers)]
         snap = ClusterSnapshot.model_construct(  # each part validated when loaded; names are store keys, unique
-            version=1, workers=[workers[n] for n in sorted(workers)],
-            instances=[instances[n] for n in sorted(instances)], model_files=files)
+            version=1, workers=listed, instances=[instances[n] for n in sorted(instances)], model_files=files)
+        if full:
+            occ = occupancy.build(listed, instances.values())
+        else:
+            occ = old.occupancy.derive(listed, instances, gone, [instances[n] for n in names if n in instances])
+        occupancy.remember(snap, occ)
         if full:
             # The cached snapshot lives as long as the worker: move it (and what is alive now) out of
             # the collector's generations, so the policy's own allocations do not make every full
             # collection walk tens of thousands of cached objects (half a decision's time at 10,000
             # instances). Rare: the first load, or a cache behind the pruned log.
             gc.freeze()
-        return _State(seq, gens, workers, instances, files, snap)
+        return _State(seq, gens, workers, instances, files, snap, occ)

@@ -6,27 +6,43 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from scheduler.candidates import GpuRows
+
 Scorer = tuple[str, float, Callable[[Sequence], list[float]]]  # (name, weight, score function)
 
 
 def apply_chain(items: Sequence, chain: list[Scorer]) -> None:
     """Set ``.scores[name]`` (the weighted contribution) and ``.score`` (their sum) on each item."""
-    for it in items:
-        it.scores = {}
-        it.score = 0.0
+    names, columns = [], []
     for name, weight, fn in chain:
         if weight <= 0:
             continue
         raw = fn(items)
-        for it, s in zip(items, raw):
+        for s in raw:
             if not 0.0 <= s <= 100.0 + 1e-9:
                 raise ValueError(f"scorer {name} returned {s}, outside 0..100")
-            it.scores[name] = s * weight / 100.0
-            it.score += it.scores[name]
+        names.append(name)
+        columns.append([s * weight / 100.0 for s in raw])
+    if isinstance(items, GpuRows):  # the rows keep the columns; a candidate built later takes its row
+        items.set_scores(names, columns, [_total(row) for row in zip(*columns)] if columns else [0.0] * len(items))
+        return
+    for it, row in zip(items, zip(*columns)) if columns else ((it, ()) for it in items):
+        it.scores = dict(zip(names, row))
+        it.score = _total(row)
+
+
+def _total(row) -> float:
+    total = 0.0
+    for v in row:  # summed in the chain's order
+        total += v
+    return total
 
 
 def pick(items: Sequence):
     """Highest score; ties go to the first in order (strictly greater replaces)."""
+    if isinstance(items, GpuRows):
+        k = items.best()
+        return None if k is None else items[k]
     best = None
     for it in items:
         if best is None or it.score > best.score:

@@ -21,11 +21,20 @@ def item_score(gpu_indexes: list[int], c: Claim, a: Allocatable, removal: bool =
     best = 0.0
     for i in gpu_indexes:
         v_c = c.vram.get(i, 0)
-        v_a = a.vram.get(i, 0) + (v_c if removal else 0)
-        ram = c.ram / ram_a * 100 if c.ram and ram_a else 0.0
-        vram = v_c / v_a * 100 * 2 if v_c and v_a else 0.0
-        best = max(best, min((ram + vram) / 3, 100.0))
+        best = max(best, _gpu(c.ram, ram_a, v_c, a.vram.get(i, 0) + (v_c if removal else 0)))
     return best
+
+
+def _gpu(ram_c: int, ram_a: int, v_c: int, v_a: int) -> float:
+    ram = ram_c / ram_a * 100 if ram_c and ram_a else 0.0
+    vram = v_c / v_a * 100 * 2 if v_c and v_a else 0.0
+    return min((ram + vram) / 3, 100.0)
+
+
+def one_gpu(worker: str, index: int, vram_c: int, ram_c: int, alloc: dict[str, Allocatable]) -> float:
+    """``score`` for a claim of ``vram_c`` bytes on one GPU and ``ram_c`` of RAM, no subordinates."""
+    a = alloc.get(worker)
+    return max(0.0, _gpu(ram_c, a.ram, vram_c, a.vram.get(index, 0))) if a is not None else 0.0
 
 
 def score(worker: str, gpu_indexes, c: Claim, subordinates, alloc: dict[str, Allocatable], removal=False) -> float:

@@ -49,27 +49,53 @@ def _inv(v: float, lo: float, hi: float) -> float:
     return 1.0 if hi <= lo else 1.0 - (v - lo) / (hi - lo)
 
 
-def scores(placements: list[tuple[str, list[int]]], counts: dict[str, Counts], compared: list[str]) -> list[float]:
-    """Spread score per (worker, gpu_indexes); stats are taken over the ``compared`` workers."""
-    stats = [counts.get(w, Counts()) for w in dict.fromkeys(compared)]
+NONE = Counts()  # a worker holding no instance (never changed)
+
+
+def _worker_scores(counts: dict[str, Counts], compared: list[str]):
+    """w for a worker (memoised), with stats taken over the ``compared`` workers."""
+    stats = [counts.get(w, NONE) for w in dict.fromkeys(compared)]
     any_zero = any(c.cur == 0 for c in stats)
     lo_c, hi_c = min((c.cur for c in stats), default=0), max((c.cur for c in stats), default=0)
     lo_o, hi_o = min((c.oth for c in stats), default=0), max((c.oth for c in stats), default=0)
-    worker_score: dict[str, float] = {}
-    out = []
-    for worker, gpus in placements:
-        c = counts.get(worker, Counts())
-        w = worker_score.get(worker)
+    memo: dict[str, float] = {}
+
+    def w_of(worker: str, c: Counts) -> float:
+        w = memo.get(worker)
         if w is None:
             if any_zero:
                 w = 0.85 + 0.15 * _inv(c.oth, lo_o, hi_o) if c.cur == 0 else \
                     0.45 + 0.35 * _inv(c.cur, lo_c, hi_c) + 0.20 * _inv(c.oth, lo_o, hi_o)
             else:
                 w = 0.50 + 0.25 * _inv(c.cur, lo_c, hi_c) + 0.15 * _inv(c.oth, lo_o, hi_o)
-            worker_score[worker] = w
+            memo[worker] = w
+        return w
+
+    return w_of
+
+
+def _gpu(c: Counts, i: int) -> float:
+    return 1 / (1 + c.gpu_cur.get(i, 0) + 0.2 * c.gpu_oth.get(i, 0))
+
+
+def scores(placements: list[tuple[str, list[int]]], counts: dict[str, Counts], compared: list[str]) -> list[float]:
+    """Spread score per (worker, gpu_indexes); stats are taken over the ``compared`` workers."""
+    w_of = _worker_scores(counts, compared)
+    out = []
+    for worker, gpus in placements:
+        c = counts.get(worker, NONE)
+        w = w_of(worker, c)
         if gpus:
-            g = sum(1 / (1 + c.gpu_cur.get(i, 0) + 0.2 * c.gpu_oth.get(i, 0)) for i in gpus) / len(gpus)
+            g = sum(_gpu(c, i) for i in gpus) / len(gpus)
             out.append((0.85 * w + 0.15 * g) * 100)
         else:
             out.append(w * 100)
     return out
+
+
+def one_gpu(workers: list[str], indexes: list[int], counts: dict[str, Counts]) -> list[float]:
+    """``scores`` for placements of one GPU each (compared: their workers); the mean of one
+    term is the term (0 + x is x, x / 1 is x)."""
+    w_of = _worker_scores(counts, workers)
+    get = counts.get
+    return [(0.85 * w_of(w, c) + 0.15 * _gpu(c, i)) * 100 for w, i in zip(workers, indexes) for c in (get(w, NONE),)]

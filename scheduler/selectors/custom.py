@@ -7,6 +7,7 @@ the multi-GPU path takes the fewest GPUs that can each hold their share, never a
 
 from __future__ import annotations
 
+from scheduler.candidates import GpuRows
 from scheduler.decision import Candidate, Context, claim
 from scheduler.params import whole_card_fraction
 from scheduler.selectors import gpu_sets
@@ -24,17 +25,21 @@ def _per_card(req_vram: int, frac: float | None, total: int, share: int) -> int:
 def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
     """Every GPU that holds the claim, walked as GPUStack walks them (workers grouped by GPU type,
     types in order of first appearance), so equal scores go to the same first candidate."""
-    req, out, best = ctx.request, [], 0
+    req, out, best = ctx.request, GpuRows(), 0
+    ram, vram, allocatable = req.ram, req.vram, ctx.allocatable
     for t, w, gpus in by_type(workers):
-        a = ctx.allocatable[w.name]
-        if req.ram > a.ram:
+        a = allocatable[w.name]
+        if ram > a.ram:
             continue
+        free = a.vram
         for g in gpus:
-            alloc = a.vram.get(g.index, 0)
-            best = max(best, alloc)
-            need = _per_card(req.vram, frac, g.vram_total, req.vram)
+            i = g.index
+            alloc = free.get(i, 0)
+            if alloc > best:
+                best = alloc
+            need = _per_card(vram, frac, g.vram_total, vram) if frac else vram
             if need <= alloc:
-                out.append(Candidate(w.name, [g.index], claim(ram=req.ram, vram={g.index: need}), gpu_type=t))
+                out.add(w.name, i, need, ram, t)
     if not out:
         msgs.append(f"The largest allocatable GPU has {gib(best)} GiB; the model needs {gib(req.vram)} GiB on one GPU.")
     return out

@@ -5,6 +5,7 @@ of each card (vLLM's --gpu-memory-utilization, SGLang's --mem-fraction-static) b
 from __future__ import annotations
 
 from scheduler.cluster import GPU, Worker
+from scheduler.candidates import GpuRows
 from scheduler.decision import Candidate, Context, claim, subordinate
 from scheduler.selectors import gpu_sets
 from scheduler.selectors.manual import manual
@@ -32,7 +33,7 @@ def _book(ratio: float, g: GPU, alloc: int, fallback: int) -> int:
 def single_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str]) -> list[Candidate]:
     if shape.gpu_count > 1:
         return []
-    req, out, best = ctx.request, [], (0, 0.0)
+    req, out, best = ctx.request, GpuRows(), (0, 0.0)
     for t, w, gpus in by_type(workers):
         a = ctx.allocatable[w.name]
         if req.ram > a.ram:
@@ -43,8 +44,7 @@ def single_gpu(ctx: Context, workers: list[Worker], shape: Shape, msgs: list[str
             best = max(best, (alloc, rate))
             fits = (req.vram <= g.vram_total * r and rate >= r) if r > 0 else req.vram <= alloc
             if fits:
-                c = claim(ram=req.ram, vram={g.index: _book(r, g, alloc, req.vram)}, vram_utilization=r or None)
-                out.append(Candidate(w.name, [g.index], c, gpu_type=t))
+                out.add(w.name, g.index, _book(r, g, alloc, req.vram), req.ram, t, r or None)
     if not out:
         msgs.append(f"The current available GPU only has {gib(best[0])} GiB allocatable VRAM ({best[1] * 100:.2f}%).")
     return out

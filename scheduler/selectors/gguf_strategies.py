@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from itertools import combinations, islice
 
+from scheduler.candidates import GpuRows
 from scheduler.decision import Candidate, Context, claim
 from scheduler.gguf.estimate import EstimateItem
 from scheduler.interconnect import reports
@@ -38,16 +39,16 @@ def gpu_list(ctx: Context, workers) -> list[tuple]:
 
 
 def single_gpu(ctx: Context, workers, msgs) -> list[Candidate]:
-    req, out = ctx.request, []
+    req = ctx.request
     full, total = req.full, req.total_layers
+    out = GpuRows(layers=total)
     need = {uma: (_vram(full, 0, uma), _ram(full, uma)) for uma in (False, True)}
     for w, g, alloc in gpu_list(ctx, workers):
         uma = w.unified_memory
         v, r = need[uma]
         if v > alloc or not _ram_ok(r, v, ctx.allocatable[w.name].ram, uma):
             continue
-        out.append(Candidate(w.name, [g.index], claim(ram=r, vram={g.index: v}, offload_layers=total,
-                                                        total_layers=total, is_unified_memory=uma), gpu_type=g.type))
+        out.add(w.name, g.index, v, r, g.type, None, uma)
     if not out:
         msgs.append(f"No GPU can hold the whole model: it needs {gib(need[False][0])} GiB of VRAM "
                     f"and {gib(need[False][1])} GiB of RAM.")

@@ -16,7 +16,7 @@ from itertools import combinations, islice
 from typing import Callable, Iterable, Iterator, TypeVar
 
 from scheduler.cluster import GPU, Worker
-from scheduler.interconnect import NVLINK, SCORE, level, level_of, reports
+from scheduler.interconnect import NVLINK, SCORE, level, memo, reports
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -49,7 +49,14 @@ def _nvlink_groups(w: Worker) -> list[set[int]]:
 
 
 def _groups(w: Worker) -> list[set[int]]:
-    """NVLink groups, then PCIe switches, then NUMA nodes (each as GPU indexes)."""
+    """NVLink groups, then PCIe switches, then NUMA nodes (each as GPU indexes); once per worker report."""
+    m = memo(w)
+    if "groups" not in m:
+        m["groups"] = _find_groups(w)
+    return m["groups"]
+
+
+def _find_groups(w: Worker) -> list[set[int]]:
     by: dict[tuple[str, object], set[int]] = {}
     for g in w.gpus:
         if g.pcie_switch is not None:
@@ -68,19 +75,24 @@ def ordered(w: Worker, items: list[T], n: int, gpu: Callable[[T], GPU] = lambda 
         yield from combinations(items, n)
         return
     seen: set[frozenset[int]] = set()
-    runs: list[Iterable[tuple[T, ...]]] = [islice(combinations(items, n), 1)]
-    for group in _groups(w):
-        inside = [x for x in items if gpu(x).index in group]
-        if len(inside) >= n:
-            runs.append(combinations(inside, n))
-    runs.append(combinations(items, n))
-    for run in runs:
+    idx = [gpu(x).index for x in items]  # combinations of positions: the same order as of the items
+    pos = range(len(items))
+
+    def runs() -> Iterator[Iterable[tuple[int, ...]]]:  # lazily: a caller often stops in the first groups
+        yield islice(combinations(pos, n), 1)
+        for group in _groups(w):
+            inside = [p for p in pos if idx[p] in group]
+            if len(inside) >= n:
+                yield combinations(inside, n)
+        yield combinations(pos, n)
+
+    for run in runs():
         for comb in run:
-            key = frozenset(gpu(x).index for x in comb)
+            key = frozenset([idx[p] for p in comb])
             if key in seen:
                 continue
             seen.add(key)
-            yield comb
+            yield tuple(items[p] for p in comb)
             if len(seen) >= limit:
                 return
 
@@ -106,10 +118,10 @@ def better(w: Worker, items: list[T], chosen: list[T], build: Callable[[list[T]]
     level that ``build`` accepts (it returns None for a set that does not fit). [] elsewhere."""
     if not reports(w) or len(chosen) < 2:
         return []
-    base = _score([gpu(x) for x in chosen])
+    base = _score(w, [gpu(x) for x in chosen])
     out, done = [], set()
     for comb in ordered(w, items, len(chosen), gpu, limit):
-        s = _score([gpu(x) for x in comb])
+        s = _score(w, [gpu(x) for x in comb])
         if s <= base or s in done:
             continue
         c = build(list(comb))
@@ -121,6 +133,6 @@ def better(w: Worker, items: list[T], chosen: list[T], build: Callable[[list[T]]
     return out
 
 
-def _score(gpus: list[GPU]) -> float:
-    lv = level_of(gpus)
+def _score(w: Worker, gpus: list[GPU]) -> float:
+    lv = level(w, [g.index for g in gpus])  # level_of(gpus), remembered per worker (the GPUs are w's)
     return SCORE[lv] if lv is not None else 0.0

@@ -1,0 +1,174 @@
+"""What the placed instances hold on each worker, summed once per snapshot rather than once per
+decision: claimed RAM and VRAM per GPU (allocatable.py subtracts them from what a worker has),
+GPU slots per model (the spread scorer's counts), and each worker's allocatable.
+
+``of(snapshot)`` builds it from the snapshot and remembers it for as long as the snapshot lives
+(a snapshot is never changed in place; ``model_copy(update=...)`` makes a new one, which gets its
+own). The snapshot cache derives each new snapshot's occupancy from the previous one with
+``derive``: the instances that changed are taken out in their old version and put back in their
+new one, and only the workers they touch (or whose row changed) are summed again. The sums are
+of integers, so a derived occupancy equals a built one exactly (tests/test_occupancy.py), and
+both equal allocatable.allocatable_map and spread.count, the per-decision computations they
+replace (still used by scale-down ranking).
+
+An instance part (the main placement or a subordinate) on a worker counts, as in spread.count,
+one slot per GPU, or one slot when it holds no GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from scheduler.allocatable import Allocatable, allocatable
+from scheduler.cluster import ClusterSnapshot, Instance, Worker
+from scheduler.interconnect import reports
+from scheduler.memo import ByIdentity
+from scheduler.scorers.spread import Counts
+
+
+@dataclass(slots=True)
+class ModelSlots:
+    slots: int = 0
+    gpu_slots: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Held:
+    """One worker's share of every placed instance (duck-types allocatable.Allocated)."""
+
+    ram: int = 0
+    vram: dict[int, int] = field(default_factory=dict)
+    slots: int = 0
+    gpu_slots: dict[int, int] = field(default_factory=dict)
+    models: dict[str, ModelSlots] = field(default_factory=dict)
+
+    def copy(self) -> "Held":
+        return Held(self.ram, dict(self.vram), self.slots, dict(self.gpu_slots),
+                    {m: ModelSlots(s.slots, dict(s.gpu_slots)) for m, s in self.models.items()})
+
+
+def _parts(inst: Instance):
+    if inst.worker is not None:
+        yield inst.worker, inst.gpu_indexes, inst.claim
+    for s in inst.subordinates:
+        if s.worker is not None:
+            yield s.worker, s.gpu_indexes, s.claim
+
+
+def _add(h: Held, model: str, gpus: list[int], claim, sign: int) -> None:
+    h.ram += sign * claim.ram
+    for idx, b in claim.vram.items():
+        h.vram[idx] = h.vram.get(idx, 0) + sign * b
+    m = h.models.get(model)
+    if m is None:
+        m = h.models[model] = ModelSlots()
+    n = len(gpus) or 1
+    h.slots += sign * n
+    m.slots += sign * n
+    for g in gpus:
+        h.gpu_slots[g] = h.gpu_slots.get(g, 0) + sign
+        m.gpu_slots[g] = m.gpu_slots.get(g, 0) + sign
+    if not m.slots:
+        del h.models[model]
+
+
+class Occupancy:
+    """Per worker: ``held`` (workers holding no instance are absent) and ``allocatable`` (every
+    worker of the snapshot). ``instances`` maps names to the instances summed."""
+
+    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "_counts", "_lock")
+
+    def __init__(self, held: dict[str, Held], allocatable_: dict[str, Allocatable], workers: dict[str, Worker],
+                 instances: dict[str, Instance], reporting: frozenset[str]) -> None:
+        self.held, self.allocatable, self.workers = held, allocatable_, workers
+        self.instances, self.reporting = instances, reporting
+        self._counts: dict[str, dict[str, Counts]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def topology(self) -> bool:
+        """Whether some worker reports topology (scorers/topology.py runs only then)."""
+        return bool(self.reporting)
+
+    def derive(self, workers: list[Worker], instances: dict[str, Instance],
+               gone: Iterable[Instance], came: Iterable[Instance]) -> "Occupancy":
+        """The occupancy of a snapshot with ``workers`` and ``instances``, where the instances
+        ``gone`` (old versions) left and ``came`` (new versions) arrived since this one."""
+        held = dict(self.held)
+        touched: set[str] = set()
+        for sign, insts in ((-1, gone), (1, came)):
+            for inst in insts:
+                for w, gpus, claim in _parts(inst):
+                    if w not in touched:
+                        touched.add(w)
+                        held[w] = held[w].copy() if w in held else Held()
+                    _add(held[w], inst.model, gpus, claim, sign)
+        for w in touched:
+            if not held[w].slots:
+                del held[w]  # every part adds a slot: none left means nothing held
+        old_w, old_a = self.workers, self.allocatable
+        alloc, by_name = {}, {}
+        reporting = set(self.reporting)
+        for w in workers:
+            n = w.name
+            by_name[n] = w
+            if n in touched or old_w.get(n) is not w:
+                alloc[n] = allocatable(w, held.get(n))
+                (reporting.add if reports(w) else reporting.discard)(n)
+            else:
+                alloc[n] = old_a[n]
+        return Occupancy(held, alloc, by_name, instances, frozenset(reporting & by_name.keys()))
+
+    def without(self, name: str | None) -> "Occupancy":
+        """This occupancy with instance ``name`` left out (a replica being placed again)."""
+        inst = self.instances.get(name) if name is not None else None
+        if inst is None or not any(True for _ in _parts(inst)):
+            return self
+        rest = dict(self.instances)
+        del rest[name]
+        return self.derive(list(self.workers.values()), rest, [inst], [])
+
+    def spread_counts(self, model: str) -> dict[str, Counts]:
+        """spread.count(instances, model), from the sums."""
+        with self._lock:
+            done = self._counts.get(model)
+        if done is not None:
+            return done
+        out = {}
+        for w, h in self.held.items():
+            m = h.models.get(model)
+            cur = {g: n for g, n in m.gpu_slots.items() if n} if m is not None else {}
+            oth = {g: d for g, n in h.gpu_slots.items() if (d := n - cur.get(g, 0))}
+            mine = m.slots if m is not None else 0
+            out[w] = Counts(mine, h.slots - mine, cur, oth)
+        with self._lock:
+            self._counts[model] = out
+        return out
+
+
+EMPTY = Occupancy({}, {}, {}, {}, frozenset())
+
+
+def build(workers: list[Worker], instances: Iterable[Instance]) -> Occupancy:
+    insts = {i.name: i for i in instances}
+    return EMPTY.derive(workers, insts, [], insts.values())
+
+
+_MEMO = ByIdentity()  # snapshot -> (its workers list, its instances list, Occupancy)
+
+
+def of(snapshot: ClusterSnapshot) -> Occupancy:
+    """The snapshot's occupancy, built on first use and remembered while the snapshot lives."""
+    m = _MEMO.get(snapshot)
+    if m is not None and m[0] is snapshot.workers and m[1] is snapshot.instances:
+        return m[2]
+    occ = build(snapshot.workers, snapshot.instances)
+    remember(snapshot, occ)
+    return occ
+
+
+def remember(snapshot: ClusterSnapshot, occ: Occupancy) -> None:
+    """Record ``occ`` as the occupancy of ``snapshot`` (the snapshot cache derives it)."""
+    _MEMO.put(snapshot, (snapshot.workers, snapshot.instances, occ))
