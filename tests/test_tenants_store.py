@@ -85,17 +85,19 @@ BAD = [  # (file, what the error must name)
 ]
 
 
-@pytest.mark.parametrize("doc, named", BAD)
-def test_bad_tenants_files_are_refused_and_nothing_is_applied(tmp_path, doc, named):
+def test_bad_tenants_files_are_refused_and_nothing_is_applied(tmp_path):
     d = str(tmp_path / "data")
-    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(BRIEF))
-    bad.write_text(yaml.safe_dump(doc))
     run = lambda *a: subprocess.run([sys.executable, "-m", "gpuflow", "tenants", *a, "--data-dir", d],  # noqa: E731
                                     capture_output=True, text=True, timeout=60)
     assert run("apply", str(good)).returncode == 0
-    r = run("apply", str(bad))
-    assert r.returncode == 2 and named in r.stderr, r.stderr
+    for n, (doc, named) in enumerate(BAD):
+        bad = tmp_path / f"bad{n}.yaml"
+        bad.write_text(yaml.safe_dump(doc))
+        r = run("apply", str(bad))
+        assert r.returncode == 2 and named in r.stderr, (doc, r.stderr)
     shown = json.loads(run("--json").stdout)
     assert [t["tenant"] for t in shown["tenants"]] == ["prod", "dev", "poc", "default"]  # the good file stands
     assert shown["tenants"][0]["gpus"] == {"used": 0, "guarantee": 8, "limit": 32}
+    assert shown["tenants"][0]["priority"] == 100
