@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
@@ -257,7 +257,9 @@ class ControlActivities:
             try:
                 d = await self.client.get_workflow_handle(f"instance/{n}").describe()
                 status = d.status.name if d.status is not None else "UNKNOWN"
-            except RPCError:
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise  # Temporal did not answer: retried, never read as an ended workflow
                 status = "NOT_FOUND"
             if status == "RUNNING":
                 continue
