@@ -271,8 +271,9 @@ class ModelInstanceWorkflow:
             if not d.scheduled or d.plan is None:
                 shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
                 reason = "; ".join(d.reasons[:shown]) or "no candidate"
-                reason = reason if d.decision.get("quota") else f"unschedulable: {reason}"  # a quota leads as it is
-                await self._record("pending", "; ".join(x for x in (self.preempted_why, reason) if x),
+                parts = [reason, self.preempted_why] if d.decision.get("quota") else [  # a quota leads, as it is
+                    self.preempted_why, f"unschedulable: {reason}"]
+                await self._record("pending", "; ".join(x for x in parts if x),
                                    decision={"request": est.summary, "reasons": d.reasons[:20]})
                 try:
                     await workflow.wait_condition(lambda: self.woken or self.stop_requested,
