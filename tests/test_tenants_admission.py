@@ -104,13 +104,16 @@ def test_reserve_enforces_the_limit_from_the_ledger(store):
 
 
 def test_concurrent_bookings_never_pass_a_limit(store):
-    # 4 threads book 4 poc replicas on 4 free GPUs at once: the limit (2) holds, 2 are refused
+    # 4 threads book 4 poc replicas at once, each on its own host (no worker lock in common: only
+    # the tenant's lock serializes them): the limit (2) holds, 2 are refused
     _, _, engine = store
     setup(engine)
+    for i in range(4):
+        records.upsert_worker(engine, host(f"h{i}", gpus=1))
 
     def book(i):
         try:
-            ledger.reserve(engine, f"poc-m-{i}", plan("h", i))
+            ledger.reserve(engine, f"poc-m-{i}", plan(f"h{i}", 0))
             return "booked"
         except ledger.OverQuota:
             return "quota"

@@ -135,7 +135,7 @@ def lock_tenant(s: Session, tenant: str) -> None:
     SQLite: nothing to do, the transaction holds the database's write lock (BEGIN IMMEDIATE)."""
     if s.get_bind().dialect.name == "postgresql":
         key = zlib.crc32(f"gpuflow-tenant:{tenant}".encode()) - 2**31  # a signed 32-bit key
-        s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        s.connection().execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
 
 
 def usage_in(s: Session, tenant: str, exclude: set[str]) -> Usage:
