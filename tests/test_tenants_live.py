@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -84,10 +85,12 @@ async def test_the_briefs_scenario_on_eight_gpus(tmp_path):
         running_poc = running(lv, "poc-m")
         where = {i.name: i.worker for i in lv.instances() if i.state == "running"}
         # prod (guarantee 4) asks for 4: it reclaims poc's 2, then dev's 2 newest
+        t0 = time.monotonic()
         await ops.deploy(lv.client, spec("prod-m", vram_gib=20, replicas=4, tenant="prod"), FAST)
         await lv.wait(lambda: len(running(lv, "prod-m")) == 4 and len(running(lv, "dev-m")) == 4
                       and len(pending(lv, "poc-m")) == 4 and len(pending(lv, "dev-m")) == 4, 180,
                       "prod: 4 RUNNING by preemption", check=check)
+        print(f"prod: 4 replicas RUNNING by preemption {time.monotonic() - t0:.1f} s after the deploy")
         now = lv.states()
         victims = sorted(n for n in where if n.startswith(("poc-m", "dev-m")) and now.get(n) != "running")
         assert victims == sorted([*running_poc, *newest_dev])
@@ -108,9 +111,11 @@ async def test_the_briefs_scenario_on_eight_gpus(tmp_path):
         # no cycle: dev's and poc's victims wait; none preempted prod back
         assert len(running(lv, "prod-m")) == 4
         # deleting prod gives the GPUs back: dev up to its limit (6), poc up to its (2)
+        t0 = time.monotonic()
         await ops.delete(lv.client, "prod-m")
         await lv.wait(lambda: len(running(lv, "dev-m")) == 6 and len(running(lv, "poc-m")) == 2, 120,
                       "dev 6 and poc 2 RUNNING again", check=check)
+        print(f"prod deleted: dev 6 and poc 2 RUNNING again {time.monotonic() - t0:.1f} s later")
         left = {**pending(lv, "dev-m"), **pending(lv, "poc-m")}
         assert all(r.startswith("quota:") for r in left.values()), left
     finally:
