@@ -4,16 +4,25 @@ VENV ?= .venv
 
 SHELL := /bin/bash
 LLAMA_CPP := $(shell grep -o 'llama-cpp-python\[server\][^"]*' pyproject.toml)
+LLAMA_VER := $(patsubst llama-cpp-python[server]==%,%,$(LLAMA_CPP))
+LLAMA_WHEELS ?= $(HOME)/.cache/gpuflow/llama-cpp-python-portable
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	@# llama-cpp-python (the demo's real model) compiles llama.cpp where no wheel is cached: say so, show progress
+	@# llama-cpp-python (the demo's real model): built once per machine as a portable x86-64/AVX2 wheel
+	@# (GGML_NATIVE=OFF) and kept in $(LLAMA_WHEELS). A native build takes every instruction the CPU
+	@# lists, AMX included, which a VM may not enable: the server then dies of SIGILL on its first request.
 	@$(VENV)/bin/python -c 'import llama_cpp' 2>/dev/null || { \
-	  echo "installing $(LLAMA_CPP): on a fresh machine pip compiles llama.cpp, which takes a few minutes;"; \
-	  echo "the compiler's progress follows"; \
-	  set -o pipefail; $(VENV)/bin/pip install -v '$(LLAMA_CPP)' 2>&1 \
-	    | awk '/^ *\[ *[0-9]+(%|\/[0-9]+)\]|Building wheel|Successfully|[Ee]rror/ {print; fflush()}'; }
+	  set -o pipefail; \
+	  ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VER)-*.whl >/dev/null 2>&1 || { \
+	    echo "building llama-cpp-python $(LLAMA_VER) (portable, once per machine, into $(LLAMA_WHEELS)):"; \
+	    echo "pip compiles llama.cpp, which takes a few minutes; the compiler's progress follows"; \
+	    CMAKE_ARGS="-DGGML_NATIVE=OFF $(CMAKE_ARGS)" $(VENV)/bin/pip wheel -v --no-cache-dir --no-deps \
+	      -w $(LLAMA_WHEELS).tmp 'llama-cpp-python==$(LLAMA_VER)' 2>&1 \
+	      | awk '/^ *\[ *[0-9]+(%|\/[0-9]+)\]|Building wheel|Successfully|[Ee]rror/ {print; fflush()}' \
+	      && mkdir -p $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).tmp/llama_cpp_python-*.whl $(LLAMA_WHEELS)/; }; \
+	  $(VENV)/bin/pip install --quiet "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VER)-*.whl | head -1)[server]"; }
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 

@@ -24,6 +24,7 @@ from gateway.config import GatewaySettings, is_loopback
 from gateway.metrics import Metrics
 from gateway.refresh import Refresher
 from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
+from gateway.tenant_limits import Limits
 from gateway.upstream import make_client
 from gateway.wake import Waker
 from scheduler.errors import InvalidInput
@@ -38,42 +39,56 @@ class Gateway:
         self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s)
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
+        self.limits = Limits()  # per-tenant admission, from the tenants file (refresh.py)
         self.refresher = Refresher(self)
         self.waker = Waker(s.temporal, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
         self.client = None
 
     async def relay(self, request: Request) -> Response:
         t0 = time.perf_counter()
-        model, tenant = "", ""
+        model, tenant, admitted, handed = "", "", False, False
         try:
             tenant = await self.auth.tenant(request.headers.get("authorization"))
-            body = await read_body(request, self.settings.max_body)
-            try:
-                data = json.loads(body)
-            except (ValueError, RecursionError) as e:
-                r = errors.bad_request(f"The request body is not valid JSON: {e}", "invalid_json")
+            refused = self.limits.admit(tenant, time.monotonic())
+            if refused is not None:
+                self.metrics.tenant_rejections.labels(refused.tenant, refused.reason).inc()
+                r = errors.tenant_limit(refused.message, refused.reason, refused.retry_after_s)
             else:
-                name = data.get("model") if isinstance(data, dict) else None
-                if not isinstance(name, str) or not name:
-                    r = errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model")
-                elif name not in self.balancer.table.models:
-                    r = errors.unknown_model(name, self.balancer.table.names())
-                else:
-                    model = name
-                    cold = not self.balancer.table.models[name].replicas  # scaled to zero: start one now
-                    if cold:
-                        self.waker.poke(name)
-                    r = await self._forward(request, t0, tenant, body, model, data.get("stream") is True)
-                    if cold and isinstance(r, Relay):
-                        r.cold = True
+                admitted = True
+                r, model = await self._route(request, t0, tenant)
+                if isinstance(r, Relay):
+                    r.admitted = handed = True  # the tenant's slot ends with the relayed answer
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except TooLarge:
             r = errors.too_large(self.settings.max_body)
+        finally:
+            if admitted and not handed:
+                self.limits.done(tenant)
         if not isinstance(r, Relay):  # a relayed answer counts itself when it ends
             self.metrics.requests.labels(model, tenant, str(r.status_code)).inc()
             self.metrics.duration.labels(model).observe(time.perf_counter() - t0)
         return r
+
+    async def _route(self, request: Request, t0: float, tenant: str) -> tuple[Response, str]:
+        """The answer to an admitted request, and the model it named ("" when none it could)."""
+        body = await read_body(request, self.settings.max_body)
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as e:
+            return errors.bad_request(f"The request body is not valid JSON: {e}", "invalid_json"), ""
+        name = data.get("model") if isinstance(data, dict) else None
+        if not isinstance(name, str) or not name:
+            return errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model"), ""
+        if name not in self.balancer.table.models:
+            return errors.unknown_model(name, self.balancer.table.names()), ""
+        cold = not self.balancer.table.models[name].replicas  # scaled to zero: start one now
+        if cold:
+            self.waker.poke(name)
+        r = await self._forward(request, t0, tenant, body, name, data.get("stream") is True)
+        if cold and isinstance(r, Relay):
+            r.cold = True
+        return r, name
 
     async def _forward(self, request, t0, tenant, body, model, stream) -> Response:
         watch = Disconnect(request.receive)

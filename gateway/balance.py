@@ -1,13 +1,19 @@
-"""Least outstanding requests per replica, ties at random, and a FIFO per model for requests
-that find every replica at its limit (or none RUNNING yet). Single event loop: no locks; the
-routing table is swapped whole (``swap``), the in-flight counters are this gateway's only state."""
+"""Least outstanding requests per replica, ties at random, and a queue per model for requests
+that find every replica at its limit (or none RUNNING yet). The queue is served by tenant
+priority (high first), then arrival: a request's arrival is when it first asked for a replica,
+so a retry (its replica failed) keeps the place it had and goes ahead of everything of its
+priority that arrived after it. A waiting request keeps the priority it arrived with. A full
+queue refuses a newcomer, unless the last in line has a lower priority than it: that one leaves
+(QueueFull) to make room. Single event loop: no locks; the routing table is swapped whole
+(``swap``), the in-flight counters are this gateway's only state."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import random
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -48,6 +54,7 @@ def pick(replicas: Iterable[Route], limit: int, in_flight: dict[str, int], bad_u
 class Waiter:
     fut: asyncio.Future
     exclude: frozenset[str]
+    key: tuple = ()  # (-priority, arrival, sequence): the queue's order
     since: float = field(default_factory=time.monotonic)
 
 
@@ -58,7 +65,8 @@ class Balancer:
         self.table = Table({})
         self.in_flight: dict[str, int] = {}  # instance -> requests this gateway has on it
         self.bad_until: dict[str, float] = {}  # instance -> monotonic time it may be tried again
-        self.queues: dict[str, deque[Waiter]] = {}
+        self.queues: dict[str, list[Waiter]] = {}  # each sorted by Waiter.key
+        self.seq = itertools.count()
 
     def swap(self, table: Table) -> None:
         """A new routing table: waiters for a deployment that is gone fail, the others get any
@@ -87,8 +95,11 @@ class Balancer:
         m = self.table.models.get(model)
         return bool(m) and any(r.instance not in exclude for r in m.replicas)
 
-    async def acquire(self, model: str, exclude: frozenset[str] = frozenset()) -> tuple[Route, float]:
-        """A replica for one request, counted in flight, and the seconds waited for it."""
+    async def acquire(self, model: str, exclude: frozenset[str] = frozenset(), priority: int = 0,
+                      arrival: float | None = None) -> tuple[Route, float]:
+        """A replica for one request, counted in flight, and the seconds waited for it. A request
+        that waits is queued by ``priority`` (high first), then ``arrival`` (monotonic; default
+        now: a retry passes its first attempt's)."""
         m = self.table.models.get(model)
         if m is None:
             raise UnknownModel(model)
@@ -98,11 +109,18 @@ class Balancer:
             if r is not None:
                 self._take(r)
                 return r, 0.0
-        q = self.queues.setdefault(model, deque())
+        q = self.queues.setdefault(model, [])
         if len(q) >= self.max_queue:
-            raise QueueFull(model)
-        w = Waiter(asyncio.get_running_loop().create_future(), exclude)
-        (q.appendleft if exclude else q.append)(w)  # a retry already waited its turn
+            last = q[-1]  # the lowest priority, the newest of it
+            if last.key[0] <= -priority:
+                raise QueueFull(model)
+            q.pop()  # it makes room for a higher priority, and is told the queue is full
+            if not last.fut.done():
+                last.fut.set_exception(QueueFull(model))
+        now = time.monotonic()
+        w = Waiter(asyncio.get_running_loop().create_future(), exclude,
+                   (-priority, now if arrival is None else arrival, next(self.seq)), now)
+        bisect.insort(q, w, key=lambda x: x.key)  # a retry keeps its place: it already waited its turn
         self._dispatch(model)  # the ones ahead may be retries that cannot take the free replica
         ok = False
         try:
@@ -147,7 +165,7 @@ class Balancer:
             r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, now, w.exclude, self.rng)
             if r is None:
                 if not w.exclude:
-                    break  # the ones behind see the same replicas: first come, first served
+                    break  # the ones behind see the same replicas: in order, high priority first
                 continue
             q.remove(w)
             self._take(r)

@@ -41,6 +41,12 @@ def queue_full(model: str, depth: int) -> Response:
                  "rate_limit_error", "queue_full", retry_after=1)
 
 
+def tenant_limit(message: str, reason: str, retry_after: float) -> Response:
+    """A tenant over its requests_per_s or max_concurrent (gateway/tenant_limits.py)."""
+    code = "rate_limit_exceeded" if reason == "requests_per_s" else "concurrency_limit_exceeded"
+    return error(429, message, "rate_limit_error", code, retry_after=retry_after)
+
+
 def no_replica(model: str, waited: float) -> Response:
     return error(503, f"No replica of {model!r} became free within {waited:g} s.", "service_unavailable",
                  "no_replica_available", retry_after=5)

@@ -1,7 +1,8 @@
 """What clients feel, on the gateway's /metrics (its own prometheus-client registry). ``model``
 is a deployment name the table knows (a request for an unknown one counts as ``model=""``), and
 ``tenant`` an API key's tenant (``anonymous`` on an open gateway, ``""`` before the key is
-known), so every label has few values."""
+known), so every label has few values. Refusals for a tenant's limits are counted under the
+tenants file's name (``default`` for an open gateway's requests)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class Metrics:
                                     ["model"], buckets=LATENCY, registry=r)
         self.duration = Histogram("gpuflow_gateway_request_duration_seconds",
                                   "Request received -> last byte sent", ["model"], buckets=LATENCY, registry=r)
+        self.tenant_rejections = Counter("gpuflow_gateway_tenant_rejections", "Requests refused with 429 because "
+                                         "their tenant was over a limit in the tenants file, by tenant and "
+                                         "reason (requests_per_s, max_concurrent)", ["tenant", "reason"], registry=r)
         self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage",
                               ["model", "kind"], registry=r)
 

@@ -6,7 +6,11 @@ Why store polling: the store is already the queryable projection of every instan
 (each state change is written there by an activity before it takes effect), every gateway can
 read it with no Temporal connection, and a half-second poll of two small indexed tables meets the
 2 s bound with room to spare; a Temporal query per deployment would cost more per poll and a
-signal fan-out would need every gateway registered with every workflow."""
+signal fan-out would need every gateway registered with every workflow.
+
+The same loop reads the tenants file's version (one row) and re-reads the file only when it
+moved, for the per-tenant limits and priorities (tenant_limits.py); a file applied with
+``gpuflow tenants apply`` takes effect within one ``refresh_s``."""
 
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ import time
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.store import keys, serving
+from activities.store import keys, serving, tenants
 from activities.store.tables import DeploymentRow
 from gateway import table as tables
+from gateway.tenant_limits import Rule, rules_of
 
 log = logging.getLogger("gpuflow.gateway")
 
@@ -31,11 +36,22 @@ def load(engine: Engine, default_limit: int) -> tuple[tables.Table, bool]:
     return tables.build(serving.routes(engine), specs, default_limit), keys.any_key(engine)
 
 
+def load_tenants(engine: Engine, known: int | None) -> tuple[int, dict[str, Rule]] | None:
+    """The tenants file's version and the gateway's rules from it; None when the version is
+    still ``known`` (nothing to parse)."""
+    if tenants.version(engine) == known:
+        return None
+    applied = tenants.read(engine)
+    return applied.version, rules_of(applied.file)
+
+
 class Refresher:
     def __init__(self, gw):
         self.gw = gw
         self.loaded_at: float | None = None  # monotonic time of the last good read
         self.failing_since: float | None = None
+        self.tenants_version: int | None = None  # of the tenants file the limits come from
+        self.tenants_failing = False
 
     async def once(self) -> None:
         gw = self.gw
@@ -50,6 +66,17 @@ class Refresher:
                 gw.balancer.swap(table)
             gw.auth.required = any_key
             self.loaded_at, self.failing_since = time.monotonic(), None
+        try:
+            got = await asyncio.to_thread(load_tenants, gw.engine, self.tenants_version)
+        except Exception as e:  # noqa: BLE001  the last limits stay
+            if not self.tenants_failing:
+                log.warning("gateway: cannot read the tenants file (%s); keeping the last limits", e)
+            self.tenants_failing = True
+        else:
+            self.tenants_failing = False
+            if got is not None:
+                self.tenants_version = got[0]
+                gw.limits.set_rules(got[1], time.monotonic())
         gw.balancer.tick()
         for name in gw.balancer.table.models:
             gw.metrics.queue_depth.labels(name).set(gw.balancer.depth(name))

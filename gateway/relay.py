@@ -68,10 +68,11 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
     q = request.scope.get("query_string")
     path = request.scope["path"] + (f"?{q.decode('latin-1')}" if q else "")
     headers = request_headers(request.headers.raw)
+    priority, arrival = gw.limits.priority(tenant), time.monotonic()  # a retry keeps its place in the queue
     for attempt in range(s.attempts):
         last = attempt + 1 == s.attempts
         try:
-            route, waited = await bal.acquire(model, exclude)
+            route, waited = await bal.acquire(model, exclude, priority, arrival)
         except QueueFull:
             return errors.queue_full(model, bal.depth(model))
         except QueueTimeout:
@@ -135,6 +136,7 @@ class Relay(Response):
         self.status_code = resp.status
         self.background = None
         self.cold = False  # set by the gateway: the request arrived with no replica (gateway/wake.py)
+        self.admitted = False  # set by the gateway: the tenant's admission (tenant_limits.py) ends with this answer
 
     async def __call__(self, scope, receive, send) -> None:
         m, kept, last_content, n_kept = self.gw.metrics, [], None, 0
@@ -176,6 +178,8 @@ class Relay(Response):
                         self.route.address, self.route.port, self.model, e)
         finally:
             self.watch.stop()
+            if self.admitted:
+                self.gw.limits.done(self.tenant)
             await self.resp.close()
             self.gw.balancer.release(self.route, self.model)
             m.in_flight.labels(self.model).dec()
