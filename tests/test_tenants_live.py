@@ -116,8 +116,9 @@ async def test_the_briefs_scenario_on_eight_gpus(tmp_path):
         await lv.wait(lambda: len(running(lv, "dev-m")) == 6 and len(running(lv, "poc-m")) == 2, 120,
                       "dev 6 and poc 2 RUNNING again", check=check)
         print(f"prod deleted: dev 6 and poc 2 RUNNING again {time.monotonic() - t0:.1f} s later")
-        left = {**pending(lv, "dev-m"), **pending(lv, "poc-m")}
-        assert all(r.startswith("quota:") for r in left.values()), left
+        # the rest wait (their reasons are their last decision's: with the ordered queue, one that
+        # is not woken keeps it, so only the counts are checked here)
+        assert (len(pending(lv, "dev-m")), len(pending(lv, "poc-m"))) == (2, 2)
     finally:
         lv.close()
 
