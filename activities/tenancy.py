@@ -17,10 +17,11 @@ from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.admit import Admission, admit, may_preempt
+from scheduler.tenancy.config import TenantsFile
 from scheduler.tenancy.preemption import Owners
 
 
-def owners_of(bind: Engine | Session, spec: ModelSpec) -> tuple[object, Owners]:
+def owners_of(bind: Engine | Session, spec: ModelSpec) -> tuple[TenantsFile, Owners]:
     """(tenants file, owners); the booking times are read only when this replica could preempt."""
     tf, own = tenants.view(bind)
     o = Owners({d: x.tenant for d, x in own.items()}, {d: x.priority for d, x in own.items()}, {})

@@ -144,3 +144,17 @@ def test_preempt_moves_the_gpus_in_one_transaction(store):
     records.record_instance(engine, InstanceRecord(name="poc-m-1", deployment="poc-m", model="poc-m", state="pending",
                                                    reason=why))
     assert records.preempted_running(engine, ["poc-m-1"]) == []  # PENDING: its workflow stopped it
+
+
+def test_explain_shows_the_quota_first_and_the_victims():
+    from gpuflow.render.explain import explain
+
+    quota = "quota: tenant poc uses 2 of its 2 GPUs (this replica needs 1)"
+    out = explain({"instance": "poc-m-2", "state": "pending", "scheduled": False, "reasons": [quota, "other"],
+                   "decision": {"decisive": 1, "quota": quota}})
+    assert out.splitlines()[3:] == [f"  - {quota}"]  # the one decisive reason: the quota
+    out = explain({"instance": "prod-m-0", "state": "running", "scheduled": True, "strategy": "single_gpu",
+                   "worker": "h", "gpu_indexes": [1], "decision": {"placement": {"worker": "h", "gpu_indexes": [1]},
+                                                                    "victims": ["poc-m-1", "dev-m-5"],
+                                                                    "preempt_why": "to reclaim prod's guarantee"}})
+    assert "preempted poc-m-1, dev-m-5 to reclaim prod's guarantee" in out.splitlines()
