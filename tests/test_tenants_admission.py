@@ -158,3 +158,22 @@ def test_explain_shows_the_quota_first_and_the_victims():
                                                                     "victims": ["poc-m-1", "dev-m-5"],
                                                                     "preempt_why": "to reclaim prod's guarantee"}})
     assert "preempted poc-m-1, dev-m-5 to reclaim prod's guarantee" in out.splitlines()
+
+
+def test_preempt_checks_guarantees_again_under_the_tenants_locks(store):
+    # 4 GPUs: prod (guarantee 2) holds 2, poc holds 2. A third prod replica would take prod to 3 > 2:
+    # two workers deciding at once (prod at 1 on both snapshots) must not both reclaim
+    _, _, engine = store
+    setup(engine)
+    for i, n in enumerate(("prod-m-0", "prod-m-1", "poc-m-0", "poc-m-1")):
+        ledger.reserve(engine, n, plan("h", i))
+    with pytest.raises(ledger.StaleDecision, match="tenant prod would pass its guarantee"):
+        ledger.preempt(engine, "prod-m-2", plan("h", 3), {"poc-m-1": plan("h", 3)}, "x")
+    # a victim tenant back within its guarantee (poc: guarantee 2, holds 2) is not preempted
+    ledger.release(engine, "prod-m-1")
+    tenants.apply(engine, TenantsFile.model_validate({"tenants": [
+        {"name": "prod", "priority": 100, "guarantee": {"gpus": 2}},
+        {"name": "poc", "priority": 10, "guarantee": {"gpus": 2}, "limit": {"gpus": 2}}]}))
+    with pytest.raises(ledger.StaleDecision, match="tenant poc no longer borrows"):
+        ledger.preempt(engine, "prod-m-2", plan("h", 3), {"poc-m-1": plan("h", 3)}, "x")
+    assert ledger.workers_of(engine, "poc-m-1") == ["h"]  # nothing written

@@ -177,6 +177,9 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
         if problems:
             raise StaleDecision(f"instance {instance}: the plan does not fit even without its victims: "
                                 + "; ".join(problems))
+        why = tenants.reclaim_problem_in(s, instance, wanted, theirs)
+        if why:
+            raise StaleDecision(f"instance {instance}: {why}")
         quota = tenants.over_limit_in(s, instance, wanted, gone)
         if quota:
             raise OverQuota(f"instance {instance}: {quota}")

@@ -17,7 +17,7 @@ from sqlmodel import Session, func, select
 from activities.store.snapshot import session
 from activities.store.tables import DeploymentRow, InstanceRow, ReservationRow, TenantsRow, utcnow
 from scheduler.errors import InvalidInput
-from scheduler.tenancy.admission import over_limit
+from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
 from scheduler.tenancy.config import DEFAULT, TenantsFile
 from scheduler.tenancy.usage import Usage
 
@@ -171,6 +171,33 @@ def view(bind: Engine | Session) -> tuple[TenantsFile, dict[str, Owner]]:
         row = s.get(TenantsRow, 1)
         tf = TenantsFile.model_validate(row.doc) if row is not None else TenantsFile()
         return tf, {d.name: Owner(tenant_of(d.spec), int(d.spec.get("priority") or 0)) for d in live_deployments(s)}
+
+
+def _use(rows: list[ReservationRow]) -> Usage:
+    return Usage(gpus=sum(1 for r in rows if r.gpu_index >= 0), vram=sum(r.vram for r in rows), ram=sum(r.ram for r in rows))
+
+
+def reclaim_problem_in(s: Session, instance: str, rows: list[ReservationRow],
+                       victims: dict[str, list[ReservationRow]]) -> str | None:
+    """A preemption across tenants, checked again under the locks of every tenant in it (sorted,
+    so two cannot deadlock): the preemptor's tenant stays within its guarantee with ``rows``, and
+    each victim tenant still borrows before its last victim is taken (preemption.py's rules; two
+    control-plane workers preempting at once could otherwise both take the last of them)."""
+    mine, tf = tenant_in(s, instance)
+    theirs = {v: tenant_in(s, v)[0] for v in victims}
+    cross = sorted({t for t in theirs.values() if t != mine})
+    if not cross:
+        return None  # within one tenant, by deployment priority: nothing is reclaimed
+    for t in sorted({mine, *cross}):
+        lock_tenant(s, t)
+    if not within_guarantee(tf.get(mine) or DEFAULT, usage_in(s, mine, set(victims) | {instance}), _use(rows)):
+        return f"tenant {mine} would pass its guarantee by this preemption"
+    for t in cross:
+        taken = [_use(victims[v]) for v, tv in theirs.items() if tv == t]
+        before_last = usage_in(s, t, set()) - sum(taken, Usage()) + min(taken, key=lambda u: (u.gpus, u.vram, u.ram))
+        if not borrowing(tf.get(t) or DEFAULT, before_last):
+            return f"tenant {t} no longer borrows what this preemption would take"
+    return None
 
 
 def booked_since(bind: Engine | Session) -> dict[str, float]:
