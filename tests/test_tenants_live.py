@@ -111,11 +111,15 @@ async def test_the_briefs_scenario_on_eight_gpus(tmp_path):
         # no cycle: dev's and poc's victims wait; none preempted prod back
         assert len(running(lv, "prod-m")) == 4
         # deleting prod gives the GPUs back: dev up to its limit (6), poc up to its (2)
-        t0 = time.monotonic()
+        t0, deleted_at = time.monotonic(), time.time()
         await ops.delete(lv.client, "prod-m")
         await lv.wait(lambda: len(running(lv, "dev-m")) == 6 and len(running(lv, "poc-m")) == 2, 120,
                       "dev 6 and poc 2 RUNNING again", check=check)
         print(f"prod deleted: dev 6 and poc 2 RUNNING again {time.monotonic() - t0:.1f} s later")
+        # by priority: the first GPU freed went to dev (30), not poc (10): the queue woke dev's head
+        booked = tenants.booked_since(lv.engine)
+        back = sorted((booked[n], n) for n in running(lv, "dev-m") + running(lv, "poc-m") if booked[n] > deleted_at)
+        assert back and back[0][1].startswith("dev-m-"), back
         # the rest wait (their reasons are their last decision's: with the ordered queue, one that
         # is not woken keeps it, so only the counts are checked here)
         assert (len(pending(lv, "dev-m")), len(pending(lv, "poc-m"))) == (2, 2)
