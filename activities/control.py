@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
@@ -24,14 +24,15 @@ from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
+from activities import tenancy
 from activities.store import ledger, records, serving, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
-from scheduler.decide import decide
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
 from scheduler.limits import Limits
 from scheduler.estimate_inputs import EstimateInputs
+from scheduler.naming import name_problem
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
@@ -131,7 +132,7 @@ class ControlActivities:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
-                self.deployment_limits, self.tenant_problem] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
+                self.deployment_limits, self.tenant_problem, self.preempt_placement, self.victims_left] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -185,13 +186,18 @@ class ControlActivities:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
 
     def _decide(self, instance: str, spec: ModelSpec, bind=None, inputs: EstimateInputs | None = None) -> DecisionRecord:
+        """The placement with the tenant's verdict (activities/tenancy.py): over a limit it is not
+        placed, the quota named first; a replica that does not fit may be placed by preemption,
+        its victims in the record."""
         req = self.estimates.get(spec, inputs)
         bind = bind if bind is not None else self.engine
         with self.metrics.decision_seconds.time():
             snap, gens = self.snapshots.refresh(bind)  # gens read first: a change meanwhile reads as stale
-            d = decide(snap, spec, req, self.policy, exclude=instance)
-        self.metrics.decisions.labels("scheduled" if d.scheduled else "unschedulable").inc()
-        return decision_record(d, req, len(snap.workers), gens)
+            adm, owners = tenancy.decide_with_tenants(bind, snap, spec, req, instance, self.policy)
+        rec = tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
+        self.metrics.decisions.labels("over_quota" if adm.quota else "preempting" if rec.victims
+                                      else "scheduled" if rec.scheduled else "unschedulable").inc()
+        return rec
 
     @activity.defn(name=c.RESERVE_PLACEMENT)
     async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,
@@ -204,7 +210,7 @@ class ControlActivities:
         def redecide(session) -> PlacementPlan | None:
             fresh = self._decide(instance, spec, session, inputs)
             remade.append(fresh)
-            return fresh.plan if fresh.scheduled else None
+            return fresh.plan if fresh.scheduled and not fresh.victims else None  # a preemption: decided again
 
         try:
             plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan, d.generations, redecide)
@@ -216,6 +222,33 @@ class ControlActivities:
         if remade:
             self.metrics.conflicts.labels("remade").inc()
         return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
+
+    @activity.defn(name=c.PREEMPT_PLACEMENT)
+    async def preempt_placement(self, instance: str, d: DecisionRecord) -> ReserveResult:
+        """Book ``d``'s plan by taking its victims' GPUs, in one ledger transaction (ledger.preempt);
+        StaleDecision when a victim no longer holds what the decision assumed, or it no longer fits."""
+        if d.plan is None or not d.victims:
+            raise ApplicationError("a preemption needs a plan and victims", type="InvalidInput", non_retryable=True)
+        bad = [v.name for v in d.victims if name_problem(v.name)]
+        if bad or name_problem(instance):
+            raise ApplicationError(f"bad instance names: {', '.join(bad) or instance}", type="InvalidInput",
+                                   non_retryable=True)
+        why = tenancy.notice(d, instance).reason
+        try:
+            plan, now = await self._db(ledger.preempt, self.engine, instance, d.plan,
+                                       {v.name: v.plan for v in d.victims}, why)
+        except ledger.StaleDecision as e:
+            self.metrics.conflicts.labels("rejected").inc()
+            raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        if now:
+            for v in d.victims:
+                self.metrics.preemptions.labels(d.tenant, v.tenant).inc()
+        return ReserveResult(plan=plan, booked_now=now)
+
+    @activity.defn(name=c.VICTIMS_LEFT)
+    async def victims_left(self, names: list[str]) -> list[str]:
+        """Which of these preempted instances may still run a process (records.preempted_running)."""
+        return await self._db(records.preempted_running, self.engine, names)
 
     @activity.defn(name=c.RELEASE_PLACEMENT)
     async def release_placement(self, instance: str) -> int:
@@ -261,7 +294,9 @@ class ControlActivities:
             try:
                 d = await self.client.get_workflow_handle(f"instance/{n}").describe()
                 status = d.status.name if d.status is not None else "UNKNOWN"
-            except RPCError:
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise  # Temporal did not answer: retried, never read as an ended workflow
                 status = "NOT_FOUND"
             if status == "RUNNING":
                 continue

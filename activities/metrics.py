@@ -14,6 +14,10 @@ from activities.store.tables import InstanceRow, WorkerRow
 
 def pending_kind(reason: str) -> str:
     """A bounded label for a PENDING instance's reason."""
+    if reason.startswith("quota:"):
+        return "quota"
+    if reason.startswith("preempted by"):
+        return "preempted"
     if reason.startswith("unschedulable"):
         return "unschedulable"
     if "unreachable" in reason:
@@ -65,5 +69,8 @@ class ControlMetrics:
         self.conflicts = Counter(
             "gpuflow_reservation_conflicts", "Bookings whose snapshot had moved on: re-decided under the ledger's "
             "locks (remade) or no longer placeable (rejected).", ["outcome"], registry=r)
+        self.preemptions = Counter(
+            "gpuflow_preemptions", "Replicas preempted: their GPUs moved to a replica of ``tenant`` in one ledger "
+            "transaction (scheduler/tenancy/preemption.py).", ["tenant", "victim_tenant"], registry=r)
         if engine is not None:
             r.register(StoreCollector(engine))

@@ -22,6 +22,16 @@ class PlacementPlan(BaseModel):
     numa_nodes: list[int] | None = None
 
 
+class Victim(BaseModel):
+    """A replica a decision preempts, with what the decision assumed it holds (the ledger checks
+    that it still does, under its locks, before the move)."""
+
+    name: str
+    deployment: str
+    tenant: str = "default"
+    plan: PlacementPlan
+
+
 class DecisionRecord(BaseModel):
     """The decide activity's result: kept whole in the workflow history, so the UI shows it."""
 
@@ -34,6 +44,21 @@ class DecisionRecord(BaseModel):
     decision: dict[str, Any] = {}
     workers_seen: int = 0
     generations: dict[str, int] = {}  # worker -> generation of the snapshot decided on
+    tenant: str = "default"  # the deployment's tenant, as the store had it
+    victims: list[Victim] = []  # placed by preempting these (scheduler/tenancy/preemption.py)
+    preempt_why: str = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
+
+
+class PreemptNotice(BaseModel):
+    """To a victim: who took its GPUs, and why (its reason while it waits PENDING)."""
+
+    by: str  # tenant/instance of the preemptor
+    instance: str  # the preemptor's instance name (it waits for the victim's process to stop)
+    why: str = ""
+
+    @property
+    def reason(self) -> str:
+        return f"preempted by {self.by} {self.why}".rstrip()
 
 
 class ReserveResult(BaseModel):

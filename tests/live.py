@@ -62,14 +62,20 @@ class Live:
         self.client = None
 
     async def start(self, hosts: dict[str, list[float]], servers: int = 1, agent_args: list[str] | None = None) -> "Live":
-        self.stack.start_temporal()
-        for _ in range(servers):
-            self.stack.start_server()
-        for name, gpus in hosts.items():
-            self.add_host(name, gpus, agent_args)
-        self.client = await connect(TemporalSettings(address=self.stack.temporal.address), wait_s=20)
-        await self.wait(lambda: len([w for w in records.workers(self.engine) if w.state == "ready"]) == len(hosts),
-                        30, "every host READY in the store")
+        """Start every process; one that fails to come up stops them all (callers assign the
+        Live only once this returns, so their ``finally`` cannot)."""
+        try:
+            self.stack.start_temporal()
+            for _ in range(servers):
+                self.stack.start_server()
+            for name, gpus in hosts.items():
+                self.add_host(name, gpus, agent_args)
+            self.client = await connect(TemporalSettings(address=self.stack.temporal.address), wait_s=20)
+            await self.wait(lambda: len([w for w in records.workers(self.engine) if w.state == "ready"]) == len(hosts),
+                            30, "every host READY in the store")
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def add_host(self, name: str, gpus: list[float], extra: list[str] | None = None) -> None:

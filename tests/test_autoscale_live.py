@@ -17,7 +17,7 @@ import pytest
 
 from gpuflow import ops
 from gpuflow.ports import free_port
-from tests.gateway_stack import metric
+from tests.gateway_stack import Proc, metric
 from tests.live import FAST, Live, cli, spec
 
 pytest.importorskip("gateway.app", reason="gpuflow gateway is not in this checkout")
@@ -36,7 +36,11 @@ AUTOSCALING = {"min_replicas": 1, "max_replicas": 3, "interval_s": 1, "max_step"
 
 
 class Load:
-    """``workers`` openai clients sending chat completions back to back until stopped."""
+    """``workers`` openai clients sending chat completions back to back until stopped. ``close()``
+    closes the client too: every test of the session shares one event loop (pyproject.toml), and a
+    client left open is garbage collected during a later test, where its late close unregisters, by
+    number, file descriptors that the later test's new sockets already reuse; their answers are then
+    never read (APITimeoutError after 120 s, with the gateway counting a 200 for each)."""
 
     def __init__(self, base: str, model: str, workers: int):
         self.c = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
@@ -56,6 +60,26 @@ class Load:
     async def close(self):
         self.stop = True
         await asyncio.gather(*self.tasks)
+        await self.c.close()
+
+
+async def test_a_closed_load_leaves_no_client_open(tmp_path):
+    """Load.close() closes its client (why: Load's docstring). One stand-in engine, 3 workers;
+    closed after at least 3 answers: 0 failed, the client closed."""
+    port = free_port()
+    eng = Proc([sys.executable, f"{ROOT}/tests/standin_vllm.py", "--port", str(port)], port, str(tmp_path / "e.log"))
+    try:
+        load = Load(f"http://127.0.0.1:{port}/v1", "chat", workers=3)
+        for _ in range(300):
+            if load.ok >= 3 or load.failed:
+                break
+            await asyncio.sleep(0.1)
+        await load.close()
+        assert load.failed == [] and load.ok >= 3
+        assert load.c.is_closed()
+    finally:
+        eng.p.kill()
+        eng.p.wait()
 
 
 def replicas(lv: Live, name: str) -> int:
@@ -159,15 +183,15 @@ async def test_scale_to_zero_and_the_first_request_wakes_it(tmp_path):
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
         await lv.wait(lambda: lv.states("chat") == {}, 180, "scaled to zero after a quiet window", every=1)
-        c = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
-        t0 = time.time()
-        stream = await c.chat.completions.create(model="chat", max_tokens=4, stream=True,
-                                                 messages=[{"role": "user", "content": "hi"}])
-        first, text = None, ""
-        async for ch in stream:
-            if ch.choices and ch.choices[0].delta.content:
-                first = first or time.time()
-                text += ch.choices[0].delta.content
+        async with openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120) as c:
+            t0 = time.time()
+            stream = await c.chat.completions.create(model="chat", max_tokens=4, stream=True,
+                                                     messages=[{"role": "user", "content": "hi"}])
+            first, text = None, ""
+            async for ch in stream:
+                if ch.choices and ch.choices[0].delta.content:
+                    first = first or time.time()
+                    text += ch.choices[0].delta.content
         assert text and first is not None
         cold = first - t0
         assert cold < 25  # well before the 30 s interval: the gateway woke the autoscaler

@@ -301,8 +301,9 @@ async def test_in_process_gateway_serves_until_told_to_stop(sqlite_store, procs)
     up, stop = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(serve(engine, settings, ready=up.set, stop=stop))
     await asyncio.wait_for(up.wait(), 30)
-    c = openai.AsyncOpenAI(base_url=settings.url, api_key="none", max_retries=0)
-    assert (await c.chat.completions.create(model="chat", messages=MSG)).system_fingerprint == "r1"
+    # closed here: the session's tests share one event loop (see tests/test_autoscale_live.py Load)
+    async with openai.AsyncOpenAI(base_url=settings.url, api_key="none", max_retries=0) as c:
+        assert (await c.chat.completions.create(model="chat", messages=MSG)).system_fingerprint == "r1"
     async with httpx.AsyncClient() as h:
         assert (await h.get(f"http://127.0.0.1:{settings.port}/healthz")).json()["status"] == "ok"
     stop.set()

@@ -181,3 +181,18 @@ def test_best_effort_fifo_holds_back_only_what_competes(big_used, small, held_ba
     # the same priority behind a blocked head is never held back
     same = [Waiting("h-0", "h", 10, 0, 1.0), Waiting("l-0", "l", 10, 0, 2.0)]
     assert to_wake(snap, same, specs).woken == ["l-0"]
+
+
+def test_victims_spread_one_per_worker_come_from_one_worker():
+    # 3 workers, one 24 GiB GPU each, holding an old dev replica and a newer poc replica of 10 GiB
+    # (4 GiB free). The preemptor (prod, guarantee 4) needs 20 GiB: both replicas of one worker.
+    # Victim order: poc before dev (lower tenant priority), newest first. Per worker the set is
+    # {poc, dev}; the worker whose set comes earliest in that order wins: w2 (its poc is newest).
+    ws = [worker(f"w{n}", 64, [gpu(0, 24)]) for n in range(3)]
+    inst = [held(f"dev-m-{n}", "dev-m", f"w{n}", 0, 10) for n in range(3)] + \
+           [held(f"poc-m-{n}", "poc-m", f"w{n}", 0, 10) for n in range(3)]
+    started = {f"dev-m-{n}": n for n in range(3)} | {f"poc-m-{n}": 10 + n for n in range(3)}
+    owners = Owners({"dev-m": "dev", "poc-m": "poc", "prod-m": "prod"}, {}, started)
+    p = plan(cluster(ws, inst), spec("prod-m"), FlatRequest(vram=20 * GiB), TENANTS, owners, "prod-m-0")
+    assert p.placement is not None and p.placement.worker == "w2"
+    assert sorted(p.victims) == ["dev-m-2", "poc-m-2"]

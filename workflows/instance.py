@@ -7,6 +7,12 @@ back within the grace period the process is adopted (or restarted) there, otherw
 reservation is released and the instance is placed elsewhere. An unschedulable instance waits
 PENDING with its reasons until a ``capacity_changed`` signal (a release, a host joining or
 changing). ``stop`` stops the process, releases the reservation and ends the workflow.
+
+Preemption (scheduler/tenancy/preemption.py): a decision may place the replica by taking the GPUs
+of victims. The ledger moves them in one transaction; the preemptor then signals each victim
+``preempt`` and waits for ``victim_stopped`` from each (or the store showing it stopped) before it
+launches on those GPUs. A victim drains, stops its processes, and waits PENDING in its own
+deployment with the reason ``preempted by prod/chat-0 to reclaim prod's guarantee``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
-                                     ReserveResult, host_queue)
+                                     PreemptNotice, ReserveResult, host_queue)
+    from scheduler.naming import name_problem
     from scheduler.estimate import needs_files
     from scheduler.spec import ModelSpec
     from scheduler.topology_policy import wants_pinning
@@ -33,9 +40,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows import guards
     from workflows.inputs import one_input
     from workflows import model_read
+    from workflows import preempt_steps
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 RECORD_LOCAL = "record-local"  # the store writes of _record are local activities
+PREEMPTION = preempt_steps.PATCH
 
 
 class HostTrouble(Exception):
@@ -70,6 +79,9 @@ class ModelInstanceWorkflow:
         self.parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
         self.source_key: str | None = None
         self.reached = False  # the last _run_on_host reached its host (a launch or adoption answered)
+        self.preempted: PreemptNotice | None = None  # a preemption took its GPUs: stop, then wait PENDING
+        self.preempted_why = ""  # shown first while it waits, until it is placed again
+        self.victims_stopped: set[str] = set()
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal
@@ -79,6 +91,17 @@ class ModelInstanceWorkflow:
     @workflow.signal
     def capacity_changed(self) -> None:
         self.woken = True
+
+    @workflow.signal
+    def preempt(self, notice: PreemptNotice) -> None:
+        """From a preemptor whose booking took this replica's GPUs (untrusted: its names are checked)."""
+        if not name_problem(notice.instance) and len(notice.by) <= 300 and len(notice.why) <= 300:
+            self.preempted = notice
+
+    @workflow.signal
+    def victim_stopped(self, name: str) -> None:
+        if isinstance(name, str) and len(self.victims_stopped) < 1000 and not name_problem(name):
+            self.victims_stopped.add(name)
 
     @workflow.query
     def status(self) -> InstanceView:
@@ -166,16 +189,23 @@ class ModelInstanceWorkflow:
     async def _live(self, spec: ModelSpec) -> None:
         unreachable_since = None
         while not self.stop_requested:
+            if self.preempted is not None and workflow.patched(PREEMPTION):  # before continue-as-new: it holds nothing after
+                await preempt_steps.give_way(self)
+                continue
             if workflow.info().is_continue_as_new_suggested():
                 workflow.continue_as_new(self.inp.model_copy(update={"restarts": self.restarts, "placement": self.plan,
                                                                      "decision": self.decision}))
             if self.plan is None and not await self._place(spec):
+                continue
+            if self.preempted is not None:  # arrived while it was placing: give way first
                 continue
             sts = self.t.host_schedule_to_start_s
             if unreachable_since is not None:
                 sts = max(1.0, self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds())
             self.reached = False
             kind, why, host = await self._run_on_host(spec, sts, quiet=unreachable_since is not None)
+            if kind == "stopped" and not self.stop_requested and self.preempted is not None:
+                continue  # stopped for a preemptor: give way at the top of the loop
             if kind == "stopped":
                 return
             if kind == "invalid":  # the spec's fault: no restart, no re-placement
@@ -197,7 +227,8 @@ class ModelInstanceWorkflow:
             self.pid = None
             await self._record("error", f"{why}; restart {self.restarts} on {self.worker} in {delay:g} s")
             try:
-                await workflow.wait_condition(lambda: self.stop_requested, timeout=c.secs(delay))
+                await workflow.wait_condition(lambda: self.stop_requested or self.preempted is not None,
+                                              timeout=c.secs(delay))
             except asyncio.TimeoutError:
                 pass
 
@@ -251,7 +282,9 @@ class ModelInstanceWorkflow:
             if not d.scheduled or d.plan is None:
                 shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
                 reason = "; ".join(d.reasons[:shown]) or "no candidate"
-                await self._record("pending", f"unschedulable: {reason}",
+                parts = [reason, self.preempted_why] if d.decision.get("quota") else [  # a quota leads, as it is
+                    self.preempted_why, f"unschedulable: {reason}"]
+                await self._record("pending", "; ".join(x for x in parts if x),
                                    decision={"request": est.summary, "reasons": d.reasons[:20]})
                 try:
                     await workflow.wait_condition(lambda: self.woken or self.stop_requested,
@@ -264,6 +297,11 @@ class ModelInstanceWorkflow:
                         return False
                     extra = [inputs]
                 continue
+            if d.victims and workflow.patched(PREEMPTION):
+                got = await preempt_steps.preempt(self, d, est)
+                if got is None:
+                    continue  # a victim or the capacity moved: decide again
+                return got
             try:
                 booked: ReserveResult = await workflow.execute_activity(
                     c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d, *extra], result_type=ReserveResult,
@@ -277,7 +315,7 @@ class ModelInstanceWorkflow:
                 return False
             if booked.remade is not None:
                 d = self.decision = booked.remade
-            self.plan = booked.plan
+            self.plan, self.preempted_why = booked.plan, ""
             await self._record("scheduled", f"{d.strategy}: score {d.score}" + (
                                " (re-decided at booking: the first snapshot was stale)" if booked.remade else ""),
                                decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
@@ -368,7 +406,8 @@ class ModelInstanceWorkflow:
             hp.SUPERVISE_INSTANCE, r, result_type=hp.ExitReport, **self._host_timeouts(w, sts),
             start_to_close_timeout=timedelta(days=3650), retry_policy=RetryPolicy(maximum_attempts=2),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED) for w, r in watched]
-        await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested)
+        await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested
+                                      or self.preempted is not None)
         ended = next((i for i, s in enumerate(sups) if s.done()), None)
         if ended is None and workflow.patched("drain-before-stop"):  # asked to stop while it serves:
             await self._drain(sups)  # out of the routing table, its requests finish first

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.payloads import PlacementPlan
-from activities.store import changes
+from activities.store import changes, tenants
 from activities.store.snapshot import worker_model
 from activities.store.tables import InstanceRow, ReservationRow, WorkerRow, utcnow
 from scheduler.allocatable import Allocated, allocatable
@@ -36,6 +36,11 @@ from scheduler.units import gib
 
 class StaleDecision(GpuflowError):
     """The plan no longer fits: capacity changed since the decision's snapshot."""
+
+
+class OverQuota(StaleDecision):
+    """The booking would take the instance's tenant over a limit (checked on the ledger, under a
+    lock per tenant): decided again, the instance then waits PENDING with the quota named."""
 
 
 def plan_rows(instance: str, plan: PlacementPlan) -> list[ReservationRow]:
@@ -66,9 +71,10 @@ def _lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
     return {w.name: w for w in session.exec(stmt)}
 
 
-def _booked(session: Session, workers: list[str], exclude: str) -> dict[str, Allocated]:
+def _booked(session: Session, workers: list[str], exclude: str | set[str]) -> dict[str, Allocated]:
     out: dict[str, Allocated] = {}
-    stmt = select(ReservationRow).where(ReservationRow.worker.in_(workers), ReservationRow.instance != exclude)
+    gone = {exclude} if isinstance(exclude, str) else set(exclude)
+    stmt = select(ReservationRow).where(ReservationRow.worker.in_(workers), ReservationRow.instance.notin_(gone))
     for r in session.exec(stmt):
         a = out.setdefault(r.worker, Allocated())
         a.ram += r.ram
@@ -127,10 +133,65 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, seen: dict[str, 
         problems = check(workers, _booked(s, list(workers), instance), wanted)
         if problems:
             raise StaleDecision(f"instance {instance}: the plan no longer fits: " + "; ".join(problems))
+        quota = tenants.over_limit_in(s, instance, wanted, set())
+        if quota:
+            raise OverQuota(f"instance {instance}: {quota}")
         if held:  # a DELETE statement now: the unit of work would flush the INSERTs below first
             s.exec(delete(ReservationRow).where(ReservationRow.instance == instance))
         s.add_all(wanted)
         _bump(s, workers.values())
+        row = s.get(InstanceRow, instance)
+        if row is not None:
+            row.state, row.reason, row.updated_at = "scheduled", "", utcnow()
+            row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
+            row.placement = plan.model_dump(mode="json")
+            s.add(row)
+        changes.bump(s, instance)
+        s.commit()
+        return plan, True
+
+
+def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[str, PlacementPlan],
+            reason: str) -> tuple[PlacementPlan, bool]:
+    """Move the victims' GPUs to ``instance`` in one transaction: their ledger lines deleted,
+    ``plan`` booked, so no third replica can take what they free. Under the locks of every worker
+    touched, each victim must still hold exactly what the decision assumed (``victims``: name ->
+    the placement it held in the snapshot), ``plan`` must fit beside the rest, and the tenant's
+    limits must hold; else StaleDecision (nothing written). Idempotent like ``reserve``: the same
+    plan already held returns (plan, False). The victims' rows keep their state (their processes
+    still run until their workflows stop them) with ``reason``, and no placement."""
+    wanted = plan_rows(instance, plan)
+    with Session(engine) as s:
+        held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
+        if held and _same(held, wanted):
+            return plan, False
+        theirs = {v: plan_rows(v, p) for v, p in victims.items()}
+        names = {r.worker for r in wanted} | {r.worker for rows in theirs.values() for r in rows}
+        workers = _lock_workers(s, sorted(names))
+        for v, rows in sorted(theirs.items()):
+            have = list(s.exec(select(ReservationRow).where(ReservationRow.instance == v)))
+            if not have or not _same(have, rows):
+                raise StaleDecision(f"instance {instance}: victim {v} no longer holds what the decision took from it")
+        gone = set(victims)
+        problems = check(workers, _booked(s, list(workers), gone | {instance}), wanted)
+        if problems:
+            raise StaleDecision(f"instance {instance}: the plan does not fit even without its victims: "
+                                + "; ".join(problems))
+        why = tenants.reclaim_problem_in(s, instance, wanted, theirs)
+        if why:
+            raise StaleDecision(f"instance {instance}: {why}")
+        quota = tenants.over_limit_in(s, instance, wanted, gone)
+        if quota:
+            raise OverQuota(f"instance {instance}: {quota}")
+        s.exec(delete(ReservationRow).where(ReservationRow.instance.in_(gone | {instance})))
+        s.add_all(wanted)
+        _bump(s, workers.values())
+        for v in sorted(gone):
+            row = s.get(InstanceRow, v)
+            if row is not None:
+                row.placement, row.reason, row.updated_at = None, reason, utcnow()
+                s.add(row)
+            changes.bump(s, v)
         row = s.get(InstanceRow, instance)
         if row is not None:
             row.state, row.reason, row.updated_at = "scheduled", "", utcnow()

@@ -141,3 +141,12 @@ def instances_of(engine: Engine, deployment: str | None = None) -> list[Instance
 def workers(engine: Engine) -> list[WorkerRow]:
     with Session(engine) as s:
         return list(s.exec(select(WorkerRow).order_by(WorkerRow.name)))
+
+
+def preempted_running(engine: Engine, names: list[str]) -> list[str]:
+    """Of these preempted instances, those whose process may still run: in a state on a host with
+    no placement (ledger.preempt took it; the instance records PENDING once its process stopped,
+    and a placement again once it is re-booked)."""
+    with Session(engine) as s:
+        rows = s.exec(select(InstanceRow).where(InstanceRow.name.in_(names))).all()
+        return sorted(r.name for r in rows if r.state in ON_A_HOST and r.placement is None)

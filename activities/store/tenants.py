@@ -7,14 +7,18 @@ the decide activity) compare ``version`` and re-parse only when it moved."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, func, select
 
+from activities.store.snapshot import session
 from activities.store.tables import DeploymentRow, InstanceRow, ReservationRow, TenantsRow, utcnow
 from scheduler.errors import InvalidInput
-from scheduler.tenancy.config import TenantsFile
+from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
+from scheduler.tenancy.config import DEFAULT, TenantsFile
 from scheduler.tenancy.usage import Usage
 
 
@@ -112,3 +116,94 @@ def pending_by_tenant(engine: Engine) -> dict[str, int]:
             t = tenant_of_dep.get(dep, "default")
             out[t] = out.get(t, 0) + 1
         return out
+
+
+# --- under the ledger's locks (activities/store/ledger.py) ------------------------------------------
+
+def tenant_in(s: Session, instance: str) -> tuple[str, TenantsFile]:
+    """The tenant of ``instance``'s deployment as the store has it now, and the tenants file."""
+    row = s.get(TenantsRow, 1)
+    tf = TenantsFile.model_validate(row.doc) if row is not None else TenantsFile()
+    inst = s.get(InstanceRow, instance)
+    dep = s.get(DeploymentRow, inst.deployment) if inst is not None else None
+    return (tenant_of(dep.spec) if dep is not None else "default"), tf
+
+
+def lock_tenant(s: Session, tenant: str) -> None:
+    """Serialize the bookings of one tenant until the transaction ends. PostgreSQL: a transaction
+    advisory lock keyed by the tenant's name (bookings of other tenants go on in parallel).
+    SQLite: nothing to do, the transaction holds the database's write lock (BEGIN IMMEDIATE)."""
+    if s.get_bind().dialect.name == "postgresql":
+        key = zlib.crc32(f"gpuflow-tenant:{tenant}".encode()) - 2**31  # a signed 32-bit key
+        s.connection().execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
+def usage_in(s: Session, tenant: str, exclude: set[str]) -> Usage:
+    """What ``tenant``'s replicas hold in the ledger, read in this transaction, leaving out ``exclude``."""
+    deps = [d.name for d in s.exec(select(DeploymentRow)) if tenant_of(d.spec) == tenant]
+    if not deps:
+        return Usage()
+    insts = select(InstanceRow.name).where(InstanceRow.deployment.in_(deps))
+    out = Usage()
+    for r in s.exec(select(ReservationRow).where(ReservationRow.instance.in_(insts))):
+        if r.instance not in exclude:
+            out = out + Usage(gpus=1 if r.gpu_index >= 0 else 0, vram=r.vram, ram=r.ram)
+    return out
+
+
+def over_limit_in(s: Session, instance: str, rows: list[ReservationRow], exclude: set[str]) -> str | None:
+    """The quota reason if booking ``rows`` for ``instance`` takes its tenant over a limit, checked
+    against the ledger under a lock held to the end of the transaction; else None."""
+    tenant, tf = tenant_in(s, instance)
+    t = tf.get(tenant) or DEFAULT
+    if not t.limit.named():
+        return None
+    lock_tenant(s, tenant)
+    need = Usage(gpus=sum(1 for r in rows if r.gpu_index >= 0), vram=sum(r.vram for r in rows),
+                 ram=sum(r.ram for r in rows))
+    return over_limit(t, usage_in(s, tenant, exclude | {instance}), need)
+
+
+def view(bind: Engine | Session) -> tuple[TenantsFile, dict[str, Owner]]:
+    """The tenants file and who owns each live deployment, read in one session (``bind`` may be the
+    ledger's transaction: a re-decision under its locks reads there)."""
+    with session(bind) as s:
+        row = s.get(TenantsRow, 1)
+        tf = TenantsFile.model_validate(row.doc) if row is not None else TenantsFile()
+        return tf, {d.name: Owner(tenant_of(d.spec), int(d.spec.get("priority") or 0)) for d in live_deployments(s)}
+
+
+def _use(rows: list[ReservationRow]) -> Usage:
+    return Usage(gpus=sum(1 for r in rows if r.gpu_index >= 0), vram=sum(r.vram for r in rows), ram=sum(r.ram for r in rows))
+
+
+def reclaim_problem_in(s: Session, instance: str, rows: list[ReservationRow],
+                       victims: dict[str, list[ReservationRow]]) -> str | None:
+    """A preemption across tenants, checked again under the locks of every tenant in it (sorted,
+    so two cannot deadlock): the preemptor's tenant stays within its guarantee with ``rows``, and
+    each victim tenant still borrows before its last victim is taken (preemption.py's rules; two
+    control-plane workers preempting at once could otherwise both take the last of them)."""
+    mine, tf = tenant_in(s, instance)
+    theirs = {v: tenant_in(s, v)[0] for v in victims}
+    cross = sorted({t for t in theirs.values() if t != mine})
+    if not cross:
+        return None  # within one tenant, by deployment priority: nothing is reclaimed
+    for t in sorted({mine, *cross}):
+        lock_tenant(s, t)
+    if not within_guarantee(tf.get(mine) or DEFAULT, usage_in(s, mine, set(victims) | {instance}), _use(rows)):
+        return f"tenant {mine} would pass its guarantee by this preemption"
+    for t in cross:
+        taken = [_use(victims[v]) for v, tv in theirs.items() if tv == t]
+        before_last = usage_in(s, t, set()) - sum(taken, Usage()) + min(taken, key=lambda u: (u.gpus, u.vram, u.ram))
+        if not borrowing(tf.get(t) or DEFAULT, before_last):
+            return f"tenant {t} no longer borrows what this preemption would take"
+    return None
+
+
+def booked_since(bind: Engine | Session) -> dict[str, float]:
+    """Instance -> when it was booked (its first ledger line), as a timestamp: "most recently started"
+    in the preemption order."""
+    with session(bind) as s:
+        rows = s.exec(select(ReservationRow.instance, func.min(ReservationRow.created_at))
+                      .group_by(ReservationRow.instance)).all()
+    return {n: t.timestamp() if t is not None else 0.0 for n, t in rows}

@@ -69,6 +69,8 @@ def explain(d: dict[str, Any]) -> str:
         lines.append(f"placed on {where} by strategy {d.get('strategy')}, score {_scores(chosen)}"
                      + (f", link {placed['link']}" if placed.get("link") else "")
                      + (f", pinned to CPUs {placed['cpus']}" if placed.get("cpus") else ""))
+        if dec.get("victims"):  # placed by preemption (scheduler/tenancy/preemption.py)
+            lines.append(f"preempted {', '.join(dec['victims'])} {dec.get('preempt_why') or ''}".rstrip())
     else:  # every other reason is a filter's, shown with its filter below
         placed, reasons = None, list(d.get("reasons") or dec.get("reasons") or [])
         lines.append(f"not placed, because (decided on {d.get('workers_seen', '?')} worker(s)):")

@@ -59,6 +59,56 @@ def _ordered(cands: list[Instance], tenants: TenantsFile, o: Owners, mine: str, 
     return sorted(cands, key=key)
 
 
+def _greedy(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config, name: str, ordered: list[Instance],
+            tenants: TenantsFile, o: Owners, mine: str, used: dict[str, Usage]) -> list[Instance] | None:
+    """Victims in order until a dry run on ``snap`` without them places the preemptor (a tenant
+    back within its guarantee gives no more), then fill-back: every victim it still fits
+    without, tried in reverse, is spared. None when even all of them do not make room."""
+    fits = lambda gone: decide(without(snap, {x.name for x in gone}), spec, request, config,  # noqa: E731
+                               exclude=name).scheduled
+    taken, left = [], dict(used)
+    for v in ordered:
+        t = o.tenant_of.get(v.model, "default")
+        if t != mine and not borrowing(tenants.get(t), left.get(t, Usage())):
+            continue  # that tenant is back within its guarantee: no more of its replicas
+        taken.append(v)
+        left[t] = left.get(t, Usage()) - of_instance(v)
+        if fits(taken):
+            break
+    else:
+        return None
+    for v in reversed(list(taken)):
+        if fits([x for x in taken if x is not v]):
+            taken.remove(v)
+    return taken
+
+
+def _touches(i: Instance, w: str) -> bool:
+    return i.worker == w or any(s.worker == w for s in i.subordinates)
+
+
+def _per_worker(snap, spec, request, config, name, ordered, tenants, o, mine, used) -> list[Instance] | None:
+    """A preemptor that fits on one worker (the empty-cluster probe placed it on one): the greedy
+    search runs per worker, on a snapshot of that worker alone, and the set whose victims come
+    earliest in the victim order wins (then the fewest, then the worker's name). Each dry run
+    then costs one worker, not the cluster: victims spread one per worker stay linear."""
+    rank = {v.name: n for n, v in enumerate(ordered)}
+    best: tuple | None = None
+    for w in sorted({x for v in ordered for x in (v.worker, *(s.worker for s in v.subordinates))}):
+        mine_here = [v for v in ordered if _touches(v, w)]
+        sub = snap.model_copy(update={"workers": [x for x in snap.workers if x.name == w],
+                                      "instances": [i for i in snap.instances if _touches(i, w)],
+                                      "model_files": [f for f in snap.model_files if f.worker == w]})
+        if not decide(without(sub, {v.name for v in mine_here}), spec, request, config, exclude=name).scheduled:
+            continue  # not even every candidate here makes room
+        taken = _greedy(sub, spec, request, config, name, mine_here, tenants, o, mine, used)
+        if taken:
+            key = (max(rank[v.name] for v in taken), len(taken), w)
+            if best is None or key < best[0]:
+                best = (key, taken)
+    return best[1] if best else None
+
+
 def plan(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
          name: str, config: PolicyConfig | None = None) -> Preemption:
     """Where the PENDING replica ``name`` of ``spec`` goes, taking the fewest victims; no
@@ -77,23 +127,15 @@ def plan(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: Tena
     cands = [i for i in snap.instances if i.name != name and i.worker is not None
              and (owners.tenant_of.get(i.model, "default") != mine and reclaim
                   or owners.tenant_of.get(i.model, "default") == mine and owners.priority_of.get(i.model, 0) < my_prio)]
-    taken, left = [], dict(used)
-    for v in _ordered(cands, tenants, owners, mine, used):
-        t = owners.tenant_of.get(v.model, "default")
-        if t != mine and not borrowing(tenants.get(t), left.get(t, Usage())):
-            continue  # that tenant is back within its guarantee: no more of its replicas
-        taken.append(v)
-        left[t] = left.get(t, Usage()) - of_instance(v)
-        if decide(without(snap, {x.name for x in taken}), spec, request, config, exclude=name).scheduled:
-            break
-    else:
+    ordered = _ordered(cands, tenants, owners, mine, used)
+    search = _per_worker if not probe.placement.subordinates else _greedy  # across workers: the whole cluster
+    taken = search(snap, spec, request, config, name, ordered, tenants, owners, mine, used)
+    if taken is None:
         return Preemption(None, reasons=d.reasons + [f"preemption: no set of preemptible replicas makes room "
                                                      f"({len(cands)} candidates)"])
-    for v in reversed(list(taken)):  # fill back: keep every victim it still fits without
-        rest = {x.name for x in taken if x is not v}
-        if decide(without(snap, rest), spec, request, config, exclude=name).scheduled:
-            taken.remove(v)
     final = decide(without(snap, {x.name for x in taken}), spec, request, config, exclude=name)
+    if not final.scheduled:  # the proof on the whole cluster: no victim unless it places the preemptor
+        return Preemption(None, reasons=d.reasons + ["preemption: the dry run without the victims does not place it"])
     limit = over_limit(me, used.get(mine, Usage()), of_candidate(final.placement))
     if limit:
         return Preemption(None, reasons=[limit])
