@@ -148,7 +148,8 @@ class ControlActivities:
                 raise
             if done:
                 return fut.result()
-            activity.heartbeat()
+            if not activity.info().is_local:  # a local activity has no heartbeat (the workflow's task waits on it)
+                activity.heartbeat()
 
     async def wake_pending(self) -> int:
         """Wake the heads of the PENDING queue that now fit, in queue order (activities/wake_queue.py)."""
@@ -258,14 +259,17 @@ class ControlActivities:
 
     @activity.defn(name=c.START_INSTANCES)
     async def start_instances(self, inputs: list[InstanceInput]) -> None:
-        for inp in inputs:
-            activity.heartbeat()
-            await self._db(records.create_instance, self.engine, InstanceRecord(
-                name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending"))
-            await self.client.start_workflow(
-                "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                static_summary=f"replica {inp.name} of {inp.deployment}")
+        """The first rows of a batch of replicas in one transaction, then their workflows started
+        together. A retry is harmless: rows already written are kept, and a workflow already
+        running is used as it is (USE_EXISTING)."""
+        await self._db(records.create_instances, self.engine, [InstanceRecord(
+            name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending")
+            for inp in inputs])
+        activity.heartbeat()
+        await asyncio.gather(*(self.client.start_workflow(
+            "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"replica {inp.name} of {inp.deployment}") for inp in inputs))
 
     @activity.defn(name=c.RANK_SCALE_DOWN)
     async def rank_scale_down(self, model: str, strategy: str, live: list[str]) -> ScaleDownOrder:

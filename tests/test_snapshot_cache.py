@@ -30,6 +30,8 @@ STEPS = [
     ("an instance is created", lambda e: records.create_instance(
         e, InstanceRecord(name="a-0", deployment="a", model="m", state="pending")), 0, 1),
     ("it is booked on h1: its row and h1's generation", lambda e: ledger.reserve(e, "a-0", plan("h1", 0, 10)), 1, 1),
+    ("a batch of a-0 (booked: kept) and a-1: one row, one change", lambda e: records.create_instances(e, [
+        InstanceRecord(name=n, deployment="a", model="m", state="pending") for n in ("a-0", "a-1")]), 0, 1),
     ("it runs, with its model file on h1", lambda e: records.record_instance(e, InstanceRecord(
         name="a-0", deployment="a", model="m", state="running", worker="h1", gpu_indexes=[0],
         model_source="hf:o/m")), 0, 1),
@@ -93,3 +95,16 @@ def test_refreshes_racing_bookings_never_show_a_booking_without_its_generation(s
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: book(i) if i % 2 == 0 else look(i), range(2 * n)))
     same(cache, engine)
+
+
+def test_a_batch_of_first_rows_keeps_rows_written_since(store):
+    """A retried start: the rows its workflows wrote since are kept; only the missing ones are
+    inserted, in one transaction."""
+    _, _, engine = store
+    recs = [InstanceRecord(name=f"c-{i}", deployment="c", model="m", state="pending") for i in range(3)]
+    assert records.create_instances(engine, recs[:1]) == ["c-0"]
+    records.record_instance(engine, InstanceRecord(name="c-0", deployment="c", model="m", state="running"))
+    assert records.create_instances(engine, recs) == ["c-1", "c-2"]  # c-0 is there already
+    assert records.create_instances(engine, recs) == []  # all three are
+    assert {r.name: r.state for r in records.instances_of(engine)} == {"c-0": "running", "c-1": "pending",
+                                                                       "c-2": "pending"}

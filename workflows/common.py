@@ -21,6 +21,10 @@ CONTROL_HEARTBEAT = timedelta(seconds=5)
 STORE_CALL = dict(start_to_close_timeout=timedelta(seconds=120), heartbeat_timeout=CONTROL_HEARTBEAT,
                   retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
                                            maximum_interval=timedelta(seconds=10)))
+# A store write run as a local activity (no heartbeat timeout there): the same patience and retries.
+STORE_LOCAL = dict(start_to_close_timeout=timedelta(seconds=120),
+                   retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200),
+                                            maximum_interval=timedelta(seconds=10)))
 
 
 def secs(s: float) -> timedelta:

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import preempt_steps
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
+RECORD_LOCAL = "record-local"  # the store writes of _record are local activities
 PREEMPTION = preempt_steps.PATCH
 
 
@@ -136,11 +137,21 @@ class ModelInstanceWorkflow:
         workflow.upsert_search_attributes([
             c.SA_STATE.value_set(state.upper()),
             c.SA_WORKER.value_set(self.worker) if self.worker else c.SA_WORKER.value_unset()])
-        await workflow.execute_activity(
-            c.RECORD_INSTANCE, InstanceRecord(
-                name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
-                worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
-                address=self.address, decision=decision, model_source=self.source_key, model_file_state=file_state), **c.STORE_CALL)
+        rec = InstanceRecord(
+            name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
+            worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
+            address=self.address, decision=decision, model_source=self.source_key, model_file_state=file_state)
+        if workflow.patched(RECORD_LOCAL):
+            # A local activity: run by this worker inside the workflow task, no round trip through the
+            # task queue, no history events of its own (a marker). Its semantics fit this write: it is
+            # short (one row and one change-log line), needs no heartbeat and no other host, and it is
+            # idempotent (it sets the whole row to what this workflow holds now), so the at-least-once
+            # of a local activity (re-run when the task that ran it is lost before it was recorded) writes
+            # the same row again. It is awaited before the workflow goes on, so the store still shows
+            # each state before the next step's activity starts, as before.
+            await workflow.execute_local_activity(c.RECORD_INSTANCE, rec, **c.STORE_LOCAL)
+        else:  # a history from before the patch: the activity on the task queue
+            await workflow.execute_activity(c.RECORD_INSTANCE, rec, **c.STORE_CALL)
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run

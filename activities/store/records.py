@@ -75,14 +75,28 @@ def record_instance(engine: Engine, rec: InstanceRecord) -> None:
 def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
     """Insert the instance's first row; never overwrites one its workflow has written since
     (a retried start must not turn a RUNNING instance back into PENDING)."""
+    return bool(create_instances(engine, [rec]))
+
+
+def create_instances(engine: Engine, recs: list[InstanceRecord]) -> list[str]:
+    """Insert the first row of each instance in one transaction (one commit for a batch of
+    replicas, not one each); a row its workflow has written since is left as it is. Returns the
+    names inserted."""
+    if not recs:
+        return []
     with Session(engine) as s:
-        if s.get(InstanceRow, rec.name) is not None:
-            return False
-        s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state,
-                          queued_at=utcnow() if rec.state in QUEUED else None))
-        changes.bump(s, rec.name)
+        have = set(s.exec(select(InstanceRow.name).where(InstanceRow.name.in_([r.name for r in recs]))).all())
+        made = []
+        for rec in recs:
+            if rec.name in have:
+                continue
+            have.add(rec.name)
+            s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state,
+                              queued_at=utcnow() if rec.state in QUEUED else None))
+            changes.bump(s, rec.name)
+            made.append(rec.name)
         s.commit()
-        return True
+        return made
 
 
 ON_A_HOST = ("scheduled", "starting", "running", "error", "unreachable", "draining", "stopping")
