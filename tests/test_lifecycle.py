@@ -119,8 +119,10 @@ async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_pat
         await lv.wait(lambda: lv.states("kept") == {"kept-0": "running"}, 60, "RUNNING")
         table = lv.stack.instance_processes("h1")
         ghost = table.start("ghost-0", ["sleep", "600"], {}, None)
-        await lv.wait(lambda: table.returncode(ghost.pid) is not None, 30, "ghost-0 stopped by the agent")
-        assert table.find("ghost-0") is None and live_copies(lv, "kept-0") == ["h1"]
+        # stopped, then its pid file removed (the agent's stop removes it just after the process ends)
+        await lv.wait(lambda: table.returncode(ghost.pid) is not None and table.find("ghost-0") is None, 30,
+                      "ghost-0 stopped by the agent")
+        assert live_copies(lv, "kept-0") == ["h1"]
         text = urllib.request.urlopen(f"http://{lv.stack.metrics['agent h1']}/metrics", timeout=10).read().decode()
         assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="gone"} 1.0' in text
     finally:
