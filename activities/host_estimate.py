@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names as c
+from activities.store import changes
 from activities.store.snapshot import load_snapshot
 from activities.store.tables import ModelFileRow, utcnow
 from scheduler.estimate import request_from_inputs
@@ -45,6 +46,7 @@ def record_paths(engine: Engine, path: str, present: list[str], missing: list[st
             row = s.get(ModelFileRow, (worker, path)) or ModelFileRow(worker=worker, source=path)
             row.state, row.updated_at = state, utcnow()
             s.add(row)
+        changes.bump(s, "", files=True)  # the snapshot caches reload model files: the local-path filter reads them
         s.commit()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from activities.payloads import InstanceRecord
+from activities.host_estimate import record_paths
 from activities.store import changes, ledger, records
 from activities.store.snapshot import load_snapshot
 from activities.store.snapshot_cache import SnapshotCache
@@ -27,6 +28,8 @@ def same(cache: SnapshotCache, engine) -> dict[str, int]:
 # (write, workers reloaded, instances reloaded) after the first full load
 STEPS = [
     ("a host joins", lambda e: records.upsert_worker(e, host("h2")), 1, 0),
+    ("hosts read a local path: h1 has it, h2 looked (model files only)",
+     lambda e: record_paths(e, "/models/m.gguf", ["h1"], ["h2"]), 0, 1),
     ("an instance is created", lambda e: records.create_instance(
         e, InstanceRecord(name="a-0", deployment="a", model="m", state="pending")), 0, 1),
     ("it is booked on h1: its row and h1's generation", lambda e: ledger.reserve(e, "a-0", plan("h1", 0, 10)), 1, 1),
