@@ -140,13 +140,7 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, seen: dict[str, 
             s.exec(delete(ReservationRow).where(ReservationRow.instance == instance))
         s.add_all(wanted)
         _bump(s, workers.values())
-        row = s.get(InstanceRow, instance)
-        if row is not None:
-            row.state, row.reason, row.updated_at = "scheduled", "", utcnow()
-            row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
-            row.placement = plan.model_dump(mode="json")
-            s.add(row)
-        changes.bump(s, instance)
+        _mark_scheduled(s, instance, plan)
         s.commit()
         return plan, True
 
@@ -192,15 +186,20 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
                 row.placement, row.reason, row.updated_at = None, reason, utcnow()
                 s.add(row)
             changes.bump(s, v)
-        row = s.get(InstanceRow, instance)
-        if row is not None:
-            row.state, row.reason, row.updated_at = "scheduled", "", utcnow()
-            row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
-            row.placement = plan.model_dump(mode="json")
-            s.add(row)
-        changes.bump(s, instance)
+        _mark_scheduled(s, instance, plan)
         s.commit()
         return plan, True
+
+
+def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan) -> None:
+    """The booked instance's row, in the booking's transaction: SCHEDULED with its placement."""
+    row = s.get(InstanceRow, instance)
+    if row is not None:
+        row.state, row.reason, row.updated_at = "scheduled", "", utcnow()
+        row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
+        row.placement = plan.model_dump(mode="json")
+        s.add(row)
+    changes.bump(s, instance)
 
 
 def _bump(s: Session, workers) -> None:
