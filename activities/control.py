@@ -119,20 +119,23 @@ from activities.rollout_probe import RolloutProbe  # noqa: E402  (the rollout's 
 class ControlActivities:
     def __init__(self, engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
                  metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, pending_recheck_s: float = 600.0):
         self.engine, self.client = engine, client
+        self.pending_recheck_s = pending_recheck_s
         self.limits = limits or Limits()
         self.metrics = metrics or ControlMetrics()
         self.policy = policy or PolicyConfig()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
         self.estimates = EstimateCache(hub_cache, hf_endpoint, self.limits.estimate_timeout_s)
         self.snapshots = SnapshotCache()  # refreshed incrementally by each decision
+        self.deciding = threading.Lock()  # one decision at a time: each sees the placements handed out before it
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
-                self.deployment_limits, self.tenant_problem, self.preempt_placement, self.victims_left] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
+                self.deployment_limits, self.tenant_problem, self.preempt_placement, self.victims_left,
+                self.sweep_queue] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -154,6 +157,13 @@ class ControlActivities:
     async def wake_pending(self) -> int:
         """Wake the heads of the PENDING queue that now fit, in queue order (activities/wake_queue.py)."""
         return await wake_queue.wake(self)
+
+    @activity.defn(name=c.SWEEP_QUEUE)
+    async def sweep_queue(self) -> float:
+        """The periodic sweep of the PENDING queue (workflows/queue_sweep.py); returns how long
+        to wait before the next, this worker's ``pending_recheck_s``."""
+        await wake_queue.wake(self, sweep=True)
+        return self.pending_recheck_s
 
     @activity.defn(name=c.SAVE_DEPLOYMENT)
     async def save_deployment(self, name: str, spec: dict, replicas: int, state: str) -> None:
@@ -181,20 +191,22 @@ class ControlActivities:
         spec = _spec(raw)
 
         try:
-            return await self._db(self._decide, instance, spec, None, inputs)
+            return await self._db(self._decide, instance, spec, inputs)
         except GpuflowError as e:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
 
-    def _decide(self, instance: str, spec: ModelSpec, bind=None, inputs: EstimateInputs | None = None) -> DecisionRecord:
+    def _decide(self, instance: str, spec: ModelSpec, inputs: EstimateInputs | None = None) -> DecisionRecord:
         """The placement with the tenant's verdict (activities/tenancy.py): over a limit it is not
         placed, the quota named first; a replica that does not fit may be placed by preemption,
-        its victims in the record."""
+        its victims in the record. Decisions in this process run one at a time, and a placement
+        handed out is assumed taken by the next until the store shows it booked (SnapshotCache.assume)."""
         req = self.estimates.get(spec, inputs)
-        bind = bind if bind is not None else self.engine
-        with self.metrics.decision_seconds.time():
-            snap, gens = self.snapshots.refresh(bind)  # gens read first: a change meanwhile reads as stale
-            adm, owners = tenancy.decide_with_tenants(bind, snap, spec, req, instance, self.policy)
-        rec = tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
+        with self.metrics.decision_seconds.time(), self.deciding:
+            snap, gens = self.snapshots.refresh(self.engine)
+            adm, owners = tenancy.decide_with_tenants(self.engine, snap, spec, req, instance, self.policy)
+            rec = tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
+            if rec.scheduled and rec.plan is not None and not rec.victims:
+                self.snapshots.assume(instance, spec.name, rec.plan)
         self.metrics.decisions.labels("over_quota" if adm.quota else "preempting" if rec.victims
                                       else "scheduled" if rec.scheduled else "unschedulable").inc()
         return rec
@@ -202,26 +214,17 @@ class ControlActivities:
     @activity.defn(name=c.RESERVE_PLACEMENT)
     async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,
                                 inputs: EstimateInputs | None = None) -> ReserveResult:
-        spec = _spec(raw)
+        _spec(raw)  # a spec that does not validate books nothing
         if isinstance(d, dict):  # called without ``inputs``: the SDK then decodes without type hints
             d = DecisionRecord.model_validate(d)
-        remade: list[DecisionRecord] = []
-
-        def redecide(session) -> PlacementPlan | None:
-            fresh = self._decide(instance, spec, session, inputs)
-            remade.append(fresh)
-            return fresh.plan if fresh.scheduled and not fresh.victims else None  # a preemption: decided again
-
+        if d.plan is None:
+            raise ApplicationError("a booking needs a plan", type="InvalidInput", non_retryable=True)
         try:
-            plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan, d.generations, redecide)
+            plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan)
         except ledger.StaleDecision as e:
             self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
-        except GpuflowError as e:  # a re-decision that found the model itself wrong
-            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
-        if remade:
-            self.metrics.conflicts.labels("remade").inc()
-        return ReserveResult(plan=plan, booked_now=now, remade=remade[-1] if remade else None)
+        return ReserveResult(plan=plan, booked_now=now)
 
     @activity.defn(name=c.PREEMPT_PLACEMENT)
     async def preempt_placement(self, instance: str, d: DecisionRecord) -> ReserveResult:
@@ -253,7 +256,7 @@ class ControlActivities:
     @activity.defn(name=c.RELEASE_PLACEMENT)
     async def release_placement(self, instance: str) -> int:
         n = await self._db(ledger.release, self.engine, instance)
-        if n:
+        if n or activity.info().attempt > 1:  # a retry finds nothing left to release, but the first try's wake may be lost
             await self.wake_pending()
         return n
 
@@ -305,13 +308,14 @@ class ControlActivities:
             released += await self._db(ledger.release, self.engine, n)
             hosts = ([worker] if worker else []) + [w for w in held if w != worker]
             closed.append(ClosedInstance(name=n, status=status, worker=worker, hosts=hosts))
-        if released:
+        if released or (closed and activity.info().attempt > 1):
             await self.wake_pending()
         return closed
 
     @activity.defn(name=c.HOST_SEEN)
     async def host_seen(self, report: HostReport) -> None:
-        if await self._db(records.upsert_worker, self.engine, report, "ready"):
+        changed = await self._db(records.upsert_worker, self.engine, report, "ready")
+        if changed or activity.info().attempt > 1:  # as release_placement: a retry may follow a lost wake
             await self.wake_pending()
 
     @activity.defn(name=c.DEPLOYMENT_LIMITS)

@@ -67,8 +67,8 @@ class ControlMetrics:
             "gpuflow_decision_seconds", "Time to make one placement decision (snapshot, filters, scoring).",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r)
         self.conflicts = Counter(
-            "gpuflow_reservation_conflicts", "Bookings whose snapshot had moved on: re-decided under the ledger's "
-            "locks (remade) or no longer placeable (rejected).", ["outcome"], registry=r)
+            "gpuflow_reservation_conflicts", "Bookings refused because the plan no longer fit the ledger "
+            "(rejected): the replica decides again.", ["outcome"], registry=r)
         self.preemptions = Counter(
             "gpuflow_preemptions", "Replicas preempted: their GPUs moved to a replica of ``tenant`` in one ledger "
             "transaction (scheduler/tenancy/preemption.py).", ["tenant", "victim_tenant"], registry=r)

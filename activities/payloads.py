@@ -62,12 +62,10 @@ class PreemptNotice(BaseModel):
 
 
 class ReserveResult(BaseModel):
-    """What the ledger booked: the decided plan, or, when its snapshot had gone stale, the plan
-    of a fresh decision made under the ledger's locks (``remade``)."""
+    """What the ledger booked (the decided plan), and whether this call booked it."""
 
     plan: PlacementPlan
     booked_now: bool
-    remade: DecisionRecord | None = None
 
 
 class EstimateRecord(BaseModel):

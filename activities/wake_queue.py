@@ -13,10 +13,14 @@ The rules (README, "The PENDING queue"):
 - Heads that now fit are woken in order, each booked on the cached snapshot before the next is
   tried; those that would take their tenant over a limit are not woken (the quota is their
   reason). BestEffortFIFO or StrictFIFO, as the tenants file says.
-- Safety net: a PENDING instance still re-decides every ``pending_recheck_s`` on its own.
+- Safety net: the queue is swept every ``pending_recheck_s`` (workflows/queue_sweep.py), waking
+  the heads that fit and the first waiting replica of each deployment; a PENDING replica keeps
+  no timer of its own (before the ``queue-sweep`` patch it re-decided on its own every period).
 
 Wakes in one process run one at a time; a wake asked for while another already waits for its
-turn is folded into that one, which reads the store after the change that asked for it."""
+turn is folded into that one, which reads the store after the change that asked for it (Turns).
+A wake waiting for its turn heartbeats, and the activities that wake (a release, a host seen)
+wake again on a retry, when the first try's wake may have been lost with it."""
 
 from __future__ import annotations
 
@@ -82,6 +86,18 @@ class Verdict:
 
     def to_signal(self) -> list[str]:
         return self.wake.woken + self.unknown
+
+    def to_sweep(self) -> list[str]:
+        """What the periodic sweep wakes (workflows/queue_sweep.py), a number that grows with the
+        deployments waiting, not their replicas: the heads that fit, and the first waiting replica
+        of each deployment (its request may not be known here; it may preempt; a new tenants file
+        may have raised its limit)."""
+        out, deps = list(self.wake.woken), set()
+        for r in self.order:
+            if r.deployment not in deps:
+                deps.add(r.deployment)
+                out.append(r.instance)
+        return list(dict.fromkeys(out))
 
     def reason(self, name: str) -> str:
         if name in self.unknown:
@@ -158,13 +174,36 @@ def ordered_replicas(replicas: list[Queued]) -> list[Queued]:
     return [by_name[w.instance] for w in ordered([r.waiting() for r in replicas])]
 
 
-@dataclass
-class _Turns:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    waiting: bool = False
+class Turns:
+    """One wake at a time per process. A wake asked for while another already waits for its turn
+    is folded into that one, which reads the store after the change that asked for it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.waiting = False
+
+    async def take(self, beat: Callable[[], None], every: float = 1.0, fold: bool = True) -> bool:
+        """True once the caller holds the turn (``release`` it after); False when folded into a
+        waiter (never with ``fold`` False). ``beat`` is called every ``every`` s of waiting (the
+        activity's heartbeat)."""
+        if self.waiting and fold:
+            return False
+        self.waiting = True
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self.lock.acquire(), timeout=every)
+                    return True
+                except asyncio.TimeoutError:
+                    beat()
+        finally:
+            self.waiting = False  # also when cancelled while waiting: a flag left set would fold every later wake away
+
+    def release(self) -> None:
+        self.lock.release()
 
 
-_turns: "weakref.WeakKeyDictionary[object, _Turns]" = weakref.WeakKeyDictionary()
+_turns: "weakref.WeakKeyDictionary[object, Turns]" = weakref.WeakKeyDictionary()
 
 
 def known_request(cache, spec: ModelSpec) -> Request | None:
@@ -176,25 +215,31 @@ def known_request(cache, spec: ModelSpec) -> Request | None:
     return req
 
 
-async def wake(acts) -> int:
+async def wake(acts, sweep: bool = False) -> int:
     """Signal the heads that now fit (and those whose request is unknown here); returns how many
-    were signalled. ``acts``: the ControlActivities (store, client, snapshot and estimate caches)."""
-    turns = _turns.setdefault(acts, _Turns())
-    if turns.waiting:
+    were signalled. ``acts``: the ControlActivities (store, client, snapshot and estimate caches).
+    ``sweep``: the periodic sweep's choice instead (Verdict.to_sweep); it is never folded away."""
+    turns = _turns.setdefault(acts, Turns())
+    if not await turns.take(_beat, fold=not sweep):
         return 0  # one already waits for its turn and will read this change
-    turns.waiting = True
-    async with turns.lock:
-        turns.waiting = False
-
+    try:
         def plan() -> Verdict:
             snap = acts.snapshots.refresh(acts.engine)[0]
             return judge(read(acts.engine), snap, lambda s: known_request(acts.estimates, s), acts.policy)
 
-        names = (await acts._db(plan)).to_signal()
+        verdict = await acts._db(plan)
+        names = verdict.to_sweep() if sweep else verdict.to_signal()
         for n in names:
-            activity.heartbeat()
+            _beat()
             try:
                 await acts.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
             except RPCError:
                 pass  # ended meanwhile
+    finally:
+        turns.release()
     return len(names)
+
+
+def _beat() -> None:
+    if activity.in_activity() and not activity.info().is_local:
+        activity.heartbeat()

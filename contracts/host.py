@@ -30,7 +30,7 @@ class Timings(BaseModel):
     settle_s: float = Field(3.0, ge=0, description="A command without {port} is up once it has lived this long. Default 3 s.")
     liveness_s: float = Field(10.0, ge=0, description="A RUNNING server's health is probed this often; 0 disables. Default 10 s.")
     liveness_failures: int = Field(3, ge=1, description="Missed probes in a row before the server is stopped and restarted. Default 3.")
-    pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: a PENDING instance re-decides at least this often. Default 600 s.")
+    pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: the PENDING queue is swept this often (the heads that fit, the first replica of each deployment). Default 600 s.")
     host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
     reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
     drain_timeout_s: float = Field(30.0, ge=0, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")

@@ -9,6 +9,7 @@ import os
 import signal
 from datetime import timedelta
 
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.control import ControlActivities
@@ -23,9 +24,18 @@ from workflows.autoscaler import AutoscalerWorkflow
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
+from workflows.queue_sweep import SWEEP_ID, QueueSweepWorkflow
 
 log = logging.getLogger("gpuflow.server")
-WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow]
+WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow, QueueSweepWorkflow]
+
+
+async def start_sweep(client) -> None:
+    """The PENDING queue's periodic sweep (workflows/queue_sweep.py): one per cluster, so a
+    server that finds it running keeps it."""
+    await client.start_workflow(QueueSweepWorkflow.run, id=SWEEP_ID, task_queue=CONTROL_QUEUE,
+                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                                static_summary="the PENDING queue's periodic sweep")
 
 
 def until_signalled() -> asyncio.Event:
@@ -47,7 +57,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
     metrics = ControlMetrics(engine)
     acts = ControlActivities(engine, client, settings.scheduler, metrics=metrics,
                              hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
-                             limits=settings.limits)
+                             limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
     async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS,
@@ -58,6 +68,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
                  engine.url.render_as_string(hide_password=True))
         print(f"gpuflow server: serving {CONTROL_QUEUE} at {settings.temporal.address}"
               + (f"; metrics on http://{addr[0]}:{addr[1]}/metrics" if addr else ""), flush=True)
+        await start_sweep(client)
         if ready:
             ready.set()
         await stop.wait()

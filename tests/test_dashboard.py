@@ -24,7 +24,7 @@ def exported(tmp_path) -> set[str]:
     db.init_db(engine)
     cm = ControlMetrics(engine)
     cm.decisions.labels("scheduled").inc()
-    cm.conflicts.labels("remade").inc()
+    cm.conflicts.labels("rejected").inc()
     report = HostReport(name="h", ram_total=1, gpus=[GPU(index=0, vram_total=8, vram_used=1)])
     am = AgentMetrics("h", lambda: report, ProcessTable(str(tmp_path / "agent")))
     am.launches.labels("h", "vllm", "false").inc()

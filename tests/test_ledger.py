@@ -39,25 +39,29 @@ def test_reserve_is_idempotent_and_release_symmetric(store):
     assert ledger.booked_per_gpu(engine) == {}
 
 
-def test_a_retried_booking_that_was_re_decided_books_again(store):
-    """The reserve activity committed a re-decided plan, then its worker died before reporting:
-    the retry brings the original plan and generations again. Its held lines differ from that plan
-    and the generations moved (its own booking bumped them), so it re-decides and books again: the
-    old lines must go before the new ones come, even when they are the same GPU (one unique key
-    per instance, worker and GPU; an INSERT flushed before the DELETE failed here forever)."""
-    from activities.store.snapshot import generations
-
+def test_a_plan_from_a_moved_snapshot_that_still_fits_is_booked_as_it_is(store):
+    """The workers moved on since the decision (another booking, an inventory report): the plan is
+    booked as decided while it still fits (the check guards capacity, not the generation), once."""
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
-    seen = generations(engine)
-    decided = plan("h1", 0, 10)  # the decision's plan: GPU 0
-    again = plan("h1", 1, 10)  # what the re-decision under the locks picks: GPU 1
+    decided = plan("h1", 0, 10)
     records.upsert_worker(engine, host("h1", gpus=2, gib=48))  # the inventory moved: generations bumped
-    booked, now = ledger.reserve(engine, "a-0", decided, seen, lambda s: again)
-    assert (booked, now) == (again, True)
-    booked, now = ledger.reserve(engine, "a-0", decided, seen, lambda s: again)  # the retry
-    assert (booked, now) == (again, True)
-    assert ledger.booked_per_gpu(engine) == {("h1", 1): 10 * GiB}  # held once
+    ledger.reserve(engine, "b-0", plan("h1", 1, 10))  # and a booking on the other GPU
+    assert ledger.reserve(engine, "a-0", decided) == (decided, True)
+    assert ledger.reserve(engine, "a-0", decided) == (decided, False)  # the retry: held already
+    assert ledger.booked_per_gpu(engine) == {("h1", 0): 10 * GiB, ("h1", 1): 10 * GiB}  # each held once
+
+
+def test_a_new_plan_replaces_the_held_lines_even_on_the_same_gpu(store):
+    """An instance placed again (its host was lost, its plan changed) books over what it held: the
+    old lines go before the new ones come, even on the same GPU (one unique key per instance,
+    worker and GPU; an INSERT flushed before the DELETE failed here forever)."""
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1", gpus=2, gib=48))
+    ledger.reserve(engine, "a-0", plan("h1", 0, 30))
+    again = plan("h1", 0, 40)  # the same GPU of 48 GiB: 30 + 40 > 48, so it fits only in place of its own 30
+    assert ledger.reserve(engine, "a-0", again) == (again, True)
+    assert ledger.booked_per_gpu(engine) == {("h1", 0): 40 * GiB}
 
 
 @pytest.mark.parametrize("first,second,fits", [

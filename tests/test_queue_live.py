@@ -18,7 +18,7 @@ import time
 
 import yaml
 
-from activities.store import records
+from activities.store import ledger, records
 from gpuflow import ops
 from tests.live import FAST, Live, spec, timings_env, write_inventory
 from tests.test_engine_launch import scrape
@@ -37,9 +37,9 @@ PLACED = ("scheduled", "downloading", "starting", "running")
 
 
 def decisions(lv: Live) -> int:
-    """Decide activities run so far, over both control-plane workers."""
+    """Decide activities run so far, over every control-plane worker."""
     n = 0
-    for k in ("server-0", "server-1"):
+    for k in [k for k in lv.stack.metrics if k.startswith("server-")]:
         got = scrape(lv.stack.metrics[k])
         n += sum(v for key, v in got.items() if key.startswith("gpuflow_decisions_total"))
     return int(n)
@@ -133,4 +133,34 @@ async def test_a_burst_of_50_is_admitted_in_queue_order_waking_only_the_heads(tm
         except subprocess.TimeoutExpired:
             sim.kill()
             sim.wait()
+        lv.close()
+
+
+async def test_the_sweep_wakes_one_replica_per_deployment_and_finds_a_lost_wake(tmp_path):
+    """The queue's safety net is one sweep per ``pending_recheck_s`` (the queue-sweep workflow),
+    not a timer per PENDING replica: 20 replicas waiting through several sweeps cost about one
+    decision per sweep, not one per replica per period. A release whose wake was lost (the
+    reservation dropped in the store behind the control plane's back, as when a worker dies
+    between its commit and its wake) is found by the next sweep."""
+    t = FAST.model_copy(update={"pending_recheck_s": 2})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("fill", vram_gib=20), t)
+        await lv.wait(lambda: lv.states("fill") == {"fill-0": "running"}, 60, "fill-0 RUNNING")
+        await ops.deploy(lv.client, spec("wait", vram_gib=20, replicas=20), t)
+        await lv.wait(lambda: len(lv.states("wait")) == 20 and all(
+            i.state == "pending" and i.reason.startswith("unschedulable") for i in lv.instances()
+            if i.name.startswith("wait-")), 120, "20 replicas PENDING, each with its first decision")
+        sweep = await lv.client.get_workflow_handle("queue-sweep").describe()
+        assert sweep.status.name == "RUNNING"
+        before, t0 = decisions(lv), time.monotonic()
+        await asyncio.sleep(8)  # about 4 sweeps at 2 s
+        cost, periods = decisions(lv) - before, (time.monotonic() - t0) / 2
+        # a timer per replica: 20 x 4 = 80 decisions; the sweep: the first replica, once a sweep
+        assert cost <= periods + 3 < 20, (cost, periods)
+        records_before = {i.name: i.state for i in lv.instances()}
+        ledger.release(lv.engine, "fill-0")  # the GPU freed in the store, and nobody told
+        await lv.wait(lambda: lv.states().get("wait-0") == "running", 60, "wait-0 placed by a sweep")
+        assert records_before["wait-0"] == "pending"
+    finally:
         lv.close()

@@ -11,6 +11,7 @@ from activities.store import changes, ledger, records
 from activities.store.snapshot import load_snapshot
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import occupancy
+from scheduler.units import GiB
 from tests.test_ledger import host, plan
 
 
@@ -111,3 +112,41 @@ def test_a_batch_of_first_rows_keeps_rows_written_since(store):
     assert records.create_instances(engine, recs) == []  # all three are
     assert {r.name: r.state for r in records.instances_of(engine)} == {"c-0": "running", "c-1": "pending",
                                                                        "c-2": "pending"}
+
+
+def test_an_assumed_placement_holds_its_gpu_until_the_store_shows_it_booked(store, monkeypatch):
+    """The decide activity hands out a plan and assumes it: the next decision here sees that GPU
+    taken although nothing is booked yet. The booking (a change to the instance) settles it: the
+    store's row then says what it holds, and a release frees the GPU at once. An assumption never
+    booked lapses after ASSUME_TTL_S."""
+    import activities.store.snapshot_cache as sc
+
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1", gpus=2, gib=24))
+    for n in ("a-0", "a-1"):
+        records.create_instance(engine, InstanceRecord(name=n, deployment="a", model="m", state="pending"))
+    cache = SnapshotCache()
+
+    def held() -> dict[str, tuple[str | None, list[int]]]:
+        snap, _ = cache.refresh(engine)
+        return {i.name: (i.worker, list(i.gpu_indexes)) for i in snap.instances}
+
+    def free_gpus() -> dict[int, int]:  # GiB free per GPU of h1, as the policy's sums see them
+        snap, _ = cache.refresh(engine)
+        return {i: v // GiB for i, v in occupancy.of(snap).allocatable["h1"].vram.items()}
+
+    assert free_gpus() == {0: 24, 1: 24}
+    cache.assume("a-0", "m", plan("h1", 0, 20))
+    assert held()["a-0"] == ("h1", [0]) and free_gpus() == {0: 4, 1: 24}  # 24 - 20: taken before it is booked
+    assert cache.assumed() == ["a-0"]
+    ledger.reserve(engine, "a-0", plan("h1", 0, 20))
+    assert free_gpus() == {0: 4, 1: 24} and cache.assumed() == []  # booked: the store's row now holds it
+    ledger.release(engine, "a-0")
+    assert free_gpus() == {0: 24, 1: 24}  # released: nothing assumed lingers
+
+    clock = [1000.0]
+    monkeypatch.setattr(sc.time, "monotonic", lambda: clock[0])
+    cache.assume("a-1", "m", plan("h1", 1, 10))
+    assert free_gpus() == {0: 24, 1: 14}
+    clock[0] += sc.ASSUME_TTL_S + 1  # never booked (its booking failed, its workflow went away)
+    assert free_gpus() == {0: 24, 1: 24} and cache.assumed() == []

@@ -5,6 +5,7 @@ and a store made before ``queued_at`` upgraded in place."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from activities.payloads import InstanceRecord
 from activities.store import changes, db, ledger, records, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from activities.store.tables import InstanceRow
+from activities import wake_queue
 from activities.wake_queue import UNKNOWN, judge, known_request, ordered_replicas, read
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
@@ -161,6 +163,23 @@ def test_an_unknown_request_is_woken_and_the_queue_costs_a_decision_per_spec(sto
     assert c.peek(spec) is None  # peeking costs nothing
 
 
+def test_a_sweep_wakes_the_fitting_heads_and_one_replica_per_deployment(store):
+    """The periodic sweep's choice grows with the deployments waiting, not their replicas: with
+    one slot free, the head that fits (many-0) and the first of every other deployment (twin-0,
+    g-0), out of 41 waiting."""
+    _, _, engine = store
+    seed(engine, 1)
+    enqueue(engine, "many", 30, tenant="dev")
+    enqueue(engine, "twin", 10, tenant="poc")
+    gguf = {"name": "g", "backend": "llama.cpp", "source": {"local_path": "/nowhere/g.gguf"}}
+    records.save_deployment(engine, "g", gguf, 1)
+    records.create_instance(engine, rec("g-0", "g", "pending"))  # costed from files: not known here
+    snap = SnapshotCache().refresh(engine)[0]
+    v = judge(read(engine), snap, lambda s: known_request(cache(), s))
+    assert len(v.order) == 41
+    assert v.to_sweep() == ["many-0", "twin-0", "g-0"]  # in queue order: dev, poc, then default (priority 0)
+
+
 def test_a_store_made_before_queued_at_is_upgraded(store):
     url, schema, engine = store
     with engine.begin() as c:
@@ -191,3 +210,25 @@ def test_gpuflow_queue_shows_positions_and_reasons(store):
     assert all(x["waiting_s"] >= 0 for x in got["queue"])
     shown = run()
     assert shown.returncode == 0 and "pr-0" in shown.stdout and "queueing: BestEffortFIFO" in shown.stdout
+
+
+async def test_turns_fold_waiters_and_survive_a_cancelled_one():
+    """One wake at a time: a second waits (heartbeating), a third is folded into the second. A
+    waiter cancelled while it waits (its activity timed out) must not leave the fold flag set, or
+    every later wake in the process would be folded into nobody and lost."""
+    turns, beats = wake_queue.Turns(), []
+    assert await turns.take(lambda: beats.append(1), every=0.02)  # the holder
+    second = asyncio.ensure_future(turns.take(lambda: beats.append(2), every=0.02))
+    await asyncio.sleep(0.1)  # 0.1 s of waiting at 0.02 s a beat: a few beats
+    assert not second.done() and 2 in beats
+    assert not await turns.take(lambda: None)  # folded into the second, which reads the store later
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    fourth = asyncio.ensure_future(turns.take(lambda: None, every=0.02))
+    await asyncio.sleep(0.05)
+    assert not fourth.done()  # waits for its turn: not folded away
+    turns.release()
+    assert await asyncio.wait_for(fourth, 1) is True
+    turns.release()
+    assert await turns.take(lambda: None)  # free again

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 RECORD_LOCAL = "record-local"  # the store writes of _record are local activities
+QUEUE_SWEEP = "queue-sweep"  # a PENDING replica waits for a wake (the sweep included) without a timer of its own
 PREEMPTION = preempt_steps.PATCH
 
 
@@ -286,9 +287,11 @@ class ModelInstanceWorkflow:
                     self.preempted_why, f"unschedulable: {reason}"]
                 await self._record("pending", "; ".join(x for x in parts if x),
                                    decision={"request": est.summary, "reasons": d.reasons[:20]})
+                # woken by a release, a host, or the queue's periodic sweep (workflows/queue_sweep.py);
+                # before that patch, by its own timer as well
+                timeout = None if workflow.patched(QUEUE_SWEEP) else c.secs(self.t.pending_recheck_s)
                 try:
-                    await workflow.wait_condition(lambda: self.woken or self.stop_requested,
-                                                  timeout=c.secs(self.t.pending_recheck_s))
+                    await workflow.wait_condition(lambda: self.woken or self.stop_requested, timeout=timeout)
                 except asyncio.TimeoutError:
                     pass
                 if inputs is not None and not self.stop_requested:  # a host that joined may hold the path
@@ -313,11 +316,8 @@ class ModelInstanceWorkflow:
                     continue  # capacity moved since the snapshot: decide again on a fresh one
                 await self._give_up(f"cannot book the placement: {c.cause(e)[1]}")
                 return False
-            if booked.remade is not None:
-                d = self.decision = booked.remade
             self.plan, self.preempted_why = booked.plan, ""
-            await self._record("scheduled", f"{d.strategy}: score {d.score}" + (
-                               " (re-decided at booking: the first snapshot was stale)" if booked.remade else ""),
+            await self._record("scheduled", f"{d.strategy}: score {d.score}",
                                decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
                                          "placement": d.plan.model_dump(mode="json")})
             return True

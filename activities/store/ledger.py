@@ -7,19 +7,19 @@ the policy used). A plan made on a stale snapshot fails with ``StaleDecision``, 
 decides again on a fresh one. On SQLite the transaction began with BEGIN IMMEDIATE and holds
 the database's write lock throughout.
 
-Every booking, release and inventory change bumps the worker's ``generation``. A plan decided
-on a snapshot whose workers have moved on since (``seen``) is stale even when it still fits (it
-may no longer be the best place: three replicas decided at once on an empty cluster would all
-pick the same GPU); ``reserve`` then asks ``redecide`` for a fresh decision, under the locks,
-and books that instead.
+Every booking, release and inventory change bumps the worker's ``generation`` (the snapshot
+cache reads what changed by it). A plan decided on a snapshot that has moved on since is booked
+as it is when it still fits: the check, not the generation, is what guards capacity, and a
+re-decision under the write lock would hold every other store write behind a whole decision.
+Replicas decided one after another in one control-plane process do not pick the same capacity
+(the snapshot cache's assumed placements); a plan that no longer fits fails with
+``StaleDecision`` and its replica decides again, outside any lock.
 
 Both legs are idempotent and keyed by instance: reserving the same plan twice books once;
 releasing twice (or releasing what was never reserved) is a no-op.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 from sqlalchemy import delete
 from sqlalchemy.engine import Engine
@@ -111,25 +111,15 @@ def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: lis
     return problems
 
 
-def reserve(engine: Engine, instance: str, plan: PlacementPlan, seen: dict[str, int] | None = None,
-            redecide: Callable[[Session], PlacementPlan | None] | None = None) -> tuple[PlacementPlan, bool]:
+def reserve(engine: Engine, instance: str, plan: PlacementPlan) -> tuple[PlacementPlan, bool]:
     """Book ``plan`` for ``instance``: returns (the plan booked, booked now?). False: this exact
-    plan was already held. With ``seen`` (worker generations of the decision's snapshot) and
-    ``redecide``, a stale plan is replaced by a fresh decision. Raises StaleDecision when what
-    would be booked does not fit (nothing is written)."""
+    plan was already held. Raises StaleDecision when it does not fit (nothing is written)."""
     wanted = plan_rows(instance, plan)
     with Session(engine) as s:
         held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
         if held and _same(held, wanted):
             return plan, False
         workers = _lock_workers(s, sorted({r.worker for r in wanted}))
-        if seen is not None and redecide is not None and any(
-                w.generation != seen.get(n) for n, w in workers.items()):
-            fresh = redecide(s)  # reads inside this transaction, under its locks
-            if fresh is None:
-                raise StaleDecision(f"instance {instance}: capacity changed since the decision, and nothing fits now")
-            plan, wanted = fresh, plan_rows(instance, fresh)
-            workers = _lock_workers(s, sorted({r.worker for r in wanted}))
         problems = check(workers, _booked(s, list(workers), instance), wanted)
         if problems:
             raise StaleDecision(f"instance {instance}: the plan no longer fits: " + "; ".join(problems))

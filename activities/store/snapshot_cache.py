@@ -2,25 +2,31 @@
 
 A refresh reads, in one session and in this order: every worker's generation (one narrow query),
 the change counter, the instances logged since the last refresh, and only the worker and
-instance rows that changed. The generations are read first, so a booking that lands during the
-refresh shows as a generation newer than the one recorded: the ledger sees the decision as
-stale and decides again (ledger.reserve). The cache can make a decision stale, never an
-overbooking: the ledger's check at reserve time reads the store, not the cache.
+instance rows that changed. The cache can make a decision stale, never an overbooking: the
+ledger's check at reserve time reads the store, not the cache, and a plan that no longer fits
+is decided again.
 
-No lock is held during database I/O (a refresh may run inside a ledger transaction that holds
-the SQLite write lock, while another thread's refresh waits for that lock): a refresh starts
-from the state it finds, builds a new one, and installs it when it is the newest.
+Assumed placements (the kube-scheduler's "assume"): a placement this process has just decided
+is laid over the snapshot as taken until the store shows a change to its instance made after the
+decision (its booking, or anything else) or ``ASSUME_TTL_S`` passes. Replicas decided one after
+another here then do not pick the same capacity, which the ledger would refuse for all but one.
+
+No lock is held during database I/O (one thread's refresh may wait for the database while
+another's runs): a refresh starts from the state it finds, builds a new one, and installs it
+when it is the newest.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from activities.payloads import PlacementPlan
 from activities.store import changes
 from activities.store.snapshot import DRAINING, LIVE, instance_model, session, worker_model
 from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
@@ -29,6 +35,7 @@ from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
 from scheduler.occupancy import Occupancy
 
 SHOWN = (*LIVE, DRAINING)  # the instances load_snapshot shows
+ASSUME_TTL_S = 30.0  # a placement decided here and never booked stops being assumed after this
 
 
 @dataclass
@@ -40,6 +47,14 @@ class _State:
     files: list[ModelFile] = field(default_factory=list)
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
     occupancy: Occupancy = occupancy.EMPTY  # the snapshot's sums, derived from the previous ones
+    changed: frozenset[str] | None = None  # instances changed since the state it was derived from; None: reloaded whole
+
+
+@dataclass(frozen=True)
+class _Assumed:
+    instance: Instance
+    seq: int  # the change number of the snapshot it was decided on
+    until: float  # monotonic deadline
 
 
 @dataclass
@@ -53,10 +68,12 @@ class SnapshotCache:
     def __init__(self) -> None:
         self._state = _State()
         self._lock = threading.Lock()
+        self._assumed: dict[str, _Assumed] = {}
         self.stats = RefreshStats()
 
     def refresh(self, bind: Engine | Session) -> tuple[ClusterSnapshot, dict[str, int]]:
-        """The snapshot as of now and the worker generations it reflects at least."""
+        """The snapshot as of now (with the placements assumed here laid over it) and the worker
+        generations it reflects at least."""
         with self._lock:
             old = self._state
         with session(bind) as s:
@@ -66,7 +83,36 @@ class SnapshotCache:
         with self._lock:
             if new.seq >= self._state.seq:
                 self._state = new
-        return new.snapshot, new.gens
+            assumed = self._settle(new)
+        if not assumed:
+            return new.snapshot, new.gens
+        return _overlay(new, assumed), new.gens
+
+    def assume(self, instance: str, model: str, plan: PlacementPlan) -> None:
+        """Lay ``plan`` over later snapshots as held by ``instance`` until the store shows it
+        booked (or anything else of the instance changing), or ASSUME_TTL_S passes."""
+        inst = Instance(name=instance, model=model, state="scheduled", worker=plan.worker,
+                        gpu_indexes=list(plan.gpu_indexes), claim=plan.claim.model_dump(),
+                        subordinates=[x.model_dump() for x in plan.subordinates])
+        with self._lock:
+            self._assumed[instance] = _Assumed(inst, self._state.seq, time.monotonic() + ASSUME_TTL_S)
+
+    def assumed(self) -> list[str]:
+        with self._lock:
+            return sorted(self._assumed)
+
+    def _settle(self, new: _State) -> list[Instance]:
+        """Forget the assumptions ``new`` shows settled or that expired; the rest (under the lock)."""
+        now = time.monotonic()
+        keep: dict[str, _Assumed] = {}
+        for name, a in self._assumed.items():
+            if a.until <= now:
+                continue
+            if new.seq > a.seq and (new.changed is None or name in new.changed):
+                continue  # changed, perhaps after the decision: the store says what it holds now
+            keep[name] = a
+        self._assumed = keep
+        return [a.instance for a in keep.values()]
 
     def _delta(self, s: Session, old: _State, gens: dict[str, int], seq: int) -> _State:
         changed_insts: set[str] | None = set()
@@ -77,8 +123,9 @@ class SnapshotCache:
             names, files_changed, complete = changes.since(s, old.seq)
             changed_insts = names if complete else None
         stale_workers = [n for n, g in gens.items() if old.gens.get(n) != g]
+        changed = None if changed_insts is None else frozenset(changed_insts)
         if not stale_workers and len(gens) == len(old.gens) and changed_insts == set() and not files_changed:
-            return _State(seq, old.gens, old.workers, old.instances, old.files, old.snapshot, old.occupancy)
+            return _State(seq, old.gens, old.workers, old.instances, old.files, old.snapshot, old.occupancy, changed)
         workers = {n: w for n, w in old.workers.items() if n in gens}
         for i in range(0, len(stale_workers), 500):
             for row in s.exec(select(WorkerRow).where(WorkerRow.name.in_(stale_workers[i:i + 500]))):
@@ -119,4 +166,20 @@ class SnapshotCache:
             # collection walk tens of thousands of cached objects (half a decision's time at 10,000
             # instances). Rare: the first load, or a cache behind the pruned log.
             gc.freeze()
-        return _State(seq, gens, workers, instances, files, snap, occ)
+        return _State(seq, gens, workers, instances, files, snap, occ, changed)
+
+
+def _overlay(state: _State, assumed: list[Instance]) -> ClusterSnapshot:
+    """``state``'s snapshot with the assumed placements in place of what the store shows of
+    those instances (a PENDING row without a placement, usually)."""
+    by_name = {a.name: a for a in assumed}
+    base = state.snapshot
+    gone = [state.instances[n] for n in by_name if n in state.instances]
+    listed = [by_name.get(i.name, i) for i in base.instances]
+    listed += [a for a in assumed if a.name not in state.instances]
+    instances = dict(state.instances)
+    instances.update(by_name)
+    snap = ClusterSnapshot.model_construct(version=1, workers=base.workers, instances=listed,
+                                           model_files=base.model_files)
+    occupancy.remember(snap, state.occupancy.derive(base.workers, instances, gone, assumed))
+    return snap
