@@ -28,6 +28,7 @@ from activities import tenancy
 from activities.store import ledger, records, serving, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
+from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
 from scheduler.estimate import estimate_request
 from scheduler.limits import Limits
@@ -201,13 +202,23 @@ class ControlActivities:
         its victims in the record. Decisions in this process run one at a time, and a placement
         handed out is assumed taken by the next until the store shows it booked (SnapshotCache.assume)."""
         req = self.estimates.get(spec, inputs)
-        with self.metrics.decision_seconds.time(), self.deciding:
-            snap, gens = self.snapshots.refresh(self.engine)
+        def on(snap: ClusterSnapshot, gens: dict[str, int]) -> DecisionRecord:
             adm, owners = tenancy.decide_with_tenants(self.engine, snap, spec, req, instance, self.policy)
-            rec = tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
-            if rec.scheduled and rec.plan is not None and not rec.victims:
+            return tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
+
+        def placed(r: DecisionRecord) -> bool:
+            return r.scheduled and r.plan is not None and not r.victims
+
+        with self.metrics.decision_seconds.time(), self.deciding:
+            snap, base, gens = self.snapshots.views(self.engine)
+            rec = on(snap, gens)
+            if not placed(rec) and base is not None:  # what is only assumed may still fail: decide on the store
+                rec = on(base, gens)
+            if placed(rec):
                 self.snapshots.assume(instance, spec.name, rec.plan)
-        self.metrics.decisions.labels("over_quota" if adm.quota else "preempting" if rec.victims
+            else:
+                self.snapshots.forget(instance)
+        self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
                                       else "scheduled" if rec.scheduled else "unschedulable").inc()
         return rec
 
@@ -222,6 +233,7 @@ class ControlActivities:
         try:
             plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan)
         except ledger.StaleDecision as e:
+            self.snapshots.forget(instance)  # the promise failed: nobody here waits on it
             self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
         return ReserveResult(plan=plan, booked_now=now)

@@ -97,7 +97,7 @@ def main() -> None:
     p.add_argument("--mode", choices=["ok", "error", "hang"], default="ok")
     a = p.parse_args()
     uvicorn.run(make_app(a.name, a.token_s, a.mode), host=a.host, port=a.port, log_level="warning", access_log=False,
-                loop="uvloop", http="httptools")
+                loop="uvloop", http="httptools", timeout_graceful_shutdown=2)  # a hung request does not hold SIGTERM
 
 
 if __name__ == "__main__":

@@ -150,3 +150,33 @@ def test_an_assumed_placement_holds_its_gpu_until_the_store_shows_it_booked(stor
     assert free_gpus() == {0: 24, 1: 14}
     clock[0] += sc.ASSUME_TTL_S + 1  # never booked (its booking failed, its workflow went away)
     assert free_gpus() == {0: 24, 1: 24} and cache.assumed() == []
+
+
+def test_a_replica_never_waits_on_capacity_that_is_only_promised(store):
+    """One GPU; a-0's decision assumes it. a-1 decided next does not fit beside that promise, so it
+    is decided again on the store alone and gets the GPU too (a promise may fail: waiting PENDING on
+    it could wait for a wake that never comes). Whichever books second is refused by the ledger and
+    decides again; once a-0 is booked, a-1 does not fit, and says so."""
+    from activities.control import ControlActivities
+    from scheduler.spec import ModelSpec
+
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1", gpus=1, gib=24))
+    raw = {"name": "a", "backend": "custom", "run_command": "x {port}", "source": {"local_path": "/m/a"},
+           "resources": {"vram": 20 * GiB, "ram": GiB}}
+    records.save_deployment(engine, "a", raw, 2)
+    for n in ("a-0", "a-1"):
+        records.create_instance(engine, InstanceRecord(name=n, deployment="a", model="a", state="pending"))
+    acts = ControlActivities(engine, None)
+    spec = ModelSpec.model_validate(raw)
+    first = acts._decide("a-0", spec)
+    assert first.scheduled and first.plan.gpu_indexes == [0] and acts.snapshots.assumed() == ["a-0"]
+    second = acts._decide("a-1", spec)  # 20 + 20 > 24 beside the promise; the store alone: it fits
+    assert second.scheduled and second.plan.gpu_indexes == [0]
+    ledger.reserve(engine, "a-0", first.plan)
+    with pytest.raises(ledger.StaleDecision):
+        ledger.reserve(engine, "a-1", second.plan)
+    third = acts._decide("a-1", spec)
+    assert not third.scheduled and any("GPU" in r or "fit" in r for r in third.reasons), third.reasons
+    assert acts.snapshots.assumed() == []  # a-0 booked (seen by the refresh), a-1 not placed: nothing assumed
+    acts.pool.shutdown()

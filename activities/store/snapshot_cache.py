@@ -10,6 +10,9 @@ Assumed placements (the kube-scheduler's "assume"): a placement this process has
 is laid over the snapshot as taken until the store shows a change to its instance made after the
 decision (its booking, or anything else) or ``ASSUME_TTL_S`` passes. Replicas decided one after
 another here then do not pick the same capacity, which the ledger would refuse for all but one.
+An assumption is a promise that may fail (its booking refused), so a replica that does not fit
+beside the assumed placements is decided again on the store's snapshot alone: it never waits
+PENDING, or takes a quota reason, for capacity that is only promised (``views``).
 
 No lock is held during database I/O (one thread's refresh may wait for the database while
 another's runs): a refresh starts from the state it finds, builds a new one, and installs it
@@ -74,6 +77,12 @@ class SnapshotCache:
     def refresh(self, bind: Engine | Session) -> tuple[ClusterSnapshot, dict[str, int]]:
         """The snapshot as of now (with the placements assumed here laid over it) and the worker
         generations it reflects at least."""
+        snap, _, gens = self.views(bind)
+        return snap, gens
+
+    def views(self, bind: Engine | Session) -> tuple[ClusterSnapshot, ClusterSnapshot | None, dict[str, int]]:
+        """(the snapshot with the assumed placements laid over it, the store's snapshot alone when
+        any are assumed (else None), the worker generations)."""
         with self._lock:
             old = self._state
         with session(bind) as s:
@@ -85,8 +94,8 @@ class SnapshotCache:
                 self._state = new
             assumed = self._settle(new)
         if not assumed:
-            return new.snapshot, new.gens
-        return _overlay(new, assumed), new.gens
+            return new.snapshot, None, new.gens
+        return _overlay(new, assumed), new.snapshot, new.gens
 
     def assume(self, instance: str, model: str, plan: PlacementPlan) -> None:
         """Lay ``plan`` over later snapshots as held by ``instance`` until the store shows it
@@ -96,6 +105,12 @@ class SnapshotCache:
                         subordinates=[x.model_dump() for x in plan.subordinates])
         with self._lock:
             self._assumed[instance] = _Assumed(inst, self._state.seq, time.monotonic() + ASSUME_TTL_S)
+
+    def forget(self, instance: str) -> None:
+        """Its placement is no longer assumed (its booking failed, or it decided again and was
+        not placed)."""
+        with self._lock:
+            self._assumed.pop(instance, None)
 
     def assumed(self) -> list[str]:
         with self._lock:

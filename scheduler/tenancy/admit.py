@@ -8,8 +8,8 @@ control plane's decide activity passes in the snapshot, the tenants file and who
 3. Otherwise, when preemption could apply (its tenant has a guarantee, or it has a deployment of
    lower priority), preemption.plan looks for the fewest victims; the decision then carries them.
 
-What the tenant uses never counts the replica itself: it may hold a reservation while it
-decides again (a booking re-made under the ledger's locks)."""
+What the tenant uses never counts the replica itself: it may hold a reservation (or an assumed
+placement) while it decides again."""
 
 from __future__ import annotations
 
