@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
-                                 InstanceRecord, PlacementPlan, ReserveResult, ScaleDownOrder)
+                                 InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import wake_queue
 from activities.host_estimate import HostPathActivities, request_from_host
@@ -41,6 +41,7 @@ from scheduler.summary import request_summary, summary_text
 from activities import names as c
 
 TOP_CANDIDATES = 10
+PLACE_TRIES = 3  # decisions the place activity makes while the ledger refuses its plans, before it fails and is retried
 
 
 class EstimateCache:
@@ -136,7 +137,7 @@ class ControlActivities:
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
                 self.deployment_limits, self.tenant_problem, self.preempt_placement, self.victims_left,
-                self.sweep_queue] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
+                self.sweep_queue, self.place_replica] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
@@ -221,6 +222,38 @@ class ControlActivities:
         self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
                                       else "scheduled" if rec.scheduled else "unschedulable").inc()
         return rec
+
+    @activity.defn(name=c.PLACE_REPLICA)
+    async def place_replica(self, instance: str, raw: dict, inputs: EstimateInputs | None = None) -> PlaceResult:
+        """Decide and book in one call (workflows/place_steps.py); the booking records the row
+        SCHEDULED with the decision, as the workflow's own record did. A plan the ledger refuses
+        (the capacity moved since the snapshot) is decided again here, up to PLACE_TRIES times;
+        then the activity fails and is retried with backoff. A decision that does not place the
+        replica outright (it does not fit, a quota, victims to preempt) is returned unbooked."""
+        spec = _spec(raw)
+        est = None
+        for _ in range(PLACE_TRIES):
+            try:
+                d = await self._db(self._decide, instance, spec, inputs)
+            except GpuflowError as e:
+                raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
+            if est is None:  # what _decide costed (cached): the workflow needs no estimate activity of its own
+                s = request_summary(self.estimates.get(spec, inputs))
+                est = EstimateRecord(model=spec.name, request=s, summary=summary_text(s))
+            if not d.scheduled or d.plan is None or d.victims:
+                return PlaceResult(decision=d, estimate=est)
+            recorded = {"request": est.summary, "strategy": d.strategy, "score": d.score,
+                        "placement": d.plan.model_dump(mode="json")}  # what the workflow recorded itself before
+            try:
+                plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan,
+                                           f"{d.strategy}: score {d.score}", recorded)
+            except ledger.StaleDecision:
+                self.snapshots.forget(instance)
+                self.metrics.conflicts.labels("rejected").inc()
+                continue
+            return PlaceResult(decision=d, booked=ReserveResult(plan=plan, booked_now=now), estimate=est)
+        raise ApplicationError(f"instance {instance}: the capacity moved under {PLACE_TRIES} decisions in a row",
+                               type="StaleDecision")
 
     @activity.defn(name=c.RESERVE_PLACEMENT)
     async def reserve_placement(self, instance: str, raw: dict, d: DecisionRecord,

@@ -74,6 +74,15 @@ class EstimateRecord(BaseModel):
     summary: str
 
 
+class PlaceResult(BaseModel):
+    """The place activity's result: the decision, and the booking when it placed the replica
+    (none when it does not fit, is over a quota, or is to be placed by preemption)."""
+
+    decision: DecisionRecord
+    booked: ReserveResult | None = None
+    estimate: EstimateRecord | None = None  # the request it decided with (the workflow skips its own estimate when the spec states it)
+
+
 class InstanceFields(BaseModel):
     """One instance as it is now: what the store keeps and the workflow's query answers."""
 

@@ -8,7 +8,8 @@ Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host). Per bu
 placements/s to RUNNING and their ratio to the trivial one-activity workflow ceiling measured in
 the same run (bench/trivial_workflow.py), p50/p95 PENDING -> RUNNING, the mean and p95 of
 gpuflow_decision_seconds over the burst (from the control plane's /metrics), and the RSS of the
-Temporal server, the control-plane worker and the simulator. Asserts nothing. On a loaded
+Temporal server, the control-plane worker and the simulator, and the CPU each (and this bench,
+which polls the store) used during the burst. Asserts nothing. On a loaded
 machine, compare the ratios of one run, and run smaller (--hosts 20 --bursts 100,200)."""
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def rss_mib(pid: int) -> float:
         with open(f"/proc/{pid}/status") as f:
             return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024
     except (OSError, StopIteration):
+        return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
         return float("nan")
 
 
@@ -125,12 +136,16 @@ async def main(a) -> None:
         procs = {"temporal server": stack.temporal.proc.pid, "control-plane worker": server.pid, "simulator": sim.pid}
         for k, n in enumerate(int(x) for x in a.bursts.split(",")):
             h0 = decision_hist(metrics)
+            c0 = {name: cpu_s(pid) for name, pid in {**procs, "this bench": os.getpid()}.items()}
             r = await burst(engine, client, f"b{k}", n)
             h1 = decision_hist(metrics)
+            used = {name: cpu_s(pid) - c0[name] for name, pid in {**procs, "this bench": os.getpid()}.items()}
             print(f"burst of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
                   f"ratio to ceiling {r['per_s'] / ceil:.2f}")
             print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
             print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
+            print(f"  CPU during the burst ({r['wall']:.1f} s): " + ", ".join(
+                f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
     finally:
         if sim is not None and sim.poll() is None:
             sim.send_signal(2)

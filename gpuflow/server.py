@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.control import ControlActivities
 from activities.payloads import CONTROL_QUEUE
@@ -28,6 +29,12 @@ from workflows.queue_sweep import SWEEP_ID, QueueSweepWorkflow
 
 log = logging.getLogger("gpuflow.server")
 WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow, QueueSweepWorkflow]
+# The sandbox re-imports every module a workflow imports (and that is not passed through) for each
+# new workflow run: at a burst that was a third of this process's CPU, most of it compiling
+# gpuflow's workflow modules again. They hold no state between runs and make no calls the sandbox
+# forbids, so they are passed through like the standard library; the sandbox's runtime checks still
+# apply, and the tests replay recorded histories under the full sandbox (tests/test_control_plane.py).
+RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
 
 
 async def start_sweep(client) -> None:
@@ -60,7 +67,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
                              limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
-    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS,
+    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, workflow_runner=RUNNER,
                       activities=acts.all() + AutoscaleActivities(acts, client, settings.capacity_hook).all(),
                       max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
                       graceful_shutdown_timeout=timedelta(seconds=5)):

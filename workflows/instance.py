@@ -1,12 +1,12 @@
 """ModelInstanceWorkflow (id ``instance/<name>``): one replica's whole life.
 
-PENDING -> ANALYZING (estimate) -> decide -> reserve -> SCHEDULED -> launch on the host's queue
--> STARTING -> RUNNING -> supervise. A process exit gives ERROR and a restart on the same host
+PENDING -> ANALYZING (estimate) -> decide and book (place_steps.py) -> SCHEDULED -> launch on the
+host's queue -> STARTING -> RUNNING -> supervise. A process exit gives ERROR and a restart on the same host
 after min(base * 2^(n-1), cap) seconds. A host that stops answering gives UNREACHABLE; if it is
 back within the grace period the process is adopted (or restarted) there, otherwise the
 reservation is released and the instance is placed elsewhere. An unschedulable instance waits
 PENDING with its reasons until a ``capacity_changed`` signal (a release, a host joining or
-changing). ``stop`` stops the process, releases the reservation and ends the workflow.
+changing, the queue's sweep). ``stop`` stops the process, releases the reservation and ends the workflow.
 
 Preemption (scheduler/tenancy/preemption.py): a decision may place the replica by taking the GPUs
 of victims. The ledger moves them in one transaction; the preemptor then signals each victim
@@ -28,10 +28,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.payloads import (DecisionRecord, EstimateRecord, InstanceInput, InstanceRecord, InstanceView,
-                                     PreemptNotice, ReserveResult, host_queue)
+    from activities.payloads import DecisionRecord, InstanceInput, InstanceRecord, InstanceView, PreemptNotice, host_queue
     from scheduler.naming import name_problem
-    from scheduler.estimate import needs_files
     from scheduler.spec import ModelSpec
     from scheduler.topology_policy import wants_pinning
     from worker_agent import payloads as hp
@@ -39,12 +37,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import one_input
-    from workflows import model_read
-    from workflows import preempt_steps
+    from workflows import place_steps, preempt_steps
+    from workflows.place_steps import backoff
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 RECORD_LOCAL = "record-local"  # the store writes of _record are local activities
-QUEUE_SWEEP = "queue-sweep"  # a PENDING replica waits for a wake (the sweep included) without a timer of its own
 PREEMPTION = preempt_steps.PATCH
 
 
@@ -54,11 +51,6 @@ class HostTrouble(Exception):
     def __init__(self, kind: str, host: str, why: str):
         super().__init__(why)
         self.kind, self.host, self.why = kind, host, why
-
-
-def backoff(n: int, base: float, cap: float) -> float:
-    """Seconds before restart n (1-based): min(base * 2^(n-1), cap)."""
-    return min(base * 2 ** max(n - 1, 0), cap)
 
 
 @workflow.defn(name="ModelInstanceWorkflow")
@@ -128,6 +120,17 @@ class ModelInstanceWorkflow:
         return list(self.plan.gpu_indexes) if self.plan else []
 
     # --- store and search attributes ------------------------------------------------------------
+    def _recorded_by_store(self, state: str, reason: str) -> None:
+        """An activity wrote the row (the booking): this workflow's state and search attributes follow."""
+        self.state, self.reason = state, reason
+        self._recorded = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
+        self._attributes(state)
+
+    def _attributes(self, state: str) -> None:
+        workflow.upsert_search_attributes([
+            c.SA_STATE.value_set(state.upper()),
+            c.SA_WORKER.value_set(self.worker) if self.worker else c.SA_WORKER.value_unset()])
+
     async def _record(self, state: str, reason: str = "", decision: dict | None = None,
                       file_state: str | None = None) -> None:
         self.state, self.reason = state, reason
@@ -135,9 +138,7 @@ class ModelInstanceWorkflow:
         if key == self._recorded and decision is None and file_state is None:
             return
         self._recorded = key
-        workflow.upsert_search_attributes([
-            c.SA_STATE.value_set(state.upper()),
-            c.SA_WORKER.value_set(self.worker) if self.worker else c.SA_WORKER.value_unset()])
+        self._attributes(state)
         rec = InstanceRecord(
             name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
             worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
@@ -196,7 +197,7 @@ class ModelInstanceWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 workflow.continue_as_new(self.inp.model_copy(update={"restarts": self.restarts, "placement": self.plan,
                                                                      "decision": self.decision}))
-            if self.plan is None and not await self._place(spec):
+            if self.plan is None and not await place_steps.place(self, spec):
                 continue
             if self.preempted is not None:  # arrived while it was placing: give way first
                 continue
@@ -232,96 +233,6 @@ class ModelInstanceWorkflow:
                                               timeout=c.secs(delay))
             except asyncio.TimeoutError:
                 pass
-
-    async def _place(self, spec: ModelSpec) -> bool:
-        """Estimate, decide, reserve. True once a placement is held; False when stopping."""
-        await self._record("analyzing")
-        inputs = None  # a local path as a GPU host read it (model_read.py): passed to every costing activity
-        if needs_files(spec) and workflow.patched(model_read.PATCH):
-            inputs = await model_read.read_model(self, spec)
-            if inputs is None:
-                return False
-        extra = [inputs] if inputs is not None else []
-        tries = 0
-        while True:
-            h = workflow.start_activity(
-                c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord,
-                start_to_close_timeout=c.secs(600), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError", "InvalidSpec"]))
-            await workflow.wait_condition(lambda: h.done() or self.stop_requested)
-            if not h.done():  # stopped while estimating: the estimate is cancelled (its process killed)
-                h.cancel()
-                return False
-            try:
-                est: EstimateRecord = await h
-                break
-            except ActivityError as e:
-                kind, msg = c.cause(e)
-                if kind != "HubUnreachable":  # the model itself is wrong: wait for a new spec
-                    await self._record("error", f"cannot estimate the model: {msg}")
-                    await workflow.wait_condition(lambda: self.stop_requested)
-                    return False
-                tries += 1  # the hub did not answer: try again later
-                delay = backoff(tries, self.t.restart_base_s, self.t.restart_cap_s)
-                await self._record("error", f"cannot estimate the model: {msg}; trying again in {delay:g} s")
-                try:
-                    await workflow.wait_condition(lambda: self.stop_requested, timeout=c.secs(delay))
-                    return False
-                except asyncio.TimeoutError:
-                    pass
-        while not self.stop_requested:
-            self.woken = False
-            try:
-                d: DecisionRecord = await workflow.execute_activity(
-                    c.DECIDE_PLACEMENT, args=[self.inp.name, self.inp.spec, *extra], result_type=DecisionRecord,
-                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                    summary=f"decide {self.inp.name}")
-            except ActivityError as e:
-                await self._give_up(f"cannot place the model: {c.cause(e)[1]}")
-                return False
-            self.decision = d
-            if not d.scheduled or d.plan is None:
-                shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
-                reason = "; ".join(d.reasons[:shown]) or "no candidate"
-                parts = [reason, self.preempted_why] if d.decision.get("quota") else [  # a quota leads, as it is
-                    self.preempted_why, f"unschedulable: {reason}"]
-                await self._record("pending", "; ".join(x for x in parts if x),
-                                   decision={"request": est.summary, "reasons": d.reasons[:20]})
-                # woken by a release, a host, or the queue's periodic sweep (workflows/queue_sweep.py);
-                # before that patch, by its own timer as well
-                timeout = None if workflow.patched(QUEUE_SWEEP) else c.secs(self.t.pending_recheck_s)
-                try:
-                    await workflow.wait_condition(lambda: self.woken or self.stop_requested, timeout=timeout)
-                except asyncio.TimeoutError:
-                    pass
-                if inputs is not None and not self.stop_requested:  # a host that joined may hold the path
-                    inputs = await model_read.read_model(self, spec)
-                    if inputs is None:
-                        return False
-                    extra = [inputs]
-                continue
-            if d.victims and workflow.patched(PREEMPTION):
-                got = await preempt_steps.preempt(self, d, est)
-                if got is None:
-                    continue  # a victim or the capacity moved: decide again
-                return got
-            try:
-                booked: ReserveResult = await workflow.execute_activity(
-                    c.RESERVE_PLACEMENT, args=[self.inp.name, self.inp.spec, d, *extra], result_type=ReserveResult,
-                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
-                                             non_retryable_error_types=["StaleDecision"]))
-            except ActivityError as e:
-                if c.cause(e)[0] == "StaleDecision":
-                    continue  # capacity moved since the snapshot: decide again on a fresh one
-                await self._give_up(f"cannot book the placement: {c.cause(e)[1]}")
-                return False
-            self.plan, self.preempted_why = booked.plan, ""
-            await self._record("scheduled", f"{d.strategy}: score {d.score}",
-                               decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
-                                         "placement": d.plan.model_dump(mode="json")})
-            return True
-        return False
 
     def _launch_request(self, spec: ModelSpec) -> hp.LaunchRequest:
         claim = self.plan.claim

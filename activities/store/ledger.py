@@ -111,9 +111,11 @@ def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: lis
     return problems
 
 
-def reserve(engine: Engine, instance: str, plan: PlacementPlan) -> tuple[PlacementPlan, bool]:
+def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = "",
+            decision: dict | None = None) -> tuple[PlacementPlan, bool]:
     """Book ``plan`` for ``instance``: returns (the plan booked, booked now?). False: this exact
-    plan was already held. Raises StaleDecision when it does not fit (nothing is written)."""
+    plan was already held. Raises StaleDecision when it does not fit (nothing is written). The
+    instance's row is SCHEDULED in the same transaction, with ``reason`` and ``decision``."""
     wanted = plan_rows(instance, plan)
     with Session(engine) as s:
         held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
@@ -130,7 +132,7 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan) -> tuple[Placeme
             s.exec(delete(ReservationRow).where(ReservationRow.instance == instance))
         s.add_all(wanted)
         _bump(s, workers.values())
-        _mark_scheduled(s, instance, plan)
+        _mark_scheduled(s, instance, plan, reason, decision)
         s.commit()
         return plan, True
 
@@ -181,13 +183,17 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
         return plan, True
 
 
-def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan) -> None:
-    """The booked instance's row, in the booking's transaction: SCHEDULED with its placement."""
+def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str = "",
+                    decision: dict | None = None) -> None:
+    """The booked instance's row, in the booking's transaction: SCHEDULED with its placement,
+    out of the PENDING queue (a later return is a new arrival)."""
     row = s.get(InstanceRow, instance)
     if row is not None:
-        row.state, row.reason, row.updated_at = "scheduled", "", utcnow()
+        row.state, row.reason, row.updated_at, row.queued_at = "scheduled", reason, utcnow(), None
         row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
         row.placement = plan.model_dump(mode="json")
+        if decision is not None:
+            row.decision = decision
         s.add(row)
     changes.bump(s, instance)
 

@@ -1,0 +1,78 @@
+"""The place activity (decide and book in one call, workflows/place_steps.py) on the real store,
+run by Temporal's ActivityEnvironment: it books what it decides, returns a decision that does not
+place the replica unbooked, and decides again when the ledger refuses its plan because another
+control-plane worker booked the same GPU in between."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.control import ControlActivities
+from activities.payloads import InstanceRecord
+from activities.store import ledger, records
+from scheduler.units import GiB
+from tests.test_ledger import host
+
+RAW = {"name": "a", "backend": "custom", "run_command": "x {port}", "source": {"local_path": "/m/a"},
+       "resources": {"vram": 20 * GiB, "ram": GiB}}  # 20 GiB: one replica a 24 GiB GPU
+
+
+def seed(engine, gpus: int, names: list[str]) -> None:
+    records.upsert_worker(engine, host("h1", gpus=gpus, gib=24))
+    records.save_deployment(engine, "a", RAW, len(names))
+    for n in names:
+        records.create_instance(engine, InstanceRecord(name=n, deployment="a", model="a", state="pending"))
+
+
+async def test_place_books_what_it_decides_and_returns_the_rest_unbooked(store):
+    _, _, engine = store
+    seed(engine, 1, ["a-0", "a-1"])
+    acts = ControlActivities(engine, None)
+    try:
+        got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW)
+        assert got.booked is not None and got.booked.plan.gpu_indexes == [0] and got.decision.scheduled
+        assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB}
+        row = {r.name: r for r in records.instances_of(engine)}["a-0"]
+        assert row.state == "scheduled" and row.reason == f"{got.decision.strategy}: score {got.decision.score}"  # in the booking's transaction
+        assert row.decision["placement"]["gpu_indexes"] == [0] and row.queued_at is None
+        got = await ActivityEnvironment().run(acts.place_replica, "a-1", RAW)
+        assert got.booked is None and not got.decision.scheduled  # 20 + 20 > 24: it waits
+    finally:
+        acts.pool.shutdown()
+
+
+async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(store, monkeypatch):
+    """Two GPUs. This worker decides GPU 0 for a-0; before it books, the other control-plane
+    worker books b-0 there (its cache did not know). The ledger refuses a-0's plan; the same call
+    decides again and books GPU 1."""
+    _, _, engine = store
+    seed(engine, 2, ["a-0", "b-0"])
+    acts, other = ControlActivities(engine, None), ControlActivities(engine, None)
+    real = ledger.reserve
+    calls: list[str] = []
+
+    def reserve(engine_, instance, plan, *rest):
+        calls.append(f"{instance}@{plan.gpu_indexes}")
+        if instance == "a-0" and len(calls) == 1:
+            theirs = other._decide("b-0", acts_spec())
+            assert theirs.plan.gpu_indexes == plan.gpu_indexes  # it picked the same GPU
+            real(engine_, "b-0", theirs.plan)
+        return real(engine_, instance, plan, *rest)
+
+    monkeypatch.setattr(ledger, "reserve", reserve)
+    try:
+        got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW)
+        assert got.booked is not None
+        assert calls == ["a-0@[0]", "a-0@[1]"]  # refused on GPU 0, booked on GPU 1
+        assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB, ("h1", 1): 20 * GiB}
+        assert ledger.overbooked(engine) == []
+    finally:
+        acts.pool.shutdown()
+        other.pool.shutdown()
+
+
+def acts_spec():
+    from scheduler.spec import ModelSpec
+
+    return ModelSpec.model_validate(RAW)
