@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -20,6 +20,7 @@ from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, 
                                  InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import wake_queue
+from workflows.common import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
@@ -201,26 +202,33 @@ class ControlActivities:
         """The placement with the tenant's verdict (activities/tenancy.py): over a limit it is not
         placed, the quota named first; a replica that does not fit may be placed by preemption,
         its victims in the record. Decisions in this process run one at a time, and a placement
-        handed out is assumed taken by the next until the store shows it booked (SnapshotCache.assume)."""
+        handed out is assumed taken by the next until the store shows it booked (SnapshotCache.assume).
+        The store is read before the lock (the snapshot's changes, the owners): inside it there is
+        no I/O, only the policy, while the other decisions wait."""
         req = self.estimates.get(spec, inputs)
-        def on(snap: ClusterSnapshot, gens: dict[str, int]) -> DecisionRecord:
-            adm, owners = tenancy.decide_with_tenants(self.engine, snap, spec, req, instance, self.policy)
-            return tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
-
-        def placed(r: DecisionRecord) -> bool:
-            return r.scheduled and r.plan is not None and not r.victims
-
-        with self.metrics.decision_seconds.time(), self.deciding:
-            snap, base, gens = self.snapshots.views(self.engine)
-            rec = on(snap, gens)
-            if not placed(rec) and base is not None:  # what is only assumed may still fail: decide on the store
-                rec = on(base, gens)
-            if placed(rec):
-                self.snapshots.assume(instance, spec.name, rec.plan)
-            else:
-                self.snapshots.forget(instance)
+        with self.metrics.decision_seconds.time():
+            who = tenancy.owners_of(self.engine, spec)
+            self.snapshots.sync(self.engine)
+            with self.deciding:
+                rec = self._decide_locked(instance, spec, req, who)
         self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
                                       else "scheduled" if rec.scheduled else "unschedulable").inc()
+        return rec
+
+    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who) -> DecisionRecord:
+        def on(snap: ClusterSnapshot, gens: dict[str, int]) -> DecisionRecord:
+            adm, owners = tenancy.decide_with_tenants(self.engine, snap, spec, req, instance, self.policy, who)
+            return tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
+
+        snap, base, gens = self.snapshots.current()
+        rec = on(snap, gens)
+        placed = lambda r: r.scheduled and r.plan is not None and not r.victims  # noqa: E731
+        if not placed(rec) and base is not None:  # what is only assumed may still fail: decide on the store
+            rec = on(base, gens)
+        if placed(rec):
+            self.snapshots.assume(instance, spec.name, rec.plan)
+        else:
+            self.snapshots.forget(instance)
         return rec
 
     @activity.defn(name=c.PLACE_REPLICA)
@@ -317,6 +325,10 @@ class ControlActivities:
         await asyncio.gather(*(self.client.start_workflow(
             "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=TypedSearchAttributes([  # set at the start: the workflow need not upsert them
+                SearchAttributePair(SA_MODEL, str(inp.spec.get("name", ""))),
+                SearchAttributePair(SA_DEPLOYMENT, inp.deployment),
+                SearchAttributePair(SA_STATE, "PENDING")]),
             static_summary=f"replica {inp.name} of {inp.deployment}") for inp in inputs))
 
     @activity.defn(name=c.RANK_SCALE_DOWN)

@@ -31,8 +31,10 @@ def owners_of(bind: Engine | Session, spec: ModelSpec) -> tuple[TenantsFile, Own
 
 
 def decide_with_tenants(bind: Engine | Session, snap: ClusterSnapshot, spec: ModelSpec, req: Request,
-                        instance: str, policy: PolicyConfig) -> tuple[Admission, Owners]:
-    tf, o = owners_of(bind, spec)
+                        instance: str, policy: PolicyConfig,
+                        owners: tuple[TenantsFile, Owners] | None = None) -> tuple[Admission, Owners]:
+    """``owners``: owners_of(bind, spec), when the caller read it already (outside its lock)."""
+    tf, o = owners or owners_of(bind, spec)
     return admit(snap, spec, req, tf, o, instance, policy), o
 
 

@@ -121,10 +121,10 @@ class ModelInstanceWorkflow:
 
     # --- store and search attributes ------------------------------------------------------------
     def _recorded_by_store(self, state: str, reason: str) -> None:
-        """An activity wrote the row (the booking): this workflow's state and search attributes follow."""
+        """An activity wrote the row (the booking): this workflow's state follows. Its search
+        attributes follow with the next record (the launch's STARTING, in the same workflow task)."""
         self.state, self.reason = state, reason
         self._recorded = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
-        self._attributes(state)
 
     def _attributes(self, state: str) -> None:
         workflow.upsert_search_attributes([
@@ -165,8 +165,10 @@ class ModelInstanceWorkflow:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
         self._check_names(spec)
         self.source_key = spec.source.key
-        workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
-                                           c.SA_DEPLOYMENT.value_set(inp.deployment)])
+        have = workflow.info().typed_search_attributes
+        if have.get(c.SA_MODEL) != spec.name or have.get(c.SA_DEPLOYMENT) != inp.deployment:  # not set at the start
+            workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
+                                               c.SA_DEPLOYMENT.value_set(inp.deployment)])
         try:
             await self._live(spec)
         except asyncio.CancelledError:

@@ -83,6 +83,11 @@ class SnapshotCache:
     def views(self, bind: Engine | Session) -> tuple[ClusterSnapshot, ClusterSnapshot | None, dict[str, int]]:
         """(the snapshot with the assumed placements laid over it, the store's snapshot alone when
         any are assumed (else None), the worker generations)."""
+        self.sync(bind)
+        return self.current()
+
+    def sync(self, bind: Engine | Session) -> None:
+        """Read what changed in the store since the newest state here (the only I/O)."""
         with self._lock:
             old = self._state
         with session(bind) as s:
@@ -92,10 +97,18 @@ class SnapshotCache:
         with self._lock:
             if new.seq >= self._state.seq:
                 self._state = new
-            assumed = self._settle(new)
+            self._settle(new)
+
+    def current(self) -> tuple[ClusterSnapshot, ClusterSnapshot | None, dict[str, int]]:
+        """``views`` of the newest state read, without reading the store: a decision syncs first,
+        outside its lock, then takes this inside it (no I/O while the other decisions wait)."""
+        now = time.monotonic()
+        with self._lock:
+            state = self._state
+            assumed = [a.instance for a in self._assumed.values() if a.until > now]
         if not assumed:
-            return new.snapshot, None, new.gens
-        return _overlay(new, assumed), new.snapshot, new.gens
+            return state.snapshot, None, state.gens
+        return _overlay(state, assumed), state.snapshot, state.gens
 
     def assume(self, instance: str, model: str, plan: PlacementPlan) -> None:
         """Lay ``plan`` over later snapshots as held by ``instance`` until the store shows it
@@ -116,8 +129,8 @@ class SnapshotCache:
         with self._lock:
             return sorted(self._assumed)
 
-    def _settle(self, new: _State) -> list[Instance]:
-        """Forget the assumptions ``new`` shows settled or that expired; the rest (under the lock)."""
+    def _settle(self, new: _State) -> None:
+        """Forget the assumptions ``new`` shows settled or that expired (under the lock)."""
         now = time.monotonic()
         keep: dict[str, _Assumed] = {}
         for name, a in self._assumed.items():
@@ -127,7 +140,6 @@ class SnapshotCache:
                 continue  # changed, perhaps after the decision: the store says what it holds now
             keep[name] = a
         self._assumed = keep
-        return [a.instance for a in keep.values()]
 
     def _delta(self, s: Session, old: _State, gens: dict[str, int], seq: int) -> _State:
         changed_insts: set[str] | None = set()
