@@ -20,7 +20,7 @@ from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, 
                                  InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import wake_queue
-from workflows.common import SA_DEPLOYMENT, SA_MODEL, SA_STATE
+from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics

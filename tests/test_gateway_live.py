@@ -162,7 +162,8 @@ async def test_delete_lets_the_requests_in_flight_finish(stack, smollm2):
     await deploy(stack, smol("solo", 1, smollm2))
     async with client(stack) as c:
         calls = [asyncio.ensure_future(c.chat.completions.create(
-            model="solo", messages=[{"role": "user", "content": "Count from one to twenty."}], max_tokens=64))
+            model="solo", messages=[{"role": "user", "content": "Count from one to one hundred, one number a line."}],
+            max_tokens=200))  # long enough to be in flight when the drain starts, on a loaded machine too
             for _ in range(3)]
         await stack.wait(lambda: serving.in_flight(stack.engine, "solo-0") >= 1, 60, "requests in flight")
         await ops.delete(stack.client, "solo")

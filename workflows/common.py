@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
-SA_MODEL = SearchAttributeKey.for_keyword("GpuflowModel")
-SA_DEPLOYMENT = SearchAttributeKey.for_keyword("GpuflowDeployment")
-SA_WORKER = SearchAttributeKey.for_keyword("GpuflowWorker")
-SA_STATE = SearchAttributeKey.for_keyword("GpuflowState")
-SEARCH_ATTRIBUTES = [SA_MODEL, SA_DEPLOYMENT, SA_WORKER, SA_STATE]
+from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE, SA_WORKER, SEARCH_ATTRIBUTES  # noqa: F401
 
 from activities.names import *  # noqa: F401,F403  (activity names, one home)
 
