@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -20,7 +20,6 @@ from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, 
                                  InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import wake_queue
-from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
@@ -31,7 +30,7 @@ from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
-from scheduler.estimate import estimate_request
+from scheduler.estimate import estimate_request, states_resources
 from scheduler.limits import Limits
 from scheduler.estimate_inputs import EstimateInputs
 from scheduler.naming import name_problem
@@ -72,11 +71,11 @@ class EstimateCache:
         if hit is not None:
             return hit
         override = None
-        if path is None and not (spec.resources and spec.resources.vram is not None) and self.hub_cache:
+        if path is None and not states_resources(spec) and self.hub_cache:
             override = header_copy(spec.source, self.hub_cache, self.hf_endpoint)  # a hub model: its headers
         if inputs is not None:
             req = request_from_host(spec, inputs)
-        elif spec.resources and spec.resources.vram is not None:  # nothing to cost: no child needed
+        elif states_resources(spec):  # nothing to cost: no child needed
             req = estimate_request(spec, override)
         else:
             req = estimate_in_child(spec, override, self.timeout_s, cancel)
@@ -325,10 +324,6 @@ class ControlActivities:
         await asyncio.gather(*(self.client.start_workflow(
             "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=TypedSearchAttributes([  # set at the start: the workflow need not upsert them
-                SearchAttributePair(SA_MODEL, str(inp.spec.get("name", ""))),
-                SearchAttributePair(SA_DEPLOYMENT, inp.deployment),
-                SearchAttributePair(SA_STATE, "PENDING")]),
             static_summary=f"replica {inp.name} of {inp.deployment}") for inp in inputs))
 
     @activity.defn(name=c.RANK_SCALE_DOWN)

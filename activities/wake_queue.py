@@ -39,6 +39,7 @@ from activities.store import tenants
 from activities.store.tables import DeploymentRow, InstanceRow
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
+from scheduler.estimate import states_resources
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -210,7 +211,7 @@ def known_request(cache, spec: ModelSpec) -> Request | None:
     """What the decide activity costed for ``spec`` here; a spec stating its resources is
     estimated at once (nothing to read); otherwise None (unknown)."""
     req = cache.peek(spec)
-    if req is None and spec.resources and spec.resources.vram is not None:
+    if req is None and states_resources(spec):
         req = cache.get(spec)
     return req
 

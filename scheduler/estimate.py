@@ -78,15 +78,20 @@ def estimate_request(spec: ModelSpec, path_override: str | None = None) -> Reque
     return _flat_from_files(spec, path)
 
 
+def states_resources(spec: ModelSpec) -> bool:
+    """The spec states what a replica needs (``resources.vram``): costing it reads nothing."""
+    return spec.resources is not None and spec.resources.vram is not None
+
+
 def needs_files(spec: ModelSpec) -> bool:
     """Whether the estimate reads the model's local path (no ``resources.vram`` in the spec)."""
-    return bool(spec.source.local_path) and not (spec.resources and spec.resources.vram is not None)
+    return bool(spec.source.local_path) and not states_resources(spec)
 
 
 def request_from_inputs(spec: ModelSpec, inputs: EstimateInputs, params: ModelParameters | None = None) -> Request:
     """The request from what a host read of the spec's local path (``params``: its config.json
     through load_parameters, for a directory). Same result as estimate_request on the host."""
-    if spec.resources and spec.resources.vram is not None:
+    if states_resources(spec):
         r = spec.resources
         ram = r.ram if r.ram is not None else (claims.custom_ram_claim(r.vram) if spec.backend == Backend.CUSTOM else 0)
         return FlatRequest(vram=r.vram, ram=ram, basis="resources in the model spec", params=params)

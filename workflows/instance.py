@@ -165,10 +165,8 @@ class ModelInstanceWorkflow:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
         self._check_names(spec)
         self.source_key = spec.source.key
-        have = workflow.info().typed_search_attributes
-        if have.get(c.SA_MODEL) != spec.name or have.get(c.SA_DEPLOYMENT) != inp.deployment:  # not set at the start
-            workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
-                                               c.SA_DEPLOYMENT.value_set(inp.deployment)])
+        workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
+                                           c.SA_DEPLOYMENT.value_set(inp.deployment)])
         try:
             await self._live(spec)
         except asyncio.CancelledError:

@@ -6,9 +6,9 @@ are one activity (``place_replica``): the decision is booked in the same call, a
 ledger refuses (the capacity moved) is decided again there, and the booking writes the row
 SCHEDULED with the decision. A spec that states its resources is costed there too (nothing to
 read), without an estimate activity or an ANALYZING record: a replica of such a spec is placed in
-one activity round trip where it took three and two store writes. A replica that does not fit waits PENDING with its reasons
-until it is woken (a release, a host, the queue's sweep); one placed by preemption goes through
-preempt_steps."""
+one activity round trip where it took three, and two store writes fewer. A replica that does not
+fit waits PENDING with its reasons until it is woken (a release, a host, the queue's sweep); one
+placed by preemption goes through preempt_steps."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.payloads import DecisionRecord, EstimateRecord, PlaceResult, ReserveResult
-    from scheduler.estimate import needs_files
+    from scheduler.estimate import needs_files, states_resources
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import model_read, preempt_steps
@@ -97,7 +97,7 @@ async def place(wf, spec: ModelSpec) -> bool:
                 await wf._give_up(f"cannot book the placement: {c.cause(e)[1]}")
                 return False
         wf.plan, wf.preempted_why = booked.plan, ""
-        if folded:  # the booking wrote the row SCHEDULED, with the decision: only the search attributes here
+        if folded:  # the booking wrote the row SCHEDULED, with the decision; the launch's record upserts the state
             wf._recorded_by_store("scheduled", f"{d.strategy}: score {d.score}")
         else:
             await wf._record("scheduled", f"{d.strategy}: score {d.score}",
@@ -105,11 +105,6 @@ async def place(wf, spec: ModelSpec) -> bool:
                                        "placement": booked.plan.model_dump(mode="json")})
         return True
     return False
-
-
-def states_resources(spec: ModelSpec) -> bool:
-    """The spec states what a replica needs: costing it reads nothing and cannot fail on a hub."""
-    return spec.resources is not None and spec.resources.vram is not None
 
 
 async def _estimate(wf, extra: list) -> EstimateRecord | None:

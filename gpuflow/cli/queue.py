@@ -46,12 +46,12 @@ def cmd_queue(a) -> int:
     from activities.store.snapshot import load_snapshot
     from activities.wake_queue import judge, read
     from gpuflow.settings import Settings
-    from scheduler.estimate import estimate_request
+    from scheduler.estimate import estimate_request, states_resources
 
     engine = _store(a)
 
     def stated(spec):  # resources stated: nothing to read; otherwise unknown here
-        return estimate_request(spec) if spec.resources and spec.resources.vram is not None else None
+        return estimate_request(spec) if states_resources(spec) else None
 
     q = read(engine)
     v = judge(q, load_snapshot(engine), stated, Settings().scheduler)
