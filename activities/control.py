@@ -24,8 +24,9 @@ from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
+from activities.record_batch import RecordBatch
 from activities import tenancy
-from activities.store import ledger, records, serving, tenants
+from activities.store import db, ledger, records, serving, tenants
 from activities.store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.cluster import ClusterSnapshot
@@ -123,6 +124,7 @@ class ControlActivities:
                  metrics: ControlMetrics | None = None, hub_cache: str | None = None, hf_endpoint: str | None = None,
                  limits: Limits | None = None, pending_recheck_s: float = 600.0):
         self.engine, self.client = engine, client
+        self.reads = db.reader(engine)  # read-only transactions: on SQLite, beside the writers (db.py)
         self.pending_recheck_s = pending_recheck_s
         self.limits = limits or Limits()
         self.metrics = metrics or ControlMetrics()
@@ -130,6 +132,8 @@ class ControlActivities:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="gpuflow-store")
         self.estimates = EstimateCache(hub_cache, hf_endpoint, self.limits.estimate_timeout_s)
         self.snapshots = SnapshotCache()  # refreshed incrementally by each decision
+        self.rows = RecordBatch(lambda recs: asyncio.get_running_loop().run_in_executor(  # group commit
+            self.pool, records.record_instances, self.engine, recs))
         self.deciding = threading.Lock()  # one decision at a time: each sees the placements handed out before it
 
     def all(self) -> list:
@@ -143,7 +147,11 @@ class ControlActivities:
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane
         worker that dies mid-call is noticed within the heartbeat timeout, not start-to-close.
         A cancelled activity sets ``cancel``, for work that can stop (an estimate)."""
-        fut = asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return await self._heartbeating(asyncio.get_running_loop().run_in_executor(self.pool, fn, *args), cancel)
+
+    @staticmethod
+    async def _heartbeating(fut: asyncio.Future, cancel: threading.Event | None = None):
+        """``fut``'s result, heartbeating every second meanwhile (not in a local activity)."""
         while True:
             try:
                 done, _ = await asyncio.wait({fut}, timeout=1.0)
@@ -173,7 +181,7 @@ class ControlActivities:
 
     @activity.defn(name=c.RECORD_INSTANCE)
     async def record_instance(self, rec: InstanceRecord) -> None:
-        await self._db(records.record_instance, self.engine, rec)
+        await self._heartbeating(self.rows.record(rec))
 
     @activity.defn(name=c.ESTIMATE_MODEL)
     async def estimate_model(self, raw: dict, inputs: EstimateInputs | None = None) -> EstimateRecord:
@@ -206,8 +214,8 @@ class ControlActivities:
         no I/O, only the policy, while the other decisions wait."""
         req = self.estimates.get(spec, inputs)
         with self.metrics.decision_seconds.time():
-            who = tenancy.owners_of(self.engine, spec)
-            self.snapshots.sync(self.engine)
+            who = tenancy.owners_of(self.reads, spec)
+            self.snapshots.sync(self.reads)
             with self.deciding:
                 rec = self._decide_locked(instance, spec, req, who)
         self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims

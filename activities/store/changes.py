@@ -11,7 +11,7 @@ Workers need no log: each carries its own ``generation``.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, select
@@ -33,6 +33,9 @@ class ChangeRow(SQLModel, table=True):
     files: bool = False  # the write touched model_files too
 
 
+_COUNTER, _LOG = ChangeCounterRow.__table__, ChangeRow.__table__
+
+
 def ensure_counter(engine: Engine) -> None:
     with Session(engine) as s:
         if s.get(ChangeCounterRow, 1) is None:
@@ -45,15 +48,17 @@ def ensure_counter(engine: Engine) -> None:
 
 def bump(s: Session, instance: str, files: bool = False) -> int:
     """Record that ``instance`` (its row, its ledger lines, or with ``files`` its model files)
-    changed in the transaction of ``s``; returns the new change number."""
-    if s.exec(update(ChangeCounterRow).where(ChangeCounterRow.id == 1)
-              .values(seq=ChangeCounterRow.seq + 1)).rowcount == 0:
-        s.add(ChangeCounterRow(id=1, seq=1))  # a store made before the counter existed
-        s.flush()
-    seq = s.exec(select(ChangeCounterRow.seq).where(ChangeCounterRow.id == 1)).one()
-    s.add(ChangeRow(seq=seq, instance=instance, files=files))
+    changed in the transaction of ``s``; returns the new change number. Core statements, not the
+    ORM: this runs in every write transaction, and on SQLite the writers take turns (db.py)."""
+    conn = s.connection()
+    seq = conn.execute(update(_COUNTER).where(_COUNTER.c.id == 1).values(seq=_COUNTER.c.seq + 1)
+                       .returning(_COUNTER.c.seq)).scalar()
+    if seq is None:  # a store made before the counter existed
+        conn.execute(insert(_COUNTER).values(id=1, seq=1))
+        seq = 1
+    conn.execute(insert(_LOG).values(seq=seq, instance=instance, files=files))
     if seq % PRUNE_EVERY == 0:
-        s.exec(delete(ChangeRow).where(ChangeRow.seq <= seq - KEEP))
+        conn.execute(delete(_LOG).where(_LOG.c.seq <= seq - KEEP))
     return seq
 
 

@@ -21,7 +21,7 @@ releasing twice (or releasing what was never reserved) is a no-op.
 
 from __future__ import annotations
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -64,6 +64,11 @@ def _same(held: list[ReservationRow], wanted: list[ReservationRow]) -> bool:
     return sorted(map(key, held)) == sorted(map(key, wanted))
 
 
+def _held(s: Session, instance: str) -> list:
+    t = ReservationRow.__table__
+    return list(s.connection().execute(select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram).where(t.c.instance == instance)))
+
+
 def _lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
     stmt = select(WorkerRow).where(WorkerRow.name.in_(names)).order_by(WorkerRow.name)
     if session.get_bind().dialect.name != "sqlite":
@@ -74,8 +79,9 @@ def _lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
 def _booked(session: Session, workers: list[str], exclude: str | set[str]) -> dict[str, Allocated]:
     out: dict[str, Allocated] = {}
     gone = {exclude} if isinstance(exclude, str) else set(exclude)
-    stmt = select(ReservationRow).where(ReservationRow.worker.in_(workers), ReservationRow.instance.notin_(gone))
-    for r in session.exec(stmt):
+    t = ReservationRow.__table__  # columns, not ORM objects: this runs under the write lock of every booking
+    stmt = select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram).where(t.c.worker.in_(workers), t.c.instance.notin_(gone))
+    for r in session.connection().execute(stmt):
         a = out.setdefault(r.worker, Allocated())
         a.ram += r.ram
         if r.gpu_index >= 0:
@@ -118,7 +124,7 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = ""
     instance's row is SCHEDULED in the same transaction, with ``reason`` and ``decision``."""
     wanted = plan_rows(instance, plan)
     with Session(engine) as s:
-        held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
+        held = _held(s, instance)
         if held and _same(held, wanted):
             return plan, False
         workers = _lock_workers(s, sorted({r.worker for r in wanted}))
@@ -186,15 +192,14 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
 def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str = "",
                     decision: dict | None = None) -> None:
     """The booked instance's row, in the booking's transaction: SCHEDULED with its placement,
-    out of the PENDING queue (a later return is a new arrival)."""
-    row = s.get(InstanceRow, instance)
-    if row is not None:
-        row.state, row.reason, row.updated_at, row.queued_at = "scheduled", reason, utcnow(), None
-        row.worker, row.gpu_indexes = plan.worker, list(plan.gpu_indexes)
-        row.placement = plan.model_dump(mode="json")
-        if decision is not None:
-            row.decision = decision
-        s.add(row)
+    out of the PENDING queue (a later return is a new arrival). A Core statement: it runs under
+    the write lock of every booking."""
+    t = InstanceRow.__table__
+    vals = dict(state="scheduled", reason=reason, updated_at=utcnow(), queued_at=None, worker=plan.worker,
+                gpu_indexes=list(plan.gpu_indexes), placement=plan.model_dump(mode="json"))
+    if decision is not None:
+        vals["decision"] = decision
+    s.connection().execute(update(t).where(t.c.name == instance).values(**vals))
     changes.bump(s, instance)
 
 

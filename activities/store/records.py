@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import func, insert, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -49,26 +50,41 @@ QUEUED = ("pending", "analyzing")  # in the PENDING queue: ``queued_at`` (arriva
 
 
 def record_instance(engine: Engine, rec: InstanceRecord) -> None:
+    """Set the instance's row to ``rec`` (inserted if missing)."""
+    record_instances(engine, [rec])
+
+
+def record_instances(engine: Engine, recs: list[InstanceRecord]) -> None:
+    """Set each instance's row to its record, in order, in one transaction (one commit for a batch:
+    activities/record_batch.py). Core statements: the instance workflows write one at every state
+    change, and on SQLite the writers take turns (db.py)."""
+    now = utcnow()
+    t = InstanceRow.__table__
     with Session(engine) as s:
-        row = s.get(InstanceRow, rec.name) or InstanceRow(name=rec.name, deployment=rec.deployment)
-        row.deployment, row.model, row.state, row.reason = rec.deployment, rec.model, rec.state, rec.reason
-        row.worker, row.gpu_indexes, row.restarts = rec.worker, list(rec.gpu_indexes), rec.restarts
-        row.pid, row.port, row.address, row.updated_at = rec.pid, rec.port, rec.address, utcnow()
-        if rec.decision is not None:
-            row.decision = rec.decision
-        row.queued_at = (row.queued_at or utcnow()) if rec.state in QUEUED else None
-        s.add(row)
-        file_state = "ready" if rec.state == "running" else rec.model_file_state
-        if file_state and rec.worker and rec.model_source and not rec.model_source.startswith("/"):
-            # a server that came up there had its hub files there: the locality scorer prefers this host
-            # next time (a download under way or broken is recorded too). Local paths are not recorded:
-            # the local-path filter would read one sighting as "only there", while shared storage may
-            # hold them everywhere.
-            f = s.get(ModelFileRow, (rec.worker, rec.model_source)) or ModelFileRow(worker=rec.worker,
-                                                                                    source=rec.model_source)
-            f.state, f.updated_at = file_state, utcnow()
-            s.add(f)
-        changes.bump(s, rec.name, files=bool(file_state and rec.worker))
+        conn = s.connection()
+        for rec in recs:
+            vals: dict[str, Any] = dict(
+                deployment=rec.deployment, model=rec.model, state=rec.state, reason=rec.reason, worker=rec.worker,
+                gpu_indexes=list(rec.gpu_indexes), restarts=rec.restarts, pid=rec.pid, port=rec.port,
+                address=rec.address, updated_at=now)
+            if rec.decision is not None:
+                vals["decision"] = rec.decision
+            queued = rec.state in QUEUED
+            if not conn.execute(update(t).where(t.c.name == rec.name).values(
+                    **vals, queued_at=func.coalesce(t.c.queued_at, now) if queued else None)).rowcount:
+                conn.execute(insert(t).values(**vals, name=rec.name, queued_at=now if queued else None))
+            file_state = "ready" if rec.state == "running" else rec.model_file_state
+            if file_state and rec.worker and rec.model_source and not rec.model_source.startswith("/"):
+                # a server that came up there had its hub files there: the locality scorer prefers this
+                # host next time (a download under way or broken is recorded too). Local paths are not
+                # recorded: the local-path filter would read one sighting as "only there", while shared
+                # storage may hold them everywhere.
+                f = s.get(ModelFileRow, (rec.worker, rec.model_source)) or ModelFileRow(worker=rec.worker,
+                                                                                        source=rec.model_source)
+                f.state, f.updated_at = file_state, utcnow()
+                s.add(f)
+                s.flush()
+            changes.bump(s, rec.name, files=bool(file_state and rec.worker))
         s.commit()
 
 

@@ -122,11 +122,13 @@ def pending_by_tenant(engine: Engine) -> dict[str, int]:
 
 def tenant_in(s: Session, instance: str) -> tuple[str, TenantsFile]:
     """The tenant of ``instance``'s deployment as the store has it now, and the tenants file."""
-    row = s.get(TenantsRow, 1)
-    tf = TenantsFile.model_validate(row.doc) if row is not None else TenantsFile()
-    inst = s.get(InstanceRow, instance)
-    dep = s.get(DeploymentRow, inst.deployment) if inst is not None else None
-    return (tenant_of(dep.spec) if dep is not None else "default"), tf
+    conn = s.connection()  # Core reads: this runs under the write lock of every booking
+    doc = conn.execute(select(TenantsRow.__table__.c.doc).where(TenantsRow.__table__.c.id == 1)).scalar()
+    tf = TenantsFile.model_validate(doc) if doc is not None else TenantsFile()
+    i, d = InstanceRow.__table__, DeploymentRow.__table__
+    spec = conn.execute(select(d.c.spec).select_from(i.join(d, i.c.deployment == d.c.name))
+                        .where(i.c.name == instance)).scalar()
+    return (tenant_of(spec) if spec is not None else "default"), tf
 
 
 def lock_tenant(s: Session, tenant: str) -> None:

@@ -1,0 +1,67 @@
+"""Group commit for the instance rows: the record writes that arrive while one is being written
+go into the store together, in one transaction, when it ends.
+
+Every replica's workflow writes its row at each state change (a local activity: workflows/instance.py),
+two of them on the way to RUNNING, and in a burst they arrive by the hundred a second. One
+transaction each made them queue for the store's write turn (on SQLite one writer at a time:
+activities/store/db.py), each turn paying a BEGIN, a COMMIT and a pass through the connection pool.
+Here a write waits only for the batch in progress; a write that finds none begins one at once, so a
+quiet store adds no delay.
+
+A row write sets the whole row to what its workflow holds (records.record_instances), so a batch
+applies them in arrival order and a retry writes the same again. A batch that fails is written again
+one record at a time, so a record that cannot be written fails its own call only."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+from activities.payloads import InstanceRecord
+
+MAX_BATCH = 200  # records in one transaction
+
+
+class RecordBatch:
+    def __init__(self, write: Callable[[list[InstanceRecord]], Awaitable[None]]):
+        """``write``: writes a list of records in one transaction (in a thread: records.record_instances)."""
+        self._write = write
+        self._waiting: list[tuple[InstanceRecord, asyncio.Future]] = []
+        self._busy = False
+        self._task: asyncio.Future | None = None
+
+    def record(self, rec: InstanceRecord) -> asyncio.Future:
+        """A future done once ``rec`` is written (or failed to be). Cancelling it before its batch
+        begins drops the write."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.append((rec, fut))
+        if not self._busy:
+            self._busy = True
+            self._task = asyncio.ensure_future(self._drain())  # held: the loop keeps only a weak reference
+        return fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                live = [(r, f) for r, f in batch if not f.done()]  # a cancelled caller's write is dropped
+                if not live:
+                    continue
+                try:
+                    await self._write([r for r, _ in live])
+                except Exception:  # noqa: BLE001  one by one: only the record at fault fails
+                    for r, f in live:
+                        try:
+                            await self._write([r])
+                        except Exception as e:  # noqa: BLE001
+                            if not f.done():
+                                f.set_exception(e)
+                        else:
+                            if not f.done():
+                                f.set_result(None)
+                    continue
+                for _, f in live:
+                    if not f.done():
+                        f.set_result(None)
+        finally:
+            self._busy = False
