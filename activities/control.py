@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.payloads import (CONTROL_QUEUE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
+from activities.payloads import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
                                  InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import wake_queue
@@ -40,6 +40,7 @@ from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
 from scheduler.summary import request_summary, summary_text
 from activities import names as c
+from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 
 TOP_CANDIDATES = 10
 PLACE_TRIES = 3  # decisions the place activity makes while the ledger refuses its plans, before it fails and is retried
@@ -323,15 +324,19 @@ class ControlActivities:
     @activity.defn(name=c.START_INSTANCES)
     async def start_instances(self, inputs: list[InstanceInput]) -> None:
         """The first rows of a batch of replicas in one transaction, then their workflows started
-        together. A retry is harmless: rows already written are kept, and a workflow already
+        together, by this code's generation (InstanceInput.code) and with their search attributes set
+        (the workflow then upserts none of its own until it is placed). A retry is harmless: rows already written are kept, and a workflow already
         running is used as it is (USE_EXISTING)."""
         await self._db(records.create_instances, self.engine, [InstanceRecord(
             name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending")
             for inp in inputs])
         activity.heartbeat()
         await asyncio.gather(*(self.client.start_workflow(
-            "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}", task_queue=CONTROL_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            "ModelInstanceWorkflow", inp.model_copy(update={"code": INSTANCE_CODE}), id=f"instance/{inp.name}",
+            task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=TypedSearchAttributes([
+                SearchAttributePair(SA_MODEL, str(inp.spec.get("name", ""))),
+                SearchAttributePair(SA_DEPLOYMENT, inp.deployment), SearchAttributePair(SA_STATE, "PENDING")]),
             static_summary=f"replica {inp.name} of {inp.deployment}") for inp in inputs))
 
     @activity.defn(name=c.RANK_SCALE_DOWN)

@@ -143,7 +143,7 @@ class ModelInstanceWorkflow:
             name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
             worker=self.worker, gpu_indexes=self.gpus, restarts=self.restarts, pid=self.pid, port=self.port,
             address=self.address, decision=decision, model_source=self.source_key, model_file_state=file_state)
-        if workflow.patched(RECORD_LOCAL):
+        if c.patched(self.inp, RECORD_LOCAL):
             # A local activity: run by this worker inside the workflow task, no round trip through the
             # task queue, no history events of its own (a marker). Its semantics fit this write: it is
             # short (one row and one change-log line), needs no heartbeat and no other host, and it is
@@ -165,8 +165,11 @@ class ModelInstanceWorkflow:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
         self._check_names(spec)
         self.source_key = spec.source.key
-        workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
-                                           c.SA_DEPLOYMENT.value_set(inp.deployment)])
+        sa = workflow.info().typed_search_attributes  # as the run started (its first event): deterministic
+        if inp.code < 1 or sa.get(c.SA_MODEL) != spec.name or sa.get(c.SA_DEPLOYMENT) != inp.deployment:
+            # generation 0 always upserted them; since 1 the starter sets them (start_instances)
+            workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name),
+                                               c.SA_DEPLOYMENT.value_set(inp.deployment)])
         try:
             await self._live(spec)
         except asyncio.CancelledError:
@@ -191,7 +194,7 @@ class ModelInstanceWorkflow:
     async def _live(self, spec: ModelSpec) -> None:
         unreachable_since = None
         while not self.stop_requested:
-            if self.preempted is not None and workflow.patched(PREEMPTION):  # before continue-as-new: it holds nothing after
+            if self.preempted is not None and c.patched(self.inp, PREEMPTION):  # before continue-as-new: it holds nothing after
                 await preempt_steps.give_way(self)
                 continue
             if workflow.info().is_continue_as_new_suggested():
@@ -320,7 +323,7 @@ class ModelInstanceWorkflow:
         await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested
                                       or self.preempted is not None)
         ended = next((i for i, s in enumerate(sups) if s.done()), None)
-        if ended is None and workflow.patched("drain-before-stop"):  # asked to stop while it serves:
+        if ended is None and c.patched(self.inp, "drain-before-stop"):  # asked to stop while it serves:
             await self._drain(sups)  # out of the routing table, its requests finish first
         for s in sups:  # a cancelled supervisor stops its process: one part ending ends them all
             if not s.done():

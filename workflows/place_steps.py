@@ -27,6 +27,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows import model_read, preempt_steps
 
 PATCH = "place-in-one"  # decide and book in one activity
+# A spec that states its resources is placed by a local activity: run by the worker that runs the
+# workflow task, inside it. Its semantics fit: the call reads nothing from files (nothing to cost), is
+# short (a decision and one transaction), and is idempotent in effect (at-least-once: a re-run that
+# finds the replica booked replaces its ledger lines in one transaction, so it never holds two). The
+# task that placed it goes on to record STARTING and schedule the launch: one workflow task and one
+# task-queue round trip fewer per replica. A spec costed from files keeps the regular activity: its
+# estimate may be cached only in the worker that ran the estimate activity.
+PLACE_LOCAL = "place-local"
 QUEUE_SWEEP = "queue-sweep"  # a PENDING replica waits for a wake (the sweep included) without a timer of its own
 
 
@@ -37,12 +45,12 @@ def backoff(n: int, base: float, cap: float) -> float:
 
 async def place(wf, spec: ModelSpec) -> bool:
     """Estimate, decide, book. True once a placement is held; False when stopping."""
-    folded = workflow.patched(PATCH)
+    folded = c.patched(wf.inp, PATCH)
     quick = folded and states_resources(spec)  # nothing to read or estimate: ANALYZING would last no time
     if not quick:
         await wf._record("analyzing")
     inputs = None  # a local path as a GPU host read it (model_read.py): passed to every costing activity
-    if needs_files(spec) and workflow.patched(model_read.PATCH):
+    if needs_files(spec) and c.patched(wf.inp, model_read.PATCH):
         inputs = await model_read.read_model(wf, spec)
         if inputs is None:
             return False
@@ -57,10 +65,15 @@ async def place(wf, spec: ModelSpec) -> bool:
         booked: ReserveResult | None = None
         try:
             if folded:
-                got: PlaceResult = await workflow.execute_activity(
-                    c.PLACE_REPLICA, args=[wf.inp.name, wf.inp.spec, *extra], result_type=PlaceResult,
-                    start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-                    summary=f"place {wf.inp.name}")
+                if quick and c.patched(wf.inp, PLACE_LOCAL):
+                    got: PlaceResult = await workflow.execute_local_activity(
+                        c.PLACE_REPLICA, args=[wf.inp.name, wf.inp.spec], result_type=PlaceResult,
+                        **c.STORE_LOCAL, summary=f"place {wf.inp.name}")
+                else:
+                    got = await workflow.execute_activity(
+                        c.PLACE_REPLICA, args=[wf.inp.name, wf.inp.spec, *extra], result_type=PlaceResult,
+                        start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                        summary=f"place {wf.inp.name}")
                 d, booked, est = got.decision, got.booked, est or got.estimate
             else:
                 d = await workflow.execute_activity(
@@ -79,7 +92,7 @@ async def place(wf, spec: ModelSpec) -> bool:
                     return False
                 extra = [inputs]
             continue
-        if booked is None and d.victims and workflow.patched(preempt_steps.PATCH):
+        if booked is None and d.victims and c.patched(wf.inp, preempt_steps.PATCH):
             got_it = await preempt_steps.preempt(wf, d, est)
             if got_it is None:
                 continue  # a victim or the capacity moved: decide again
@@ -147,7 +160,7 @@ async def _wait(wf, d: DecisionRecord, est: EstimateRecord) -> None:
         wf.preempted_why, f"unschedulable: {reason}"]
     await wf._record("pending", "; ".join(x for x in parts if x),
                      decision={"request": est.summary, "reasons": d.reasons[:20]})
-    timeout = None if workflow.patched(QUEUE_SWEEP) else c.secs(wf.t.pending_recheck_s)
+    timeout = None if c.patched(wf.inp, QUEUE_SWEEP) else c.secs(wf.t.pending_recheck_s)
     try:
         await workflow.wait_condition(lambda: wf.woken or wf.stop_requested, timeout=timeout)
     except asyncio.TimeoutError:
