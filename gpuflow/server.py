@@ -10,7 +10,7 @@ import signal
 from datetime import timedelta
 
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.control import ControlActivities
@@ -35,6 +35,14 @@ WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, Autos
 # forbids, so they are passed through like the standard library; the sandbox's runtime checks still
 # apply, and the tests replay recorded histories under the full sandbox (tests/test_control_plane.py).
 RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
+# Even so, every call the SDK makes into a sandboxed run goes through the sandbox's import and
+# builtins guards, and it makes several per payload (its serialization context, for each command):
+# at a burst of placements that was a fifth of this process's CPU. By default the control plane
+# runs its workflows without the sandbox (Settings.workflow_sandbox turns it back on). The sandbox
+# is a determinism check, not a security boundary, and the check is kept where it catches a
+# mistake before it ships: the tests replay the histories of real runs under the full sandbox
+# (tests/test_control_plane.py, tests/test_tenants_live.py), and tests/test_layout.py keeps the
+# workflow modules from importing anything that does I/O.
 
 
 async def start_sweep(client) -> None:
@@ -67,7 +75,8 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
                              limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
-    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, workflow_runner=RUNNER,
+    runner = RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
+    async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, workflow_runner=runner,
                       activities=acts.all() + AutoscaleActivities(acts, client, settings.capacity_hook).all(),
                       max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
                       graceful_shutdown_timeout=timedelta(seconds=5)):

@@ -40,6 +40,7 @@ class Settings(BaseSettings):
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")
     hf_endpoint: str | None = Field(None, description="A Hugging Face mirror for estimates and downloads (default: HF_ENDPOINT, else huggingface.co).")
     capacity_hook: str | None = Field(None, description="Where the autoscaler reports demand the cluster cannot place: an http(s) URL (JSON POST) or a command (JSON on stdin); activities/capacity_hook.py. Default none.")
+    workflow_sandbox: bool = Field(False, description="Run the control plane's workflows in Temporal's sandbox: its runtime determinism checks, for about a sixth more CPU per replica (gpuflow/server.py). Default off; the tests replay recorded histories under it.")
     allow_env: list[str] = Field([], description="Env patterns specs may set beyond the default allowlist (JSON list, e.g. GPUFLOW_ALLOW_ENV='[\"MYAPP_*\"]'); each agent must allow them too (--allow-env). Default none.")
 
     def store_url(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import sys
 
 import pytest
 
@@ -51,3 +52,44 @@ def test_image_copies_every_package():
     copied = {line.split()[1] for line in (ROOT / "Dockerfile").read_text().splitlines()
               if line.startswith("COPY ") and not line.split()[1].endswith((".toml", ".md"))}
     assert listed - copied == set()
+
+
+# The control plane runs its workflows outside Temporal's sandbox by default (gpuflow/server.py), so
+# what the sandbox would refuse at run time is refused here, on the source of the workflow modules:
+# they import only these modules of the standard library and of third parties (besides ours), and
+# never ask the clock.
+WORKFLOW_IMPORTS = {"__future__", "asyncio", "datetime", "typing", "re", "temporalio", "pydantic"}
+CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "time_ns"}
+
+
+def test_workflow_modules_import_nothing_that_does_io():
+    wrong = {}
+    for p in sorted((ROOT / "workflows").rglob("*.py")):
+        tree = ast.parse(p.read_text(), str(p))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
+        bad = sorted(m for m in names if m.split(".")[0] not in WORKFLOW_IMPORTS | OURS)
+        clock = sorted({f"{ast.unparse(n.func)}()" for n in ast.walk(tree) if isinstance(n, ast.Call)
+                        and isinstance(n.func, ast.Attribute) and n.func.attr in CLOCK_CALLS
+                        and ast.unparse(n.func.value) != "workflow"})
+        if bad or clock:
+            wrong[p.name] = bad + clock
+    assert wrong == {}
+
+
+@pytest.mark.parametrize("source, found", [
+    ("import time\n", ["time"]),  # a module outside the list
+    ("from datetime import datetime\nx = datetime.now()\n", ["datetime.now()"]),  # the wall clock
+    ("from temporalio import workflow\nx = workflow.now()\n", []),  # the workflow's own clock is fine
+])
+def test_workflow_module_check_finds(tmp_path, source, found, monkeypatch):
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "m.py").write_text(source)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    if found:
+        with pytest.raises(AssertionError) as e:
+            test_workflow_modules_import_nothing_that_does_io()
+        for f in found:
+            assert f in str(e.value)
+    else:
+        test_workflow_modules_import_nothing_that_does_io()
