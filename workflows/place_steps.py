@@ -17,7 +17,8 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from activities.payloads import DecisionRecord, EstimateRecord, PlaceResult, ReserveResult
@@ -80,7 +81,7 @@ async def place(wf, spec: ModelSpec) -> bool:
                     c.DECIDE_PLACEMENT, args=[wf.inp.name, wf.inp.spec, *extra], result_type=DecisionRecord,
                     start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                     summary=f"decide {wf.inp.name}")
-        except ActivityError as e:
+        except (ActivityError, ApplicationError, TemporalTimeout) as e:  # a local activity's failure arrives unwrapped
             await wf._give_up(f"cannot place the model: {c.cause(e)[1]}")
             return False
         wf.decision = d
