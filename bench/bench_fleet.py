@@ -27,7 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from activities.payloads import Timings  # noqa: E402
+from sqlalchemy import select  # noqa: E402
+
 from activities.store import db, records  # noqa: E402
+from activities.store.tables import InstanceRow  # noqa: E402
 from bench_control_plane import ceiling, pct  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
@@ -100,13 +103,15 @@ async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, time
     running: dict[str, float] = {}
     t0 = time.perf_counter()
     await asyncio.gather(*(ops.deploy(client, s, T) for s in specs))
+    t = InstanceRow.__table__
+    poll = select(t.c.name, t.c.state).where(t.c.deployment.startswith(tag + "-"))
     while len(running) < total and time.perf_counter() - t0 < timeout:
         now = time.perf_counter()
-        for row in records.instances_of(engine):
-            if row.deployment.startswith(tag + "-"):
-                pending.setdefault(row.name, now)
-                if row.state == "running":
-                    running.setdefault(row.name, now)
+        with engine.connect() as conn:  # two columns, read beside the writers (db.reader): the poll costs little
+            for name, state in conn.execute(poll):
+                pending.setdefault(name, now)
+                if state == "running":
+                    running.setdefault(name, now)
         await asyncio.sleep(0.25)
     wall = max(running.values()) - t0 if running else float("nan")
     lat = [running[k] - pending[k] for k in running]
@@ -117,8 +122,9 @@ async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, time
 async def main(a) -> None:
     tmp = tempfile.mkdtemp(prefix="gpuflow-fleet-")
     stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env={**os.environ, **ENV})
-    engine = db.make_engine(f"sqlite:///{os.path.join(stack.data_dir, 'gpuflow.db')}")
-    db.init_db(engine)
+    writer = db.make_engine(f"sqlite:///{os.path.join(stack.data_dir, 'gpuflow.db')}")
+    db.init_db(writer)
+    engine = db.reader(writer)
     sim = None
     try:
         stack.start_temporal()
@@ -163,7 +169,7 @@ async def main(a) -> None:
             except subprocess.TimeoutExpired:
                 sim.kill()
         stack.stop()
-        engine.dispose()
+        writer.dispose()
         if not os.environ.get("BENCH_KEEP"):
             import shutil
 

@@ -133,9 +133,13 @@ class ModelInstanceWorkflow:
 
     async def _record(self, state: str, reason: str = "", decision: dict | None = None,
                       file_state: str | None = None) -> None:
-        self.state, self.reason = state, reason
+        """The store's row, then this workflow's ``status``: a state is shown once the store holds it.
+        The rollout's probe reads ``status`` and then stops an old replica; the gateways route by the
+        store. Shown first, a new replica's RUNNING could reach the probe while its row still said
+        STARTING, and the old one left the routing table with no replica in it."""
         key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
         if key == self._recorded and decision is None and file_state is None:
+            self.state, self.reason = state, reason
             return
         self._recorded = key
         self._attributes(state)
@@ -154,6 +158,7 @@ class ModelInstanceWorkflow:
             await workflow.execute_local_activity(c.RECORD_INSTANCE, rec, **c.STORE_LOCAL)
         else:  # a history from before the patch: the activity on the task queue
             await workflow.execute_activity(c.RECORD_INSTANCE, rec, **c.STORE_CALL)
+        self.state, self.reason = state, reason
 
     # --- the life -------------------------------------------------------------------------------
     @workflow.run
