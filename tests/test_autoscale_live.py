@@ -17,7 +17,7 @@ import pytest
 
 from gpuflow import ops
 from gpuflow.ports import free_port
-from tests.gateway_stack import Proc, metric
+from tests.gateway_stack import Proc, metric, wait_model
 from tests.live import FAST, Live, cli, spec
 
 pytest.importorskip("gateway.app", reason="gpuflow gateway is not in this checkout")
@@ -96,6 +96,7 @@ async def test_scales_up_under_load_and_back_down_without_a_failed_request(tmp_p
         sp = spec("chat", vram_gib=10, command=ENGINE, autoscaling=AUTOSCALING)
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        await asyncio.to_thread(wait_model, base.removesuffix("/v1"), "chat", 1)  # the gateway re-reads the store every 0.5 s
         t0 = time.monotonic()
         load = Load(base, "chat", workers=12)
         await lv.wait(lambda: replicas(lv, "chat") >= 3, 180, "3 RUNNING replicas under load", every=1)
@@ -144,6 +145,7 @@ async def test_a_full_cluster_blocks_without_pending_replicas_and_a_joining_host
         sp = spec("chat", vram_gib=20, command=ENGINE, autoscaling={**AUTOSCALING, "max_replicas": 2})
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        await asyncio.to_thread(wait_model, base.removesuffix("/v1"), "chat", 1)  # the gateway re-reads the store every 0.5 s
         load = Load(base, "chat", workers=12)
         await lv.wait(lambda: os.path.exists(demand), 120, "the capacity hook called", every=1)
         got = json.loads(open(demand).readline())
@@ -182,6 +184,7 @@ async def test_scale_to_zero_and_the_first_request_wakes_it(tmp_path):
                   autoscaling={**AUTOSCALING, "min_replicas": 0, "interval_s": 30, "scale_down_stabilization_s": 0})
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        await asyncio.to_thread(wait_model, base.removesuffix("/v1"), "chat", 1)  # the gateway re-reads the store every 0.5 s
         await lv.wait(lambda: lv.states("chat") == {}, 180, "scaled to zero after a quiet window", every=1)
         async with openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120) as c:
             t0 = time.time()
@@ -225,6 +228,7 @@ async def test_a_control_plane_worker_killed_during_scale_up_never_applies_a_ste
         sp = spec("chat", vram_gib=10, command=ENGINE, autoscaling=AUTOSCALING)
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        await asyncio.to_thread(wait_model, base.removesuffix("/v1"), "chat", 1)  # the gateway re-reads the store every 0.5 s
         load = Load(base, "chat", workers=12)
         await lv.wait(lambda: len(lv.states("chat")) >= 2, 120, "the first scale-up under way", every=0.2)
         lv.stack.servers[0].kill()  # mid-loop: its activities and workflow tasks go to the other worker

@@ -18,6 +18,7 @@ import pytest
 from gpuflow import ops
 from gpuflow.ports import free_port
 from scheduler.spec import ModelSpec
+from tests.gateway_stack import wait_model
 from tests.live import FAST, Live, cli
 
 openai = pytest.importorskip("openai")
@@ -83,18 +84,6 @@ async def settled(lv: Live, status: str, running: int, timeout: float = 180) -> 
     return view
 
 
-async def routed(lv: Live, model: str = "chat", timeout: float = 30) -> None:
-    """Until the gateway routes ``model``: it re-reads the store every refresh_s (0.5 s), so a
-    replica can be RUNNING in the store a moment before the gateway knows the model at all."""
-    c = openai.AsyncOpenAI(base_url=lv.gateway, api_key="unused", max_retries=0)
-    try:
-        async with asyncio.timeout(timeout):
-            while model not in [m.id async for m in c.models.list()]:
-                await asyncio.sleep(0.1)
-    finally:
-        await c.close()
-
-
 def running_names(lv: Live) -> set[str]:
     return {n for n, s in lv.states("chat").items() if s == "running"}
 
@@ -106,7 +95,7 @@ async def test_rolling_upgrades_under_load(tmp_path):
         lv.gateway = lv.stack.start_gateway(free_port())
         await ops.deploy(lv.client, version("v1"), T)
         await lv.wait(lambda: lv.states("chat") == {"chat-0": "running"}, 120, "v1 RUNNING")
-        await routed(lv)
+        await asyncio.to_thread(wait_model, lv.gateway.removesuffix("/v1"), "chat", 1)  # the gateway re-reads the store every 0.5 s
         load = Load(lv.gateway)
         await lv.wait(lambda: load.ok >= 10 or load.failed, 60, "v1 answers through the gateway")
 
@@ -171,7 +160,7 @@ async def test_a_control_plane_worker_killed_mid_rollout_resumes_without_an_extr
         lv.gateway = lv.stack.start_gateway(free_port())
         await ops.deploy(lv.client, version("v1", replicas=2), T)
         await lv.wait(lambda: list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v1 RUNNING")
-        await routed(lv)
+        await asyncio.to_thread(wait_model, lv.gateway.removesuffix("/v1"), "chat", 2)  # the gateway re-reads the store every 0.5 s
         load = Load(lv.gateway)
         await lv.wait(lambda: load.ok >= 10 or load.failed, 60, "v1 answers through the gateway")
         await ops.deploy(lv.client, version("v2", replicas=2), T)
