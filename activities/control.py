@@ -16,8 +16,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.payloads import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport, InstanceInput,
-                                 InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.payloads import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport,
+                                 InstanceInput, InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import wake_queue
 from activities.host_estimate import HostPathActivities, request_from_host
@@ -324,9 +324,10 @@ class ControlActivities:
     @activity.defn(name=c.START_INSTANCES)
     async def start_instances(self, inputs: list[InstanceInput]) -> None:
         """The first rows of a batch of replicas in one transaction, then their workflows started
-        together, by this code's generation (InstanceInput.code) and with their search attributes set
-        (the workflow then upserts none of its own until it is placed). A retry is harmless: rows already written are kept, and a workflow already
-        running is used as it is (USE_EXISTING)."""
+        together, by this code's generation (InstanceInput.code) and with their search attributes
+        set (the workflow then upserts none of its own until it is placed). A retry is harmless:
+        rows already written are kept, and a workflow already running is used as it is
+        (USE_EXISTING)."""
         await self._db(records.create_instances, self.engine, [InstanceRecord(
             name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending")
             for inp in inputs])

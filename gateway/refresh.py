@@ -21,7 +21,7 @@ import time
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.store import keys, serving, tenants
+from activities.store import db, keys, serving, tenants
 from activities.store.tables import DeploymentRow
 from gateway import table as tables
 from gateway.tenant_limits import Rule, rules_of
@@ -56,7 +56,7 @@ class Refresher:
     async def once(self) -> None:
         gw = self.gw
         try:
-            table, any_key = await asyncio.to_thread(load, gw.engine, gw.settings.max_concurrency)
+            table, any_key = await asyncio.to_thread(load, db.reader(gw.engine), gw.settings.max_concurrency)
         except Exception as e:  # noqa: BLE001  a store outage keeps the last table; /healthz says so
             if self.failing_since is None:
                 self.failing_since = time.monotonic()
@@ -67,7 +67,7 @@ class Refresher:
             gw.auth.required = any_key
             self.loaded_at, self.failing_since = time.monotonic(), None
         try:
-            got = await asyncio.to_thread(load_tenants, gw.engine, self.tenants_version)
+            got = await asyncio.to_thread(load_tenants, db.reader(gw.engine), self.tenants_version)
         except Exception as e:  # noqa: BLE001  the last limits stay
             if not self.tenants_failing:
                 log.warning("gateway: cannot read the tenants file (%s); keeping the last limits", e)

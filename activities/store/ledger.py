@@ -66,7 +66,8 @@ def _same(held: list[ReservationRow], wanted: list[ReservationRow]) -> bool:
 
 def _held(s: Session, instance: str) -> list:
     t = ReservationRow.__table__
-    return list(s.connection().execute(select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram).where(t.c.instance == instance)))
+    cols = select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram)
+    return list(s.connection().execute(cols.where(t.c.instance == instance)))
 
 
 def _lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
@@ -80,7 +81,8 @@ def _booked(session: Session, workers: list[str], exclude: str | set[str]) -> di
     out: dict[str, Allocated] = {}
     gone = {exclude} if isinstance(exclude, str) else set(exclude)
     t = ReservationRow.__table__  # columns, not ORM objects: this runs under the write lock of every booking
-    stmt = select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram).where(t.c.worker.in_(workers), t.c.instance.notin_(gone))
+    stmt = select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram).where(t.c.worker.in_(workers),
+                                                                     t.c.instance.notin_(gone))
     for r in session.connection().execute(stmt):
         a = out.setdefault(r.worker, Allocated())
         a.ram += r.ram
