@@ -360,6 +360,12 @@ async def test_terminated_instance_is_cleaned_up_and_replaced(tmp_path):
     try:
         await ops.deploy(lv.client, spec("term", vram_gib=20), FAST)  # 20 GiB: the replacement needs the room back
         await lv.wait(lambda: lv.states("term") == {"term-0": "running"}, 60, "RUNNING")
+        # the reconcile asks visibility which are running, one query for many (a describe each before);
+        # a bad name never reaches the query
+        from activities.control import ControlActivities
+
+        acts = ControlActivities(lv.engine, lv.client)
+        assert await acts._listed_running(["term-0", "term-9", "x') OR (1=1"]) == {"term-0"}
         await lv.client.get_workflow_handle("instance/term-0").terminate("operator")
         await lv.wait(lambda: lv.states("term") == {"term-1": "running"}, 60, "replacement RUNNING")
         old = next(i for i in lv.instances("term") if i.name == "term-0")
