@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from activities.payloads import InstanceRecord, PlacementPlan
-from activities.store import ledger, records, tenants
+from activities.store import db, ledger, records, tenants
 from scheduler.errors import InvalidInput
 from scheduler.tenancy.config import TenantsFile
 from scheduler.tenancy.usage import Usage
@@ -101,3 +101,19 @@ def test_bad_tenants_files_are_refused_and_nothing_is_applied(tmp_path):
     assert [t["tenant"] for t in shown["tenants"]] == ["prod", "dev", "poc", "default"]  # the good file stands
     assert shown["tenants"][0]["gpus"] == {"used": 0, "guarantee": 8, "limit": 32}
     assert shown["tenants"][0]["priority"] == 100
+
+
+@pytest.mark.parametrize("spec, owner", [
+    ({"tenant": "prod", "priority": 7}, ("prod", 7)),
+    ({}, ("default", 0)),  # no tenant named: the default tenant; no priority: 0
+    ({"tenant": "", "priority": 0}, ("default", 0)),
+    ({"tenant": "dev", "priority": -3}, ("dev", -3)),
+])
+def test_view_reads_each_live_deployments_owner(store, spec, owner):
+    # read with two JSON fields in SQL (both dialects), not by loading every spec
+    _, _, engine = store
+    records.save_deployment(engine, "chat", {"name": "chat", **spec}, 1)
+    records.save_deployment(engine, "gone", {"name": "gone", "tenant": "prod"}, 0, state="deleted")
+    for bind in (engine, db.reader(engine)):
+        _, owners = tenants.view(bind)
+        assert {k: (o.tenant, o.priority) for k, o in owners.items()} == {"chat": owner}
