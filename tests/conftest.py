@@ -10,7 +10,7 @@ import pytest
 from gpuflow.demo import synthetic
 from scheduler.cluster import GPU, ClusterSnapshot, Instance, Worker
 from scheduler.units import GiB
-from tests.store_fixtures import store  # noqa: F401  (the SQLite/PostgreSQL store fixture)
+from tests.store_fixtures import sqlite_engine, store  # noqa: F401  (store fixtures)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

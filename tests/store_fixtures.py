@@ -29,6 +29,16 @@ def pg_schema():
     return schema, drop
 
 
+@pytest.fixture
+def sqlite_engine(tmp_path):
+    """An engine on a fresh, initialised SQLite store (for what is about SQLite itself, or needs
+    no second dialect)."""
+    engine = db.make_engine(db.sqlite_url(str(tmp_path / "gpuflow.db")))
+    db.init_db(engine)
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request, tmp_path):
     """(url, schema, engine) for a fresh, initialised store of each kind."""

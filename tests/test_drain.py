@@ -10,15 +10,12 @@ import time
 import pytest
 
 from activities.drain import wait_drained
-from activities.store import db, serving
+from activities.store import serving
 
 
 @pytest.fixture
-def engine(tmp_path):
-    e = db.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
-    db.init_db(e)
-    yield e
-    e.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def waiter(engine, instance: str, beats: list[int]):

@@ -10,7 +10,7 @@ import pytest
 
 from activities.payloads import InstanceRecord
 from activities.record_batch import RecordBatch
-from activities.store import db, records
+from activities.store import records
 
 
 def rec(name: str, state: str = "starting", worker: str | None = "h1") -> InstanceRecord:
@@ -18,11 +18,8 @@ def rec(name: str, state: str = "starting", worker: str | None = "h1") -> Instan
 
 
 @pytest.fixture
-def engine(tmp_path):
-    e = db.make_engine(db.sqlite_url(str(tmp_path / "s.db")))
-    db.init_db(e)
-    yield e
-    e.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def batcher(engine, calls: list[list[str]], fail_on: str | None = None):

@@ -16,11 +16,8 @@ from activities.store.tables import InstanceRow
 
 
 @pytest.fixture
-def engine(tmp_path):
-    e = db.make_engine(db.sqlite_url(str(tmp_path / "s.db")))
-    db.init_db(e)
-    yield e
-    e.dispose()
+def engine(sqlite_engine):
+    return sqlite_engine
 
 
 def rec(name: str, state: str) -> InstanceRecord:
