@@ -124,7 +124,11 @@ class ModelInstanceWorkflow:
         """An activity wrote the row (the booking): this workflow's state follows. Its search
         attributes follow with the next record (the launch's STARTING, in the same workflow task)."""
         self.state, self.reason = state, reason
-        self._recorded = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
+        self._recorded = self._row_key(state, reason)
+
+    def _row_key(self, state: str, reason: str) -> tuple:
+        """What a record of ``state`` would write now: a record equal to the last one is skipped."""
+        return (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
 
     def _attributes(self, state: str) -> None:
         workflow.upsert_search_attributes([
@@ -137,7 +141,7 @@ class ModelInstanceWorkflow:
         The rollout's probe reads ``status`` and then stops an old replica; the gateways route by the
         store. Shown first, a new replica's RUNNING could reach the probe while its row still said
         STARTING, and the old one left the routing table with no replica in it."""
-        key = (state, reason, self.worker, tuple(self.gpus), self.restarts, self.pid, self.port, self.address)
+        key = self._row_key(state, reason)
         if key == self._recorded and decision is None and file_state is None:
             self.state, self.reason = state, reason
             return
