@@ -16,10 +16,10 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.payloads import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostReport,
-                                 InstanceInput, InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
+from activities.payloads import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostNews,
+                                 HostReport, InstanceInput, InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
-from activities import wake_queue
+from activities import host_news, wake_queue
 from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
@@ -405,7 +405,12 @@ class ControlActivities:
 
     @activity.defn(name=c.HOST_SEEN)
     async def host_seen(self, report: HostReport) -> None:
-        changed = await self._db(records.upsert_worker, self.engine, report, "ready")
+        """The host's report (a hello, or its inventory changed): recorded READY. A hello from a new
+        agent run (HostReport.boot) tells the instances placed there to supervise afresh."""
+        changed, restarted = await self._db(records.see_worker, self.engine, report, "ready")
+        if restarted or activity.info().attempt > 1:
+            await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, report.name),
+                                 HostNews(host=report.name, kind="restarted", why="its agent restarted"))
         if changed or activity.info().attempt > 1:  # as release_placement: a retry may follow a lost wake
             await self.wake_pending()
 
@@ -421,7 +426,10 @@ class ControlActivities:
 
     @activity.defn(name=c.HOST_LOST)
     async def host_lost(self, name: str, reason: str) -> None:
+        """The host's watch failed: NOT_READY, and the instances placed there hear it at once."""
         await self._db(records.set_worker_state, self.engine, name, "not_ready", reason)
+        await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, name),
+                             HostNews(host=name, kind="lost", why=reason[:500]))
 
     @activity.defn(name=c.DRAIN_INSTANCE)
     async def drain_instance(self, instance: str, timeout_s: float) -> int:

@@ -61,6 +61,19 @@ class PreemptNotice(BaseModel):
         return f"preempted by {self.by} {self.why}".rstrip()
 
 
+HOST_NEWS_SIGNAL = "host_news"  # the control plane to the instances on a host: it was lost, or its agent restarted
+
+
+class HostNews(BaseModel):
+    """What the host's watch learned (activities/control.py: host_lost, host_seen). ``lost``: the
+    agent stopped answering (its supervisors cannot say so themselves: they heartbeat rarely).
+    ``restarted``: a new agent run said hello (the old run's supervisors are gone with it)."""
+
+    host: str
+    kind: str  # lost | restarted
+    why: str = ""
+
+
 class ReserveResult(BaseModel):
     """What the ledger booked (the decided plan), and whether this call booked it."""
 
@@ -115,7 +128,7 @@ class InstanceView(InstanceFields):
     parts: dict[str, str] = {}  # its helper processes (instance@part: rpc-server, Ray) -> their worker
 
 
-INSTANCE_CODE = 1  # the instance workflow's code generation that starts new runs (workflows/common.py: patched)
+INSTANCE_CODE = 2  # the instance workflow's code generation that starts new runs (workflows/common.py: patched)
 
 
 class InstanceInput(BaseModel):

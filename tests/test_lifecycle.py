@@ -9,8 +9,13 @@ import signal
 import time
 import urllib.request
 
+from temporalio.api.enums.v1 import PendingActivityState
+
 from gpuflow import ops
 from tests.live import FAST, Live, spec
+from worker_agent import payloads as hp
+
+PENDING_ACTIVITY_STATE_STARTED = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
 
 
 def row(lv: Live, name: str):
@@ -126,5 +131,43 @@ async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_pat
         assert live_copies(lv, "kept-0") == ["h1"]
         text = urllib.request.urlopen(f"http://{lv.stack.metrics['agent h1']}/metrics", timeout=10).read().decode()
         assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="gone"} 1.0' in text
+    finally:
+        lv.close()
+
+
+async def supervisor_on(lv: Live, instance: str, agent_pid: int) -> bool:
+    """The instance's supervisor activity runs on the agent process ``agent_pid`` (its identity)."""
+    d = await lv.client.get_workflow_handle(f"instance/{instance}").describe()
+    return any(a.activity_type.name == hp.SUPERVISE_INSTANCE and a.state == PENDING_ACTIVITY_STATE_STARTED
+               and a.last_worker_identity.startswith(f"{agent_pid}@") for a in d.raw_description.pending_activities)
+
+
+async def test_after_an_agent_restart_a_server_exit_is_seen_at_once(tmp_path):
+    """The agent dies (SIGKILL; its server keeps running) and starts again. Its supervisors died
+    with it, and today's heartbeat only within supervise_heartbeat_s (120 s: liveness per host):
+    the host's watch tells the instance (lost, restarted), and a supervisor on the new agent adopts
+    the server. When the server then dies, the instance starts it again within seconds."""
+    t = FAST.model_copy(update={"unreachable_grace_s": 30})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("again", vram_gib=4), t)
+        await lv.wait(lambda: lv.states("again") == {"again-0": "running"}, 60, "RUNNING")
+        first = row(lv, "again-0")
+        lv.stack.kill_host("h1", processes=False)
+        lv.add_host("h1", [24])
+        agent = lv.stack.agents["h1"].pid
+        for _ in range(200):  # supervised by the new agent run (60 s at most)
+            if row(lv, "again-0").state == "running" and await supervisor_on(lv, "again-0", agent):
+                break
+            await asyncio.sleep(0.3)
+        else:
+            raise AssertionError(f"not supervised by the new agent: {row(lv, 'again-0')}")
+        assert row(lv, "again-0").pid == first.pid  # adopted, not started again
+        lv.stack.instance_processes("h1").signal_group(first.pid, signal.SIGKILL)
+        started = time.monotonic()
+        await lv.wait(lambda: row(lv, "again-0").state == "running" and row(lv, "again-0").pid not in (None, first.pid),
+                      30, "the server's death seen and the server started again")
+        assert time.monotonic() - started < t.supervise_heartbeat_s / 4
+        assert row(lv, "again-0").restarts == 1
     finally:
         lv.close()

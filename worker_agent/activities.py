@@ -242,9 +242,10 @@ class HostActivities:
 
     @activity.defn(name=p.SUPERVISE_INSTANCE)
     async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport:
-        """Heartbeat while the process lives; return how it ended. Cancelled by the workflow:
-        stop the process. Cancelled for any other reason (worker shutdown, workflow moved on):
-        leave it running, so the next agent run can adopt it."""
+        """Heartbeat while the process lives; return how it ended. Cancelled by the workflow: stop
+        the process when the request says so (``stop_on_cancel``: workflows before generation 2;
+        later ones stop it with stop_instance). Cancelled for any other reason (worker shutdown,
+        workflow moved on): leave it running, so the next agent run can adopt it."""
         _valid(check_key, req.key)
         key = req.key
         what = "" if req.role == "server" else f"{req.role} {req.part} on {self.name}: "
@@ -269,7 +270,7 @@ class HostActivities:
                                             f"(port {rec.port}); stopped")
                 rc = self.table.returncode(rec.pid)
                 if rc is not None:
-                    self.table.forget(key)
+                    self._forget(key, rec.pid)
                     how = f"exited with code {rc}" if rec.pid in self.table.children else \
                         "ended (adopted from an earlier agent run: exit code unknown)"
                     if self.metrics:
@@ -280,9 +281,16 @@ class HostActivities:
                 await asyncio.sleep(min(every, 1.0))
         except asyncio.CancelledError:
             d = activity.cancellation_details()
-            if d is not None and d.cancel_requested:
+            if d is not None and d.cancel_requested and req.stop_on_cancel:
                 await self._stop(key)
             raise
+
+    def _forget(self, key: str, pid: int) -> None:
+        """Forget ``key``'s ended process, unless the key names a newer one by now: a supervisor
+        replaced (after an agent restart or a cut-off host's return) may see its process end late."""
+        cur = self.table.find(key)
+        if cur is not None and cur.pid == pid:
+            self.table.forget(key)
 
     @activity.defn(name=p.STOP_INSTANCE)
     async def stop_instance(self, instance: str) -> bool:

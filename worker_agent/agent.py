@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import uuid
 from datetime import timedelta
 from typing import Callable
 
@@ -81,8 +82,11 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))
     runnable: list[str] = []
 
+    boot = uuid.uuid4().hex[:16]  # this run's id: the control plane tells a restart from an inventory change
+
     def probe():
-        return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable)
+        return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable).model_copy(
+            update={"boot": boot})
     probe()  # a bad inventory file fails here, before anything is registered
     metrics = None
     if serve_metrics:

@@ -56,6 +56,10 @@ class LaunchRequest(BaseModel):
     cpu_pinning: bool = False  # bind the process to ``cpus`` (and, with numactl, ``numa_nodes``' memory)
     cpus: str | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
     numa_nodes: list[int] | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
+    # What a supervisor cancelled by its workflow does: stop the process (instance workflows before
+    # generation 2), or only stop watching (since: the workflow stops it with stop_instance, and a
+    # supervisor is also cancelled to be replaced, after an agent restart or a lost host's return).
+    stop_on_cancel: bool = True
 
     @property
     def key(self) -> str:

@@ -41,6 +41,18 @@ def patched(inp, name: str) -> bool:
     return (getattr(inp, "code", 0) >= 1 and name in CODE_1) or workflow.patched(name)
 
 
+# Generation 2: liveness per host (workflows/instance.py, host_news). A supervisor heartbeats every
+# Timings.supervise_heartbeat_s (a fallback) rather than every host_heartbeat_s; the host's watch
+# tells the instances when their host is lost or its agent restarted; the processes are stopped by
+# an explicit stop on the host's queue, not by cancelling the supervisor (which would wait for its
+# next heartbeat to hear it). It has no patch: a run of an older generation keeps the old way for
+# its whole life (continue-as-new carries its generation), so no history mixes the two.
+def generation(inp, at_least: int) -> bool:
+    """The run was started by code of generation ``at_least`` or later (a change with no patch of
+    its own: runs of older generations keep the old way, whatever this code has)."""
+    return getattr(inp, "code", 0) >= at_least
+
+
 def secs(s: float) -> timedelta:
     return timedelta(seconds=s)
 

@@ -28,7 +28,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.payloads import DecisionRecord, InstanceInput, InstanceRecord, InstanceView, PreemptNotice, host_queue
+    from activities.payloads import (DecisionRecord, HostNews, InstanceInput, InstanceRecord, InstanceView, PreemptNotice,
+                                     host_queue)
     from scheduler.naming import name_problem
     from scheduler.spec import ModelSpec
     from scheduler.topology_policy import wants_pinning
@@ -37,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import one_input
-    from workflows import place_steps, preempt_steps
+    from workflows import place_steps, preempt_steps, supervise_steps
     from workflows.place_steps import backoff
 
 DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
@@ -75,6 +76,8 @@ class ModelInstanceWorkflow:
         self.preempted: PreemptNotice | None = None  # a preemption took its GPUs: stop, then wait PENDING
         self.preempted_why = ""  # shown first while it waits, until it is placed again
         self.victims_stopped: set[str] = set()
+        self.news: dict[str, HostNews] = {}  # host -> what its watch last said (generation 2: host_news)
+        self.processes_stopped = False  # its processes were stopped on every host since the last launch
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal
@@ -95,6 +98,14 @@ class ModelInstanceWorkflow:
     def victim_stopped(self, name: str) -> None:
         if isinstance(name, str) and len(self.victims_stopped) < 1000 and not name_problem(name):
             self.victims_stopped.add(name)
+
+    @workflow.signal
+    def host_news(self, news: HostNews) -> None:
+        """From the control plane (untrusted: checked): a host of the placement was lost, or its agent
+        restarted. Runs of generation 2 act on it while they supervise."""
+        if news.kind in ("lost", "restarted") and not name_problem(news.host) and len(news.why) <= 500 \
+                and (news.host in self.news or len(self.news) < 64):
+            self.news[news.host] = news
 
     @workflow.query
     def status(self) -> InstanceView:
@@ -232,6 +243,13 @@ class ModelInstanceWorkflow:
                     unreachable_since = workflow.now()
                     await self._record("unreachable", f"host {host} stopped answering: {why}")
                     continue
+                left = self.t.unreachable_grace_s - (workflow.now() - unreachable_since).total_seconds()
+                if c.generation(self.inp, 2) and left > 0:
+                    # failed again within the grace: a frozen or cut-off agent's poll, sent before it
+                    # froze, can take the launch and never answer it. The placement is kept for the
+                    # whole grace: try again (a second apart) with what is left of it.
+                    await workflow.sleep(c.secs(min(1.0, left)))
+                    continue
                 await self._abandon_host(host)
                 unreachable_since = None
                 continue
@@ -256,7 +274,8 @@ class ModelInstanceWorkflow:
                                 vram_utilization=claim.vram_utilization, distributed=bool(self.plan.subordinates),
                                 liveness_s=self.t.liveness_s, liveness_failures=self.t.liveness_failures,
                                 cpu_pinning=wants_pinning(spec),
-                                cpus=self.plan.cpus, numa_nodes=self.plan.numa_nodes)
+                                cpus=self.plan.cpus, numa_nodes=self.plan.numa_nodes,
+                                stop_on_cancel=not c.generation(self.inp, 2))
 
     def _host_timeouts(self, worker: str, sts: float) -> dict:
         return dict(task_queue=host_queue(worker), schedule_to_start_timeout=c.secs(sts),
@@ -306,6 +325,7 @@ class ModelInstanceWorkflow:
         failed (could not start) or unreachable."""
         req = self._launch_request(spec)
         parts: list[tuple[str, hp.LaunchRequest]] = []
+        self.processes_stopped = False
         try:
             if spec.source.huggingface or spec.source.modelscope:
                 req = await self._fetch_model(spec, req, sts, quiet)
@@ -325,31 +345,9 @@ class ModelInstanceWorkflow:
         why = "adopted the running process" if res.adopted and not started_here else ""
         await self._record("running", "; ".join(x for x in (why, res.binding) if x))
         watched = [(self.worker, req)] + parts
-        sups = [workflow.start_activity(
-            hp.SUPERVISE_INSTANCE, r, result_type=hp.ExitReport, **self._host_timeouts(w, sts),
-            start_to_close_timeout=timedelta(days=3650), retry_policy=RetryPolicy(maximum_attempts=2),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED) for w, r in watched]
-        await workflow.wait_condition(lambda: any(s.done() for s in sups) or self.stop_requested
-                                      or self.preempted is not None)
-        ended = next((i for i, s in enumerate(sups) if s.done()), None)
-        if ended is None and c.patched(self.inp, "drain-before-stop"):  # asked to stop while it serves:
-            await self._drain(sups)  # out of the routing table, its requests finish first
-        for s in sups:  # a cancelled supervisor stops its process: one part ending ends them all
-            if not s.done():
-                s.cancel()
-        for s in sups:
-            try:
-                await s
-            except (ActivityError, asyncio.CancelledError):
-                pass
-        if ended is None:
-            return "stopped", "", self.worker
-        host = watched[ended][0]
-        try:
-            ex = sups[ended].result()
-        except ActivityError as e:
-            return "unreachable", c.cause(e)[1], host
-        return "exited", ex.reason, host
+        if c.generation(self.inp, 2):
+            return await supervise_steps.supervise(self, watched, sts)
+        return await supervise_steps.supervise_v1(self, watched, sts)
 
     async def _drain(self, sups: list) -> None:
         """DRAINING: gateways route RUNNING replicas only, so this one gets no new request; the
@@ -402,10 +400,12 @@ class ModelInstanceWorkflow:
         ready = await asyncio.gather(*(on(w) for w in hosts))
         return req.model_copy(update={"model_path": ready[0].path})
 
-    async def _stop_everywhere(self) -> None:
-        """Stop the instance's processes on every host of the placement; a host that does not
-        answer is skipped (its processes went with it, or its agent reaps them on return)."""
+    async def _stop_everywhere(self, skip: set[str] = frozenset()) -> None:
+        """Stop the instance's processes on every host of the placement (but ``skip``); a host that
+        does not answer is skipped (its processes went with it, or its agent reaps them on return)."""
         for w in [self.worker] + self.subordinate_workers:
+            if w in skip:
+                continue
             try:
                 await workflow.execute_activity(
                     hp.STOP_INSTANCE, self.inp.name, task_queue=host_queue(w),
@@ -436,7 +436,8 @@ class ModelInstanceWorkflow:
     async def _teardown(self) -> None:
         await self._record("stopping")
         if self.plan is not None:
-            await self._stop_everywhere()
+            if not self.processes_stopped:
+                await self._stop_everywhere()
             await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
             self.plan = None
         self.pid = self.port = self.address = None

@@ -236,6 +236,12 @@ def workers_of(engine: Engine, instance: str) -> list[str]:
         return sorted(set(s.exec(select(ReservationRow.worker).where(ReservationRow.instance == instance))))
 
 
+def instances_on(engine: Engine, worker: str) -> list[str]:
+    """The instances holding ledger lines on ``worker`` (placed there, as main or subordinate)."""
+    with Session(engine) as s:
+        return sorted(set(s.exec(select(ReservationRow.instance).where(ReservationRow.worker == worker))))
+
+
 def booked_per_gpu(engine: Engine) -> dict[tuple[str, int], int]:
     """(worker, GPU index) -> VRAM bytes booked; for invariant checks and metrics."""
     out: dict[tuple[str, int], int] = {}

@@ -15,10 +15,17 @@ from activities.store.tables import DeploymentRow, InstanceRow, ModelFileRow, Wo
 
 def upsert_worker(engine: Engine, report: HostReport, state: str = "ready") -> bool:
     """Record a host's inventory; True when anything the scheduler reads changed."""
+    return see_worker(engine, report, state)[0]
+
+
+def see_worker(engine: Engine, report: HostReport, state: str = "ready") -> tuple[bool, bool]:
+    """Record a host's inventory: (anything the scheduler reads changed, the agent restarted: the
+    report comes from another agent run than the last one recorded)."""
     fp = report.fingerprint()
     with Session(engine) as s:
         row = s.get(WorkerRow, report.name)
         changed = row is None or row.fingerprint != fp or row.state != state
+        restarted = row is not None and bool(row.boot) and bool(report.boot) and row.boot != report.boot
         row = row or WorkerRow(name=report.name)
         row.state, row.state_reason, row.cluster, row.labels = state, "", report.cluster, report.labels
         row.ram_total, row.unified_memory = report.ram_total, report.unified_memory
@@ -26,11 +33,12 @@ def upsert_worker(engine: Engine, report: HostReport, state: str = "ready") -> b
         row.backends, row.simulated, row.fingerprint = report.backends, report.simulated, fp
         row.gpus = [g.model_dump(mode="json") for g in report.gpus]
         row.updated_at = utcnow()
+        row.boot = report.boot or row.boot
         if changed:
             row.generation += 1
         s.add(row)
         s.commit()
-        return changed
+        return changed, restarted
 
 
 def set_worker_state(engine: Engine, name: str, state: str, reason: str = "") -> bool:

@@ -36,6 +36,7 @@ class WorkerRow(SQLModel, table=True):
     generation: int = 0  # bumped by every booking, release and inventory change on this worker
     state_reason: str = ""
     updated_at: datetime = Field(default_factory=utcnow)
+    boot: str | None = None  # the agent run that last said hello (HostReport.boot)
 
 
 class DeploymentRow(SQLModel, table=True):
