@@ -61,6 +61,28 @@ def test_inventory_file(tmp_path):
         ("h1", True, 64 * GiB, GiB, 24 * GiB)
 
 
+def test_inventory_file_is_parsed_again_only_when_it_changed(tmp_path, monkeypatch):
+    """The host's watch reads the file every few seconds: an unchanged file is not parsed again,
+    a changed one is, and a broken edit is still named."""
+    import yaml
+
+    from worker_agent import inventory
+
+    parses = []
+    real = yaml.safe_load
+    monkeypatch.setattr(inventory.yaml, "safe_load", lambda f: parses.append(1) or real(f))
+    p = tmp_path / "inv.yaml"
+    p.write_text("ram_total: 64 GiB\ngpus:\n  - {index: 0, vram_total: 24 GiB}\n")
+    first = from_file("h1", str(p))
+    again = from_file("h1", str(p))
+    assert again == first and again.gpus[0] is not first.gpus[0] and len(parses) == 1  # equal, not shared
+    p.write_text("ram_total: 64 GiB\ngpus:\n  - {index: 0, vram_total: 141 GiB}\n")  # its size and mtime moved
+    assert from_file("h1", str(p)).gpus[0].vram_total == 141 * GiB and len(parses) == 2
+    p.write_text("ram_total: [1\n")
+    with pytest.raises(InvalidInput, match="inventory file"):
+        from_file("h1", str(p))
+
+
 @pytest.mark.parametrize("text,problem", [
     ("ram_total: 64 GiB\ngpus: [{index: 0}]\n", "vram_total"),
     ("ram_total: lots\n", "not a byte size"),
