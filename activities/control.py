@@ -429,7 +429,7 @@ class ControlActivities:
         """The host's watch failed: NOT_READY, and the instances placed there hear it at once."""
         await self._db(records.set_worker_state, self.engine, name, "not_ready", reason)
         await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, name),
-                             HostNews(host=name, kind="lost", why=reason[:500]))
+                             HostNews(host=name, kind="lost", why=reason.removeprefix("agent stopped answering: ")[:500]))
 
     @activity.defn(name=c.DRAIN_INSTANCE)
     async def drain_instance(self, instance: str, timeout_s: float) -> int:
