@@ -76,3 +76,24 @@ def acts_spec():
     from scheduler.spec import ModelSpec
 
     return ModelSpec.model_validate(RAW)
+
+
+async def test_a_replica_launched_at_once_is_booked_starting_and_a_bad_state_is_refused(store):
+    """Generation 2: the workflow launches in the task that places it, so the booking writes the
+    row STARTING with no reason (what the workflow's own STARTING record wrote), the decision kept.
+    Any other state than SCHEDULED or STARTING is refused before anything is booked."""
+    from temporalio.exceptions import ApplicationError
+
+    _, _, engine = store
+    seed(engine, 2, ["a-0", "a-1"])
+    acts = ControlActivities(engine, None)
+    try:
+        got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW, None, "starting")
+        row = {r.name: r for r in records.instances_of(engine)}["a-0"]
+        assert (row.state, row.reason, row.worker, row.queued_at) == ("starting", "", "h1", None)
+        assert row.decision["placement"]["gpu_indexes"] == got.booked.plan.gpu_indexes
+        with pytest.raises(ApplicationError, match="not 'running'"):
+            await ActivityEnvironment().run(acts.place_replica, "a-1", RAW, None, "running")
+        assert ledger.booked_per_gpu(engine) == {("h1", got.booked.plan.gpu_indexes[0]): 20 * GiB}  # a-1 booked nothing
+    finally:
+        acts.pool.shutdown()

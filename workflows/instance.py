@@ -131,11 +131,14 @@ class ModelInstanceWorkflow:
         return list(self.plan.gpu_indexes) if self.plan else []
 
     # --- store and search attributes ------------------------------------------------------------
-    def _recorded_by_store(self, state: str, reason: str) -> None:
+    def _recorded_by_store(self, state: str, reason: str, attributes: bool = False) -> None:
         """An activity wrote the row (the booking): this workflow's state follows. Its search
-        attributes follow with the next record (the launch's STARTING, in the same workflow task)."""
+        attributes follow with the next record (the launch's STARTING, in the same workflow task),
+        or now (``attributes``: the booking wrote STARTING itself, so that record is skipped)."""
         self.state, self.reason = state, reason
         self._recorded = self._row_key(state, reason)
+        if attributes:
+            self._attributes(state)
 
     def _row_key(self, state: str, reason: str) -> tuple:
         """What a record of ``state`` would write now: a record equal to the last one is skipped."""
@@ -327,7 +330,7 @@ class ModelInstanceWorkflow:
         parts: list[tuple[str, hp.LaunchRequest]] = []
         self.processes_stopped = False
         try:
-            if spec.source.huggingface or spec.source.modelscope:
+            if place_steps.hub_source(spec):
                 req = await self._fetch_model(spec, req, sts, quiet)
             if not quiet:
                 await self._record("starting")

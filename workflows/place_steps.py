@@ -39,6 +39,11 @@ PLACE_LOCAL = "place-local"
 QUEUE_SWEEP = "queue-sweep"  # a PENDING replica waits for a wake (the sweep included) without a timer of its own
 
 
+def hub_source(spec: ModelSpec) -> bool:
+    """Its files come from a hub: the launch waits for a download (recorded DOWNLOADING) first."""
+    return bool(spec.source.huggingface or spec.source.modelscope)
+
+
 def backoff(n: int, base: float, cap: float) -> float:
     """Seconds before try n (1-based): min(base * 2^(n-1), cap)."""
     return min(base * 2 ** max(n - 1, 0), cap)
@@ -61,14 +66,18 @@ async def place(wf, spec: ModelSpec) -> bool:
         est = await _estimate(wf, extra)
         if est is None:
             return False
+    # Generation 2: a replica launched in the task that places it (nothing to download first) is
+    # booked STARTING, not SCHEDULED then STARTING: one store write and one local activity fewer.
+    then = "starting" if quick and c.generation(wf.inp, 2) and not hub_source(spec) else "scheduled"
     while not wf.stop_requested:
         wf.woken = False
         booked: ReserveResult | None = None
         try:
             if folded:
                 if quick and c.patched(wf.inp, PLACE_LOCAL):
+                    args = [wf.inp.name, wf.inp.spec] + ([None, then] if then != "scheduled" else [])
                     got: PlaceResult = await workflow.execute_local_activity(
-                        c.PLACE_REPLICA, args=[wf.inp.name, wf.inp.spec], result_type=PlaceResult,
+                        c.PLACE_REPLICA, args=args, result_type=PlaceResult,
                         **c.STORE_LOCAL, summary=f"place {wf.inp.name}")
                 else:
                     got = await workflow.execute_activity(
@@ -111,7 +120,9 @@ async def place(wf, spec: ModelSpec) -> bool:
                 await wf._give_up(f"cannot book the placement: {c.cause(e)[1]}")
                 return False
         wf.plan, wf.preempted_why = booked.plan, ""
-        if folded:  # the booking wrote the row SCHEDULED, with the decision; the launch's record upserts the state
+        if folded and then == "starting":  # the booking wrote the row STARTING (or a re-run of it did)
+            wf._recorded_by_store("starting", "", attributes=True)
+        elif folded:  # the booking wrote the row SCHEDULED, with the decision; the launch's record upserts the state
             wf._recorded_by_store("scheduled", f"{d.strategy}: score {d.score}")
         else:
             await wf._record("scheduled", f"{d.strategy}: score {d.score}",

@@ -120,10 +120,11 @@ def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: lis
 
 
 def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = "",
-            decision: dict | None = None) -> tuple[PlacementPlan, bool]:
+            decision: dict | None = None, state: str = "scheduled") -> tuple[PlacementPlan, bool]:
     """Book ``plan`` for ``instance``: returns (the plan booked, booked now?). False: this exact
     plan was already held. Raises StaleDecision when it does not fit (nothing is written). The
-    instance's row is SCHEDULED in the same transaction, with ``reason`` and ``decision``."""
+    instance's row is ``state`` (SCHEDULED, or STARTING when its launch follows at once) in the
+    same transaction, with ``reason`` and ``decision``."""
     wanted = plan_rows(instance, plan)
     with Session(engine) as s:
         held = _held(s, instance)
@@ -140,7 +141,7 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = ""
             s.exec(delete(ReservationRow).where(ReservationRow.instance == instance))
         s.add_all(wanted)
         _bump(s, workers.values())
-        _mark_scheduled(s, instance, plan, reason, decision)
+        _mark_scheduled(s, instance, plan, reason, decision, state)
         s.commit()
         return plan, True
 
@@ -192,12 +193,12 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
 
 
 def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str = "",
-                    decision: dict | None = None) -> None:
-    """The booked instance's row, in the booking's transaction: SCHEDULED with its placement,
-    out of the PENDING queue (a later return is a new arrival). A Core statement: it runs under
-    the write lock of every booking."""
+                    decision: dict | None = None, state: str = "scheduled") -> None:
+    """The booked instance's row, in the booking's transaction: SCHEDULED (or ``state``) with its
+    placement, out of the PENDING queue (a later return is a new arrival). A Core statement: it
+    runs under the write lock of every booking."""
     t = InstanceRow.__table__
-    vals = dict(state="scheduled", reason=reason, updated_at=utcnow(), queued_at=None, worker=plan.worker,
+    vals = dict(state=state, reason=reason, updated_at=utcnow(), queued_at=None, worker=plan.worker,
                 gpu_indexes=list(plan.gpu_indexes), placement=plan.model_dump(mode="json"))
     if decision is not None:
         vals["decision"] = decision
