@@ -40,15 +40,13 @@ def _read(path: str) -> "InventoryFile":
     st = os.stat(path)
     key = (st.st_ino, st.st_size, st.st_mtime_ns)
     hit = _PARSED.get(path)
-    if hit is not None and hit[0] == key:
-        return hit[1].model_copy(deep=True)  # a report of its own: nothing shared between reports
-    with open(path) as f:
-        raw = yaml.safe_load(f)
-    inv = InventoryFile.model_validate(raw or {})
-    if len(_PARSED) > 64:
-        _PARSED.clear()
-    _PARSED[path] = (key, inv)
-    return inv
+    if hit is None or hit[0] != key:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+        if len(_PARSED) > 64:
+            _PARSED.clear()
+        hit = _PARSED[path] = (key, InventoryFile.model_validate(raw or {}))
+    return hit[1].model_copy(deep=True)  # a report of its own: nothing shared with the cache or other reports
 
 
 def from_file(name: str, path: str) -> HostReport:
