@@ -418,8 +418,7 @@ class ControlActivities:
         agent run (HostReport.boot) tells the instances placed there to supervise afresh."""
         changed, restarted = await self._db(records.see_worker, self.engine, report, "ready")
         if restarted or activity.info().attempt > 1:
-            await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, report.name),
-                                 HostNews(host=report.name, kind="restarted", why="its agent restarted"))
+            await self._tell_instances_on(report.name, "restarted", "its agent restarted")
         if changed or activity.info().attempt > 1:  # as release_placement: a retry may follow a lost wake
             await self.wake_pending()
 
@@ -437,8 +436,12 @@ class ControlActivities:
     async def host_lost(self, name: str, reason: str) -> None:
         """The host's watch failed: NOT_READY, and the instances placed there hear it at once."""
         await self._db(records.set_worker_state, self.engine, name, "not_ready", reason)
-        await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, name),
-                             HostNews(host=name, kind="lost", why=reason.removeprefix("agent stopped answering: ")[:500]))
+        await self._tell_instances_on(name, "lost", reason.removeprefix("agent stopped answering: ")[:500])
+
+    async def _tell_instances_on(self, host: str, kind: str, why: str) -> None:
+        """The instances holding ledger lines on ``host`` hear what its watch learned (host_news.py)."""
+        await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, host),
+                             HostNews(host=host, kind=kind, why=why))
 
     @activity.defn(name=c.DRAIN_INSTANCE)
     async def drain_instance(self, instance: str, timeout_s: float) -> int:
