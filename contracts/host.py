@@ -22,7 +22,7 @@ class Timings(BaseModel):
     """Every duration the workflows wait on. Defaults are for production; tests shorten them."""
 
     host_heartbeat_s: float = Field(10.0, gt=0, description="An agent that misses heartbeats this long is lost. Default 10 s.")
-    supervise_heartbeat_s: float = Field(120.0, gt=0, description="A RUNNING replica's supervisor on its host heartbeats within this; the fallback when the host's own watch (host_heartbeat_s) does not report the host lost. Default 120 s.")
+    supervise_heartbeat_s: float = Field(300.0, gt=0, description="A RUNNING replica's supervisor on its host heartbeats within this; the fallback when the host's own watch (host_heartbeat_s) does not report the host lost. Default 300 s.")
     host_schedule_to_start_s: float = Field(15.0, gt=0, description="Work queued for a host nobody polls fails after this. Default 15 s.")
     unreachable_grace_s: float = Field(300.0, ge=0, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
     restart_base_s: float = Field(10.0, ge=0, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")

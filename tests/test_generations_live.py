@@ -61,7 +61,7 @@ async def test_todays_replicas_skip_patch_markers_and_older_ones_still_run_and_r
         old_h = await lv.client.get_workflow_handle("instance/old-0").fetch_history()
         new_k, old_k = kinds(new_h), kinds(old_h)
         mid_h = await lv.client.get_workflow_handle("instance/mid-0").fetch_history()
-        assert supervisor_heartbeats(new_h) == [FAST.supervise_heartbeat_s]  # 120 s: the host's watch speaks for it
+        assert supervisor_heartbeats(new_h) == [FAST.supervise_heartbeat_s]  # 300 s: the host's watch speaks for it
         # local activities on the way to RUNNING: today's place (booked STARTING) and RUNNING; generation 1
         # recorded STARTING on its own between them
         assert [kinds(h).count("marker_recorded:core_local_activity") for h in (new_h, mid_h)] == [2, 3]

@@ -144,7 +144,7 @@ async def supervisor_on(lv: Live, instance: str, agent_pid: int) -> bool:
 
 async def test_after_an_agent_restart_a_server_exit_is_seen_at_once(tmp_path):
     """The agent dies (SIGKILL; its server keeps running) and starts again. Its supervisors died
-    with it, and today's heartbeat only within supervise_heartbeat_s (120 s: liveness per host):
+    with it, and today's heartbeat only within supervise_heartbeat_s (300 s: liveness per host):
     the host's watch tells the instance (lost, restarted), and a supervisor on the new agent adopts
     the server. When the server then dies, the instance starts it again within seconds."""
     t = FAST.model_copy(update={"unreachable_grace_s": 30})

@@ -27,6 +27,12 @@ from worker_agent.model_header import ModelHeaders
 from worker_agent.processes import ProcessTable
 from worker_agent.reconcile import stop_orphans
 
+# The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout, and by default
+# at least every 60 s whatever the timeout. A supervisor's timeout is long (supervise_heartbeat_s, a
+# fallback); the cap is lifted so that its heartbeats, each a write on the Temporal server, follow
+# the timeout. Activities with short timeouts (watch_host, launch) are throttled as before.
+HEARTBEAT_THROTTLE_CAP = timedelta(hours=1)
+
 
 def advertised_address(temporal_address: str) -> str:
     """The local address that routes to the Temporal server: the one other hosts of the cluster
@@ -101,6 +107,7 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       workflows=[logs_workflow(host_queue(name), table.log_dir)],
                       max_concurrent_activities=2 * max_instances + 8,
+                      max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE_CAP,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
         runnable.extend(await finding)
         report = probe()

@@ -114,6 +114,7 @@ class ProcessTable:
         os.makedirs(self.run_dir, exist_ok=True)
         os.makedirs(self.log_dir, exist_ok=True)
         self.children: dict[int, subprocess.Popen] = {}
+        self.poll_s = 1.0  # how often wait_exit looks at a real process
 
     def _pidfile(self, instance: str) -> str:
         return path_in(self.run_dir, instance, ".json")
@@ -177,6 +178,11 @@ class ProcessTable:
         if p is not None:
             return p.poll()
         return None if pid_alive(pid) else -1
+
+    async def wait_exit(self, pid: int, timeout: float) -> None:
+        """Return within ``timeout`` seconds, or sooner once ``pid`` has ended (a caller then
+        reads ``returncode``). A real process is looked at every second: nothing wakes this."""
+        await asyncio.sleep(max(0.0, min(timeout, self.poll_s)))
 
     def alive(self, pid: int) -> bool:
         return self.returncode(pid) is None

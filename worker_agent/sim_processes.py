@@ -25,6 +25,11 @@ class _Server:
         self.returncode: int | None = None
         self.listener: asyncio.AbstractServer | None = None
         self.task: asyncio.Task | None = None
+        self.ended = asyncio.Event()  # set with returncode: a supervisor waits on it, not on a clock
+
+    def exit(self, code: int) -> None:
+        self.returncode = code
+        self.ended.set()
 
 
 class SimulatedProcessTable(ProcessTable):
@@ -55,7 +60,7 @@ class SimulatedProcessTable(ProcessTable):
             return
         if srv.fails:
             self._log(srv.rec.instance, "simulated: launch failure (--fail-rate)")
-            srv.returncode = 1
+            srv.exit(1)
             return
         if srv.rec.port is not None:
             try:
@@ -63,7 +68,7 @@ class SimulatedProcessTable(ProcessTable):
                                                           srv.rec.port)
             except OSError as e:
                 self._log(srv.rec.instance, f"simulated: cannot listen on {srv.rec.port}: {e.strerror}")
-                srv.returncode = 98
+                srv.exit(98)
                 return
         self._log(srv.rec.instance, "simulated: ready")
 
@@ -82,13 +87,24 @@ class SimulatedProcessTable(ProcessTable):
         srv = self._by_pid.get(pid)
         return -1 if srv is None else srv.returncode
 
+    async def wait_exit(self, pid: int, timeout: float) -> None:
+        """Woken by the end itself: a thousand supervisors in one simulator do not each look every
+        second."""
+        srv = self._by_pid.get(pid)
+        if srv is None or srv.returncode is not None:
+            return
+        try:
+            await asyncio.wait_for(srv.ended.wait(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            pass
+
     def signal_group(self, pid: int, sig: int) -> None:
         srv = self._by_pid.get(pid)
         if srv is not None and srv.returncode is None:
             self._end(srv, -int(sig))
 
     def _end(self, srv: _Server, code: int) -> None:
-        srv.returncode = code
+        srv.exit(code)
         if srv.task is not None and not srv.task.done():
             srv.task.cancel()
         if srv.listener is not None:

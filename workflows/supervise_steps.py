@@ -3,7 +3,7 @@
 one ends, the replica is asked to stop or give way, or (generation 2) its host's watch has news.
 
 Generation 2 (workflows/common.py: generation) keeps liveness per host, not per replica:
-- A supervisor heartbeats within ``Timings.supervise_heartbeat_s`` (default 120 s): a fallback.
+- A supervisor heartbeats within ``Timings.supervise_heartbeat_s`` (default 300 s): a fallback.
   Every RUNNING replica's heartbeat had been a write on the Temporal server every 8 s, the largest
   cost of a big cluster at rest.
 - The host's watch (workflows/host.py, heartbeating within ``host_heartbeat_s``) tells the
