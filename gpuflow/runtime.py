@@ -1,4 +1,4 @@
-"""Connecting to Temporal (address, namespace, mTLS, API key) with the pydantic converter, and
+"""Connecting to Temporal (address, namespace, mTLS, API key) with the pydantic converter (converter.py), and
 registering gpuflow's search attributes."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import asyncio
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, TLSConfig
 
+from gpuflow.converter import DATA_CONVERTER
 from gpuflow.settings import TemporalSettings
 from scheduler.errors import GpuflowError, InvalidInput
 from workflows.common import SEARCH_ATTRIBUTES
@@ -44,7 +44,7 @@ async def connect(t: TemporalSettings, wait_s: float = 0.0, runtime=None) -> Cli
     deadline = asyncio.get_running_loop().time() + wait_s
     while True:
         try:
-            return await Client.connect(t.address, namespace=t.namespace, data_converter=pydantic_data_converter,
+            return await Client.connect(t.address, namespace=t.namespace, data_converter=DATA_CONVERTER,
                                         tls=tls_config(t), api_key=t.api_key, runtime=runtime)
         except RuntimeError as e:
             if asyncio.get_running_loop().time() >= deadline:

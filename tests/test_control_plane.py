@@ -93,12 +93,12 @@ async def test_deploy_scale_down_in_order_and_delete(live):
     assert not any(alive(lv, i.worker, i.name) for i in insts if i.worker)
 
     # the workflows are deterministic: their recorded histories replay against today's code
-    from temporalio.contrib.pydantic import pydantic_data_converter
+    from gpuflow.converter import DATA_CONVERTER
     from temporalio.worker import Replayer
 
     from gpuflow.server import WORKFLOWS
 
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
     for wid in ["deployment/chat", "host/h1"] + [f"instance/{i.name}" for i in insts]:
         history = await lv.client.get_workflow_handle(wid).fetch_history()
         await replayer.replay_workflow(history)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.payloads import CONTROL_QUEUE, InstanceInput
 from gpuflow import ops
+from gpuflow.converter import DATA_CONVERTER
 from gpuflow.server import WORKFLOWS
 from tests.live import FAST, Live, spec
 from worker_agent import payloads as hp
@@ -95,7 +95,7 @@ async def test_todays_replicas_skip_patch_markers_and_older_ones_still_run_and_r
         # generation 2 stops its process with stop_instance (its supervisor's cancel does not); the
         # older ones by cancelling their supervisors
         await lv.wait(lambda: all(table.returncode(pid) is not None for pid in pids.values()), 10, "processes gone")
-        replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)  # the full sandbox
+        replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)  # the full sandbox
         for wid in ("instance/new-0", "instance/old-0", "instance/mid-0"):
             await replayer.replay_workflow(await lv.client.get_workflow_handle(wid).fetch_history())
     finally:

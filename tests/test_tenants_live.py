@@ -10,11 +10,11 @@ import signal
 import sys
 import time
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.store import ledger, tenants
 from gpuflow import ops
+from gpuflow.converter import DATA_CONVERTER
 from gpuflow.server import WORKFLOWS
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
@@ -188,7 +188,7 @@ async def test_no_preemption_of_equal_or_higher_priority_and_no_cycle(tmp_path):
                         and e.activity_task_scheduled_event_attributes.activity_type.name == "launch_instance")
         assert stopped < launched
         # both sides' histories (the patched preemption steps) replay against today's code
-        replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+        replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
         for wid in ("instance/c-0", f"instance/{gone}"):
             await replayer.replay_workflow(await lv.client.get_workflow_handle(wid).fetch_history())
     finally:
