@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
+from activities.batch import Batch
 from activities.payloads import InstanceRecord
 
 MAX_BATCH = 200  # records in one transaction
@@ -26,42 +27,23 @@ class RecordBatch:
     def __init__(self, write: Callable[[list[InstanceRecord]], Awaitable[None]]):
         """``write``: writes a list of records in one transaction (in a thread: records.record_instances)."""
         self._write = write
-        self._waiting: list[tuple[InstanceRecord, asyncio.Future]] = []
-        self._busy = False
-        self._task: asyncio.Future | None = None
+        self._batch: Batch[InstanceRecord, None] = Batch(self._run, MAX_BATCH)
 
     def record(self, rec: InstanceRecord) -> asyncio.Future:
         """A future done once ``rec`` is written (or failed to be). Cancelling it before its batch
         begins drops the write."""
-        fut = asyncio.get_running_loop().create_future()
-        self._waiting.append((rec, fut))
-        if not self._busy:
-            self._busy = True
-            self._task = asyncio.ensure_future(self._drain())  # held: the loop keeps only a weak reference
-        return fut
+        return self._batch.submit(rec)
 
-    async def _drain(self) -> None:
+    async def _run(self, recs: list[InstanceRecord]) -> list[None | BaseException]:
         try:
-            while self._waiting:
-                batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
-                live = [(r, f) for r, f in batch if not f.done()]  # a cancelled caller's write is dropped
-                if not live:
-                    continue
+            await self._write(recs)
+            return [None] * len(recs)
+        except Exception:  # noqa: BLE001  one by one: only the record at fault fails
+            out: list[None | BaseException] = []
+            for r in recs:
                 try:
-                    await self._write([r for r, _ in live])
-                except Exception:  # noqa: BLE001  one by one: only the record at fault fails
-                    for r, f in live:
-                        try:
-                            await self._write([r])
-                        except Exception as e:  # noqa: BLE001
-                            if not f.done():
-                                f.set_exception(e)
-                        else:
-                            if not f.done():
-                                f.set_result(None)
-                    continue
-                for _, f in live:
-                    if not f.done():
-                        f.set_result(None)
-        finally:
-            self._busy = False
+                    await self._write([r])
+                    out.append(None)
+                except Exception as e:  # noqa: BLE001
+                    out.append(e)
+            return out
