@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Engine
@@ -24,6 +25,8 @@ from activities.host_estimate import HostPathActivities, request_from_host
 from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
+from activities.batch import Batch
+from activities.place_batch import MAX_PLACE_BATCH, PlaceAsk, place_many
 from activities.record_batch import RecordBatch
 from activities import tenancy
 from activities.store import db, ledger, records, serving, tenants
@@ -137,6 +140,8 @@ class ControlActivities:
         self.rows = RecordBatch(lambda recs: asyncio.get_running_loop().run_in_executor(  # group commit
             self.pool, records.record_instances, self.engine, recs))
         self.deciding = threading.Lock()  # one decision at a time: each sees the placements handed out before it
+        self.placing: Batch[PlaceAsk, PlaceResult | None] = Batch(lambda asks: asyncio.get_running_loop().run_in_executor(
+            self.pool, place_many, self, asks), MAX_PLACE_BATCH)
 
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
@@ -208,23 +213,50 @@ class ControlActivities:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
 
     def _decide(self, instance: str, spec: ModelSpec, inputs: EstimateInputs | None = None) -> DecisionRecord:
-        """The placement with the tenant's verdict (activities/tenancy.py): over a limit it is not
-        placed, the quota named first; a replica that does not fit may be placed by preemption,
-        its victims in the record. Decisions in this process run one at a time, and a placement
-        handed out is assumed taken by the next until the store shows it booked (SnapshotCache.assume).
-        The store is read before the lock (the snapshot's changes, the owners): inside it there is
-        no I/O, only the policy, while the other decisions wait."""
-        req = self.estimates.get(spec, inputs)
-        with self.metrics.decision_seconds.time():
-            who = tenancy.owners_of(self.reads, spec)
-            self.snapshots.sync(self.reads)
-            with self.deciding:
-                rec = self._decide_locked(instance, spec, req, who)
-        self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
-                                      else "scheduled" if rec.scheduled else "unschedulable").inc()
+        rec = self.decide_many([(instance, spec, self.estimates.get(spec, inputs))])[0]
+        if isinstance(rec, GpuflowError):
+            raise rec
         return rec
 
-    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who) -> DecisionRecord:
+    def decide_many(self, asks: list[tuple[str, ModelSpec, Request]]) -> list[DecisionRecord | GpuflowError]:
+        """The placement of each (instance, spec, request), in order, with the tenant's verdict
+        (activities/tenancy.py): over a limit it is not placed, the quota named first; a replica
+        that does not fit may be placed by preemption, its victims in the record. Decisions in this
+        process run one at a time, and a placement handed out is assumed taken by the next until
+        the store shows it booked (SnapshotCache.assume). The store is read once, before the lock
+        (the snapshot's changes, the owners of each model): inside it there is no I/O, only the
+        policy, while the other decisions wait. gpuflow_decision_seconds observes each decision's
+        policy time plus its share of those reads. A spec the policy refuses (GpuflowError) gets
+        its error in its place; the others are decided."""
+        started = time.perf_counter()
+        who = {}
+        for _, spec, _ in asks:
+            if spec.name not in who:
+                who[spec.name] = tenancy.owners_of(self.reads, spec)
+        self.snapshots.sync(self.reads)
+        share = (time.perf_counter() - started) / len(asks)
+        recs: list[DecisionRecord | GpuflowError] = []
+        mine: set[str] = set()  # placed by this batch: booked with it, not only assumed
+        with self.deciding:
+            for instance, spec, req in asks:
+                t = time.perf_counter()
+                try:
+                    rec = self._decide_locked(instance, spec, req, who[spec.name], mine)
+                except GpuflowError as e:
+                    recs.append(e)
+                    continue
+                self.metrics.decision_seconds.observe(share + time.perf_counter() - t)
+                self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
+                                              else "scheduled" if rec.scheduled else "unschedulable").inc()
+                if rec.scheduled and rec.plan is not None and not rec.victims:
+                    mine.add(instance)
+                recs.append(rec)
+        return recs
+
+    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who, mine: set[str]) -> DecisionRecord:
+        """On the snapshot with every placement assumed; when that does not place the replica, on
+        the store's with only ``mine`` assumed (the batch's own, booked in its transaction): the
+        others may yet fail to book."""
         def on(snap: ClusterSnapshot, gens: dict[str, int]) -> DecisionRecord:
             adm, owners = tenancy.decide_with_tenants(self.engine, snap, spec, req, instance, self.policy, who)
             return tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
@@ -232,8 +264,8 @@ class ControlActivities:
         snap, base, gens = self.snapshots.current()
         rec = on(snap, gens)
         placed = lambda r: r.scheduled and r.plan is not None and not r.victims  # noqa: E731
-        if not placed(rec) and base is not None:  # what is only assumed may still fail: decide on the store
-            rec = on(base, gens)
+        if not placed(rec) and base is not None and not set(self.snapshots.assumed()) <= mine:
+            rec = on(self.snapshots.current(only=mine)[0] if mine else base, gens)  # what is only assumed may fail
         if placed(rec):
             self.snapshots.assume(instance, spec.name, rec.plan)
         else:
@@ -243,41 +275,35 @@ class ControlActivities:
     @activity.defn(name=c.PLACE_REPLICA)
     async def place_replica(self, instance: str, raw: dict, inputs: EstimateInputs | None = None,
                             then: str = "scheduled") -> PlaceResult:
-        """Decide and book in one call (workflows/place_steps.py); the booking records the row
-        SCHEDULED with the decision, as the workflow's own record did; or STARTING (``then``, with
-        no reason, as the workflow's record of STARTING wrote it), when the workflow launches in the
-        same task: one store write and one local activity fewer per replica. A plan the ledger refuses
-        (the capacity moved since the snapshot) is decided again here, up to PLACE_TRIES times;
-        then the activity fails and is retried with backoff. A decision that does not place the
-        replica outright (it does not fit, a quota, victims to preempt) is returned unbooked."""
+        """Decide and book in one call (workflows/place_steps.py), with the calls that arrive
+        together (activities/place_batch.py); the booking records the row SCHEDULED with the
+        decision, as the workflow's own record did; or STARTING (``then``, with no reason, as the
+        workflow's record of STARTING wrote it), when the workflow launches in the same task: one
+        store write and one local activity fewer per replica. A plan the ledger refuses (the
+        capacity moved since the snapshot) is decided again, up to PLACE_TRIES times; then the
+        activity fails and is retried with backoff. A decision that does not place the replica
+        outright (it does not fit, a quota, victims to preempt) is returned unbooked."""
         spec = _spec(raw)
         if isinstance(inputs, dict):  # fewer arguments than parameters: the SDK decodes without type hints
             inputs = EstimateInputs.model_validate(inputs)
         if then not in ("scheduled", "starting"):
             raise ApplicationError(f"a booking records SCHEDULED or STARTING, not {then!r}", type="InvalidInput",
                                    non_retryable=True)
-        est = None
+        try:  # costed before it joins a batch (cached: the estimate activity costed a spec read from files)
+            req = await self._db(self.estimates.get, spec, inputs)
+        except GpuflowError as e:
+            raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
         for _ in range(PLACE_TRIES):
+            fut = self.placing.submit(PlaceAsk(instance, spec, req, then))
             try:
-                d = await self._db(self._decide, instance, spec, inputs)
+                got = await self._heartbeating(fut)
+            except asyncio.CancelledError:
+                fut.cancel()  # not placed yet: its batch drops it
+                raise
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
-            if est is None:  # what _decide costed (cached): the workflow needs no estimate activity of its own
-                s = request_summary(self.estimates.get(spec, inputs))
-                est = EstimateRecord(model=spec.name, request=s, summary=summary_text(s))
-            if not d.scheduled or d.plan is None or d.victims:
-                return PlaceResult(decision=d, estimate=est)
-            recorded = {"request": est.summary, "strategy": d.strategy, "score": d.score,
-                        "placement": d.plan.model_dump(mode="json")}  # what the workflow recorded itself before
-            try:
-                plan, now = await self._db(ledger.reserve, self.engine, instance, d.plan,
-                                           "" if then == "starting" else f"{d.strategy}: score {d.score}", recorded,
-                                           then)
-            except ledger.StaleDecision:
-                self.snapshots.forget(instance)
-                self.metrics.conflicts.labels("rejected").inc()
-                continue
-            return PlaceResult(decision=d, booked=ReserveResult(plan=plan, booked_now=now), estimate=est)
+            if got is not None:
+                return got
         raise ApplicationError(f"instance {instance}: the capacity moved under {PLACE_TRIES} decisions in a row",
                                type="StaleDecision")
 

@@ -64,7 +64,8 @@ class ControlMetrics:
         self.registry = r = registry or CollectorRegistry()
         self.decisions = Counter("gpuflow_decisions", "Placement decisions made, by result.", ["result"], registry=r)
         self.decision_seconds = Histogram(
-            "gpuflow_decision_seconds", "Time to make one placement decision (snapshot, filters, scoring).",
+            "gpuflow_decision_seconds", "Time to make one placement decision: its share of the snapshot refresh "
+            "(decisions made together share one), then filters and scoring.",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r)
         self.conflicts = Counter(
             "gpuflow_reservation_conflicts", "Bookings refused because the plan no longer fit the ledger "

@@ -81,6 +81,24 @@ def test_stale_plan_rejected_with_numbers(store, first, second, fits):
         assert ledger.booked_per_gpu(engine) == {("h1", 0): int(first * GiB)}
 
 
+def test_a_batch_books_what_fits_as_the_bookings_before_it_left_the_ledger(store):
+    """reserve_many: one transaction; each plan is checked against the ledger with the batch's
+    earlier bookings in it. h1 has two 24 GiB GPUs: a-0 takes 20 of GPU 0, so b-0's 10 there no
+    longer fits (20 + 10 > 24) and fails alone, nothing of it written; c-0 on GPU 1 and a-0 again
+    (held already: not booked now) go through. Each worker's generation moves once."""
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    records.upsert_worker(engine, host("h2"))
+    gen0 = {w.name: w.generation for w in records.workers(engine)}
+    got = ledger.reserve_many(engine, [ledger.Booking("a-0", plan("h1", 0, 20)), ledger.Booking("b-0", plan("h1", 0, 10)),
+                                       ledger.Booking("c-0", plan("h1", 1, 10)), ledger.Booking("a-0", plan("h1", 0, 20))])
+    assert [g[1] if isinstance(g, tuple) else type(g).__name__ for g in got] == [True, "StaleDecision", True, False]
+    assert "GPU 0: needs 10.0 GiB, 4.0 GiB free" in str(got[1])
+    assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB, ("h1", 1): 10 * GiB}
+    gen1 = {w.name: w.generation for w in records.workers(engine)}
+    assert (gen1["h1"] - gen0["h1"], gen1["h2"] - gen0["h2"]) == (1, 0)
+
+
 def test_system_reserve_and_worker_state_are_checked(store):
     _, _, engine = store
     records.upsert_worker(engine, host("h1", reserve_vram=2))  # 24 - 2 = 22 GiB bookable per GPU

@@ -1,7 +1,8 @@
 """The place activity (decide and book in one call, workflows/place_steps.py) on the real store,
 run by Temporal's ActivityEnvironment: it books what it decides, returns a decision that does not
 place the replica unbooked, and decides again when the ledger refuses its plan because another
-control-plane worker booked the same GPU in between."""
+control-plane worker booked the same GPU in between. Calls that arrive together are decided on one
+refresh and booked in one transaction (activities/place_batch.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.control import ControlActivities
+from activities.place_batch import PlaceAsk, place_many
 from activities.payloads import InstanceRecord
 from activities.store import ledger, records
 from scheduler.units import GiB
 from tests.test_ledger import host
+
+import asyncio
 
 RAW = {"name": "a", "backend": "custom", "run_command": "x {port}", "source": {"local_path": "/m/a"},
        "resources": {"vram": 20 * GiB, "ram": GiB}}  # 20 GiB: one replica a 24 GiB GPU
@@ -49,18 +53,18 @@ async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(st
     _, _, engine = store
     seed(engine, 2, ["a-0", "b-0"])
     acts, other = ControlActivities(engine, None), ControlActivities(engine, None)
-    real = ledger.reserve
+    real = ledger.reserve_many
     calls: list[str] = []
 
-    def reserve(engine_, instance, plan, *rest):
-        calls.append(f"{instance}@{plan.gpu_indexes}")
-        if instance == "a-0" and len(calls) == 1:
+    def reserve_many(engine_, bookings):
+        calls.extend(f"{b.instance}@{b.plan.gpu_indexes}" for b in bookings)
+        if len(calls) == 1:
             theirs = other._decide("b-0", acts_spec())
-            assert theirs.plan.gpu_indexes == plan.gpu_indexes  # it picked the same GPU
-            real(engine_, "b-0", theirs.plan)
-        return real(engine_, instance, plan, *rest)
+            assert theirs.plan.gpu_indexes == bookings[0].plan.gpu_indexes  # it picked the same GPU
+            real(engine_, [ledger.Booking("b-0", theirs.plan)])
+        return real(engine_, bookings)
 
-    monkeypatch.setattr(ledger, "reserve", reserve)
+    monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
         got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW)
         assert got.booked is not None
@@ -95,5 +99,59 @@ async def test_a_replica_launched_at_once_is_booked_starting_and_a_bad_state_is_
         with pytest.raises(ApplicationError, match="not 'running'"):
             await ActivityEnvironment().run(acts.place_replica, "a-1", RAW, None, "running")
         assert ledger.booked_per_gpu(engine) == {("h1", got.booked.plan.gpu_indexes[0]): 20 * GiB}  # a-1 booked nothing
+    finally:
+        acts.pool.shutdown()
+
+
+@pytest.mark.parametrize("gpus, asked, booked_on", [
+    # three 24 GiB GPUs, four replicas of 20 GiB asking together: each decision sees the GPUs
+    # handed out before it (spread: an empty GPU first); the fourth finds 4 GiB free on each and waits
+    (3, 4, [[0], [1], [2], None]),
+    (2, 2, [[0], [1]]),
+])
+def test_a_batch_is_decided_in_turn_and_booked_in_one_transaction(store, monkeypatch, gpus, asked, booked_on):
+    """place_many, the work of one batch: every decision sees the batch's earlier placements (not
+    only assumed: booked with it), and one reserve_many books what was placed."""
+    _, _, engine = store
+    names = [f"a-{i}" for i in range(asked)]
+    seed(engine, gpus, names)
+    acts = ControlActivities(engine, None)
+    real, batches = ledger.reserve_many, []
+
+    def reserve_many(engine_, bookings):
+        batches.append([b.instance for b in bookings])
+        return real(engine_, bookings)
+
+    monkeypatch.setattr(ledger, "reserve_many", reserve_many)
+    try:
+        spec = acts_spec()
+        got = place_many(acts, [PlaceAsk(n, spec, acts.estimates.get(spec), "scheduled") for n in names])
+        assert [g.booked.plan.gpu_indexes if g.booked else None for g in got] == booked_on
+        assert batches == [[n for n, b in zip(names, booked_on) if b]]  # the waiting one is not offered to the ledger
+        assert ledger.overbooked(engine) == []
+    finally:
+        acts.pool.shutdown()
+
+
+async def test_replicas_asking_at_once_are_placed_without_conflicts(store, monkeypatch):
+    """Six calls of the activity at once on three GPUs of 24 GiB: three booked on three GPUs, three
+    waiting, whatever batches they fell into; no plan offered to the ledger is refused."""
+    _, _, engine = store
+    names = [f"a-{i}" for i in range(6)]
+    seed(engine, 3, names)
+    acts = ControlActivities(engine, None)
+    real, offered = ledger.reserve_many, []
+
+    def reserve_many(engine_, bookings):
+        offered.extend(b.instance for b in bookings)
+        return real(engine_, bookings)
+
+    monkeypatch.setattr(ledger, "reserve_many", reserve_many)
+    try:
+        got = await asyncio.gather(*(ActivityEnvironment().run(acts.place_replica, n, RAW) for n in names))
+        placed = sorted(g.booked.plan.gpu_indexes[0] for g in got if g.booked)
+        assert placed == [0, 1, 2] and len(offered) == 3
+        assert acts.metrics.conflicts.labels("rejected")._value.get() == 0
+        assert ledger.overbooked(engine) == []
     finally:
         acts.pool.shutdown()

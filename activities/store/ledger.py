@@ -21,6 +21,8 @@ releasing twice (or releasing what was never reserved) is a no-op.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
@@ -125,25 +127,64 @@ def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = ""
     plan was already held. Raises StaleDecision when it does not fit (nothing is written). The
     instance's row is ``state`` (SCHEDULED, or STARTING when its launch follows at once) in the
     same transaction, with ``reason`` and ``decision``."""
-    wanted = plan_rows(instance, plan)
+    out = reserve_many(engine, [Booking(instance, plan, reason, decision, state)])[0]
+    if isinstance(out, StaleDecision):
+        raise out
+    return out
+
+
+@dataclass(frozen=True)
+class Booking:
+    instance: str
+    plan: PlacementPlan
+    reason: str = ""
+    decision: dict | None = None
+    state: str = "scheduled"
+
+
+def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[PlacementPlan, bool] | StaleDecision]:
+    """``reserve`` for several instances in one transaction and one commit (a batch of placements:
+    activities/place_batch.py). The workers of every plan are locked together first, in name
+    order, so two batches cannot deadlock. Each plan is checked against the ledger as the bookings
+    before it in the batch left it; one that does not fit gets its StaleDecision (or OverQuota),
+    nothing of it written, and the others are booked."""
+    wanted = [plan_rows(b.instance, b.plan) for b in bookings]
+    out: list[tuple[PlacementPlan, bool] | StaleDecision] = []
     with Session(engine) as s:
-        held = _held(s, instance)
-        if held and _same(held, wanted):
-            return plan, False
-        workers = _lock_workers(s, sorted({r.worker for r in wanted}))
-        problems = check(workers, _booked(s, list(workers), instance), wanted)
-        if problems:
-            raise StaleDecision(f"instance {instance}: the plan no longer fits: " + "; ".join(problems))
-        quota = tenants.over_limit_in(s, instance, wanted, set())
-        if quota:
-            raise OverQuota(f"instance {instance}: {quota}")
-        if held:  # a DELETE statement now: the unit of work would flush the INSERTs below first
-            s.exec(delete(ReservationRow).where(ReservationRow.instance == instance))
-        s.add_all(wanted)
-        _bump(s, workers.values())
-        _mark_scheduled(s, instance, plan, reason, decision, state)
+        workers = _lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
+        touched: dict[str, WorkerRow] = {}
+        for b, rows in zip(bookings, wanted):
+            try:
+                now = _reserve_in(s, workers, b, rows)
+            except StaleDecision as e:
+                out.append(e)
+                continue
+            out.append((b.plan, now))
+            if now:
+                touched.update((r.worker, workers[r.worker]) for r in rows)
+        _bump(s, touched.values())
         s.commit()
-        return plan, True
+    return out
+
+
+def _reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
+    """One booking inside the batch's transaction; True when it was booked now (False: held already)."""
+    held = _held(s, b.instance)
+    if held and _same(held, wanted):
+        return False
+    mine = sorted({r.worker for r in wanted})
+    problems = check({w: workers[w] for w in mine if w in workers}, _booked(s, mine, b.instance), wanted)
+    if problems:
+        raise StaleDecision(f"instance {b.instance}: the plan no longer fits: " + "; ".join(problems))
+    quota = tenants.over_limit_in(s, b.instance, wanted, set())
+    if quota:
+        raise OverQuota(f"instance {b.instance}: {quota}")
+    if held:  # a DELETE statement now: the unit of work would flush the INSERTs below first
+        s.exec(delete(ReservationRow).where(ReservationRow.instance == b.instance))
+    s.add_all(wanted)
+    s.flush()  # the next booking of the batch reads the ledger with Core statements: they see these rows
+    _mark_scheduled(s, b.instance, b.plan, b.reason, b.decision, b.state)
+    return True
 
 
 def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[str, PlacementPlan],

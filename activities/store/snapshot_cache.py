@@ -99,13 +99,15 @@ class SnapshotCache:
                 self._state = new
             self._settle(new)
 
-    def current(self) -> tuple[ClusterSnapshot, ClusterSnapshot | None, dict[str, int]]:
+    def current(self, only: set[str] | None = None) -> tuple[ClusterSnapshot, ClusterSnapshot | None, dict[str, int]]:
         """``views`` of the newest state read, without reading the store: a decision syncs first,
-        outside its lock, then takes this inside it (no I/O while the other decisions wait)."""
+        outside its lock, then takes this inside it (no I/O while the other decisions wait).
+        ``only``: lay only these instances' assumed placements over it."""
         now = time.monotonic()
         with self._lock:
             state = self._state
-            assumed = [a.instance for a in self._assumed.values() if a.until > now]
+            assumed = [a.instance for a in self._assumed.values()
+                       if a.until > now and (only is None or a.instance.name in only)]
         if not assumed:
             return state.snapshot, None, state.gens
         return _overlay(state, assumed), state.snapshot, state.gens

@@ -1,0 +1,69 @@
+"""Placing replicas in batches (the ``place_replica`` activity: workflows/place_steps.py).
+
+The calls that arrive while one batch is placed are placed together when it ends (activities/batch.py),
+in one pass:
+- the store is read once: the owners of each model the batch names (for tenancy), and the
+  snapshot's changes (SnapshotCache.sync);
+- the policy decides each replica in arrival order, under the decision lock, each seeing the
+  placements handed out before it (SnapshotCache.assume);
+- the plans that place their replica outright are booked in one transaction
+  (ledger.reserve_many): one write turn and one commit for the batch.
+
+A call that finds nothing under way starts a batch of one at once. In a burst, each replica paid
+its own refresh, its own transaction and its own commit; at 100 hosts and 1,500 replicas those were
+about a fifth of the control plane's CPU time. Correctness is the ledger's, as before: a plan the
+ledger refuses (the capacity moved under another control-plane worker) is decided again by its
+caller, in a later batch, at most PLACE_TRIES times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from activities.payloads import EstimateRecord, PlaceResult, ReserveResult
+from activities.store import ledger
+from scheduler.errors import GpuflowError
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+from scheduler.summary import request_summary, summary_text
+
+MAX_PLACE_BATCH = 64  # replicas decided and booked in one pass
+
+
+@dataclass(frozen=True)
+class PlaceAsk:
+    instance: str
+    spec: ModelSpec
+    request: Request  # what it claims (costed before it asked)
+    then: str  # the state its booking records: scheduled, or starting (its launch follows at once)
+
+
+def place_many(acts, asks: list[PlaceAsk]) -> list[PlaceResult | None | GpuflowError]:
+    """For each ask, in order: its result (booked, or a decision that does not place it outright),
+    None when the ledger refused its plan (decide again), or the GpuflowError the policy raised
+    for its spec. ``acts``: the ControlActivities (the decision, the store, the metrics)."""
+    decided = acts.decide_many([(a.instance, a.spec, a.request) for a in asks])
+    out: list[PlaceResult | None | GpuflowError] = []
+    books: list[tuple[int, ledger.Booking]] = []
+    for a, d in zip(asks, decided):
+        if isinstance(d, GpuflowError):
+            out.append(d)
+            continue
+        s = request_summary(a.request)
+        est = EstimateRecord(model=a.spec.name, request=s, summary=summary_text(s))
+        out.append(PlaceResult(decision=d, estimate=est))
+        if d.scheduled and d.plan is not None and not d.victims:
+            recorded = {"request": est.summary, "strategy": d.strategy, "score": d.score,
+                        "placement": d.plan.model_dump(mode="json")}  # what the workflow recorded itself before
+            reason = "" if a.then == "starting" else f"{d.strategy}: score {d.score}"
+            books.append((len(out) - 1, ledger.Booking(a.instance, d.plan, reason, recorded, a.then)))
+    if books:
+        got = ledger.reserve_many(acts.engine, [b for _, b in books])
+        for (i, b), g in zip(books, got):
+            if isinstance(g, ledger.StaleDecision):
+                acts.snapshots.forget(b.instance)
+                acts.metrics.conflicts.labels("rejected").inc()
+                out[i] = None
+            else:
+                plan, now = g
+                out[i] = out[i].model_copy(update={"booked": ReserveResult(plan=plan, booked_now=now)})
+    return out
