@@ -51,6 +51,18 @@ def test_published_ports_bind_loopback_by_default():
             assert str(p).startswith("${GPUFLOW_PUBLISH_ADDRESS:-127.0.0.1}:"), f"{name} publishes {p} on every interface"
 
 
+def test_no_two_services_and_not_the_gateway_share_a_host_port():
+    """The stack runs beside a gateway on its default port (gpuflow gateway: 8080): the UI is
+    published on 8233, as the dev server's, and every host port is published once."""
+    from gateway.config import GatewaySettings
+
+    host_ports = [str(p).rsplit(":", 2)[1] for svc in load("docker-compose.yml")["services"].values()
+                  for p in svc.get("ports", [])]
+    assert len(host_ports) == len(set(host_ports)), host_ports
+    assert str(GatewaySettings().port) not in host_ports
+    assert "8233" in host_ports
+
+
 def test_prometheus_scrapes_the_control_plane():
     p = load("deploy/prometheus/prometheus.yml")
     jobs = {j["job_name"]: j for j in p["scrape_configs"]}
