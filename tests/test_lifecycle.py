@@ -14,6 +14,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from gpuflow import ops
 from tests.live import FAST, Live, spec
 from worker_agent import payloads as hp
+from worker_agent import reconcile
 
 PENDING_ACTIVITY_STATE_STARTED = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
 
@@ -117,7 +118,9 @@ async def test_orphan_of_a_moved_placement_is_stopped_without_an_agent_restart(t
 async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_path):
     """A process in the agent's table (started the way the agent starts one: own session, pid
     file) whose instance workflow does not exist, beside a RUNNING instance's: the running agent
-    stops the first within its interval (why=gone) and leaves the second alone."""
+    stops the first within its interval (why=gone) and leaves the second alone. The RUNNING one is
+    kept on one visibility query for the host (reconcile.placed_here: its main worker's search
+    attribute), not by asking its workflow; a host name outside the name rule queries nothing."""
     t = FAST.model_copy(update={"orphan_check_s": 2})
     lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
     try:
@@ -129,6 +132,15 @@ async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_pat
         await lv.wait(lambda: table.returncode(ghost.pid) is not None and table.find("ghost-0") is None, 30,
                       "ghost-0 stopped by the agent")
         assert live_copies(lv, "kept-0") == ["h1"]
+        here = set()
+        for _ in range(50):  # visibility follows the booking's upsert within moments
+            here = await reconcile.placed_here(lv.client, "h1")
+            if here:
+                break
+            await asyncio.sleep(0.2)
+        assert here == {"kept-0"}
+        assert await reconcile.placed_here(lv.client, "h2") == set()
+        assert await reconcile.placed_here(lv.client, "h1' OR WorkflowType = 'x") == set()
         text = urllib.request.urlopen(f"http://{lv.stack.metrics['agent h1']}/metrics", timeout=10).read().decode()
         assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="gone"} 1.0' in text
     finally:
