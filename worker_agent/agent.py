@@ -27,10 +27,10 @@ from worker_agent.model_header import ModelHeaders
 from worker_agent.processes import ProcessTable
 from worker_agent.reconcile import stop_orphans
 
-# The SDK sends an activity's heartbeats at most every 0.8 x its heartbeat timeout, and by default
-# at least every 60 s whatever the timeout. A supervisor's timeout is long (supervise_heartbeat_s, a
-# fallback); the cap is lifted so that its heartbeats, each a write on the Temporal server, follow
-# the timeout. Activities with short timeouts (watch_host, launch) are throttled as before.
+# The SDK sends an activity's heartbeats at most once per min(0.8 x its heartbeat timeout, this
+# cap), and the cap is 60 s by default: a supervisor, whose timeout is long (supervise_heartbeat_s,
+# a fallback), still sent one a minute. Lifted, its heartbeats (each a write on the Temporal server)
+# follow its timeout. Activities with short timeouts (watch_host, launch) are throttled as before.
 HEARTBEAT_THROTTLE_CAP = timedelta(hours=1)
 
 
