@@ -41,6 +41,18 @@ class GpuRows(Sequence):
         self.types.append(gpu_type)
         self.extra.append((utilization, unified))
 
+    def extend(self, workers: list[str], indexes: list[int], books: list[int], gpu_types: list[str | None],
+               ram: int) -> None:
+        """Rows of one RAM claim and no utilization, given as columns: ``add`` for each, without a
+        call per row (the single-GPU scan offers one row per GPU of the cluster)."""
+        n = len(workers)
+        self.workers.extend(workers)
+        self.indexes.extend(indexes)
+        self.books.extend(books)
+        self.types.extend(gpu_types)
+        self.rams.extend([ram] * n)
+        self.extra.extend([(None, False)] * n)
+
     def __len__(self) -> int:
         return len(self.workers)
 

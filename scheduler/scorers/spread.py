@@ -97,5 +97,13 @@ def one_gpu(workers: list[str], indexes: list[int], counts: dict[str, Counts]) -
     """``scores`` for placements of one GPU each (compared: their workers); the mean of one
     term is the term (0 + x is x, x / 1 is x)."""
     w_of = _worker_scores(counts, workers)
-    get = counts.get
-    return [(0.85 * w_of(w, c) + 0.15 * _gpu(c, i)) * 100 for w, i in zip(workers, indexes) for c in (get(w, NONE),)]
+    per: dict[str, tuple[float, dict, dict]] = {}  # worker -> (w, its counts per GPU): one lookup each
+    out = []
+    for w, i in zip(workers, indexes):
+        p = per.get(w)
+        if p is None:
+            c = counts.get(w, NONE)
+            p = per[w] = (w_of(w, c), c.gpu_cur, c.gpu_oth)
+        wv, cur, oth = p
+        out.append((0.85 * wv + 0.15 * (1 / (1 + cur.get(i, 0) + 0.2 * oth.get(i, 0)))) * 100)  # as _gpu
+    return out

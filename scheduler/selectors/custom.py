@@ -27,11 +27,12 @@ def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
     types in order of first appearance), so equal scores go to the same first candidate."""
     req, out, best = ctx.request, GpuRows(), 0
     ram, vram, allocatable = req.ram, req.vram, ctx.allocatable
+    names, indexes, books, types = [], [], [], []  # the rows' columns (GpuRows.extend)
     for t, w, gpus in by_type(workers):
         a = allocatable[w.name]
         if ram > a.ram:
             continue
-        free = a.vram
+        free, name = a.vram, w.name
         for g in gpus:
             i = g.index
             alloc = free.get(i, 0)
@@ -39,7 +40,11 @@ def single_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
                 best = alloc
             need = _per_card(vram, frac, g.vram_total, vram) if frac else vram
             if need <= alloc:
-                out.add(w.name, i, need, ram, t)
+                names.append(name)
+                indexes.append(i)
+                books.append(need)
+                types.append(t)
+    out.extend(names, indexes, books, types, ram)
     if not out:
         msgs.append(f"The largest allocatable GPU has {gib(best)} GiB; the model needs {gib(req.vram)} GiB on one GPU.")
     return out
