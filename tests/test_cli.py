@@ -48,6 +48,24 @@ def test_schedule_table_and_unschedulable_exit_3(tmp_path):
     assert json.loads(p.stdout)["placement"] is None
 
 
+@pytest.mark.parametrize("workers, listed, note", [
+    (3, 3 * 8, False),  # 24 candidates (one per GPU): every one, in the policy's order
+    (40, 30, True),  # 320: the best 30 by score, and how many there were; --json has them all
+])
+def test_schedule_table_lists_at_most_30_candidates(tmp_path, workers, listed, note):
+    cluster = {"version": 1, "workers": [
+        {"name": f"w{k}", "ram_total": "512 GiB", "gpus": [{"index": i, "vram_total": "80 GiB"} for i in range(8)]}
+        for k in range(workers)]}
+    spec = write(tmp_path, "m.yaml", {"name": "m", "source": {"local_path": "/m/m"}, "backend": "custom",
+                                       "run_command": "serve", "resources": {"vram": "30 GiB", "ram": "1 GiB"}})
+    p = gpuflow("schedule", "--cluster", write(tmp_path, "c.json", cluster), "--model", spec, check=0)
+    table = p.stdout.split("candidates (")[1].split("\n\n")[0].splitlines()[3:]
+    assert len(table) == listed and table[0].startswith("*")  # the pick first: the best
+    assert (f"the best 30 of {workers * 8:,} by score; --json lists every one" in p.stdout) == note
+    p = gpuflow("schedule", "--cluster", write(tmp_path, "c.json", cluster), "--model", spec, "--json", check=0)
+    assert len(json.loads(p.stdout)["candidates"]) == workers * 8
+
+
 @pytest.mark.parametrize("spec, message", [
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "tensorrt"}, "backend: Input should be 'vllm', 'sglang', 'llama.cpp', 'custom' or 'voxbox'"),
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "replicas": -1}, "replicas: Input should be greater than or equal to 0"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from scheduler.decision import Decision
 from scheduler.units import gib
 
+TABLE_ROWS = 30  # candidates a table lists: more are the best by score (--json lists every one)
+
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
@@ -32,11 +34,16 @@ def decision(d: Decision, request_summary: str) -> str:
     out.append(_table(rows, ["filter", "kept", "removed (why)"]))
     if d.candidates:
         out.append("")
-        out.append(f"candidates ({d.strategy}):")
-        names = list(d.candidates[0].scores)
-        links = any(c.link for c in d.candidates)
+        total = len(d.candidates)
+        shown = list(d.candidates) if total <= TABLE_ROWS else d.top(TABLE_ROWS)
+        if d.placement is not None and not any(c is d.placement for c in shown):
+            shown.append(d.placement)  # the pick among equals by rounded score: listed too
+        more = f" the best {len(shown)} of {total:,} by score; --json lists every one" if len(shown) < total else ""
+        out.append(f"candidates ({d.strategy}):{more}")
+        names = list(shown[0].scores)
+        links = any(c.link for c in shown)
         rows = []
-        for c in d.candidates:
+        for c in shown:
             mark = "*" if c is d.placement else ""
             subs = " ".join(f"+{s.worker}{s.gpu_indexes}" for s in c.subordinates)
             rows.append([mark, c.worker + (" " + subs if subs else ""), str(c.gpu_indexes), _vram(c.claim),
