@@ -248,7 +248,7 @@ class ControlActivities:
                 self.metrics.decision_seconds.observe(share + time.perf_counter() - t)
                 self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
                                               else "scheduled" if rec.scheduled else "unschedulable").inc()
-                if rec.scheduled and rec.plan is not None and not rec.victims:
+                if rec.places_outright:
                     mine.add(instance)
                 recs.append(rec)
         return recs
@@ -263,10 +263,9 @@ class ControlActivities:
 
         snap, base, gens = self.snapshots.current()
         rec = on(snap, gens)
-        placed = lambda r: r.scheduled and r.plan is not None and not r.victims  # noqa: E731
-        if not placed(rec) and base is not None and not set(self.snapshots.assumed()) <= mine:
+        if not rec.places_outright and base is not None and not set(self.snapshots.assumed()) <= mine:
             rec = on(self.snapshots.current(only=mine)[0] if mine else base, gens)  # what is only assumed may fail
-        if placed(rec):
+        if rec.places_outright:
             self.snapshots.assume(instance, spec.name, rec.plan)
         else:
             self.snapshots.forget(instance)

@@ -48,6 +48,11 @@ class DecisionRecord(BaseModel):
     victims: list[Victim] = []  # placed by preempting these (scheduler/tenancy/preemption.py)
     preempt_why: str = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
 
+    @property
+    def places_outright(self) -> bool:
+        """It places the replica with a plan to book as it is (no victims to preempt first)."""
+        return self.scheduled and self.plan is not None and not self.victims
+
 
 class PreemptNotice(BaseModel):
     """To a victim: who took its GPUs, and why (its reason while it waits PENDING)."""

@@ -51,7 +51,7 @@ def place_many(acts, asks: list[PlaceAsk]) -> list[PlaceResult | None | GpuflowE
         s = request_summary(a.request)
         est = EstimateRecord(model=a.spec.name, request=s, summary=summary_text(s))
         out.append(PlaceResult(decision=d, estimate=est))
-        if d.scheduled and d.plan is not None and not d.victims:
+        if d.places_outright:
             recorded = {"request": est.summary, "strategy": d.strategy, "score": d.score,
                         "placement": d.plan.model_dump(mode="json")}  # what the workflow recorded itself before
             reason = "" if a.then == "starting" else f"{d.strategy}: score {d.score}"
