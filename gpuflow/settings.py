@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from activities.payloads import Timings
 from scheduler.limits import Limits
@@ -42,6 +42,21 @@ class Settings(BaseSettings):
     capacity_hook: str | None = Field(None, description="Where the autoscaler reports demand the cluster cannot place: an http(s) URL (JSON POST) or a command (JSON on stdin); activities/capacity_hook.py. Default none.")
     workflow_sandbox: bool = Field(False, description="Run the control plane's workflows in Temporal's sandbox: its runtime determinism checks, for about a sixth more CPU per replica (gpuflow/server.py). Default off; the tests replay recorded histories under it.")
     allow_env: list[str] = Field([], description="Env patterns specs may set beyond the default allowlist (JSON list, e.g. GPUFLOW_ALLOW_ENV='[\"MYAPP_*\"]'); each agent must allow them too (--allow-env). Default none.")
+
+    def __init__(self, **values):
+        """As BaseSettings, except that an environment it cannot take is an InvalidInput naming the
+        variable (gpuflow/settings_errors.py), not a traceback."""
+        from gpuflow import settings_errors as why
+
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise why.validation_problem(e, os.environ) from None
+        except SettingsError as e:
+            raise why.parse_problem(e, os.environ) from None
+        unknown = why.unknown_keys(type(self), os.environ)
+        if unknown:
+            raise unknown
 
     def store_url(self) -> str:
         return self.database_url or f"sqlite:///{os.path.join(os.path.abspath(self.data_dir), 'gpuflow.db')}"
