@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from gpuflow.policy_env import policy_config
 from gpuflow.settings import Settings
 from scheduler.errors import InvalidInput
 
@@ -80,6 +81,21 @@ def test_good_environment_still_reads(env, variables, placement, locality):
     env(**variables)
     s = Settings().scheduler
     assert (s.placement, s.locality) == (placement, locality)
+    assert policy_config() == s  # the dry runs' reader: the same settings, with or without pydantic-settings
+
+
+@pytest.mark.parametrize("variables", [
+    {"GPUFLOW_SCHEDULER__PLACEMENT": "-1"},
+    {"gpuflow_scheduler__placement": "abc"},  # names match case-insensitively, as pydantic-settings matches them
+    {"GPUFLOW_TIMINGS__SETTLE_S": "soon"},  # another section's bad value stops the dry runs too, as every command
+])
+def test_dry_runs_refuse_what_settings_refuse(env, variables):
+    env(**variables)
+    with pytest.raises(InvalidInput) as direct:
+        Settings()
+    with pytest.raises(InvalidInput) as dry:
+        policy_config()
+    assert str(dry.value) == str(direct.value)
 
 
 def test_values_passed_in_code_are_named_by_field(env):

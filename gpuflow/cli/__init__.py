@@ -14,7 +14,7 @@ import sys
 
 from gpuflow import files
 from gpuflow.render import dryrun as render
-from gpuflow.settings import Settings
+from gpuflow.policy_env import policy_config
 from scheduler import scale_down
 from scheduler.decide import decide
 from scheduler.errors import GpuflowError, InvalidInput
@@ -37,7 +37,7 @@ def cmd_schedule(a) -> int:
     snapshot = files.load_cluster(a.cluster)
     spec = files.load_spec(a.model)
     req = estimate_request(spec, files.model_files_path(spec, a.model, a.model_path))
-    d = decide(snapshot, spec, req, Settings().scheduler)
+    d = decide(snapshot, spec, req, policy_config())
     summary = request_summary(req)
     if a.json:
         print(json.dumps({**d.to_dict(), "request": summary}, indent=2))
@@ -85,7 +85,7 @@ def cmd_rank(a) -> int:
     snapshot = files.load_cluster(a.cluster)
     if not any(i.model == a.model for i in snapshot.instances):
         raise InvalidInput(f"{a.cluster}: no instance of model {a.model!r}")
-    ranked = scale_down.rank(snapshot, a.model, PlacementStrategy(a.strategy), Settings().scheduler)
+    ranked = scale_down.rank(snapshot, a.model, PlacementStrategy(a.strategy), policy_config())
     if a.json:
         print(json.dumps({"model": a.model, "strategy": a.strategy, "order": [r.to_dict() for r in ranked]}, indent=2))
     else:
