@@ -23,6 +23,8 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     ("deep.json", b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON: nested too deeply"),
     ("deep70.json", b'{"a": ' + b"[" * 70 + b"]" * 70 + b"}", "nested more than 64 levels deep"),
     ("bomb.yaml", BOMB.encode(), "more than 1,000,000 values (YAML aliases expanded)"),
+    # valid JSON, but one byte over the 64 MiB limit: the JSON fast path refuses it as the slow one does
+    ("big.json", b'{"version": 1' + b" " * ((64 << 20) - 13) + b"}", "larger than 64 MiB; refused"),
 ])
 @pytest.mark.parametrize("flag", ["--cluster", "--model"])
 def test_bad_files_exit_2_naming_the_file(tmp_path, name, body, message, flag):
