@@ -3,7 +3,9 @@
 Writes a 1,000-worker cluster (8 GPUs each, two instances per worker) as JSON and as YAML, and
 runs `python -m gpuflow schedule` on each with a spec that states its resources (no model files
 to read). Prints the median wall time of each, of a bare `python -c pass`, and the difference.
-Also prints whether the run imported transformers (it must not). Noisy on a loaded machine:
+Also prints whether the run imported transformers (it must not). The JSON file is timed twice:
+as the environment runs Python (this machine sets PYTHONDONTWRITEBYTECODE, so the project's own
+modules compile on every run) and with bytecode cached ("+pyc"), as an installed gpuflow runs. Noisy on a loaded machine:
 compare the rows of one run. Run: python bench/bench_schedule_cli.py [--workers N] [--reps R]
 """
 
@@ -45,13 +47,13 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(cmd: list[str], reps: int, root: str = ROOT) -> tuple[float, float, str]:
+def timed(cmd: list[str], reps: int, root: str = ROOT, env: dict | None = None) -> tuple[float, float, str]:
     """Median wall and CPU seconds (CPU: user + system of the child; on a loaded machine the
     steadier figure, since wall time includes waiting for a core)."""
     times, cpus, out = [], [], ""
     for _ in range(reps):
         t, c = time.perf_counter(), _cpu()
-        p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root})
+        p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env={**(env or os.environ), "PYTHONPATH": root})
         times.append(time.perf_counter() - t)
         cpus.append(_cpu() - c)
         out = p.stdout + p.stderr
@@ -82,20 +84,32 @@ def main() -> None:
     base, base_cpu, _ = timed([py, "-c", "pass"], a.reps)
     print(f"{a.workers} workers, median of {a.reps} runs; interpreter start {base * 1000:.0f} ms wall,"
           f" {base_cpu * 1000:.0f} ms CPU")
-    print(f"{'checkout':>10} {'file':>6} {'wall ms':>8} {'beyond start':>13} {'CPU ms':>7} {'beyond start':>13}"
+    print(f"{'checkout':>10} {'file':>9} {'wall ms':>8} {'beyond start':>13} {'CPU ms':>7} {'beyond start':>13}"
           f" {'transformers imported':>22}")
     probe = ("import runpy, sys; sys.argv = ['gpuflow'] + sys.argv[1:]\n"
              "try:\n    runpy.run_module('gpuflow', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
              "print('TRANSFORMERS' if 'transformers' in sys.modules else 'NO-TRANSFORMERS', file=sys.stderr)")
     roots = {"this": ROOT, **({"compare": a.compare} if a.compare else {})}
-    for kind, path in paths.items():
-        args = ["schedule", "--cluster", path, "--model", spec]
+    # "+pyc": the project's modules from bytecode, as an installed (non-editable) gpuflow runs;
+    # the plain rows compile them on every run where PYTHONDONTWRITEBYTECODE is set.
+    runs = [(kind, "", os.environ) for kind in paths]
+    runs.insert(1, ("json", "+pyc", cached_env(tmp)))
+    for kind, note, env in runs:
+        args = ["schedule", "--cluster", paths[kind], "--model", spec]
         for label, root in roots.items():
-            wall, cpu, _ = timed([py, "-m", "gpuflow", *args], a.reps, root)
-            _, _, out = timed([py, "-c", probe, *args], 1, root)
-            print(f"{label:>10} {kind:>6} {wall * 1000:>8.0f} {(wall - base) * 1000:>13.0f} {cpu * 1000:>7.0f}"
+            if note:
+                timed([py, "-m", "gpuflow", *args], 1, root, env)  # writes the bytecode
+            wall, cpu, _ = timed([py, "-m", "gpuflow", *args], a.reps, root, env)
+            _, _, out = timed([py, "-c", probe, *args], 1, root, env)
+            print(f"{label:>10} {kind + note:>9} {wall * 1000:>8.0f} {(wall - base) * 1000:>13.0f} {cpu * 1000:>7.0f}"
                   f" {(cpu - base_cpu) * 1000:>13.0f} {str('NO-TRANSFORMERS' not in out):>22}")
+
+
+def cached_env(tmp: str) -> dict:
+    """The environment with bytecode written and read, into a folder of this run's own."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pycache")}
 
 
 if __name__ == "__main__":
