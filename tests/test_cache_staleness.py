@@ -1,21 +1,36 @@
 """Two control-plane workers, each with its own cached snapshot, place a burst while one host
 joins and another leaves: their caches are stale by turns, and the ledger's check at reserve time
-keeps every GPU within what it holds. Every replica converges."""
+keeps every GPU within what it holds. Every replica converges. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from activities.store import ledger, records
 from gpuflow import ops
 from tests.live import FAST, Live, spec
+from tests.store_fixtures import PG_URL, pg_schema
 
 
-async def test_two_cached_control_planes_burst_while_hosts_join_and_leave(tmp_path):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_args(request):
+    """The store both workers share: a SQLite file (the workers meet at its file lock), or a
+    fresh PostgreSQL schema (row locks, as several workers run at scale)."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    schema, drop = pg_schema()
+    yield {"database_url": PG_URL, "schema": schema}
+    drop()
+
+
+async def test_two_cached_control_planes_burst_while_hosts_join_and_leave(tmp_path, store_args):
     """20 deployments of 10 GiB; GPUs of 24 GiB hold 2 each. h1, h2 (2 GPUs each): 8 fit. h3
     (2 GPUs) joins during the burst: 12 fit. h1 dies (agent and processes SIGKILLed): 8 fit, on
     h2 and h3. At the end 8 RUNNING on h2/h3 with one ledger line each, 12 PENDING with reasons."""
-    lv = await Live(str(tmp_path)).start({"h1": [24, 24], "h2": [24, 24]}, servers=2)
+    lv = await Live(str(tmp_path), **store_args).start({"h1": [24, 24], "h2": [24, 24]}, servers=2)
     try:
         names = [f"c{k:02d}" for k in range(20)]
 
