@@ -27,6 +27,7 @@ print("CODE", code, " ".join(sorted(m for m in ("transformers", "pydantic_settin
 def run(*args: str, **extra_env: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GPUFLOW_")}
     p = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env={**env, **extra_env})
+    assert p.returncode == 0 and "CODE" in p.stdout, p.stderr
     return p.stdout.strip().splitlines()[-1].split()[1:]
 
 
