@@ -14,7 +14,7 @@ from activities.payloads import (CONTROL_QUEUE, DeploymentInput, DeploymentView,
                                  Timings)
 from gpuflow import broken
 from scheduler.errors import InvalidInput
-from scheduler.limits import Limits
+from scheduler.limits import REPLICAS_CEILING
 from scheduler.spec import ModelSpec
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
@@ -44,10 +44,11 @@ def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
 
 
 async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None,
-                 replicas: int | None = None, limits: Limits | None = None) -> DeploymentView:
-    """Create the deployment, or update a running one to this spec. ``limits``: the operator's,
-    checked here too (the control plane checks its own settings whatever a client sends)."""
-    _check_replicas(limits, spec.replicas if replicas is None else replicas)
+                 replicas: int | None = None) -> DeploymentView:
+    """Create the deployment, or update a running one to this spec. The operator's maximum
+    (GPUFLOW_LIMITS__MAX_REPLICAS) is the control plane's to check: its workers' settings decide,
+    not this client's environment, and its refusal names the limit."""
+    _check_replicas(spec.replicas if replicas is None else replicas)
     raw = spec.model_dump(mode="json", exclude_none=True)
     wid = f"deployment/{spec.name}"
     handle = await client.start_workflow(
@@ -85,16 +86,16 @@ async def _deployment(client: Client, name: str):
     return handle
 
 
-def _check_replicas(limits: Limits | None, replicas: int) -> None:
+def _check_replicas(replicas: int) -> None:
+    """What holds on every cluster; the operator's own maximum is checked by the control plane."""
     if replicas < 0:
         raise InvalidInput(f"replicas must be >= 0, got {replicas}")
-    problem = (limits or Limits()).replicas_problem(replicas)
-    if problem:
-        raise InvalidInput(problem)
+    if replicas > REPLICAS_CEILING:
+        raise InvalidInput(f"replicas {replicas} is more than the ceiling of {REPLICAS_CEILING}")
 
 
-async def scale(client: Client, name: str, replicas: int, limits: Limits | None = None) -> DeploymentView:
-    _check_replicas(limits, replicas)
+async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
+    _check_replicas(replicas)
     h = await _deployment(client, name)
     return await _update(h, ModelDeploymentWorkflow.scale, replicas)
 

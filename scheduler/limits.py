@@ -27,5 +27,5 @@ class Limits(BaseModel):
         """Why ``n`` replicas are refused, or None."""
         if n > self.max_replicas:
             return (f"replicas {n} is more than this cluster's maximum of {self.max_replicas} "
-                    "(the operator's GPUFLOW_LIMITS__MAX_REPLICAS)")
+                    "(the operator's GPUFLOW_LIMITS__MAX_REPLICAS, set where the control-plane workers run)")
         return None

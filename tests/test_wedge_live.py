@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import time
 
@@ -152,6 +154,24 @@ async def test_counts_past_the_limits_are_refused_by_the_cli_and_by_the_workflow
         assert named in str(e.value.cause), (args, str(e.value.cause))
     view = await h.query("status")
     assert view["replicas"] == 1 and lv.states("good") == {"good-0": "running"}
+
+
+async def test_the_control_planes_maximum_decides_not_the_clients(stack, tmp_path):
+    """GPUFLOW_LIMITS__MAX_REPLICAS is the control plane's setting. A client whose own environment
+    says 1 still deploys 2 replicas where the control plane allows 256 (the CLI had refused with its
+    own default, naming "this cluster's maximum"), and a refusal by the control plane names where
+    the setting lives."""
+    lv = stack
+    two = tmp_path / "two.yaml"
+    two.write_text(json.dumps({**GOOD, "name": "two"}))
+    env = {**os.environ, "GPUFLOW_LIMITS__MAX_REPLICAS": "1"}
+    out = subprocess.run([sys.executable, "-m", "gpuflow", "deploy", str(two), "--replicas", "2",
+                          "--address", lv.stack.temporal.address], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    out = cli(lv, "scale", "two", "257")
+    assert out.returncode == 2 and "maximum of 256 (the operator's GPUFLOW_LIMITS__MAX_REPLICAS, set where the " \
+        "control-plane workers run)" in out.stderr, out.stderr
+    assert cli(lv, "delete", "two", "--wait").returncode == 0
 
 
 async def test_a_run_command_that_cannot_be_split_is_refused_at_deploy(stack, tmp_path):

@@ -103,7 +103,7 @@ def cmd_deploy(a) -> int:
 
     async def go():
         client = await connect(s.temporal)
-        view = await ops.deploy(client, spec, s.timings, a.replicas, s.limits)
+        view = await ops.deploy(client, spec, s.timings, a.replicas)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted; workflow deployment/{view.name}")
 
     return _run(go())
@@ -113,7 +113,7 @@ def cmd_scale(a) -> int:
     s = settings_from(a)
 
     async def go():
-        view = await ops.scale(await connect(s.temporal), a.name, a.replicas, s.limits)
+        view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
 
     return _run(go())
