@@ -4,6 +4,7 @@ status, explain, hosts. Only Temporal is needed; the store is the control plane'
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
@@ -163,32 +164,58 @@ async def status(client: Client, name: str | None = None) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001
             deployments.append({"name": n, "broken": broken.reason(e), "instances": []})
             continue
-        insts = []
-        for i in view.instances + [n for n in view.stopping if n not in view.instances]:
-            try:
-                row = (await instance(client, i)).model_dump(mode="json", exclude={"decision"})
-                if row["state"] == "downloading":
-                    row["download"] = await download_progress(client, i)
-                insts.append(row)
-            except (InvalidInput, RPCError) as e:
-                insts.append({"name": i, "state": "unknown", "reason": broken.reason(e)})
+        names_ = view.instances + [n for n in view.stopping if n not in view.instances]
+        insts = await bounded([_instance_row(client, i) for i in names_])
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
                             "backend": view.spec.get("backend"), "instances": insts})
     return {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
 
 
+async def _instance_row(client: Client, name: str) -> dict[str, Any]:
+    try:
+        row = (await instance(client, name)).model_dump(mode="json", exclude={"decision"})
+        if row["state"] == "downloading":
+            row["download"] = await download_progress(client, name)
+        return row
+    except (InvalidInput, RPCError) as e:
+        return {"name": name, "state": "unknown", "reason": broken.reason(e)}
+
+
 async def hosts(client: Client) -> list[HostView]:
-    out = []
-    for wid in await _running(client, "HostWorkflow"):
-        h = client.get_workflow_handle_for(HostWorkflow.run, wid)
-        try:
-            why = await broken.task_failing(h)
-            if why:
-                raise InvalidInput(why)
-            out.append(await broken.query(h, HostWorkflow.status))
-        except Exception as e:  # noqa: BLE001  one host that does not answer is shown broken
-            out.append(HostView(name=wid.split("/", 1)[1], state="broken", reason=broken.reason(e)))
-    return out
+    """Every host, in natural order of name (sim-2 before sim-10)."""
+    wids = sorted(await _running(client, "HostWorkflow"), key=natural_key)
+    return await bounded([_host(client, wid) for wid in wids])
+
+
+async def _host(client: Client, wid: str) -> HostView:
+    h = client.get_workflow_handle_for(HostWorkflow.run, wid)
+    try:
+        why = await broken.task_failing(h)
+        if why:
+            raise InvalidInput(why)
+        return await broken.query(h, HostWorkflow.status)
+    except Exception as e:  # noqa: BLE001  one host that does not answer is shown broken
+        return HostView(name=wid.split("/", 1)[1], state="broken", reason=broken.reason(e))
+
+
+AT_ONCE = 32  # queries in flight at a time: a listing of 1,000 replicas asks 1,000 workflows
+
+
+async def bounded(calls: list) -> list:
+    """Await ``calls`` (coroutines), at most AT_ONCE at a time; their results in order. One after
+    another, 300 replicas' queries took 3.5 s of round trips."""
+    gate = asyncio.Semaphore(AT_ONCE)
+
+    async def one(c):
+        async with gate:
+            return await c
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def natural_key(name: str) -> list:
+    """'sim-10' after 'sim-9': runs of digits compare as numbers."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p]
 
 
 async def explain(client: Client, name: str) -> dict[str, Any]:

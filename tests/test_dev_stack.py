@@ -3,6 +3,7 @@ the UI's address, and Ctrl-C stops every process it started."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -44,7 +45,9 @@ def _check_demo(p: subprocess.Popen, data, ui: int) -> None:
     assert "Ctrl-C stops every process" in out, out
     assert f"Temporal UI:  http://127.0.0.1:{ui}" in out
     assert "scaled chat-8b from 3 to 1" in out
-    assert out.count("RUNNING") == 5, out  # chat-8b x1, embed-small x2, llama-70b x1, smollm2 x1
+    rows = [ln for ln in lines if re.match(r"^  (?!instances:)\S+ +RUNNING ", ln)]
+    assert len(rows) == 5, out  # chat-8b x1, embed-small x2, llama-70b x1, smollm2 x1
+    assert "  instances: RUNNING 2" in out, out  # embed-small's line of counts
     assert "llama-70b-0" in out and "simulated" in out
     # the real model: SmolLM2 through llama-cpp-python (found in this Python without flags) on this machine
     assert "smollm2-0            RUNNING      devlocal" in out, out

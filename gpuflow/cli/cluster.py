@@ -145,7 +145,7 @@ def cmd_status(a) -> int:
         client = await connect(s.temporal)
         st = add_serving(await ops.status(client, a.name), store)
         auto = await add_status(client, st)  # one line per autoscaled deployment
-        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st) + auto)
+        print(json.dumps(st, indent=2) if a.json else render_cluster.status(st, a.summary) + auto)
 
     return _run(go())
 
@@ -289,6 +289,7 @@ def add_commands(sub) -> None:
     temporal_flags(p)
     p.add_argument("name", nargs="?")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--summary", action="store_true", help="counts by state, not a row per instance and host")
     p.add_argument("--data-dir", help="where the store's SQLite file is, for in-flight counts and gateways")
     p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_status, temporal=True)

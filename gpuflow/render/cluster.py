@@ -60,7 +60,17 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def status(st: dict[str, Any]) -> str:
+def counts(items: list[dict[str, Any]]) -> str:
+    """'RUNNING 298, PENDING 2': how many are in each state, the most first (then by name)."""
+    n: dict[str, int] = {}
+    for i in items:
+        n[i["state"].upper()] = n.get(i["state"].upper(), 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(n.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+
+
+def status(st: dict[str, Any], summary: bool = False) -> str:
+    """Each deployment: its header, a line of counts by state, and (unless ``summary``) a row per
+    instance; then the hosts (``summary``: their counts by state)."""
     out = []
     for d in st["deployments"]:
         if d.get("broken"):
@@ -68,6 +78,9 @@ def status(st: dict[str, Any]) -> str:
             continue
         out.append(f"deployment {d['name']} ({d.get('backend')}): {d['replicas']} replica(s) wanted"
                    + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
+        out.append(f"  instances: {counts(d['instances'])}")
+        if summary:
+            continue
         out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} REASON")
         for i in d["instances"]:
             gpus = ",".join(map(str, i.get("gpu_indexes") or [])) or "-"
@@ -81,6 +94,6 @@ def status(st: dict[str, Any]) -> str:
     out += [f"gateway: {u}" for u in st.get("gateways", [])]
     if st.get("hosts"):
         out.append("")
-        out.append(hosts(st["hosts"]))
+        out.append(f"hosts: {counts(st['hosts'])}" if summary else hosts(st["hosts"]))
     return "\n".join(out)
 
