@@ -146,7 +146,7 @@ class ControlActivities:
     def all(self) -> list:
         return [self.save_deployment, self.record_instance, self.estimate_model, self.decide_placement,
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
-                self.closed_workflows, self.host_seen, self.host_lost, self.drain_instance,
+                self.closed_workflows, self.host_seen, self.host_lost, self.host_forget, self.drain_instance,
                 self.deployment_limits, self.tenant_problem, self.preempt_placement, self.victims_left,
                 self.sweep_queue, self.place_replica] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
 
@@ -467,6 +467,12 @@ class ControlActivities:
         """The instances holding ledger lines on ``host`` hear what its watch learned (host_news.py)."""
         await host_news.tell(self.client, await self._db(ledger.instances_on, self.reads, host),
                              HostNews(host=host, kind=kind, why=why))
+
+    @activity.defn(name=c.HOST_FORGET)
+    async def host_forget(self, name: str) -> str | None:
+        """An operator forgets a host that is gone for good: its row leaves the store, or the reason
+        it may not yet (records.forget_worker)."""
+        return await self._db(records.forget_worker, self.engine, name)
 
     @activity.defn(name=c.DRAIN_INSTANCE)
     async def drain_instance(self, instance: str, timeout_s: float) -> int:

@@ -15,6 +15,7 @@ from activities.payloads import (CONTROL_QUEUE, DeploymentInput, DeploymentView,
                                  Timings)
 from gpuflow import broken
 from scheduler.errors import InvalidInput
+from scheduler.naming import name_problem
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.spec import ModelSpec
 from workflows.deployment import ModelDeploymentWorkflow
@@ -185,6 +186,30 @@ async def hosts(client: Client) -> list[HostView]:
     """Every host, in natural order of name (sim-2 before sim-10)."""
     wids = sorted(await _running(client, "HostWorkflow"), key=natural_key)
     return await bounded([_host(client, wid) for wid in wids])
+
+
+async def forget_host(client: Client, name: str) -> str:
+    """End a host that is gone for good: its workflow's ``forget`` update removes it from the
+    store (refused while it is READY or holds reservations), then its logs workflow is ended."""
+    problem = name_problem(name)
+    if problem:
+        raise InvalidInput(f"host name {name!r}: {problem}")
+    h = client.get_workflow_handle_for(HostWorkflow.run, f"host/{name}")
+    try:
+        d = await h.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise InvalidInput(f"no host named {name!r}") from None
+        raise
+    if d.status is None or d.status.name != "RUNNING":
+        raise InvalidInput(f"host {name!r} is not in the cluster (its workflow is {d.status.name.lower() if d.status else 'gone'})")
+    done = await _update(h, HostWorkflow.forget)
+    try:
+        await client.get_workflow_handle(f"host-logs/{name}").terminate(f"host {name} forgotten")
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return done
 
 
 async def _host(client: Client, wid: str) -> HostView:

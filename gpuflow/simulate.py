@@ -199,6 +199,8 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
             os.unlink(fleet_file(data_dir))
         except OSError:
             pass
+        print(f"gpuflow simulate: stopped {len(alive)} host(s)"
+              + (f"; {len(fleet) - len(alive)} had vanished" if len(alive) < len(fleet) else ""), flush=True)
 
 
 def kill(data_dir: str, host: str) -> None:

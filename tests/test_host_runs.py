@@ -52,3 +52,35 @@ def test_the_instances_on_a_host_are_those_with_ledger_lines_there(store):
     ledger.release(engine, "c-0")
     assert ledger.instances_on(engine, "h1") == ["a-0"]
     assert ledger.instances_on(engine, "h9") == []
+
+
+def test_a_host_is_forgotten_only_when_it_holds_nothing_and_does_not_answer(store):
+    """records.forget_worker, step by step on one store: (what happens, the step, the refusal or None)."""
+    import pytest
+    from sqlmodel import Session, select
+
+    from activities.store.tables import ModelFileRow
+
+    _, _, engine = store
+    records.upsert_worker(engine, report("x"))
+    one = {"vram": {0: GiB}, "ram": GiB}
+    ledger.reserve(engine, "a-0", PlacementPlan(worker="h1", gpu_indexes=[0], claim=one))
+    with Session(engine) as s:
+        s.add(ModelFileRow(worker="h1", source="hf:o/m", state="ready"))
+        s.commit()
+    steps = [
+        ("READY: its agent answers", lambda: None, "host h1 is READY; stop its agent first"),
+        ("lost, but a-0 still holds GPU 0", lambda: records.set_worker_state(engine, "h1", "not_ready", "lost"),
+         "host h1 still holds the reservations of 1 replica(s) (a-0)"),
+        ("a-0 moved away: forgotten", lambda: ledger.release(engine, "a-0"), None),
+        ("again: nothing left to remove", lambda: None, None),
+    ]
+    for what, step, refused in steps:
+        step()
+        got = records.forget_worker(engine, "h1")
+        assert (got is None) if refused is None else (got or "").startswith(refused), (what, got)
+    assert records.workers(engine) == []
+    with Session(engine) as s:
+        assert s.exec(select(ModelFileRow)).all() == []  # its sightings went with it
+    with pytest.raises(ledger.StaleDecision, match="worker h1 is not in the store"):  # nothing books on it now
+        ledger.reserve(engine, "b-0", PlacementPlan(worker="h1", gpu_indexes=[0], claim=one))

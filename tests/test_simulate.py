@@ -42,6 +42,10 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         await lv.wait(lambda: list(lv.states("sd").values()) == ["running"] * 4, 120, "4 RUNNING")
         await ops.scale(lv.client, "sd", 6)
         await lv.wait(lambda: list(lv.states("sd").values()) == ["running"] * 6, 120, "6 RUNNING")
+        summary = cli(lv, "status", "--summary").stdout.splitlines()
+        assert "  instances: RUNNING 6" in summary and "hosts: READY 10" in summary, summary
+        listed = [ln.split()[0] for ln in cli(lv, "hosts").stdout.splitlines()[1:] if ln.startswith("sim-")]
+        assert listed == [f"sim-{i}" for i in range(10)]
         rows = lv.instances("sd")
         assert all(answers(i.port) and answers(i.port, "/v1/models") for i in rows)  # real sockets answer health
         log = cli(lv, "logs", rows[0].name)
@@ -61,6 +65,18 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         await lv.wait(lambda: {w.name: w.state for w in records.workers(lv.engine)}[victim.worker] == "not_ready",
                       60, f"{victim.worker} NOT_READY")
         assert list(lv.states("sd").values()) == ["running"] * 6
+        # gone for good: forgotten, once its replicas have moved; a READY host is refused, as a typo
+        await lv.wait(lambda: victim.worker not in {w for w, _ in _lines(lv)}, 60, f"no reservation on {victim.worker}")
+        ready = next(w.name for w in records.workers(lv.engine) if w.state == "ready")
+        r = cli(lv, "hosts", "forget", ready)
+        assert r.returncode == 2 and f"host {ready} is READY; stop its agent first" in r.stderr, r.stderr
+        r = cli(lv, "hosts", "forget", "sim-99")
+        assert r.returncode == 2 and "no host named 'sim-99'" in r.stderr, r.stderr
+        r = cli(lv, "hosts", "forget", victim.worker)
+        assert r.returncode == 0 and f"host {victim.worker} forgotten" in r.stdout, r.stderr
+        assert victim.worker not in {w.name for w in records.workers(lv.engine)}
+        assert victim.worker not in cli(lv, "hosts").stdout
+        assert "hosts: READY 9" in cli(lv, "status", "--summary").stdout.splitlines()
 
         ports = [i.port for i in lv.instances("sd")]
         await ops.delete(lv.client, "sd")
@@ -75,6 +91,7 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         out, _ = sim.communicate(timeout=60)
         assert sim.returncode == 0, out
         assert "sim-" in out and "vanished" in out
+        assert "gpuflow simulate: stopped 9 host(s); 1 had vanished" in out, out
     finally:
         if sim.poll() is None:
             sim.kill()
@@ -94,3 +111,13 @@ async def test_bad_arguments_are_named(tmp_path):
         r = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "gpuflow", "simulate", *args],
                                     capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and what in r.stderr, (args, r.stderr)
+
+
+def _lines(lv: Live) -> list[tuple[str, str]]:
+    """(worker, instance) of every ledger line."""
+    from sqlmodel import Session, select
+
+    from activities.store.tables import ReservationRow
+
+    with Session(lv.engine) as s:
+        return [(r.worker, r.instance) for r in s.exec(select(ReservationRow))]

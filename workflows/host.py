@@ -5,7 +5,9 @@ the host READY, then keeps a ``watch_host`` activity running on the host's own q
 heartbeats it, and it returns when the inventory changes. A missed heartbeat (or nobody polling
 the queue) fails the activity: the host is recorded NOT_READY until the agent says hello again
 or answers one of the probes sent to its queue meanwhile.
-Every READY/inventory change wakes PENDING instances (in the host_seen activity)."""
+Every READY/inventory change wakes PENDING instances (in the host_seen activity). An operator
+forgets a host that is gone for good with the ``forget`` update (``gpuflow hosts forget``): its row
+leaves the store and the workflow ends."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.payloads import HostInput, HostReport, HostView, host_queue
@@ -34,11 +36,30 @@ class HostWorkflow:
         self.state = inp.state
         self.greeting: HostReport | None = None
         self.since = ""
+        self.forgotten = False  # an operator forgot the host (update forget): the workflow ends
 
     @workflow.signal
     def hello(self, report: HostReport) -> None:
         if report.name == self.inp.name:  # another host's report is not this host's news
             self.greeting = report
+
+    @workflow.update
+    async def forget(self) -> str:
+        """``gpuflow hosts forget``: a host gone for good leaves the store, and this workflow ends.
+        Refused while the host holds reservations (records.forget_worker says whose). An agent that
+        says hello later starts the host afresh."""
+        problem = await workflow.execute_activity(c.HOST_FORGET, self.inp.name, result_type=str | None,
+                                                  **c.STORE_CALL)
+        if problem:
+            raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
+        self.forgotten = True
+        return f"host {self.inp.name} forgotten"
+
+    @forget.validator
+    def _check_forget(self) -> None:
+        if self.state == "ready" or self.greeting is not None:
+            raise ValueError(f"host {self.inp.name} is READY; stop its agent first "
+                             "(a host that answers keeps running its servers)")
 
     @workflow.query
     def status(self) -> HostView:
@@ -59,6 +80,10 @@ class HostWorkflow:
                 self.report, self.greeting = self.greeting, None
                 await workflow.execute_activity(c.HOST_SEEN, self.report, **c.STORE_CALL)
                 await self._set("ready")
+                self.forgotten = False  # it said hello (perhaps as it was forgotten): it is back
+            if self.forgotten and self.state != "ready":
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return
             if self.state == "ready" and self.report is not None:
                 await self._watch(self.report.fingerprint())
             else:
@@ -72,19 +97,24 @@ class HostWorkflow:
         an agent that was only cut off (a network split, a Temporal restart) comes back READY
         without restarting."""
         try:
-            await workflow.wait_condition(lambda: self.greeting is not None,
+            await workflow.wait_condition(lambda: self.greeting is not None or self.forgotten,
                                           timeout=c.secs(self.t.host_schedule_to_start_s))
             return
         except asyncio.TimeoutError:
             pass
+        h = workflow.start_activity(
+            hp.WATCH_HOST, "", result_type=HostReport, task_queue=host_queue(self.inp.name),
+            schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
+            start_to_close_timeout=c.secs(self.t.host_watch_s), heartbeat_timeout=c.secs(self.t.host_heartbeat_s),
+            retry_policy=RetryPolicy(maximum_attempts=1))
+        await workflow.wait_condition(lambda: h.done() or self.forgotten)
+        if not h.done():  # forgotten: nobody is left to answer the probe
+            h.cancel()
         try:
-            self.greeting = await workflow.execute_activity(
-                hp.WATCH_HOST, "", result_type=HostReport, task_queue=host_queue(self.inp.name),
-                schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
-                start_to_close_timeout=c.secs(self.t.host_watch_s), heartbeat_timeout=c.secs(self.t.host_heartbeat_s),
-                retry_policy=RetryPolicy(maximum_attempts=1))
-        except ActivityError:
-            pass
+            report = await h
+        except (ActivityError, asyncio.CancelledError):
+            return
+        self.greeting = report
 
     async def _watch(self, known: str) -> None:
         h = workflow.start_activity(

@@ -41,6 +41,39 @@ def see_worker(engine: Engine, report: HostReport, state: str = "ready") -> tupl
         return changed, restarted
 
 
+def forget_worker(engine: Engine, name: str) -> str | None:
+    """Remove a host that is gone for good (``gpuflow hosts forget``): its worker row and its
+    model-file sightings. Refused, with the reason returned and nothing written, while it is READY
+    or holds any ledger line: its replicas first move away (after their unreachable grace). The
+    worker row is locked first (PostgreSQL; SQLite's write lock covers the whole transaction), so a
+    booking made at the same moment either came first and is seen here, or comes after and finds
+    no worker (ledger.check refuses it)."""
+    from activities.store.tables import ReservationRow
+
+    with Session(engine) as s:
+        stmt = select(WorkerRow).where(WorkerRow.name == name)
+        if s.get_bind().dialect.name != "sqlite":
+            stmt = stmt.with_for_update()
+        row = s.exec(stmt).first()
+        if row is None:  # never recorded (or forgotten before): nothing to remove
+            return None
+        if row.state == "ready":
+            return f"host {name} is READY; stop its agent first (a host that answers keeps running its servers)"
+        held = sorted(set(s.exec(select(ReservationRow.instance).where(ReservationRow.worker == name))))
+        if held:
+            return (f"host {name} still holds the reservations of {len(held)} replica(s) ({', '.join(held[:5])}"
+                    f"{', ...' if len(held) > 5 else ''}); they are placed elsewhere after their unreachable grace "
+                    "(GPUFLOW_TIMINGS__UNREACHABLE_GRACE_S of their deployment), then it can be forgotten")
+        files = s.exec(select(ModelFileRow).where(ModelFileRow.worker == name)).all()
+        for f in files:
+            s.delete(f)
+        s.delete(row)
+        if files:
+            changes.bump(s, "", files=True)  # the snapshot caches read model files again
+        s.commit()
+        return None
+
+
 def set_worker_state(engine: Engine, name: str, state: str, reason: str = "") -> bool:
     with Session(engine) as s:
         row = s.get(WorkerRow, name)

@@ -164,6 +164,16 @@ def cmd_explain(a) -> int:
 
 def cmd_hosts(a) -> int:
     s = settings_from(a)
+    if a.action == "forget" and not a.names:
+        raise InvalidInput("gpuflow hosts forget needs the names of the hosts to forget")
+
+    async def forget():
+        client = await connect(s.temporal)
+        for name in a.names:
+            print(await ops.forget_host(client, name))
+
+    if a.action == "forget":
+        return _run(forget())
 
     async def go():
         hs = await ops.hosts(await connect(s.temporal))
@@ -300,7 +310,12 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_explain, temporal=True)
 
-    p = sub.add_parser("hosts", help="hosts with their state and GPUs")
+    p = sub.add_parser("hosts", help="hosts with their state and GPUs; 'hosts forget HOST': one gone for good",
+                       description="List the hosts, or forget hosts that are gone for good: a NOT_READY host "
+                                   "that holds no reservation leaves the store and the listing (its agent, if it "
+                                   "ever says hello again, brings it back).")
     temporal_flags(p)
+    p.add_argument("action", nargs="?", choices=["forget"], help="forget the hosts named")
+    p.add_argument("names", nargs="*", metavar="HOST")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_hosts, temporal=True)
