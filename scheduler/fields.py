@@ -23,6 +23,9 @@ def _size(text: str) -> int:
     string raises, and lru_cache keeps no exception. parse_bytes passes only short strings here,
     so the cache holds at most 1,024 of at most 32 characters, whatever the input."""
     m = _SIZE.match(text)
+    positive = None if m else _SIZE.match(text.strip().removeprefix("-"))
+    if positive and positive[2].lower() in _UNITS:
+        raise ValueError(f"{text!r} is negative; a byte size is 0 or more")
     if not m or m[2].lower() not in _UNITS:
         raise ValueError(f"{text!r} is not a byte size (examples: 1073741824, '24 GiB', '512MiB')")
     return int(float(m[1]) * _UNITS[m[2].lower()])

@@ -80,6 +80,10 @@ def test_schedule_table_lists_at_most_30_candidates(tmp_path, workers, listed, n
      "resources.vrma: Extra inputs are not permitted (did you mean 'vram'?)"),  # a field of the nested block
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "vllm", "zzz": 1}, "zzz: Extra inputs are not permitted\n"),
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "resources": {"vram": "lots"}}, "resources.vram: Value error, 'lots' is not a byte size"),
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "resources": {"vram": "-5 GiB"}},
+     "resources.vram: Value error, '-5 GiB' is negative; a byte size is 0 or more"),
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "resources": {"vram": "-5 GBB"}},
+     "resources.vram: Value error, '-5 GBB' is not a byte size"),  # negative, and no unit either: not a size at all
 ])
 def test_invalid_spec_exit_2_names_the_field(tmp_path, spec, message):
     p = gpuflow("schedule", "--cluster", CLUSTER, "--model", write(tmp_path, "s.yaml", spec), check=2)
