@@ -62,3 +62,17 @@ async def test_vanish_ends_every_server(tmp_path):
     assert all([await http_answers(p) for p in ports])
     t.vanish()
     assert not any([await http_answers(p) for p in ports]) and not any(t.alive(r.pid) for r in recs)
+
+
+def test_a_port_handed_to_a_launch_is_not_handed_out_again():
+    """The kernel hands out a released port again (here about one call in twelve), and a server
+    binds its port only once it has started; a simulator's hosts share one process. Within
+    HANDED_OUT_S no port is handed out twice; after it, the memory is let go."""
+    from worker_agent import processes
+
+    processes._handed_out.clear()
+    ports = [processes.free_port(now=0.0) for _ in range(2000)]
+    assert len(set(ports)) == 2000
+    processes.free_port(now=processes.HANDED_OUT_S + 1)  # the window has passed: forgotten, but this one
+    assert len(processes._handed_out) == 1
+    processes._handed_out.clear()

@@ -66,10 +66,28 @@ def launch_env(env: dict[str, str], environ: dict[str, str] | None = None) -> di
     return {**{k: v for k, v in env.items() if k not in BASE_NAMES and not k.startswith("LC_")}, **base}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+HANDED_OUT_S = 900.0  # a port given to a launch is not given again for this long (past ready_timeout_s)
+_handed_out: dict[int, float] = {}  # port -> when (monotonic): this process's launches
+
+
+def free_port(now: float | None = None) -> int:
+    """A port free now, and not handed to another launch of this process in the last HANDED_OUT_S.
+    The kernel hands out a released port again, and a server binds its port only once it has started
+    (seconds later for a real engine, ``--start-delay`` for a simulated one): without the memory, two
+    launches close together could both get it. A simulator's hundred hosts share one process, and
+    500 launches in a burst met that way (one listener failed with 'address already in use')."""
+    now = time.monotonic() if now is None else now
+    for port, at in list(_handed_out.items()):
+        if now - at > HANDED_OUT_S:
+            del _handed_out[port]
+    for _ in range(64):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out[port] = now
+            return port
+    raise OSError(f"no free port that this process has not handed out in the last {HANDED_OUT_S:g} s")
 
 
 def visibility_env(vendor: str, gpu_indexes: list[int]) -> dict[str, str]:
