@@ -202,7 +202,8 @@ async def forget_host(client: Client, name: str) -> str:
             raise InvalidInput(f"no host named {name!r}") from None
         raise
     if d.status is None or d.status.name != "RUNNING":
-        raise InvalidInput(f"host {name!r} is not in the cluster (its workflow is {d.status.name.lower() if d.status else 'gone'})")
+        raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
+                           f"{d.status.name.lower() if d.status else 'gone'}: forgotten, or ended)")
     done = await _update(h, HostWorkflow.forget)
     try:
         await client.get_workflow_handle(f"host-logs/{name}").terminate(f"host {name} forgotten")

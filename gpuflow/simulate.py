@@ -150,13 +150,20 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
     kill_file = os.path.join(os.path.dirname(fleet_file(data_dir)), "kill")
     if os.path.exists(kill_file):
         os.unlink(kill_file)
+    up = []
+
+    def serving(line: str) -> None:  # one line for the fleet, not one per host
+        up.append(line)
+        if len(up) == hosts:
+            print(f"gpuflow simulate: all {hosts} hosts serve their task queues and said hello", flush=True)
+
     for h in fleet.values():
         hc = tclient.Client(client.service_client, namespace=client.namespace, data_converter=client.data_converter,
                             interceptors=[Vanish(h.state)])
         h.task = asyncio.ensure_future(run_agent(
             hc, h.name, data_dir, timings, inventory, {"simulator": prefix}, stop=h.stop, table=h.table,
             serve_metrics=lambda registry, extra: None, address="127.0.0.1",
-            engines=EngineConfig(allow_custom=True)))  # nothing is executed: any backend's argv is only logged
+            engines=EngineConfig(allow_custom=True), serving=serving))  # nothing is executed: argv is only logged
     with open(fleet_file(data_dir), "w") as f:
         json.dump({"pid": os.getpid(), "hosts": sorted(fleet)}, f)
 

@@ -92,6 +92,7 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         assert sim.returncode == 0, out
         assert "sim-" in out and "vanished" in out
         assert "gpuflow simulate: stopped 9 host(s); 1 had vanished" in out, out
+        assert "gpuflow simulate: all 10 hosts serve their task queues" in out and "gpuflow agent sim-" not in out, out
     finally:
         if sim.poll() is None:
             sim.kill()

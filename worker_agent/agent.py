@@ -77,9 +77,11 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
                     serve_metrics: Callable | None = None, address: str = "127.0.0.1",
-                    hub: HubConfig | None = None, table: ProcessTable | None = None) -> None:
+                    hub: HubConfig | None = None, table: ProcessTable | None = None,
+                    serving: Callable[[str], None] | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
-    agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's."""
+    agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's.
+    ``serving`` is told the line that says the agent serves (default: printed)."""
     from scheduler.naming import check_name, path_in
 
     table = table or ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
@@ -115,7 +117,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         await open_reader(client, name, host_queue(name))
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
         engines_found = ", ".join(report.backends or []) or "none"
-        print(f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})", flush=True)
+        (serving or (lambda line: print(line, flush=True)))(
+            f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})")
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
         try:
             await (stop or asyncio.Event()).wait()

@@ -297,7 +297,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("status", help="deployments with their instances, and hosts")
     temporal_flags(p)
-    p.add_argument("name", nargs="?")
+    p.add_argument("name", nargs="?", help="one deployment (without it: every deployment, the gateways and the hosts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--summary", action="store_true", help="counts by state, not a row per instance and host")
     p.add_argument("--data-dir", help="where the store's SQLite file is, for in-flight counts and gateways")
@@ -315,7 +315,8 @@ def add_commands(sub) -> None:
                                    "that holds no reservation leaves the store and the listing (its agent, if it "
                                    "ever says hello again, brings it back).")
     temporal_flags(p)
-    p.add_argument("action", nargs="?", choices=["forget"], help="forget the hosts named")
-    p.add_argument("names", nargs="*", metavar="HOST")
+    p.add_argument("action", nargs="?", choices=["forget"], metavar="forget",
+                   help="forget the HOSTs named (without it: list every host)")
+    p.add_argument("names", nargs="*", metavar="HOST", help="a host name, as 'gpuflow hosts' lists it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_hosts, temporal=True)
