@@ -77,9 +77,11 @@ def free_port(now: float | None = None) -> int:
     launches close together could both get it. A simulator's hundred hosts share one process, and
     500 launches in a burst met that way (one listener failed with 'address already in use')."""
     now = time.monotonic() if now is None else now
-    for port, at in list(_handed_out.items()):
-        if now - at > HANDED_OUT_S:
-            del _handed_out[port]
+    while _handed_out:  # oldest first (insertion order): drop what has passed the window
+        port, at = next(iter(_handed_out.items()))
+        if now - at <= HANDED_OUT_S:
+            break
+        del _handed_out[port]
     for _ in range(64):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
