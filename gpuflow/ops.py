@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import Any, Callable
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
@@ -102,7 +102,10 @@ async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
     return await _update(h, ModelDeploymentWorkflow.scale, replicas)
 
 
-async def delete(client: Client, name: str, wait: bool = False) -> DeploymentView:
+async def delete(client: Client, name: str, wait: bool = False,
+                 progress: Callable[[int], None] | None = None, every_s: float = 5.0) -> DeploymentView:
+    """Delete the deployment; with ``wait``, return once every instance has stopped, telling
+    ``progress`` how many are left every ``every_s`` meanwhile (500 replicas take about a minute)."""
     h = await _deployment(client, name)
     why = await broken.task_failing(h)
     if why:  # it cannot take the delete update: end it, and stop its instances directly
@@ -111,9 +114,20 @@ async def delete(client: Client, name: str, wait: bool = False) -> DeploymentVie
         return DeploymentView(name=name, replicas=0, instances=await stopped, deleting=True,
                               broken=why)
     view = await _update(h, ModelDeploymentWorkflow.delete)
-    if wait:
-        view = await h.result()
-    return view
+    if not wait:
+        return view
+    done = asyncio.ensure_future(h.result())
+    while True:
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), every_s)
+        except asyncio.TimeoutError:
+            if progress is None:
+                continue
+            try:
+                left = await broken.query(h, ModelDeploymentWorkflow.status)
+            except Exception:  # noqa: BLE001  ended meanwhile, or slow to answer: the result says
+                continue
+            progress(len(set(left.instances) | set(left.stopping)))
 
 
 async def instance(client: Client, name: str) -> InstanceView:

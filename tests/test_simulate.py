@@ -79,7 +79,9 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         assert "hosts: READY 9" in cli(lv, "status", "--summary").stdout.splitlines()
 
         ports = [i.port for i in lv.instances("sd")]
-        await ops.delete(lv.client, "sd")
+        left: list[int] = []  # what delete --wait tells as it waits
+        await asyncio.wait_for(ops.delete(lv.client, "sd", wait=True, progress=left.append, every_s=0.1), 120)
+        assert left and left == sorted(left, reverse=True) and left[0] <= 6, left
         await lv.wait(lambda: lv.states("sd") == {}, 120, "sd deleted")
         await lv.wait(lambda: not any(answers(p) for p in ports), 30, "every simulated server stopped")
 

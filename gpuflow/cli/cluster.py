@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import socket
+import sys
 
 from gpuflow import files, ops
 from gpuflow.render import cluster as render_cluster
@@ -123,7 +124,10 @@ def cmd_delete(a) -> int:
     s = settings_from(a)
 
     async def go():
-        view = await ops.delete(await connect(s.temporal), a.name, wait=a.wait)
+        def left(n: int) -> None:  # on stderr: stdout keeps the one line that says it is done
+            print(f"deployment {a.name}: deleting, {n} instance(s) still stopping", file=sys.stderr, flush=True)
+
+        view = await ops.delete(await connect(s.temporal), a.name, wait=a.wait, progress=left)
         if view.broken:
             print(f"deployment {view.name}: was broken ({view.broken}); its workflow was terminated and "
                   f"{len(view.instances)} instance(s) told to stop")
@@ -184,8 +188,6 @@ def cmd_hosts(a) -> int:
 
 
 def cmd_logs(a) -> int:
-    import sys
-
     from gpuflow.server import until_signalled
 
     s = settings_from(a)
