@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     local = bool(argv) and argv[0] in LOCAL_COMMANDS
     if local:
         # A dry run is one short process that builds a snapshot of tens of thousands of objects and
-        # ends: the cyclic collector's passes over them were a third of loading a 1,000-worker file.
+        # ends: the cyclic collector's passes over them were about half of loading a 1,000-worker file.
         gc.disable()
     args = parser(local_only=local).parse_args(argv)
     try:
