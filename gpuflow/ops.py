@@ -161,7 +161,13 @@ async def _running(client: Client, wtype: str) -> list[str]:
     return sorted([w.id async for w in client.list_workflows(q)])
 
 
-async def status(client: Client, name: str | None = None) -> dict[str, Any]:
+async def status(client: Client, name: str | None = None,
+                 known_states: Callable[[str], dict[str, str] | None] | None = None) -> dict[str, Any]:
+    """Every deployment (or ``name``) with its instances, and the hosts. ``known_states(deployment)``
+    (``gpuflow status --summary`` with the store at hand) gives instance -> state from the store's
+    projection: where it names every instance the deployment lists, those states stand in for a
+    query to each instance's workflow (a thousand replicas, a thousand queries, each answered by a
+    control-plane worker); where it does not (another cluster's store), the queries are made."""
     names = [name] if name else [w.split("/", 1)[1] for w in await _running(client, "ModelDeploymentWorkflow")]
     deployments = []
     for n in names:
@@ -180,7 +186,11 @@ async def status(client: Client, name: str | None = None) -> dict[str, Any]:
             deployments.append({"name": n, "broken": broken.reason(e), "instances": []})
             continue
         listed = view.instances + [i for i in view.stopping if i not in view.instances]
-        insts = await bounded([_instance_row(client, i) for i in listed])
+        known = known_states(n) if known_states else None
+        if known is not None and all(i in known for i in listed):
+            insts = [{"name": i, "state": known[i]} for i in listed]
+        else:
+            insts = await bounded([_instance_row(client, i) for i in listed])
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
                             "backend": view.spec.get("backend"), "instances": insts})
     return {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from activities.store import db, serving
+from activities.store import db, records, serving
 from gpuflow.settings import Settings
 from scheduler.errors import InvalidInput
 
@@ -27,16 +27,27 @@ def open_store(s: Settings, explicit: bool) -> Engine | None:
         raise InvalidInput(f"the store's URL {url!r}: {e}") from None
 
 
-def add_serving(st: dict[str, Any], engine: Engine | None) -> dict[str, Any]:
-    """``st`` (ops.status's dict) with ``in_flight`` on each instance and ``gateways`` (base
-    URLs); unchanged when there is no store to read or it cannot be read."""
+def add_serving(st: dict[str, Any], engine: Engine | None, per_instance: bool = True) -> dict[str, Any]:
+    """``st`` (ops.status's dict) with ``gateways`` (base URLs) and, with ``per_instance``,
+    ``in_flight`` on each instance; unchanged when there is no store to read or it cannot be read."""
     if engine is None:
         return st
     try:
         st["gateways"] = [g.url for g in serving.live_gateways(engine)]
-        for d in st["deployments"]:
+        for d in st["deployments"] if per_instance else []:
             for i in d["instances"]:
                 i["in_flight"] = serving.in_flight(engine, i["name"])
     except SQLAlchemyError as e:
         st["gateways_error"] = f"cannot read the store: {type(e).__name__}"
     return st
+
+
+def store_states(engine: Engine):
+    """deployment -> {instance: state} read from the store's rows (``gpuflow status --summary``),
+    or None when the store cannot be read; ops.status uses it only where it names every instance."""
+    def states(deployment: str) -> dict[str, str] | None:
+        try:
+            return {r.name: r.state for r in records.instances_of(engine, deployment)}
+        except SQLAlchemyError:
+            return None
+    return states

@@ -11,7 +11,10 @@ import subprocess
 import sys
 import urllib.request
 
+from sqlalchemy import update
+
 from activities.store import records
+from activities.store.tables import InstanceRow
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec, timings_env, write_inventory
 
@@ -47,6 +50,17 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
         listed = [ln.split()[0] for ln in cli(lv, "hosts").stdout.splitlines()[1:] if ln.startswith("sim-")]
         assert listed == [f"sim-{i}" for i in range(10)]
         rows = lv.instances("sd")
+        # --summary with the store at hand counts its rows instead of asking every instance: a row
+        # set apart here shows it; another cluster's store (an empty one) is not believed
+        t = InstanceRow.__table__
+        with lv.engine.begin() as c:
+            c.execute(update(t).where(t.c.name == rows[0].name).values(state="draining"))
+        from_store = cli(lv, "status", "sd", "--summary", "--data-dir", lv.stack.data_dir).stdout.splitlines()
+        with lv.engine.begin() as c:
+            c.execute(update(t).where(t.c.name == rows[0].name).values(state="running"))
+        assert "  instances: RUNNING 5, DRAINING 1" in from_store, from_store
+        elsewhere = cli(lv, "status", "sd", "--summary", "--data-dir", str(tmp_path / "other")).stdout.splitlines()
+        assert "  instances: RUNNING 6" in elsewhere, elsewhere
         assert all(answers(i.port) and answers(i.port, "/v1/models") for i in rows)  # real sockets answer health
         log = cli(lv, "logs", rows[0].name)
         assert log.returncode == 0 and "simulated: ready" in log.stdout, log.stderr  # read on its host, as usual

@@ -141,13 +141,15 @@ def cmd_status(a) -> int:
     s = settings_from(a)
 
     async def go():
-        from gpuflow.serving_view import add_serving, open_store
+        from gpuflow.serving_view import add_serving, open_store, store_states
 
         store = open_store(s, bool(a.database_url or a.data_dir))
         from gpuflow.cli.autoscale import add_status
 
         client = await connect(s.temporal)
-        st = add_serving(await ops.status(client, a.name), store)
+        known = store_states(store) if a.summary and store is not None else None
+        st = await ops.status(client, a.name, known_states=known)
+        st = add_serving(st, store, per_instance=not a.summary)
         auto = await add_status(client, st)  # one line per autoscaled deployment
         print(json.dumps(st, indent=2) if a.json else render_cluster.status(st, a.summary) + auto)
 
