@@ -69,14 +69,19 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     return view
 
 
-async def _deployment(client: Client, name: str):
-    handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, f"deployment/{name}")
+async def _described(handle, missing: str):
+    """The workflow's description; ``missing`` (an InvalidInput) when Temporal has no such workflow."""
     try:
-        d = await handle.describe()
+        return await handle.describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            raise InvalidInput(f"no deployment named {name!r}") from None
+            raise InvalidInput(missing) from None
         raise
+
+
+async def _deployment(client: Client, name: str):
+    handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, f"deployment/{name}")
+    d = await _described(handle, f"no deployment named {name!r}")
     if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
         try:
             await handle.result()
@@ -219,12 +224,7 @@ async def forget_host(client: Client, name: str) -> str:
     if problem:
         raise InvalidInput(f"host name {name!r}: {problem}")
     h = client.get_workflow_handle_for(HostWorkflow.run, f"host/{name}")
-    try:
-        d = await h.describe()
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            raise InvalidInput(f"no host named {name!r}") from None
-        raise
+    d = await _described(h, f"no host named {name!r}")
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
                            f"{d.status.name.lower() if d.status else 'gone'}: forgotten, or ended)")
