@@ -207,6 +207,38 @@ async def test_dev_server_restart_keeps_workflows(tmp_path):
         lv.close()
 
 
+async def test_after_a_temporal_outage_a_host_is_ready_again_at_once(tmp_path):
+    """Temporal down for longer than the heartbeat timeout: the host's watch fails when it is back,
+    and the host is NOT_READY. Its agent still polls, so the probe that follows at once finds it:
+    READY again within seconds, not after host_schedule_to_start_s (30 s here), while its replica
+    stays RUNNING with the same process."""
+    import time
+
+    from activities.store import records
+
+    t = FAST.model_copy(update={"host_schedule_to_start_s": 30, "unreachable_grace_s": 300})
+    lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("calm"), t)
+        await lv.wait(lambda: lv.states("calm") == {"calm-0": "running"}, 60, "RUNNING")
+        pid = lv.instances("calm")[0].pid
+        lv.stack.temporal.stop()
+        await asyncio.sleep(2 * t.host_heartbeat_s + 1)
+        lv.stack.temporal.start()
+        back = time.monotonic()
+
+        def state() -> str:
+            return {w.name: w.state for w in records.workers(lv.engine)}["h1"]
+
+        await lv.wait(lambda: state() == "not_ready", 30, "h1 NOT_READY (its watch missed its heartbeats)", every=0.1)
+        await lv.wait(lambda: state() == "ready", 20, "h1 READY again", every=0.1)
+        assert time.monotonic() - back < 20  # the first probe waited 30 s before
+        await lv.wait(lambda: lv.states("calm") == {"calm-0": "running"}, 60, "still RUNNING")
+        assert lv.instances("calm")[0].pid == pid
+    finally:
+        lv.close()
+
+
 async def test_host_killed_instances_move_elsewhere(tmp_path):
     """h1 dies (agent and its processes SIGKILLed). Its instance goes UNREACHABLE, and after the
     grace period (3 s here) its reservation is released and it runs on h2. h1 is NOT_READY."""

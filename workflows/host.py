@@ -26,6 +26,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import one_input
 
 
+PROBE_AT_ONCE = "host-probe-at-once"  # a run from before it waited host_schedule_to_start_s before its first probe
+
+
 @workflow.defn(name="HostWorkflow")
 class HostWorkflow:
     @workflow.init
@@ -37,6 +40,7 @@ class HostWorkflow:
         self.greeting: HostReport | None = None
         self.since = ""
         self.forgotten = False  # an operator forgot the host (update forget): the workflow ends
+        self.just_lost = False  # the watch failed a moment ago: probe at once (patch PROBE_AT_ONCE)
 
     @workflow.signal
     def hello(self, report: HostReport) -> None:
@@ -95,13 +99,22 @@ class HostWorkflow:
     async def _probe(self) -> None:
         """NOT_READY: wait for a hello, and meanwhile ask the host queue again now and then, so
         an agent that was only cut off (a network split, a Temporal restart) comes back READY
-        without restarting."""
+        without restarting. Right after the watch failed, it asks at once: after a Temporal outage
+        longer than the heartbeat timeout every host's watch fails, while every agent still polls,
+        and each host stayed NOT_READY for host_schedule_to_start_s (no replica placed there)."""
+        lost, self.just_lost = self.just_lost, False
+        if lost and workflow.patched(PROBE_AT_ONCE):
+            return await self._ask()
         try:
             await workflow.wait_condition(lambda: self.greeting is not None or self.forgotten,
                                           timeout=c.secs(self.t.host_schedule_to_start_s))
             return
         except asyncio.TimeoutError:
             pass
+        await self._ask()
+
+    async def _ask(self) -> None:
+        """One probe on the host's queue: a report from an agent that answers is taken as its hello."""
         h = workflow.start_activity(
             hp.WATCH_HOST, "", result_type=HostReport, task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
@@ -137,6 +150,7 @@ class HostWorkflow:
             await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, f"agent stopped answering: {why}"],
                                             **c.STORE_CALL)
             await self._set("not_ready")
+            self.just_lost = True
             return
         if report.fingerprint() != known:
             self.greeting = report
