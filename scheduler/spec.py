@@ -19,6 +19,8 @@ from scheduler.naming import NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 
+MAX_SHARED_WITH = 256  # tenants a deployment's shared_with may name
+_TENANT_NAME = re.compile(TENANT_PATTERN)
 GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d{1,6})$")
 
 
@@ -182,10 +184,22 @@ class ModelSpec(Strict):
     rollout: RolloutConfig = RolloutConfig()  # how a changed spec replaces the replicas (docs/formats.md)
     tenant: str | None = Field(default=None, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
+    shared_with: list[str] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
 
     @property
     def tenant_name(self) -> str:
         return self.tenant or "default"
+
+    @field_validator("shared_with")
+    @classmethod
+    def _tenants(cls, names: list[str]) -> list[str]:
+        """Each a tenant's name (as ``tenant``) or "*" (every tenant), none twice."""
+        for n in names:
+            if n != "*" and not _TENANT_NAME.fullmatch(n):
+                raise ValueError(f"shared_with: {n[:80]!r} is not a tenant's name ({TENANT_PATTERN}) or '*'")
+        if len(set(names)) != len(names):
+            raise ValueError("shared_with: a tenant appears twice")
+        return names
 
     @field_validator("env")
     @classmethod
