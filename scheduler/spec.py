@@ -8,6 +8,8 @@ import re
 import shlex
 from enum import Enum
 
+from typing import Annotated
+
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scheduler.autoscale.config import Autoscaling
@@ -184,7 +186,7 @@ class ModelSpec(Strict):
     rollout: RolloutConfig = RolloutConfig()  # how a changed spec replaces the replicas (docs/formats.md)
     tenant: str | None = Field(default=None, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
-    shared_with: list[str] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
+    shared_with: list[Annotated[str, Field(max_length=63)]] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
 
     @property
     def tenant_name(self) -> str:
