@@ -14,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from scheduler.autoscale.config import Autoscaling
 from scheduler.fields import Bytes, Strict
-from scheduler.engine_flags import flag_problems
+from scheduler.engine_flags import spec_flag_problems
 from scheduler.rollout import RolloutConfig
 from scheduler.tenancy.config import NAME as TENANT_PATTERN
 from scheduler.naming import NAME_PATTERN, name_problem
@@ -217,7 +217,7 @@ class ModelSpec(Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> "ModelSpec":
-        problems = flag_problems(self.backend.value, self.backend_parameters)
+        problems = spec_flag_problems(self.backend.value, self.backend_parameters)
         if problems:
             raise ValueError("; ".join(problems))
         if self.backend == Backend.CUSTOM and not self.run_command:

@@ -19,9 +19,13 @@ Helpers and servers bind the agent's advertised address (ADDR; 127.0.0.1 on ``gp
 gateways on other hosts reach the servers: the engines have no authentication of their own.
 
 Before any of it, ``check_launch`` refuses what the spec may not ask of this host
-(scheduler/engine_flags.py, scheduler/spec_env.py): names that are not names, env outside the
-allowlist (plus this agent's --allow-env patterns), flags gpuflow owns, and flags that run the
-model's code unless this agent was started with --allow-remote-code.
+(scheduler/engine_flags/, scheduler/spec_env.py): names that are not names, env outside the
+allowlist (plus this agent's --allow-env patterns), flags off the engine's list (plus this
+agent's --allow-engine-flag flags), flags gpuflow owns or that fetch from the network, files
+outside the model's folder and --model-root, and flags that run code unless this agent was
+started with --allow-remote-code. It returns the parameters to pass: a file named relative to
+the model's folder is passed as its absolute path, so the engine never looks in its working
+folder (the agent's).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import shutil
 from dataclasses import dataclass, replace
 
 from scheduler import params
-from scheduler.engine_flags import flag_problems, remote_code_flags
+from scheduler.engine_flags import check_flags
 from scheduler.errors import InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec_env import env_problems
@@ -54,6 +58,7 @@ class EngineConfig:
     model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
     allow_env: tuple[str, ...] = ()  # the operator's extra env patterns (gpuflow agent --allow-env)
     allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
+    allow_engine_flags: tuple[str, ...] = ()  # flags beyond the engines' lists (gpuflow agent --allow-engine-flag)
     host: str = "127.0.0.1"  # where servers listen: the agent's advertised address (argv_for sets it)
 
 
@@ -77,11 +82,47 @@ class LaunchRefused(InvalidInput):
     """The launch asks what this host does not allow; retrying cannot help."""
 
 
+def model_folder(req: LaunchRequest) -> str | None:
+    """The folder of the model's files: its path, or the folder of its file (a GGUF)."""
+    p = req.model_path
+    return None if not p else p if os.path.isdir(p) else os.path.dirname(p)
+
+
+def file_resolver(req: LaunchRequest, cfg: EngineConfig):
+    """How this host reads a backend parameter that names a file (scheduler/engine_flags/kinds.py
+    Resolve): relative to the model's folder, symlinks followed, and inside the model's folder or
+    a --model-root; the absolute path is what the engine gets. ``must_exist`` False (a chat
+    template may be the template's text, or a built-in's name): a word that names no file passes
+    as written, unless the engine would find a file by that name in its working folder."""
+    folder = model_folder(req)
+    roots = tuple(([folder] if folder else []) + list(cfg.model_roots))
+    where = "the model's folder" + (f" or this host's model roots ({', '.join(cfg.model_roots)})" if cfg.model_roots
+                                    else "")
+
+    def resolve(value: str, must_exist: bool) -> str:
+        cand = value if os.path.isabs(value) else os.path.join(folder, value) if folder else None
+        if cand is not None and os.path.exists(cand):
+            real = os.path.realpath(cand)
+            try:
+                check_model_path(real, roots or ("/nonexistent-root",))
+            except InvalidInput:
+                raise ValueError(f"resolves to {real}, outside {where}; an engine may read only the model's files") \
+                    from None
+            return real
+        if must_exist:
+            raise ValueError(f"is not a file in {where}" + (f" ({folder})" if folder and not os.path.isabs(value) else ""))
+        if os.path.lexists(value):
+            raise ValueError(f"names a file in the agent's working folder; name one in {where}")
+        return value
+
+    return resolve
+
+
 def host_file_problems(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
-    """A backend parameter that names a file or folder on this host (a chat template, a
-    tokenizer, a LoRA, a draft model, an SSL key...) must name one inside the model's folder or a
-    --model-root: the engine would otherwise read (and could serve back) any file the agent's user
-    can read. Checked on the host, where the paths are; words that name nothing here pass."""
+    """A backend parameter that names a file or folder on this host must name one inside the
+    model's folder or a --model-root: the engine would otherwise read (and could serve back) any
+    file the agent's user can read. The typed check (check_launch) resolves the files of listed
+    flags; this net also covers the words of flags an operator added. Words naming nothing pass."""
     roots = [p for p in (req.model_path,) if p]
     roots = [p if os.path.isdir(p) else os.path.dirname(p) for p in roots] + list(cfg.model_roots)
     out = []
@@ -99,24 +140,28 @@ def host_file_problems(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
     return out
 
 
-def check_launch(req: LaunchRequest, cfg: EngineConfig) -> None:
+def check_launch(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
     """Everything in ``req`` that came from a spec, checked again here: the names, the env, the
-    engine flags. LaunchRefused names each problem."""
+    engine flags (this engine's list and this agent's --allow-engine-flag, files, code).
+    LaunchRefused names each problem; otherwise the backend_parameters to pass, files resolved."""
     try:
         check_key(req.key)
         check_name("model", req.model)
     except InvalidInput as e:
         raise LaunchRefused(str(e)) from None
     problems = env_problems(req.env, cfg.allow_env)
+    params = list(req.backend_parameters)
     if req.backend != "custom":
-        problems += flag_problems(req.backend, req.backend_parameters)
-        problems += host_file_problems(req, cfg)
-        code = remote_code_flags(req.backend, req.backend_parameters)
-        if code and not cfg.allow_remote_code:
-            problems.append(f"backend_parameters {', '.join(code)} make the engine run code from the model's files "
-                            "or from requests; this host allows that only when its agent runs with --allow-remote-code")
+        checked = check_flags(req.backend, params, cfg.allow_engine_flags, file_resolver(req, cfg))
+        problems += checked.problems or host_file_problems(req, cfg)
+        if checked.code and not cfg.allow_remote_code:
+            problems.append(f"backend_parameters {', '.join(checked.code)} make the engine run code from the model's "
+                            "files or from requests; this host allows that only when its agent runs with "
+                            "--allow-remote-code")
+        params = checked.params
     if problems:
         raise LaunchRefused("; ".join(problems))
+    return params
 
 
 def _ours(user: list[str], flags: tuple[str, ...], value: str | None) -> list[str]:
@@ -231,7 +276,7 @@ def needs_port(req: LaunchRequest) -> bool:
 def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1") -> list[str]:
     """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``;
     EngineUnavailable when this host cannot, LaunchRefused when it may not."""
-    check_launch(req, cfg)
+    req = req.model_copy(update={"backend_parameters": check_launch(req, cfg)})
     if req.role != "server":
         helper = HELPERS.get(req.role)
         if helper is None:

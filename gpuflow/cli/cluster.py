@@ -73,6 +73,10 @@ def cmd_agent(a) -> int:
 
     for why in filter(None, map(allow_pattern_problem, a.allow_env or [])):
         raise InvalidInput(why)
+    from scheduler.engine_flags import allow_flag_problem
+
+    for why in filter(None, map(allow_flag_problem, a.allow_engine_flag or [])):
+        raise InvalidInput(why)
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
@@ -88,7 +92,8 @@ def cmd_agent(a) -> int:
         engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
                                rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()),
-                               allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code)
+                               allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code,
+                               allow_engine_flags=tuple(a.allow_engine_flag or ()))
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
@@ -261,7 +266,11 @@ def add_commands(sub) -> None:
                         "gpuflow's own variables stay off limits")
     p.add_argument("--allow-remote-code", action="store_true",
                    help="let specs pass --trust-remote-code and other flags that run code from the model's files "
-                        "(off by default)")
+                        "or import it by name (--worker-extension-cls, --middleware, ...; off by default)")
+    p.add_argument("--allow-engine-flag", action="append", metavar="FLAG",
+                   help="also let specs pass this engine flag, spelled exactly, with any value (repeatable; beyond "
+                        "each engine's list in docs/formats.md); flags gpuflow sets and flags that fetch from the "
+                        "network stay refused")
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")

@@ -36,6 +36,8 @@ def agent_engine_args(a) -> list[str]:
             out += [flag, v]
     if not a.llama_cpp_python and not a.llama_server and has_llama_cpp_server():
         out += ["--llama-cpp-python", sys.executable]
+    for flag in getattr(a, "allow_engine_flag", None) or ():
+        out += ["--allow-engine-flag", flag]
     return out
 
 
@@ -46,6 +48,9 @@ def add_engine_flags(p) -> None:
     g.add_argument("--llama-server", help="llama.cpp's llama-server (default: this Python's llama-cpp-python "
                                           "server when it is installed)")
     g.add_argument("--llama-cpp-python", help="a Python with llama-cpp-python[server] (default: this one, when it has it)")
+    g.add_argument("--allow-engine-flag", action="append", metavar="FLAG",
+                   help="let specs pass this engine flag beyond the engine's list (repeatable; as `gpuflow agent` "
+                        "takes it)")
 
 
 def parse_gateway_port(v: str) -> int:
