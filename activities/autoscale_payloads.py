@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from scheduler.bounds import Name
 
 AUTOSCALE_STEP = "autoscale_step"
 AUTOSCALE_APPLY = "autoscale_apply"
@@ -13,12 +15,12 @@ HISTORY = 50  # decisions kept, and shown by `gpuflow autoscale`
 
 
 class AutoscalerInput(BaseModel):
-    deployment: str
-    history: list[dict[str, Any]] = []  # the last HISTORY decisions, newest last
+    deployment: Name
+    history: list[dict[str, Any]] = Field([], max_length=HISTORY)  # the last HISTORY decisions, newest last
     carry: dict[str, Any] = {}  # activities/autoscale_state.py
     # the last 10: {at, decision_to_running_s} (the 0 -> 1 decision to the step that saw a replica
     # RUNNING) and {at, request_to_first_token_s} (the gateways' gpuflow_gateway_cold_start_seconds)
-    cold_starts: list[dict[str, Any]] = []
+    cold_starts: list[dict[str, Any]] = Field([], max_length=10)
 
 
 class Step(BaseModel):

@@ -26,6 +26,7 @@ from activities.hub_headers import HubUnreachable, header_copy
 from activities.metrics import ControlMetrics
 from activities.drain import wait_drained
 from activities.batch import Batch
+from activities.booking import BookingActivities
 from activities.place_batch import MAX_PLACE_BATCH, PlaceAsk, place_many
 from activities.record_batch import RecordBatch
 from activities import tenancy
@@ -148,7 +149,8 @@ class ControlActivities:
                 self.reserve_placement, self.release_placement, self.start_instances, self.rank_scale_down,
                 self.closed_workflows, self.host_seen, self.host_lost, self.host_forget, self.drain_instance,
                 self.deployment_limits, self.tenant_problem, self.preempt_placement, self.victims_left,
-                self.sweep_queue, self.place_replica] + HostPathActivities(self.engine, self._db).all() + RolloutProbe(self.client).all()
+                self.sweep_queue, self.place_replica] + HostPathActivities(self.engine, self._db).all() + \
+            RolloutProbe(self.client).all() + BookingActivities(self.reads, self.pool).all()
 
     async def _db(self, fn, *args, cancel: threading.Event | None = None):
         """Run blocking store/file work in the pool, heartbeating meanwhile: a control-plane

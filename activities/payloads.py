@@ -4,31 +4,33 @@ defaults, never removed, so running histories stay decodable."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from scheduler.cluster import GPU, Claim, Subordinate
+from scheduler.bounds import MAX_ITEMS, Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
 from scheduler.limits import MAX_BYTES, MAX_WAIT_S, REPLICAS_CEILING
+from scheduler.naming import NAME_MAX
 
 
 class PlacementPlan(BaseModel):
-    worker: str
-    gpu_indexes: list[int] = []
+    worker: Name
+    gpu_indexes: Indexes = []
     claim: Claim = Claim()
-    subordinates: list[Subordinate] = []
-    cpus: str | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
-    numa_nodes: list[int] | None = None
+    subordinates: list[Subordinate] = Field([], max_length=MAX_ITEMS)
+    cpus: ShortText | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
+    numa_nodes: Indexes | None = None
 
 
 class Victim(BaseModel):
     """A replica a decision preempts, with what the decision assumed it holds (the ledger checks
     that it still does, under its locks, before the move)."""
 
-    name: str
-    deployment: str
-    tenant: str = "default"
+    name: Name
+    deployment: Name
+    tenant: Name = "default"
     plan: PlacementPlan
 
 
@@ -37,16 +39,16 @@ class DecisionRecord(BaseModel):
 
     scheduled: bool
     plan: PlacementPlan | None = None
-    strategy: str | None = None
-    score: float | None = None
-    reasons: list[str] = []
+    strategy: ShortText | None = None
+    score: float | None = Field(None, le=1e9)
+    reasons: list[Text] = Field([], max_length=MAX_ITEMS)
     request: dict[str, Any] = {}
     decision: dict[str, Any] = {}
-    workers_seen: int = 0
-    generations: dict[str, int] = {}  # worker -> generation of the snapshot decided on
-    tenant: str = "default"  # the deployment's tenant, as the store had it
-    victims: list[Victim] = []  # placed by preempting these (scheduler/tenancy/preemption.py)
-    preempt_why: str = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
+    workers_seen: Count = 0
+    generations: dict[Name, Annotated[int, Field(le=2**63)]] = Field({}, max_length=100_000)  # worker -> generation of the snapshot decided on
+    tenant: Name = "default"  # the deployment's tenant, as the store had it
+    victims: list[Victim] = Field([], max_length=MAX_ITEMS)  # placed by preempting these (scheduler/tenancy/preemption.py)
+    preempt_why: Text = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
 
     @property
     def places_outright(self) -> bool:
@@ -57,9 +59,9 @@ class DecisionRecord(BaseModel):
 class PreemptNotice(BaseModel):
     """To a victim: who took its GPUs, and why (its reason while it waits PENDING)."""
 
-    by: str  # tenant/instance of the preemptor
-    instance: str  # the preemptor's instance name (it waits for the victim's process to stop)
-    why: str = ""
+    by: Annotated[str, Field(max_length=300)]  # tenant/instance of the preemptor
+    instance: Name  # the preemptor's instance name (it waits for the victim's process to stop)
+    why: Annotated[str, Field(max_length=300)] = ""
 
     @property
     def reason(self) -> str:
@@ -74,9 +76,9 @@ class HostNews(BaseModel):
     agent stopped answering (its supervisors cannot say so themselves: they heartbeat rarely).
     ``restarted``: a new agent run said hello (the old run's supervisors are gone with it)."""
 
-    host: str
-    kind: str  # lost | restarted
-    why: str = ""
+    host: Name
+    kind: Literal["lost", "restarted"]
+    why: Annotated[str, Field(max_length=500)] = ""
 
 
 class ReserveResult(BaseModel):
@@ -104,25 +106,25 @@ class PlaceResult(BaseModel):
 class InstanceFields(BaseModel):
     """One instance as it is now: what the store keeps and the workflow's query answers."""
 
-    name: str
-    deployment: str
-    model: str
-    state: str
-    reason: str = ""
-    worker: str | None = None
-    gpu_indexes: list[int] = []
-    restarts: int = 0
-    pid: int | None = None
-    port: int | None = None
-    address: str | None = None  # the host agent's advertised address; the server listens there on ``port``
+    name: Name
+    deployment: Name
+    model: Annotated[str, Field(max_length=NAME_MAX)]
+    state: ShortText
+    reason: Text = ""
+    worker: Name | None = None
+    gpu_indexes: Indexes = []
+    restarts: Count = 0
+    pid: Pid | None = None
+    port: Port | None = None
+    address: ShortText | None = None  # the host agent's advertised address; the server listens there on ``port``
 
 
 class InstanceRecord(InstanceFields):
     """A state change, as the store records it (with a summary of the decision, if new)."""
 
     decision: dict[str, Any] | None = None
-    model_source: str | None = None  # the source key; RUNNING means the worker holds its files
-    model_file_state: str | None = None  # downloading | error: the worker's copy of the source is in this state
+    model_source: Text | None = None  # the source key; RUNNING means the worker holds its files
+    model_file_state: ShortText | None = None  # downloading | error: the worker's copy of the source is in this state
 
 
 class InstanceView(InstanceFields):
@@ -137,11 +139,11 @@ INSTANCE_CODE = 2  # the instance workflow's code generation that starts new run
 
 
 class InstanceInput(BaseModel):
-    name: str
-    deployment: str
+    name: Name
+    deployment: Name
     spec: dict[str, Any]
     timings: Timings = Timings()
-    restarts: int = Field(0, ge=0, le=2**53)
+    restarts: Count = 0
     placement: PlacementPlan | None = None  # carried across continue-as-new
     decision: DecisionRecord | None = None  # likewise: the decision that placed it, for explain
     # The code generation it was started for (0: started by a release before generations, which asks
@@ -154,11 +156,11 @@ class DeploymentInput(BaseModel):
     the workflow, and a bad one fails the workflow with the validation message."""
 
     spec: dict[str, Any]
-    replicas: int | None = Field(None, ge=0, le=REPLICAS_CEILING)  # overrides spec.replicas when given
+    replicas: Whole | None = Field(None, ge=0, le=REPLICAS_CEILING)  # overrides spec.replicas when given
     timings: Timings | None = None
-    instances: list[str] = Field([], max_length=2 * REPLICAS_CEILING)
-    next_index: int = Field(0, ge=0, le=2**53)
-    deleting: bool = False
+    instances: list[Name] = Field([], max_length=2 * REPLICAS_CEILING)
+    next_index: Count = 0
+    deleting: Flag = False
     rollout: dict[str, Any] | None = None  # workflows/rollout_steps.py's RolloutState, across continue-as-new
 
 

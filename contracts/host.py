@@ -6,10 +6,14 @@ added with defaults, never removed, so running histories stay decodable. Imports
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from pydantic import BaseModel, Field, model_validator
 
-from scheduler.cluster import GPU
-from scheduler.limits import MAX_BYTES, MAX_WAIT_S
+from scheduler.bounds import Labels
+from scheduler.cluster import GPUList
+from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S
+from scheduler.naming import NAME_MAX, NAME_PATTERN
 
 CONTROL_QUEUE = "gpuflow-control"
 
@@ -21,22 +25,22 @@ def host_queue(worker: str) -> str:
 class Timings(BaseModel):
     """Every duration the workflows wait on. Defaults are for production; tests shorten them."""
 
-    host_heartbeat_s: float = Field(10.0, gt=0, description="An agent that misses heartbeats this long is lost. Default 10 s.")
-    supervise_heartbeat_s: float = Field(300.0, gt=0, description="A RUNNING replica's supervisor on its host heartbeats within this; the fallback when the host's own watch (host_heartbeat_s) does not report the host lost. Default 300 s.")
-    host_schedule_to_start_s: float = Field(15.0, gt=0, description="Work queued for a host nobody polls fails after this. Default 15 s.")
-    unreachable_grace_s: float = Field(300.0, ge=0, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
-    restart_base_s: float = Field(10.0, ge=0, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")
-    restart_cap_s: float = Field(300.0, ge=0, description="Restart backoff cap. Default 300 s.")
-    ready_timeout_s: float = Field(600.0, gt=0, description="A launched server must answer within this. Default 600 s.")
-    settle_s: float = Field(3.0, ge=0, description="A command without {port} is up once it has lived this long. Default 3 s.")
-    liveness_s: float = Field(10.0, ge=0, description="A RUNNING server's health is probed this often; 0 disables. Default 10 s.")
-    liveness_failures: int = Field(3, ge=1, description="Missed probes in a row before the server is stopped and restarted. Default 3.")
-    pending_recheck_s: float = Field(600.0, gt=0, description="Safety net: the PENDING queue is swept this often (the heads that fit, the first replica of each deployment). Default 600 s.")
-    host_watch_s: float = Field(300.0, gt=0, description="The host watch activity reports back at least this often. Default 300 s.")
-    reconcile_s: float = Field(30.0, gt=0, description="A deployment checks its instances' workflows this often. Default 30 s.")
-    drain_timeout_s: float = Field(30.0, ge=0, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")
-    orphan_check_s: float = Field(60.0, gt=0, description="An agent stops processes whose instance is gone or placed on another host this often (and at start-up). Default 60 s.")
-    download_attempts: int = Field(5, ge=1, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
+    host_heartbeat_s: float = Field(10.0, gt=0, le=MAX_WAIT_S, description="An agent that misses heartbeats this long is lost. Default 10 s.")
+    supervise_heartbeat_s: float = Field(300.0, gt=0, le=MAX_WAIT_S, description="A RUNNING replica's supervisor on its host heartbeats within this; the fallback when the host's own watch (host_heartbeat_s) does not report the host lost. Default 300 s.")
+    host_schedule_to_start_s: float = Field(15.0, gt=0, le=MAX_WAIT_S, description="Work queued for a host nobody polls fails after this. Default 15 s.")
+    unreachable_grace_s: float = Field(300.0, ge=0, le=MAX_WAIT_S, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
+    restart_base_s: float = Field(10.0, ge=0, le=MAX_WAIT_S, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")
+    restart_cap_s: float = Field(300.0, ge=0, le=MAX_WAIT_S, description="Restart backoff cap. Default 300 s.")
+    ready_timeout_s: float = Field(600.0, gt=0, le=MAX_WAIT_S, description="A launched server must answer within this. Default 600 s.")
+    settle_s: float = Field(3.0, ge=0, le=MAX_WAIT_S, description="A command without {port} is up once it has lived this long. Default 3 s.")
+    liveness_s: float = Field(10.0, ge=0, le=MAX_WAIT_S, description="A RUNNING server's health is probed this often; 0 disables. Default 10 s.")
+    liveness_failures: int = Field(3, ge=1, le=1000, description="Missed probes in a row before the server is stopped and restarted. Default 3.")
+    pending_recheck_s: float = Field(600.0, gt=0, le=MAX_WAIT_S, description="Safety net: the PENDING queue is swept this often (the heads that fit, the first replica of each deployment). Default 600 s.")
+    host_watch_s: float = Field(300.0, gt=0, le=MAX_WAIT_S, description="The host watch activity reports back at least this often. Default 300 s.")
+    reconcile_s: float = Field(30.0, gt=0, le=MAX_WAIT_S, description="A deployment checks its instances' workflows this often. Default 30 s.")
+    drain_timeout_s: float = Field(30.0, ge=0, le=MAX_WAIT_S, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")
+    orphan_check_s: float = Field(60.0, gt=0, le=MAX_WAIT_S, description="An agent stops processes whose instance is gone or placed on another host this often (and at start-up). Default 60 s.")
+    download_attempts: int = Field(5, ge=1, le=1000, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
 
     @model_validator(mode="after")
     def _bounded(self) -> "Timings":
@@ -49,19 +53,22 @@ class Timings(BaseModel):
 
 
 class HostReport(BaseModel):
-    """What an agent reports about its host."""
+    """What an agent reports about its host. Validated where it is made (the agent refuses to start
+    on an inventory that does not validate) and again where the control plane takes it in (the
+    host workflow): a report that does not validate leaves its host NOT_READY with the reason, and
+    the policy never sees it."""
 
-    name: str
-    cluster: str = "default"
-    labels: dict[str, str] = {}
+    name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    cluster: str = Field("default", min_length=1, max_length=128)
+    labels: Labels = {}
     ram_total: int = Field(ge=0, le=MAX_BYTES)
     unified_memory: bool = False
     reserved_ram: int = Field(0, ge=0, le=MAX_BYTES)
     reserved_vram: int = Field(0, ge=0, le=MAX_BYTES)
-    backends: list[str] | None = None
-    gpus: list[GPU] = []
+    backends: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=64)
+    gpus: GPUList = []
     simulated: bool = False
-    agent_version: str = ""
+    agent_version: str = Field("", max_length=64)
     boot: str = Field("", max_length=64)  # one agent run's id: a hello with a new one is an agent restart
 
     def fingerprint(self) -> str:
@@ -71,7 +78,28 @@ class HostReport(BaseModel):
 
 
 class HostInput(BaseModel):
-    name: str
+    name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     timings: Timings = Timings()
     report: HostReport | None = None
-    state: str = "not_ready"
+    state: Literal["ready", "not_ready"] = "not_ready"
+
+
+# The booking check (no engine runs without its booking): before an agent starts a process it asks
+# its own host workflow (``host/<worker>``, run by the control plane) with this update, whose handler
+# reads the reservation ledger. The answer, not the launch request, says which GPUs the instance
+# may use on this host.
+BOOKING_UPDATE = "booking"
+
+
+class BookingQuery(BaseModel):
+    """Which of this host's GPUs the ledger booked for ``instance`` (a name: checked by the handler)."""
+
+    instance: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+
+
+class Booking(BaseModel):
+    """The ledger's lines for one instance on one host: ``booked`` false when it holds none there
+    (a CPU-only booking holds a line without a GPU: booked, with no indexes)."""
+
+    booked: bool = False
+    gpu_indexes: list[int] = Field([], max_length=MAX_GPUS)

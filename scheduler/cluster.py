@@ -9,12 +9,14 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from scheduler import cpulist
+from scheduler.bounds import Labels
 from scheduler.fields import Bytes, Strict
 from scheduler.spec import Source
-from scheduler.limits import MAX_GPUS
+from scheduler.limits import MAX_BYTES, MAX_GPUS
+from scheduler.naming import NAME_MAX
 
 
 class WorkerState(str, Enum):
@@ -61,52 +63,58 @@ class Link(str, Enum):
     SYSTEM = "system"  # across CPU sockets
 
 
-CpuList = Annotated[str, BeforeValidator(cpulist.normalise)]
+CpuList = Annotated[str, BeforeValidator(cpulist.normalise), Field(max_length=4096)]
 
 
 class GPU(Strict):
     index: int = Field(ge=0, le=MAX_GPUS)
-    vendor: str = "nvidia"
-    type: str = "cuda"
-    name: str = ""
-    uuid: str | None = None  # NVML's GPU-... id, stable across reboots and reorderings
+    vendor: str = Field("nvidia", max_length=64)
+    type: str = Field("cuda", max_length=64)
+    name: str = Field("", max_length=256)
+    uuid: str | None = Field(None, max_length=128)  # NVML's GPU-... id, stable across reboots and reorderings
     vram_total: Bytes
     vram_used: Bytes | None = None  # observed use, ours and others'
     vram_foreign: Bytes | None = None  # held by processes gpuflow did not start (NVML's per-process list)
     # topology, each optional (absent: unknown); see scheduler/interconnect.py
-    numa_node: int | None = Field(None, ge=0)
-    pci_bus_id: str | None = None
-    nvlink_peers: list[int] | None = None  # GPU indexes on the same worker joined to this one by NVLink
-    pcie_switch: str | None = None  # GPUs with the same id sit under one PCIe switch
-    links: dict[int, Link] | None = None  # GPU index -> the path to it (NVML's common ancestor)
+    numa_node: int | None = Field(None, ge=0, le=4096)
+    pci_bus_id: str | None = Field(None, max_length=64)
+    nvlink_peers: list[Annotated[int, Field(ge=0, le=MAX_GPUS)]] | None = Field(None, max_length=MAX_GPUS)  # GPU indexes on the same worker joined to this one by NVLink
+    pcie_switch: str | None = Field(None, max_length=64)  # GPUs with the same id sit under one PCIe switch
+    links: dict[Annotated[int, Field(ge=0, le=MAX_GPUS)], Link] | None = Field(None, max_length=MAX_GPUS)  # GPU index -> the path to it (NVML's common ancestor)
     cpus: CpuList | None = None  # CPUs local to the GPU, as a Linux CPU list ("0-31,64-95")
+
+
+def check_gpus(gpus: list[GPU]) -> list[GPU]:
+    """One host's GPUs make sense together: each index once, and topology names only other GPUs
+    of the same host. Checked wherever a host's GPUs are read (the snapshot file, the agent's
+    inventory file and report, the control plane's intake), so one host's bad list never reaches
+    the policy for the whole cluster."""
+    seen = set()
+    for g in gpus:
+        if g.index in seen:
+            raise ValueError(f"GPU index {g.index} appears twice; indexes must be unique per worker")
+        seen.add(g.index)
+    for g in gpus:
+        named = set(g.nvlink_peers or []) | set(g.links or {})
+        if named - seen or g.index in named:
+            bad = sorted((named - seen) | ({g.index} & named))
+            raise ValueError(f"GPU {g.index}: nvlink_peers/links name GPU {bad[0]}, which is not another GPU of this worker")
+    return gpus
+
+
+GPUList = Annotated[list[GPU], Field(max_length=MAX_GPUS), AfterValidator(check_gpus)]
 
 
 class Worker(Strict):
     name: str = Field(min_length=1)
     state: WorkerState = WorkerState.READY
     cluster: str = "default"
-    labels: dict[str, str] = {}
+    labels: Labels = {}
     ram_total: Bytes
     unified_memory: bool = False
     reserved: Reserved = Reserved()
     backends: list[str] | None = None  # restricts the built-in backend table when given
-    gpus: list[GPU] = []
-
-    @field_validator("gpus")
-    @classmethod
-    def _unique_indexes(cls, gpus: list[GPU]) -> list[GPU]:
-        seen = set()
-        for g in gpus:
-            if g.index in seen:
-                raise ValueError(f"GPU index {g.index} appears twice; indexes must be unique per worker")
-            seen.add(g.index)
-        for g in gpus:
-            named = set(g.nvlink_peers or []) | set(g.links or {})
-            if named - seen or g.index in named:
-                bad = sorted((named - seen) | ({g.index} & named))
-                raise ValueError(f"GPU {g.index}: nvlink_peers/links name GPU {bad[0]}, which is not another GPU of this worker")
-        return gpus
+    gpus: GPUList = []
 
     def gpu(self, index: int) -> GPU | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -114,12 +122,12 @@ class Worker(Strict):
 
 class Claim(Strict):
     ram: Bytes = 0
-    vram: dict[int, Bytes] = {}  # GPU index -> bytes
-    offload_layers: int | None = None
-    total_layers: int | None = None
-    tensor_split: list[int] | None = None
+    vram: dict[Annotated[int, Field(ge=0, le=MAX_GPUS)], Bytes] = Field({}, max_length=MAX_GPUS)  # GPU index -> bytes
+    offload_layers: int | None = Field(None, ge=0, le=100_000)
+    total_layers: int | None = Field(None, ge=0, le=100_000)
+    tensor_split: list[Annotated[int, Field(ge=0, le=MAX_BYTES)]] | None = Field(None, max_length=MAX_GPUS)
     is_unified_memory: bool = False
-    vram_utilization: float | None = None
+    vram_utilization: float | None = Field(None, ge=0, le=1)
 
     @property
     def vram_total(self) -> int:
@@ -127,8 +135,8 @@ class Claim(Strict):
 
 
 class Subordinate(Strict):
-    worker: str
-    gpu_indexes: list[int] = []
+    worker: str = Field(min_length=1, max_length=NAME_MAX)
+    gpu_indexes: list[Annotated[int, Field(ge=0, le=MAX_GPUS)]] = Field([], max_length=MAX_GPUS)
     claim: Claim = Claim()
 
 

@@ -28,7 +28,7 @@ START, STOP, WAIT, DONE, ROLLBACK = "start_new", "stop_old", "wait", "done", "ro
 
 
 class RolloutConfig(Strict):
-    strategy: str = Field("rolling", pattern="^(rolling|recreate)$", description="recreate: stop all, then start (today's behaviour).")
+    strategy: str = Field("rolling", max_length=16, pattern="^(rolling|recreate)$", description="recreate: stop all, then start (today's behaviour).")
     max_surge: int = Field(1, ge=0, le=100, description="New replicas beyond the desired count at once. Default 1.")
     max_unavailable: int = Field(0, ge=0, le=100, description="Replicas below the desired count that may be unready. Default 0.")
     surge_timeout_s: float = Field(60, ge=0, le=86400, description="A surge replica unplaced this long makes the step stop-first. Default 60 s.")

@@ -17,7 +17,8 @@ from scheduler.fields import Bytes, Strict
 from scheduler.engine_flags import spec_flag_problems
 from scheduler.rollout import RolloutConfig
 from scheduler.tenancy.config import NAME as TENANT_PATTERN
-from scheduler.naming import NAME_PATTERN, name_problem
+from scheduler.bounds import MAX_COMMAND, MAX_ITEMS, MAX_WORDS, Command, Flag, Labels, Path, ShortText, Whole, Word
+from scheduler.naming import NAME_MAX, NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 
@@ -50,8 +51,8 @@ class TopologyPolicy(str, Enum):
 
 
 class HubFile(Strict):
-    repo: str = Field(min_length=1)
-    file: str | None = None  # may be a glob, e.g. "*Q4_K_M*.gguf"
+    repo: str = Field(min_length=1, max_length=256)
+    file: str | None = Field(None, max_length=1024)  # may be a glob, e.g. "*Q4_K_M*.gguf"
 
     @field_validator("repo")
     @classmethod
@@ -86,7 +87,7 @@ class HubFile(Strict):
 
 
 class Source(Strict):
-    local_path: str | None = None
+    local_path: Path | None = None
     huggingface: HubFile | None = None
     modelscope: HubFile | None = None
 
@@ -118,7 +119,7 @@ class GPUId(Strict):
 
 
 class GPUSelector(Strict):
-    gpu_ids: list[str] = Field(default=[], max_length=MAX_GPUS)
+    gpu_ids: list[Annotated[str, Field(max_length=NAME_MAX + 80)]] = Field(default=[], max_length=MAX_GPUS)
     gpus_per_replica: int | None = Field(default=None, ge=1, le=MAX_GPUS)
 
     @field_validator("gpu_ids")
@@ -165,26 +166,27 @@ class ModelSpec(Strict):
     name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)  # its instances are NAME-<n>
     source: Source
     backend: Backend
-    backend_version: str | None = None
-    backend_parameters: list[str] = []
-    run_command: str | None = None
-    env: dict[str, str] = {}
-    replicas: int = Field(default=1, ge=0, le=REPLICAS_CEILING)
+    backend_version: ShortText | None = None
+    backend_parameters: list[Word] = Field([], max_length=MAX_WORDS)
+    run_command: Command | None = None  # bounded before it is split: a 1 MiB one took 87 s to split
+    env: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_COMMAND)]] = \
+        Field({}, max_length=MAX_ITEMS)
+    replicas: Whole = Field(default=1, ge=0, le=REPLICAS_CEILING)
     placement_strategy: PlacementStrategy = PlacementStrategy.SPREAD
-    worker_selector: dict[str, str] = {}
+    worker_selector: Labels = {}
     gpu_selector: GPUSelector = GPUSelector()
-    cpu_offloading: bool | None = None  # None: on for llama.cpp, off otherwise (offloads_to_cpu)
-    distributed_inference_across_workers: bool | None = None
-    categories: list[str] = []
+    cpu_offloading: Flag | None = None  # None: on for llama.cpp, off otherwise (offloads_to_cpu)
+    distributed_inference_across_workers: Flag | None = None
+    categories: list[ShortText] = Field([], max_length=64)
     draft_model: Source | None = None
     resources: Resources | None = None
-    cluster: str = "default"
+    cluster: ShortText = "default"
     autoscaling: Autoscaling | None = None  # metric-driven replicas (docs/formats.md); replicas is then the start
     topology_policy: TopologyPolicy = TopologyPolicy.NONE
-    cpu_pinning: bool = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
-    max_concurrency: int | None = Field(default=None, ge=1)  # gateway: requests per replica at once, unless an engine flag says
+    cpu_pinning: Flag = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
+    max_concurrency: Whole | None = Field(default=None, ge=1, le=1_000_000)  # gateway: requests per replica at once, unless an engine flag says
     rollout: RolloutConfig = RolloutConfig()  # how a changed spec replaces the replicas (docs/formats.md)
-    tenant: str | None = Field(default=None, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
+    tenant: str | None = Field(default=None, max_length=NAME_MAX, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
     shared_with: list[Annotated[str, Field(max_length=63)]] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
 

@@ -12,13 +12,14 @@ from temporalio.testing import ActivityEnvironment
 from activities.payloads import HostReport
 from worker_agent import payloads as p
 from worker_agent.activities import HostActivities
+from worker_agent.bookings import HeldBookings
 from worker_agent.engines import EngineConfig
 from worker_agent.processes import ProcessTable
 
 
 def agent(tmp_path, **engines) -> HostActivities:
     return HostActivities("h1", ProcessTable(str(tmp_path)), lambda: HostReport(name="h1", ram_total=2**30),
-                          engines=EngineConfig(allow_custom=True, **engines))
+                          bookings=HeldBookings({"m-0": []}), engines=EngineConfig(allow_custom=True, **engines))
 
 
 @pytest.mark.parametrize("request_fields, named", [
@@ -44,5 +45,6 @@ async def test_a_missing_engine_stays_launch_failed(tmp_path):
     req = p.LaunchRequest(instance="m-0", model="m", backend="custom", run_command="true")
     with pytest.raises(ApplicationError) as e:
         await ActivityEnvironment().run(HostActivities(
-            "h1", ProcessTable(str(tmp_path)), lambda: None, engines=EngineConfig()).launch_instance, req)
+            "h1", ProcessTable(str(tmp_path)), lambda: None, bookings=HeldBookings({"m-0": []}),
+            engines=EngineConfig()).launch_instance, req)
     assert e.value.type == "LaunchFailed"

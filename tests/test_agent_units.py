@@ -48,6 +48,9 @@ def test_visibility(vendor, gpus, env):
     (6, 10, 300, 300),   # 10 * 2^5 = 320, capped at 300
     (30, 10, 300, 300),
     (3, 0.5, 2, 2),      # 0.5 * 4 = 2
+    (1030, 10, 300, 300),  # 10 * 2^1029 overflowed a float ("int too large to convert"): the exponent stops at 64
+    (10**9, 10, 300, 300),  # the largest restart count an input may carry
+    (10**9, 2592000, 2592000, 2592000),  # 30 days * 2^64 is still a float; capped at 30 days
 ])
 def test_restart_backoff(n, base, cap, delay):
     assert backoff(n, base, cap) == delay

@@ -9,6 +9,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from worker_agent.activities import HostActivities, engine_answers
+from worker_agent.bookings import HeldBookings
 from worker_agent.engines import EngineConfig, argv_for
 from worker_agent.payloads import LaunchRequest
 from worker_agent.processes import ProcessTable, build_argv
@@ -46,7 +47,7 @@ async def test_readiness_and_liveness_probe_the_advertised_address(tmp_path):
     is RUNNING through the agent, which must probe 127.0.0.2: 127.0.0.1 refuses."""
     table = ProcessTable(str(tmp_path / "agent"))
     acts = HostActivities("h", table, discover=lambda: None, address="127.0.0.2", poll_s=0.1,
-                          engines=EngineConfig(allow_custom=True))
+                          bookings=HeldBookings({"srv-0": []}), engines=EngineConfig(allow_custom=True))
     r = LaunchRequest(instance="srv-0", model="srv", backend="custom", ready_timeout_s=20,
                       run_command="python3 -m http.server {port} --bind {host}")
     res = await ActivityEnvironment().run(acts.launch_instance, r)

@@ -204,16 +204,18 @@ async def test_names_and_ids_from_temporal_are_checked(tmp_path):
 
         cases = [
             ("ModelInstanceWorkflow", "instance/../../../victim",
-             InstanceInput(name="../../../victim", deployment="legit", spec=raw, timings=FAST), "'../../../victim'"),
+             InstanceInput.model_construct(name="../../../victim", deployment="legit", spec=raw, timings=FAST),
+             "'../../../victim'"),
             ("ModelInstanceWorkflow", "instance/legit-7",  # a good name under another deployment's spec
              InstanceInput(name="legit-7", deployment="other", spec=raw, timings=FAST), "'other'"),
             ("ModelInstanceWorkflow", "instance/decoy", InstanceInput(name="legit-8", deployment="legit", spec=raw,
                                                                       timings=FAST), "'instance/decoy'"),
             ("ModelDeploymentWorkflow", "deployment/legit2",  # adopting names it does not own
-             DeploymentInput(spec={**raw, "name": "legit2"}, instances=["../../../victim"]), "'../../../victim'"),
+             DeploymentInput.model_construct(spec={**raw, "name": "legit2"}, instances=["../../../victim"]),
+             "'../../../victim'"),
             ("ModelDeploymentWorkflow", "deployment/legit3",
              DeploymentInput(spec={**raw, "name": "legit3"}, instances=["legit-0"]), "'legit-0'"),
-            ("HostWorkflow", "host/../../victim", HostInput(name="../../victim"), "'../../victim'"),
+            ("HostWorkflow", "host/../../victim", HostInput.model_construct(name="../../victim"), "'../../victim'"),
             ("HostWorkflow", "host/g9", HostInput(name="g1"), "'host/g9'"),
         ]
         for wf, wid, inp, named in cases:

@@ -24,6 +24,7 @@ from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from worker_agent import payloads as p
 from worker_agent import pinning
+from worker_agent.bookings import BookingUnknown, Bookings, refusal
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
                                      needs_port)
@@ -100,10 +101,11 @@ def _dist_port(argv: list[str]) -> int | None:
 
 
 class HostActivities:
-    def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport],
+    def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport], *, bookings: Bookings,
                  stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
                  metrics: AgentMetrics | None = None, address: str = "127.0.0.1", hub: HubConfig | None = None):
         self.name, self.table, self.discover = name, table, discover
+        self.bookings = bookings  # the ledger, asked before any process starts (bookings.py)
         self.hub = hub or HubConfig(cache_dir=os.path.join(os.path.dirname(table.run_dir), "models"))
         self.address = address  # where other hosts reach this host's helper processes
         self.engines = engines or EngineConfig()
@@ -176,10 +178,12 @@ class HostActivities:
         """Start the instance's process (or adopt the one a previous attempt started) and return
         once it is ready: its port answers HTTP (a helper's: accepts a connection), or, without a
         port, it has lived settle_s."""
+        _valid(check_key, req.key)
         try:
             check_launch(req, self.engines)
         except LaunchRefused as e:
             raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
+        await self._check_booking(req)
         key = req.key
         rec = self.table.find(key)
         adopted = rec is not None and self.table.alive(rec.pid)
@@ -237,6 +241,21 @@ class HostActivities:
             await asyncio.sleep(self.poll_s)
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                               address=self.address, dist_port=dist, binding=bound)
+
+    async def _check_booking(self, req: p.LaunchRequest) -> None:
+        """No process without its booking: the ledger, not the request, says which GPUs of this host
+        the instance holds. Refused with NotBooked (not retried) when it holds none or not these: its
+        workflow places it again; retried (BookingUnknown) when the control plane cannot be asked."""
+        instance = p.instance_of(req.key)
+        try:
+            booking = await self.bookings.booked(instance)
+        except BookingUnknown as e:
+            raise ApplicationError(str(e), type="BookingUnknown") from None
+        why = refusal(instance, self.name, list(req.gpu_indexes), booking)
+        if why:
+            if self.metrics:
+                self.metrics.failures.labels(self.name, req.backend).inc()
+            raise ApplicationError(why, type="NotBooked", non_retryable=True)
 
     async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
         if req.role == "server":

@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from contracts.host import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
+from worker_agent.bookings import LedgerBookings
 from worker_agent.capabilities import runnable_backends, with_backends
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
@@ -104,7 +105,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     counter = metrics.orphans if metrics else None
     await reap_orphans(client, name, table, counter=counter)
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
-    acts = HostActivities(name, table, probe, engines=engines, metrics=metrics, address=address, hub=hub)
+    acts = HostActivities(name, table, probe, bookings=LedgerBookings(client, name), engines=engines, metrics=metrics,
+                          address=address, hub=hub)
     headers = ModelHeaders(name, acts.engines.model_roots)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       workflows=[logs_workflow(host_queue(name), table.log_dir)],

@@ -8,10 +8,13 @@ from contextlib import contextmanager
 from typing import Callable
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.host import HostReport
-from scheduler.cluster import GPU, Bytes
+from scheduler.bounds import Labels
+from scheduler.cluster import GPU, Bytes, GPUList
 from scheduler.errors import InvalidInput
 from worker_agent import nvml_topology
 
@@ -22,12 +25,12 @@ class InventoryFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     cluster: str = "default"
-    labels: dict[str, str] = {}
+    labels: Labels = {}
     ram_total: Bytes
     unified_memory: bool = False
-    reserved: dict[str, Bytes] = {}
-    backends: list[str] | None = None
-    gpus: list[GPU] = []
+    reserved: dict[Literal["ram", "vram"], Bytes] = {}
+    backends: list[str] | None = Field(None, max_length=64)
+    gpus: GPUList = []
 
 
 _PARSED: dict[str, tuple[tuple, "InventoryFile"]] = {}  # path -> (its stat when parsed, the parse)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from scheduler.bounds import MAX_COMMAND, MAX_ITEMS, MAX_TEXT, MAX_WORDS, Command, Indexes, Name, Path, Seconds, ShortText, Word
+from scheduler.limits import MAX_BYTES, MAX_GPUS
+from scheduler.naming import NAME_MAX
 
 WATCH_HOST = "watch_host"
 LAUNCH_INSTANCE = "launch_instance"
@@ -26,36 +32,37 @@ class LaunchRequest(BaseModel):
     subordinate GPU; a Ray head beside vLLM and a Ray worker on each subordinate host). A helper's
     process is kept under ``key`` = instance@part."""
 
-    instance: str
-    model: str
-    backend: str
-    run_command: str | None = None
-    model_path: str | None = None
-    gpu_indexes: list[int] = []
-    gpu_vendor: str = "nvidia"
-    env: dict[str, str] = {}
-    ready_timeout_s: float = 600.0
-    settle_s: float = 3.0
-    backend_parameters: list[str] = []
-    offload_layers: int | None = None  # llama.cpp: layers on the GPUs (-ngl)
-    tensor_split: list[int] | None = None  # llama.cpp: bytes per GPU, in gpu_indexes order
-    vram_utilization: float | None = None  # vLLM/SGLang: fraction of each card the claim booked
+    instance: Name
+    model: Annotated[str, Field(max_length=NAME_MAX)]
+    backend: ShortText
+    run_command: Command | None = None
+    model_path: Path | None = None
+    gpu_indexes: Indexes = []
+    gpu_vendor: ShortText = "nvidia"
+    env: dict[Annotated[str, Field(max_length=MAX_TEXT)], Annotated[str, Field(max_length=MAX_COMMAND)]] = \
+        Field({}, max_length=MAX_ITEMS)
+    ready_timeout_s: Seconds = 600.0
+    settle_s: Seconds = 3.0
+    backend_parameters: list[Word] = Field([], max_length=MAX_WORDS)
+    offload_layers: int | None = Field(None, ge=0, le=100_000)  # llama.cpp: layers on the GPUs (-ngl)
+    tensor_split: list[Annotated[int, Field(ge=0, le=MAX_BYTES)]] | None = Field(None, max_length=MAX_GPUS)  # llama.cpp: bytes per GPU, in gpu_indexes order
+    vram_utilization: float | None = Field(None, ge=0, le=1)  # vLLM/SGLang: fraction of each card the claim booked
     distributed: bool = False  # the placement spans other workers too
-    role: str = "server"
-    part: str = ""  # a helper's name within the instance (sub0, ray-head, ...)
-    rpc_servers: list[str] = []  # llama.cpp over RPC: host:port of each rpc-server, tensor-split order
-    ray_address: str | None = None  # vLLM over several workers: the Ray head's host:port
-    pipeline_parallel: int | None = None  # vLLM over several workers: one stage per worker
-    nnodes: int | None = None  # SGLang over several workers: how many nodes, this one's rank,
-    node_rank: int | None = None  # rank 0's torch.distributed address (host:port; rank 0's agent
-    dist_init_addr: str | None = None  # picks the port) and the tensor parallelism across all of them
-    tp_total: int | None = None
+    role: Literal["server", "rpc-server", "ray-head", "ray-worker", "sglang-node"] = "server"  # ROLES
+    part: Annotated[str, Field(max_length=40)] = ""  # a helper's name within the instance (sub0, ray-head, ...)
+    rpc_servers: list[ShortText] = Field([], max_length=MAX_GPUS)  # llama.cpp over RPC: host:port of each rpc-server, tensor-split order
+    ray_address: ShortText | None = None  # vLLM over several workers: the Ray head's host:port
+    pipeline_parallel: int | None = Field(None, ge=1, le=MAX_GPUS)  # vLLM over several workers: one stage per worker
+    nnodes: int | None = Field(None, ge=1, le=MAX_GPUS)  # SGLang over several workers: how many nodes, this one's rank,
+    node_rank: int | None = Field(None, ge=0, le=MAX_GPUS)  # rank 0's torch.distributed address (host:port; rank 0's agent
+    dist_init_addr: ShortText | None = None  # picks the port) and the tensor parallelism across all of them
+    tp_total: int | None = Field(None, ge=1, le=MAX_GPUS)
     wait_ready: bool = True  # False: return once started (SGLang's rank 0 is ready only when every node joined)
-    liveness_s: float = 10.0  # probe a RUNNING server this often (0: never)
-    liveness_failures: int = 3  # this many misses in a row: the server is stopped and restarted
+    liveness_s: Seconds = 10.0  # probe a RUNNING server this often (0: never)
+    liveness_failures: int = Field(3, ge=1, le=1000)  # this many misses in a row: the server is stopped and restarted
     cpu_pinning: bool = False  # bind the process to ``cpus`` (and, with numactl, ``numa_nodes``' memory)
-    cpus: str | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
-    numa_nodes: list[int] | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
+    cpus: ShortText | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
+    numa_nodes: Indexes | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
     # What a supervisor cancelled by its workflow does: stop the process (instance workflows before
     # generation 2), or only stop watching (since: the workflow stops it with stop_instance, and a
     # supervisor is also cancelled to be replaced, after an agent restart or a lost host's return).
@@ -69,7 +76,7 @@ class LaunchRequest(BaseModel):
 class ModelFetch(BaseModel):
     """Fetch a hub source's files into the host's model cache (``source`` as in the model spec)."""
 
-    instance: str
+    instance: Name
     source: dict
 
 
@@ -104,10 +111,10 @@ class ExitReport(BaseModel):
 
 
 class LogRequest(BaseModel):
-    instance: str
-    worker: str
-    offset: int = -4096  # negative: that many bytes from the end
-    max_bytes: int = 65536
+    instance: Annotated[str, Field(max_length=NAME_MAX + 41)]  # instance or instance@part: checked by the reader
+    worker: Name
+    offset: int = Field(-4096, ge=-MAX_BYTES, le=MAX_BYTES)  # negative: that many bytes from the end
+    max_bytes: int = Field(65536, ge=0, le=2**24)
 
 
 class LogChunk(BaseModel):

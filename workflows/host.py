@@ -19,14 +19,36 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from activities.booking import BookingAsk
     from activities.payloads import HostInput, HostReport, HostView, host_queue
+    from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
     from worker_agent import payloads as hp
     from workflows import common as c
     from workflows import guards
-    from workflows.inputs import one_input
+    from workflows.inputs import compact, one_input
 
 
 PROBE_AT_ONCE = "host-probe-at-once"  # a run from before it waited host_schedule_to_start_s before its first probe
+REPORT_CHECKED = "host-report-checked"  # a report that does not validate: NOT_READY with the reason
+
+
+def checked_report(raw: Any, name: str) -> tuple[HostReport | None, str]:
+    """(the report, "") when ``raw`` is a valid report of host ``name``; (None, why) otherwise. Reports
+    arrive from the agent (or anyone who can signal this workflow): validated here, never by the SDK,
+    whose failed decoding would drop the hello without a word or fail the workflow task forever."""
+    if isinstance(raw, HostReport):
+        raw = raw.model_dump(mode="json")
+    if not isinstance(raw, dict):
+        return None, f"its report is not a JSON object (got {type(raw).__name__})"
+    try:
+        report = HostReport.model_validate(raw)
+    except ValidationError as e:
+        return None, f"its report does not validate: {compact(e)}"[:1000]
+    if report.name != name:
+        return None, f"the report names host {report.name!r}"
+    return report, ""
 
 
 @workflow.defn(name="HostWorkflow")
@@ -40,12 +62,19 @@ class HostWorkflow:
         self.greeting: HostReport | None = None
         self.since = ""
         self.forgotten = False  # an operator forgot the host (update forget): the workflow ends
+        self.reason = ""  # why it is NOT_READY, when it is for its report
+        self.refused: str | None = None  # a report that does not validate arrived: recorded NOT_READY with this
         self.just_lost = False  # the watch failed a moment ago: probe at once (patch PROBE_AT_ONCE)
 
     @workflow.signal
-    def hello(self, report: HostReport) -> None:
-        if report.name == self.inp.name:  # another host's report is not this host's news
+    def hello(self, *args: Any) -> None:
+        report, why = checked_report(args[0] if len(args) == 1 else None, self.inp.name)
+        if report is not None:
             self.greeting = report
+        elif self.state != "ready" and not why.startswith("the report names"):
+            # a READY host's watch speaks for it (its agent refuses to start on a bad inventory, so a
+            # bad hello then is somebody else's); another host's report is not this host's news
+            self.refused = why
 
     @workflow.update
     async def forget(self) -> str:
@@ -65,12 +94,29 @@ class HostWorkflow:
             raise ValueError(f"host {self.inp.name} is READY; stop its agent first "
                              "(a host that answers keeps running its servers)")
 
+    @workflow.update(name=BOOKING_UPDATE)
+    async def booking(self, *args: Any) -> Booking:
+        """The booking check: the host's agent asks, before it starts any process, which of this
+        host's GPUs the ledger booked for the instance; the answer is the ledger's, read now, never
+        what the launch request says (contracts/host.py)."""
+        ask = BookingQuery.model_validate(args[0])
+        return await workflow.execute_local_activity(
+            c.BOOKING_ON, BookingAsk(instance=ask.instance, worker=self.inp.name), result_type=Booking,
+            **c.STORE_LOCAL)
+
+    @booking.validator
+    def _check_booking(self, *args: Any) -> None:
+        """Untrusted input, refused before anything is recorded: exactly one BookingQuery."""
+        if len(args) != 1 or not isinstance(args[0], dict):
+            raise ValueError("booking takes one BookingQuery JSON object")
+        BookingQuery.model_validate(args[0])
+
     @workflow.query
     def status(self) -> HostView:
-        return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since)
+        return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since, reason=self.reason)
 
-    async def _set(self, state: str) -> None:
-        self.state, self.since = state, workflow.now().isoformat()
+    async def _set(self, state: str, reason: str = "") -> None:
+        self.state, self.since, self.reason = state, workflow.now().isoformat(), reason
         workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
 
     @workflow.run
@@ -80,6 +126,11 @@ class HostWorkflow:
         guards.workflow_id(f"host/{inp.name}", f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
         while True:
+            if self.refused is not None and workflow.patched(REPORT_CHECKED):
+                why, self.refused = self.refused, None
+                if self.greeting is None and (self.state, self.reason) != ("not_ready", why):  # a valid hello after it wins
+                    await self._refuse(why)
+                    continue
             if self.greeting is not None:
                 self.report, self.greeting = self.greeting, None
                 await workflow.execute_activity(c.HOST_SEEN, self.report, **c.STORE_CALL)
@@ -95,6 +146,13 @@ class HostWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state))
+
+    async def _refuse(self, why: str) -> None:
+        """A report that does not validate: the host is NOT_READY with the reason (the store's row
+        too, so the policy leaves it out), and its replicas hear it as lost."""
+        await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, why], **c.STORE_CALL)
+        await self._set("not_ready", why)
+        self.report = None  # nothing of the host is watched until a valid report
 
     async def _probe(self) -> None:
         """NOT_READY: wait for a hello, and meanwhile ask the host queue again now and then, so
@@ -116,7 +174,7 @@ class HostWorkflow:
     async def _ask(self) -> None:
         """One probe on the host's queue: a report from an agent that answers is taken as its hello."""
         h = workflow.start_activity(
-            hp.WATCH_HOST, "", result_type=HostReport, task_queue=host_queue(self.inp.name),
+            hp.WATCH_HOST, "", result_type=dict, task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
             start_to_close_timeout=c.secs(self.t.host_watch_s), heartbeat_timeout=c.secs(self.t.host_heartbeat_s),
             retry_policy=RetryPolicy(maximum_attempts=1))
@@ -124,14 +182,14 @@ class HostWorkflow:
         if not h.done():  # forgotten: nobody is left to answer the probe
             h.cancel()
         try:
-            report = await h
+            raw = await h
         except (ActivityError, asyncio.CancelledError):
             return
-        self.greeting = report
+        self.hello(raw)
 
     async def _watch(self, known: str) -> None:
         h = workflow.start_activity(
-            hp.WATCH_HOST, known, result_type=HostReport, task_queue=host_queue(self.inp.name),
+            hp.WATCH_HOST, known, result_type=dict, task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
             start_to_close_timeout=c.secs(self.t.host_watch_s),
             heartbeat_timeout=c.secs(self.t.host_heartbeat_s), retry_policy=RetryPolicy(maximum_attempts=1))
@@ -144,7 +202,7 @@ class HostWorkflow:
                 pass
             return
         try:
-            report = h.result()
+            raw = h.result()
         except ActivityError as e:
             why = c.cause(e)[1]
             await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, f"agent stopped answering: {why}"],
@@ -152,5 +210,8 @@ class HostWorkflow:
             await self._set("not_ready")
             self.just_lost = True
             return
-        if report.fingerprint() != known:
+        report, why = checked_report(raw, self.inp.name)
+        if report is None and workflow.patched(REPORT_CHECKED):
+            await self._refuse(why)
+        elif report is not None and report.fingerprint() != known:
             self.greeting = report

@@ -210,6 +210,12 @@ class ModelInstanceWorkflow:
             raise guards.refuse(f"spec name {spec.name!r} does not match deployment {inp.deployment!r}")
         guards.instance_names(inp.deployment, [inp.name])
         guards.workflow_id(f"instance/{inp.name}", f"instance name {inp.name!r}")
+        if (self.plan is not None or inp.decision is not None) and not workflow.info().continued_run_id:
+            # only this workflow's own continue-as-new carries a placement (booked in the ledger by an
+            # earlier run): a new run with one in its input was started by somebody else
+            raise guards.refuse(f"instance {inp.name}: a new instance workflow may not bring a placement or a decision "
+                                "in its input; placements are booked by the control plane (start it through its "
+                                "deployment: gpuflow deploy)")
         if self.plan is not None:
             guards.names(worker=self.plan.worker, **{f"subordinate worker {i}": s.worker
                                                       for i, s in enumerate(self.plan.subordinates)})
@@ -239,6 +245,10 @@ class ModelInstanceWorkflow:
             if kind == "invalid":  # the spec's fault: no restart, no re-placement
                 await self._give_up(f"refused by {host}: {why}")
                 return
+            if kind == "unbooked":  # the ledger no longer holds its placement (taken by a preemptor, say)
+                await self._let_go(f"{host} found no booking for it ({why}); placing it again")
+                unreachable_since = None
+                continue
             if self.reached:  # the host answered (launched or adopted): an outage after this is a new episode
                 unreachable_since = None
             if kind == "unreachable":
@@ -294,7 +304,7 @@ class ModelInstanceWorkflow:
         except ActivityError as e:
             kind, msg = c.cause(e)
             outcome = {"LaunchFailed": "failed", "InvalidSpec": "invalid", "LaunchRefused": "invalid",
-                       "InvalidName": "invalid"}.get(kind, "unreachable")
+                       "InvalidName": "invalid", "NotBooked": "unbooked"}.get(kind, "unreachable")
             raise HostTrouble(outcome, worker, msg) from None
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
@@ -339,7 +349,7 @@ class ModelInstanceWorkflow:
                 self.parts = {r.key: w for w, r in parts}
             res = await self._launch(self.worker, req, sts)
         except HostTrouble as t:
-            if t.kind in ("failed", "invalid") and self.plan.subordinates:
+            if t.kind in ("failed", "invalid", "unbooked") and self.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host
         self.pid, self.port, self.address, self.reached = res.pid, res.port, res.address, True
@@ -424,6 +434,13 @@ class ModelInstanceWorkflow:
         self.plan, self.pid, self.port, self.address = None, None, None, None
         await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
                                       "reservation released, placing elsewhere")
+
+    async def _let_go(self, reason: str) -> None:
+        """The placement it holds is not what the ledger holds: drop it (whatever is left of the
+        booking is released) and wait PENDING to be placed again."""
+        await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+        self.plan, self.pid, self.port, self.address = None, None, None, None
+        await self._record("pending", reason)
 
     async def _give_up(self, reason: str) -> None:
         """The spec's fault, which no retry mends: ERROR with the reason, the reservation (if any)

@@ -45,8 +45,10 @@ def hub_source(spec: ModelSpec) -> bool:
 
 
 def backoff(n: int, base: float, cap: float) -> float:
-    """Seconds before try n (1-based): min(base * 2^(n-1), cap)."""
-    return min(base * 2 ** max(n - 1, 0), cap)
+    """Seconds before try n (1-based): min(base * 2^(n-1), cap), for any n: the exponent stops at 64
+    (the cap, at most 30 days, has long won by then; 2 ** 1029 once overflowed the float, and
+    the workflow task failed forever)."""
+    return min(base * 2 ** min(max(n - 1, 0), 64), cap)
 
 
 async def place(wf, spec: ModelSpec) -> bool:

@@ -11,12 +11,13 @@ resumes without an extra stop."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio import workflow
 
 from activities.rollout_probe import ROLLOUT_PROBE, ReplicaProbe
+from scheduler.bounds import Count, Flag, Name, Text
 from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT, Replica, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
@@ -29,19 +30,21 @@ NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority"}  # changi
 
 
 class RolloutState(BaseModel):
-    version: int = Field(0, ge=0)  # the target spec's version
-    latest: int = Field(0, ge=0)  # the highest version handed out
-    versions: dict[str, int] = Field({}, max_length=4000)  # instance -> the version it runs (absent: 0)
-    rolling: bool = False
-    from_version: int = 0
+    model_config = ConfigDict(extra="forbid")  # carried across continue-as-new, and untrusted: nothing unknown
+
+    version: Count = 0  # the target spec's version
+    latest: Count = 0  # the highest version handed out
+    versions: dict[Name, Count] = Field({}, max_length=4000)  # instance -> the version it runs (absent: 0)
+    rolling: Flag = False
+    from_version: Count = 0
     good: dict[str, Any] | None = None  # the last good spec while a rollout runs
-    good_version: int = 0
+    good_version: Count = 0
     previous: dict[str, Any] | None = None  # the spec before the last change: `gpuflow rollout undo`
-    rolled_back: bool = False
-    status: str = ""
+    rolled_back: Flag = False
+    status: Text = ""
     steps: list[dict[str, Any]] = Field([], max_length=KEEP_STEPS)
-    pending_since: dict[str, float] = Field({}, max_length=4000)
-    answering_since: dict[str, float] = Field({}, max_length=4000)
+    pending_since: dict[Name, Annotated[float, Field(ge=0, le=1e11)]] = Field({}, max_length=4000)
+    answering_since: dict[Name, Annotated[float, Field(ge=0, le=1e11)]] = Field({}, max_length=4000)
 
 
 def state_from(raw: dict | None) -> RolloutState:

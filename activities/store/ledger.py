@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
 from sqlalchemy import delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
@@ -110,7 +111,12 @@ def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: lis
         if row.state != "ready":
             problems.append(f"worker {name} is {row.state}")
             continue
-        free = allocatable(worker_model(row), booked.get(name))
+        try:
+            model = worker_model(row)
+        except ValidationError as e:
+            problems.append(f"worker {name}'s report does not validate: {e.errors()[0]['msg'] if e.errors() else e}")
+            continue
+        free = allocatable(model, booked.get(name))
         for idx, b in sorted(want.vram.items()):
             if idx not in free.vram:
                 problems.append(f"worker {name} has no GPU {idx}")
@@ -276,6 +282,15 @@ def workers_of(engine: Engine, instance: str) -> list[str]:
     """The workers ``instance`` holds ledger lines on (its main worker and its subordinates')."""
     with Session(engine) as s:
         return sorted(set(s.exec(select(ReservationRow.worker).where(ReservationRow.instance == instance))))
+
+
+def booking_on(engine: Engine, instance: str, worker: str) -> tuple[bool, list[int]]:
+    """(whether ``instance`` holds any ledger line on ``worker``, the GPU indexes they book there):
+    what an agent may start for the instance (the booking check, contracts/host.py)."""
+    with Session(engine) as s:
+        idx = list(s.exec(select(ReservationRow.gpu_index).where(ReservationRow.instance == instance,
+                                                                ReservationRow.worker == worker)))
+    return bool(idx), sorted({i for i in idx if i >= 0})
 
 
 def instances_on(engine: Engine, worker: str) -> list[str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
+from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -15,11 +17,28 @@ LIVE = ("pending", "analyzing", "scheduled", "starting", "running", "error", "un
 DRAINING = "draining"  # leaving the routing table before it stops: the policy sees it as stopping
 
 
+log = logging.getLogger("gpuflow.store")
+
+
 def worker_model(row: WorkerRow) -> Worker:
+    """The row as the policy's Worker; ValidationError when the stored report does not validate."""
     return Worker(name=row.name, state=row.state, cluster=row.cluster, labels=row.labels or {},
                   ram_total=row.ram_total, unified_memory=row.unified_memory,
                   reserved={"ram": row.reserved_ram, "vram": row.reserved_vram},
                   backends=row.backends, gpus=row.gpus or [])
+
+
+def valid_workers(rows: Iterable[WorkerRow]) -> Iterator[Worker]:
+    """The rows that make a valid Worker; any other is left out of the snapshot with a log line.
+    A host is judged alone: its report is validated when the control plane takes it in, so a row
+    that does not validate here was written by an older gpuflow, or by hand, and one such host
+    must not stop placement everywhere (it had: "GPU index 0 appears twice" for every decision)."""
+    for row in rows:
+        try:
+            yield worker_model(row)
+        except ValidationError as e:
+            log.warning("worker %s left out of the snapshot: its stored report does not validate: %s",
+                        row.name, e.errors()[0]["msg"] if e.errors() else e)
 
 
 def instance_model(row: InstanceRow) -> Instance:
@@ -50,7 +69,7 @@ def load_snapshot(bind: Engine | Session) -> ClusterSnapshot:
     """Workers as their agents last reported them; every live instance with the placement it
     holds in the ledger (an instance without one claims nothing)."""
     with session(bind) as s:
-        workers = [worker_model(w) for w in s.exec(select(WorkerRow).order_by(WorkerRow.name))]
+        workers = list(valid_workers(s.exec(select(WorkerRow).order_by(WorkerRow.name))))
         insts = [instance_model(i) for i in s.exec(select(InstanceRow).where(InstanceRow.state.in_((*LIVE, DRAINING)))
                                                    .order_by(InstanceRow.name))]
         files = [ModelFile(worker=f.worker, source=f.source, state=f.state) for f in s.exec(select(ModelFileRow))]

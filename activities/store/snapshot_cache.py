@@ -31,7 +31,7 @@ from sqlmodel import Session, select
 
 from activities.payloads import PlacementPlan
 from activities.store import changes
-from activities.store.snapshot import DRAINING, LIVE, instance_model, session, worker_model
+from activities.store.snapshot import DRAINING, LIVE, instance_model, session, valid_workers
 from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
 from scheduler import occupancy
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
@@ -155,10 +155,10 @@ class SnapshotCache:
         changed = None if changed_insts is None else frozenset(changed_insts)
         if not stale_workers and len(gens) == len(old.gens) and changed_insts == set() and not files_changed:
             return _State(seq, old.gens, old.workers, old.instances, old.files, old.snapshot, old.occupancy, changed)
-        workers = {n: w for n, w in old.workers.items() if n in gens}
+        workers = {n: w for n, w in old.workers.items() if n in gens and n not in stale_workers}
         for i in range(0, len(stale_workers), 500):
-            for row in s.exec(select(WorkerRow).where(WorkerRow.name.in_(stale_workers[i:i + 500]))):
-                workers[row.name] = worker_model(row)
+            for w in valid_workers(s.exec(select(WorkerRow).where(WorkerRow.name.in_(stale_workers[i:i + 500])))):
+                workers[w.name] = w
         self.stats.workers += len(stale_workers)
         gone: list[Instance] = []
         if changed_insts is None:

@@ -1,0 +1,37 @@
+"""The booking check's read (no engine runs without its booking): which GPUs of a host the ledger
+booked for an instance. The host workflow runs it, as a local activity, when the host's agent
+asks before it starts a process (workflows/host.py, update ``booking``; contracts/host.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+
+from pydantic import BaseModel
+from sqlalchemy.engine import Engine
+from temporalio import activity
+
+from activities.names import BOOKING_ON
+from activities.store import ledger
+from contracts.host import Booking
+from scheduler.bounds import Name
+
+
+class BookingAsk(BaseModel):
+    instance: Name
+    worker: Name
+
+
+class BookingActivities:
+    def __init__(self, reads: Engine, pool: Executor):
+        self.reads, self.pool = reads, pool
+
+    def all(self) -> list:
+        return [self.booking_on]
+
+    @activity.defn(name=BOOKING_ON)
+    async def booking_on(self, ask: BookingAsk) -> Booking:
+        """The ledger's lines for ``ask.instance`` on ``ask.worker``: booked or not, and the GPUs."""
+        booked, gpus = await asyncio.get_running_loop().run_in_executor(
+            self.pool, ledger.booking_on, self.reads, ask.instance, ask.worker)
+        return Booking(booked=booked, gpu_indexes=gpus)

@@ -1,0 +1,117 @@
+"""Every input bounded: each field of every model that arrives through Temporal (workflow, update,
+signal, query and activity inputs) or from a spec has a bound that fits its meaning. The walk
+below fails on any integer or float without an upper bound, any string without a maximum length,
+any list or map without a maximum size (and their items likewise), and any free-form value that
+is not listed here with the reason it is safe."""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from typing import Any, Literal, Union
+
+import annotated_types as at
+import pytest
+from pydantic import BaseModel
+
+from activities import autoscale_payloads as ap
+from activities import payloads as cp
+from activities.booking import BookingAsk
+from contracts import host as ch
+from scheduler.spec import ModelSpec
+from scheduler.tenancy.config import TenantsFile
+from worker_agent import payloads as hp
+from workflows.rollout_steps import RolloutState
+
+INPUTS = [
+    # workflow inputs
+    cp.InstanceInput, cp.DeploymentInput, ch.HostInput, ap.AutoscalerInput,
+    # signals, updates, queries
+    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest,
+    # the agent's activities (callable by anything that can schedule on a host's queue)
+    hp.LaunchRequest, hp.ModelFetch,
+    # activities the workflows call
+    cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk,
+    # what a user writes
+    ModelSpec, TenantsFile,
+]
+
+# Free-form JSON, each with why it is safe: validated into a bounded model where it is used.
+FREE_FORM = {
+    "InstanceInput.spec": "validated as a ModelSpec (bounded) as the workflow starts",
+    "DeploymentInput.spec": "validated as a ModelSpec as the workflow starts",
+    "DeploymentInput.rollout": "validated as the rollout's state (workflows/rollout_steps.py)",
+    "AutoscalerInput.carry": "validated by activities/autoscale_state.py",
+    "AutoscalerInput.history": "the workflow's own records; the list is bounded",
+    "AutoscalerInput.cold_starts": "the workflow's own records; the list is bounded",
+    "DecisionRecord.request": "the decide activity's own output, carried for the UI",
+    "DecisionRecord.decision": "the decide activity's own output, carried for the UI",
+    "InstanceRecord.decision": "the decision's summary, written by the workflow",
+    "ModelFetch.source": "validated as a spec Source by the agent before use",
+    "RolloutState.good": "validated as a ModelSpec with the rest of the state (rollout_steps.state_from)",
+    "RolloutState.previous": "validated as a ModelSpec likewise",
+    "RolloutState.steps": "the workflow's own records of its steps; the list is bounded",
+}
+
+
+def _bounded_above(meta: list) -> bool:
+    return any(isinstance(m, (at.Le, at.Lt)) for m in meta) or any(
+        isinstance(m, at.Interval) and (m.le is not None or m.lt is not None) for m in meta)
+
+
+def _max_len(meta: list) -> bool:
+    return any(isinstance(m, at.MaxLen) for m in meta)
+
+
+def _meta_of(field) -> list:
+    return list(field.metadata)
+
+
+def problems(tp: Any, meta: list, where: str, seen: set) -> list[str]:
+    """Why ``tp`` (with ``meta``, its constraints) is not bounded at ``where``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        base, *extra = typing.get_args(tp)
+        more = []
+        for e in extra:
+            more += list(getattr(e, "metadata", [])) if hasattr(e, "metadata") else [e]
+        return problems(base, meta + more, where, seen)
+    if origin in (Union, types.UnionType):
+        return [p for a in typing.get_args(tp) if a is not type(None) for p in problems(a, meta, where, seen)]
+    if origin is Literal or tp is bool or tp is type(None) or (isinstance(tp, type) and issubclass(tp, enum.Enum)):
+        return []
+    if tp in (int, float):
+        return [] if _bounded_above(meta) or any(getattr(m, "func", None).__name__ == "parse_bytes"
+                                                 for m in meta if hasattr(m, "func")) else [f"{where}: no upper bound"]
+    if tp is str:
+        return [] if _max_len(meta) else [f"{where}: no maximum length"]
+    if origin in (list, set, tuple, dict):
+        out = [] if _max_len(meta) else [f"{where}: no maximum size"]
+        for i, a in enumerate(typing.get_args(tp)):
+            if a is not Ellipsis:
+                out += problems(a, [], f"{where}[{'key' if origin is dict and i == 0 else 'item'}]", seen)
+        return out
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return model_problems(tp, seen)
+    if tp is Any or tp is dict or tp is list:
+        return [] if where in FREE_FORM else [f"{where}: free-form ({tp})"]
+    return [f"{where}: unknown type {tp!r}"]
+
+
+def model_problems(model: type[BaseModel], seen: set) -> list[str]:
+    if model in seen:
+        return []
+    seen.add(model)
+    out = []
+    for name, f in model.model_fields.items():
+        where = f"{model.__name__}.{name}"
+        if where in FREE_FORM:
+            continue
+        out += problems(f.annotation, _meta_of(f), where, seen)
+    return out
+
+
+@pytest.mark.parametrize("model", INPUTS, ids=lambda m: m.__name__)
+def test_every_field_of_every_input_is_bounded(model):
+    assert model_problems(model, set()) == []
