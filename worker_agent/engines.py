@@ -19,13 +19,11 @@ Helpers and servers bind the agent's advertised address (ADDR; 127.0.0.1 on ``gp
 gateways on other hosts reach the servers: the engines have no authentication of their own.
 
 Before any of it, ``check_launch`` refuses what the spec may not ask of this host
-(scheduler/engine_flags/, scheduler/spec_env.py): names that are not names, env outside the
-allowlist (plus this agent's --allow-env patterns), flags off the engine's list (plus this
-agent's --allow-engine-flag flags), flags gpuflow owns or that fetch from the network, files
-outside the model's folder and --model-root, and flags that run code unless this agent was
-started with --allow-remote-code. It returns the parameters to pass: a file named relative to
-the model's folder is passed as its absolute path, so the engine never looks in its working
-folder (the agent's).
+(scheduler/engine_flags/, scheduler/spec_env.py): names that are not names, env and flags off
+the allowlists (plus this agent's --allow-env and --allow-engine-flag), flags gpuflow owns or
+that fetch from the network, files outside the model's folder and --model-root, and flags that
+run code unless the agent has --allow-remote-code. Files go to the engine as absolute paths
+(relative ones resolved against the model's folder, never the engine's working folder).
 """
 
 from __future__ import annotations
@@ -89,11 +87,11 @@ def model_folder(req: LaunchRequest) -> str | None:
 
 
 def file_resolver(req: LaunchRequest, cfg: EngineConfig):
-    """How this host reads a backend parameter that names a file (scheduler/engine_flags/kinds.py
-    Resolve): relative to the model's folder, symlinks followed, and inside the model's folder or
-    a --model-root; the absolute path is what the engine gets. ``must_exist`` False (a chat
-    template may be the template's text, or a built-in's name): a word that names no file passes
-    as written, unless the engine would find a file by that name in its working folder."""
+    """How this host reads a backend parameter naming a file (scheduler/engine_flags/kinds.py):
+    relative to the model's folder, symlinks followed, inside it or a --model-root; the engine
+    gets the absolute path. ``must_exist`` False (a chat template may be text, or a built-in's
+    name): a word naming no file passes as written, unless the engine's working folder (the
+    agent's) has a file by that name."""
     folder = model_folder(req)
     roots = tuple(([folder] if folder else []) + list(cfg.model_roots))
     where = "the model's folder" + (f" or this host's model roots ({', '.join(cfg.model_roots)})" if cfg.model_roots
@@ -119,12 +117,10 @@ def file_resolver(req: LaunchRequest, cfg: EngineConfig):
 
 
 def host_file_problems(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
-    """A backend parameter that names a file or folder on this host must name one inside the
-    model's folder or a --model-root: the engine would otherwise read (and could serve back) any
-    file the agent's user can read. The typed check (check_launch) resolves the files of listed
-    flags; this net also covers the words of flags an operator added. Words naming nothing pass."""
-    roots = [p for p in (req.model_path,) if p]
-    roots = [p if os.path.isdir(p) else os.path.dirname(p) for p in roots] + list(cfg.model_roots)
+    """A word naming an existing file or folder outside the model's folder and the --model-roots
+    (the engine could read and serve it back): a net under the typed check, for the words of
+    flags an operator added. Words naming nothing pass."""
+    roots = [p for p in (model_folder(req),) if p] + list(cfg.model_roots)
     out = []
     for word in req.backend_parameters:
         for value in {word, word.split("=", 1)[-1]}:
