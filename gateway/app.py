@@ -12,7 +12,7 @@ import time
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Path
 
@@ -22,6 +22,7 @@ from gateway.auth import Auth, NoKey
 from gateway.balance import Balancer
 from gateway.config import GatewaySettings, is_loopback
 from gateway.metrics import Metrics
+from gateway.protocol import with_header_timeout
 from gateway.refresh import Refresher
 from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
 from gateway.tenant_limits import Limits
@@ -30,6 +31,10 @@ from gateway.wake import Waker
 from scheduler.errors import InvalidInput
 
 STALE_S = 30.0  # /healthz fails when the routing table could not be read for this long
+
+
+class BodyTimeout(Exception):
+    pass
 
 
 class Gateway:
@@ -48,20 +53,29 @@ class Gateway:
         t0 = time.perf_counter()
         model, tenant, admitted, handed = "", "", False, False
         try:
-            tenant = await self.auth.tenant(request.headers.get("authorization"))
-            refused = self.limits.admit(tenant, time.monotonic())
+            tenant, keyed = await self.auth.caller(request.headers.get("authorization"))
+            # the body arrives whole (bounded in size and time) before the tenant's limits count the
+            # request: a client that never finishes its body holds no max_concurrent slot
+            refused = self.limits.check(tenant, time.monotonic())
+            if refused is None:
+                body = await self._body(request)
+                refused = self.limits.admit(tenant, time.monotonic())
             if refused is not None:
                 self.metrics.tenant_rejections.labels(refused.tenant, refused.reason).inc()
                 r = errors.tenant_limit(refused.message, refused.reason, refused.retry_after_s)
             else:
                 admitted = True
-                r, model = await self._route(request, t0, tenant)
+                r, model = await self._route(request, t0, tenant, keyed, body)
                 if isinstance(r, Relay):
                     r.admitted = handed = True  # the tenant's slot ends with the relayed answer
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except TooLarge:
             r = errors.too_large(self.settings.max_body)
+        except BodyTimeout:
+            r = errors.body_timeout(self.settings.body_timeout_s)
+        except ClientDisconnect:
+            r = errors.error(499, "The client closed the request.", "client_closed", "client_closed")
         finally:
             if admitted and not handed:
                 self.limits.done(tenant)
@@ -70,9 +84,19 @@ class Gateway:
             self.metrics.duration.labels(model).observe(time.perf_counter() - t0)
         return r
 
-    async def _route(self, request: Request, t0: float, tenant: str) -> tuple[Response, str]:
-        """The answer to an admitted request, and the model it named ("" when none it could)."""
-        body = await read_body(request, self.settings.max_body)
+    async def _body(self, request: Request) -> bytes:
+        """The whole body: TooLarge over ``max_body``, BodyTimeout when it has not all arrived
+        within ``body_timeout_s``."""
+        try:
+            async with asyncio.timeout(self.settings.body_timeout_s):
+                return await read_body(request, self.settings.max_body)
+        except TimeoutError:
+            raise BodyTimeout from None
+
+    async def _route(self, request: Request, t0: float, tenant: str, keyed: bool,
+                     body: bytes) -> tuple[Response, str]:
+        """The answer to an admitted request, and the model it named ("" when none it could).
+        A model the caller's tenant may not use is answered exactly as one that does not exist."""
         try:
             data = json.loads(body)
         except (ValueError, RecursionError) as e:
@@ -80,20 +104,22 @@ class Gateway:
         name = data.get("model") if isinstance(data, dict) else None
         if not isinstance(name, str) or not name:
             return errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model"), ""
-        if name not in self.balancer.table.models:
-            return errors.unknown_model(name, self.balancer.table.names()), ""
-        cold = not self.balancer.table.models[name].replicas  # scaled to zero: start one now
+        table = self.balancer.table
+        view = table.allowed(tenant, keyed)
+        if name not in view.names:
+            return errors.unknown_model(name, view.listed), ""
+        cold = not table.models[name].replicas  # scaled to zero: start one now
         if cold:
             self.waker.poke(name)
-        r = await self._forward(request, t0, tenant, body, name, data.get("stream") is True)
+        r = await self._forward(request, t0, tenant, keyed, body, name, data.get("stream") is True)
         if cold and isinstance(r, Relay):
             r.cold = True
         return r, name
 
-    async def _forward(self, request, t0, tenant, body, model, stream) -> Response:
+    async def _forward(self, request, t0, tenant, keyed, body, model, stream) -> Response:
         watch = Disconnect(request.receive)
         try:
-            r = await forward(self, request, t0, tenant, body, model, stream, watch)
+            r = await forward(self, request, t0, tenant, body, model, stream, watch, keyed)
         except asyncio.CancelledError:
             if not watch.fired:
                 raise
@@ -104,8 +130,9 @@ class Gateway:
         return r
 
     async def models(self, request: Request) -> Response:
+        """The models the caller's tenant may use (gateway/table.py), no others."""
         try:
-            tenant = await self.auth.tenant(request.headers.get("authorization"))
+            tenant, keyed = await self.auth.caller(request.headers.get("authorization"))
         except NoKey as e:
             self.metrics.requests.labels("", "", "401").inc()
             return errors.unauthorized(str(e))
@@ -113,7 +140,7 @@ class Gateway:
         self.metrics.requests.labels("", tenant, "200").inc()
         return JSONResponse({"object": "list", "data": [
             {"id": n, "object": "model", "created": 0, "owned_by": "gpuflow", "replicas": len(t.models[n].replicas)}
-            for n in t.names()]})
+            for n in t.allowed(tenant, keyed).listed]})
 
     async def healthz(self, request: Request) -> Response:
         at = self.refresher.loaded_at
@@ -124,6 +151,13 @@ class Gateway:
                              "gateway": self.settings.gateway_id}, status_code=200 if ok else 503)
 
     async def prometheus(self, request: Request) -> Response:
+        """The gateway's metrics; with ``metrics_key_required``, only for a valid API key (as /v1
+        asks for one: an open gateway, with no key at all, has none to ask for)."""
+        if self.settings.metrics_key_required:
+            try:
+                await self.auth.caller(request.headers.get("authorization"))
+            except NoKey as e:
+                return errors.unauthorized(str(e))
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
@@ -172,7 +206,7 @@ def uvicorn_config(app: Starlette, settings: GatewaySettings):
 
     has = importlib.util.find_spec
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                          loop="uvloop" if has("uvloop") else "asyncio", http="httptools" if has("httptools") else "h11",
+                          loop="uvloop" if has("uvloop") else "asyncio", http=with_header_timeout(settings.header_timeout_s),
                           timeout_graceful_shutdown=5, proxy_headers=False, server_header=False, date_header=False)
 
 

@@ -1,6 +1,7 @@
 """Who is asking: ``Authorization: Bearer K`` names a tenant through its API key. While no key
-was ever created the gateway is open (every request is tenant ``anonymous``); once one exists,
-every request needs a valid one. Verdicts are cached ``key_cache_s`` (one store read per key per
+was ever created the gateway is open (every request is tenant ``anonymous``, and may use every
+model); once one exists, every request needs a valid one, and its tenant decides which models it
+may use (gateway/table.py). Verdicts are cached ``key_cache_s`` (one store read per key per
 second at most), so a revocation takes effect within about two seconds."""
 
 from __future__ import annotations
@@ -28,8 +29,14 @@ class Auth:
 
     async def tenant(self, authorization: str | None) -> str:
         """The caller's tenant; NoKey (with the reason) when the request must be refused."""
+        return (await self.caller(authorization))[0]
+
+    async def caller(self, authorization: str | None) -> tuple[str, bool]:
+        """(the caller's tenant, whether a key named it); NoKey when the request must be refused.
+        An open gateway's requests are ``(ANONYMOUS, False)``: they may use every model, while a
+        key whose tenant happens to be called ``anonymous`` is (``anonymous``, True), no more."""
         if not self.required:
-            return ANONYMOUS
+            return ANONYMOUS, False
         if not authorization:
             raise NoKey("This gateway needs an API key: send 'Authorization: Bearer KEY'.")
         scheme, _, token = authorization.partition(" ")
@@ -47,4 +54,4 @@ class Auth:
             self.cache[token] = (tenant, now + self.cache_s)
         if tenant is None:
             raise NoKey("Invalid or revoked API key.")
-        return tenant
+        return tenant, True

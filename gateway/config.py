@@ -26,6 +26,11 @@ class GatewaySettings:
     connect_timeout_s: float = 3.0  # TCP connect to a replica (then it is marked bad, retried elsewhere)
     first_byte_timeout_s: float = 300.0  # request sent -> response headers and first body bytes
     idle_timeout_s: float = 120.0  # between two body chunks of a response
+    header_timeout_s: float = 10.0  # a client's request line and headers, from its connection (or its first byte
+    #                                 after the last response) to their end; then 408 and the connection is closed
+    body_timeout_s: float = 30.0  # a request's whole body, once its headers arrived; then 408. No tenant slot is held
+    #                               meanwhile: the body is read before the tenant's max_concurrent counts the request
+    metrics_key_required: bool = False  # /metrics needs a valid API key, as /v1 does (401 without one)
     refresh_s: float = 0.5  # routing table re-read from the store this often
     bad_s: float = 5.0  # a replica that failed is skipped this long
     attempts: int = 3  # replicas tried per request before giving up
@@ -35,7 +40,8 @@ class GatewaySettings:
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self):
-        for k in ("queue_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "refresh_s"):
+        for k in ("queue_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "refresh_s",
+                  "header_timeout_s", "body_timeout_s"):
             if not getattr(self, k) > 0:
                 raise InvalidInput(f"gateway setting {k} must be > 0, got {getattr(self, k)}")
         for k in ("max_queue", "max_body", "max_concurrency", "attempts"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 
 from starlette.responses import Response
 
@@ -25,7 +26,9 @@ def unauthorized(message: str) -> Response:
     return r
 
 
-def unknown_model(model: str, known: list[str]) -> Response:
+def unknown_model(model: str, known: Sequence[str]) -> Response:
+    """404 for a model that does not exist or that the caller's tenant may not use (the same
+    answer: nobody learns of another tenant's models); ``known`` is what the caller may use."""
     have = ", ".join(known) if known else "none"
     model = model if len(model) <= 200 else model[:200] + "..."
     return error(404, f"The model {model!r} does not exist. Models served here: {have}.",
@@ -34,6 +37,22 @@ def unknown_model(model: str, known: list[str]) -> Response:
 
 def too_large(limit: int) -> Response:
     return error(413, f"Request body over {limit} bytes.", "invalid_request_error", "request_too_large")
+
+
+def body_timeout(seconds: float) -> Response:
+    """The request's body did not arrive in time (the connection is closed: the rest of it is unread)."""
+    r = error(408, f"The request body did not arrive within {seconds:g} s.", "invalid_request_error", "request_timeout")
+    r.headers["Connection"] = "close"
+    return r
+
+
+def header_timeout_bytes(seconds: float) -> bytes:
+    """A whole HTTP/1.1 408 for a client whose headers did not arrive in time (gateway/protocol.py
+    writes it on the connection, then closes it: there is no request to answer through the app)."""
+    body = json.dumps({"error": {"message": f"The request headers did not arrive within {seconds:g} s.",
+                                 "type": "invalid_request_error", "param": None, "code": "request_timeout"}}).encode()
+    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 
 
 def queue_full(model: str, depth: int) -> Response:

@@ -60,7 +60,7 @@ class Disconnect:
 
 
 async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, model: str, stream: bool,
-                  watch: Disconnect) -> Response:
+                  watch: Disconnect, keyed: bool = True) -> Response:
     """Send ``body`` to a replica of ``model``; the answer (a Relay, which then owns the replica's
     slot and ``watch``), or the error a client should see."""
     bal, s = gw.balancer, gw.settings
@@ -77,8 +77,8 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
             return errors.queue_full(model, bal.depth(model))
         except QueueTimeout:
             return errors.no_replica(model, s.queue_timeout_s)
-        except UnknownModel:
-            return errors.unknown_model(model, bal.table.names())
+        except UnknownModel:  # deleted while this request waited: the models the caller may use, no others
+            return errors.unknown_model(model, bal.table.allowed(tenant, keyed).listed)
         gw.metrics.queue_wait.labels(model).observe(waited)
         gw.metrics.in_flight.labels(model).inc()
         try:

@@ -1,10 +1,16 @@
 """The routing table: for each deployment, its RUNNING replicas and the per-replica concurrency
-limit. Built by a pure function from what the store holds (``routes()`` and the deployments'
-specs); the gateway swaps the whole table at once, never edits it."""
+limit, and which tenants' keys may use it. Built by a pure function from what the store holds
+(``routes()`` and the deployments' specs); the gateway swaps the whole table at once, never edits
+it.
+
+Who may use a deployment: the keys of its spec's ``tenant`` (``default`` when none), and of the
+tenants its ``shared_with`` names (``"*"``: every tenant). A deployment of tenant ``default`` is
+shared with every tenant. The per-tenant views (``allowed``) are computed here, off the request
+path: a request looks its tenant up in one dict."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from activities.store.serving import Route
@@ -17,6 +23,8 @@ ENGINE_LIMIT_FLAGS: dict[str, tuple[str, ...]] = {
     "llama.cpp": ("--parallel", "-np"),
     "sglang": ("--max-running-requests",),
 }
+DEFAULT_TENANT = "default"  # its deployments serve every tenant's keys
+EVERYONE = "*"  # in shared_with: every tenant
 
 
 @dataclass(frozen=True)
@@ -24,15 +32,62 @@ class Model:
     name: str
     limit: int  # requests in flight per replica
     replicas: tuple[Route, ...]
+    tenant: str = DEFAULT_TENANT  # the spec's tenant
+    shared_with: frozenset[str] = frozenset()  # tenants whose keys may use it besides its own ("*": all)
+
+    @property
+    def public(self) -> bool:
+        return self.tenant == DEFAULT_TENANT or EVERYONE in self.shared_with
+
+
+@dataclass(frozen=True)
+class View:
+    """The models one tenant's keys may use: ``names`` for lookups, ``listed`` sorted."""
+    names: frozenset[str]
+    listed: tuple[str, ...]
+
+
+def _view(names) -> View:
+    return View(frozenset(names), tuple(sorted(names)))
 
 
 @dataclass(frozen=True)
 class Table:
     models: dict[str, Model]
     version: int = 0
+    views: dict[str, View] = field(default=None, compare=False, repr=False)  # tenant -> its view (tenants named anywhere)
+    public: View = field(default=None, compare=False, repr=False)  # any other tenant's view
+    every: View = field(default=None, compare=False, repr=False)  # an open gateway's (no key exists): all
+
+    def __post_init__(self):
+        if self.every is None:  # built from models; equality stays on models and version
+            views, public, every = views_of(self.models)
+            object.__setattr__(self, "views", views)
+            object.__setattr__(self, "public", public)
+            object.__setattr__(self, "every", every)
 
     def names(self) -> list[str]:
         return sorted(self.models)
+
+    def allowed(self, tenant: str, keyed: bool = True) -> View:
+        """The models ``tenant``'s keys may use; an open gateway's anonymous requests
+        (``keyed`` False: no key exists) may use every one."""
+        if not keyed:
+            return self.every
+        return self.views.get(tenant, self.public)
+
+
+def views_of(models: dict[str, Model]) -> tuple[dict[str, View], View, View]:
+    """Each tenant named as an owner or in a shared_with: its view; the view of every other
+    tenant (the public models); and the open gateway's (all)."""
+    public = [n for n, m in models.items() if m.public]
+    extra: dict[str, list[str]] = {}
+    for n, m in models.items():
+        if m.public:
+            continue
+        for t in {m.tenant, *m.shared_with}:
+            extra.setdefault(t, []).append(n)
+    return {t: _view(public + ns) for t, ns in extra.items()}, _view(public), _view(models)
 
 
 def replica_limit(spec: dict[str, Any], default: int) -> int:
@@ -51,6 +106,16 @@ def replica_limit(spec: dict[str, Any], default: int) -> int:
     return m if isinstance(m, int) and not isinstance(m, bool) and m >= 1 else default
 
 
+def owner(spec: dict[str, Any]) -> tuple[str, frozenset[str]]:
+    """The spec's tenant and the tenants it is shared with. The store holds validated specs; a
+    malformed value here shares nothing (never more than the spec says)."""
+    t = spec.get("tenant")
+    tenant = t if isinstance(t, str) and t else DEFAULT_TENANT
+    sw = spec.get("shared_with")
+    shared = frozenset(x for x in sw if isinstance(x, str)) if isinstance(sw, list) else frozenset()
+    return tenant, shared
+
+
 def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_limit: int, version: int = 0) -> Table:
     """Every deployment in ``specs`` (active ones) is routable, with or without replicas: a
     request for one with none waits for one. Routes of a deployment not in ``specs`` are left
@@ -59,5 +124,5 @@ def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_lim
     for r in routes:
         if r.deployment in by:
             by[r.deployment].append(r)
-    return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs)) for name, rs in by.items()},
-                 version)
+    return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]))
+                  for name, rs in by.items()}, version)

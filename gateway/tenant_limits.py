@@ -11,7 +11,9 @@ event loop owns it, so no locks.
 - **Concurrent requests** count a request from its admission until its response has ended
   (streams included, waiting in a model's queue included). One more is refused with
   ``Retry-After: 1``: nobody knows when a stream ends.
-- Both are checked before either is taken: a refused request costs the tenant nothing.
+- Both are checked before either is taken: a refused request costs the tenant nothing. The gateway
+  checks (``check``) before it reads a request's body and admits once the body has arrived, so a
+  body that is slow or never ends holds no slot.
 - Requests of an open gateway (no API key exists; ``gateway.auth.ANONYMOUS``) belong to tenant
   ``default``. A tenant the file does not name (a key made for it before the file did) has no
   limits and priority 0, like ``default`` when the file does not name it.
@@ -104,21 +106,30 @@ class Limits:
     def priority(self, tenant: str) -> int:
         return self.rule(tenant).priority
 
-    def admit(self, tenant: str, now: float) -> Refusal | None:
-        """None, and the request is counted (``done`` ends it); or why it is refused."""
+    def check(self, tenant: str, now: float) -> Refusal | None:
+        """Why ``admit`` would refuse the request now, or None; takes nothing (the gateway asks
+        before it reads a body, and admits once the body has arrived)."""
         name = subject(tenant)
         r = self.rules.get(name, NO_RULE)
-        n = self.active.get(name, 0)
-        if r.max_concurrent is not None and n >= r.max_concurrent:
+        if r.max_concurrent is not None and self.active.get(name, 0) >= r.max_concurrent:
             return Refusal(name, MAX_CONCURRENT, r.max_concurrent, 1.0)
         b = self.buckets.get(name)
         if b is not None:
             b.fill(now)
             if b.tokens < 1.0:
                 return Refusal(name, REQUESTS_PER_S, b.rate, (1.0 - b.tokens) / b.rate)
-            b.tokens -= 1.0
-        self.active[name] = n + 1
         return None
+
+    def admit(self, tenant: str, now: float) -> Refusal | None:
+        """None, and the request is counted (``done`` ends it); or why it is refused."""
+        refused = self.check(tenant, now)
+        if refused is None:
+            name = subject(tenant)
+            b = self.buckets.get(name)
+            if b is not None:
+                b.tokens -= 1.0
+            self.active[name] = self.active.get(name, 0) + 1
+        return refused
 
     def done(self, tenant: str) -> None:
         name = subject(tenant)

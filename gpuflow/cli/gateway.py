@@ -41,6 +41,7 @@ def cmd_gateway(a) -> int:
         host=host, port=port, allow_anonymous=a.allow_anonymous, queue_timeout_s=a.queue_timeout,
         max_queue=a.max_queue, max_body=a.max_body, max_concurrency=a.max_concurrency,
         connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client,
+        header_timeout_s=a.header_timeout, body_timeout_s=a.body_timeout, metrics_key_required=a.metrics_key_required,
         temporal=_temporal(a)))
     return 0
 
@@ -87,6 +88,14 @@ def add_commands(sub) -> None:
                    help="seconds a replica may take to start answering before 504 (default 300)")
     p.add_argument("--idle-timeout", type=float, default=120.0,
                    help="seconds a replica's answer may pause between two chunks (default 120)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a client has for a request's line and headers, from its connection or its next "
+                        "request's first byte; then 408 and the connection is closed (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request's whole body may take to arrive, then 408; it holds no tenant slot "
+                        "meanwhile (default 30)")
+    p.add_argument("--metrics-key-required", action="store_true",
+                   help="/metrics needs a valid API key, as /v1 does (it names tenants and models)")
     p.add_argument("--http-client", choices=["aiohttp", "httpx"], default="aiohttp",
                    help="client to the replicas (default aiohttp: faster in bench/bench_gateway.py)")
     p.set_defaults(fn=cmd_gateway)
