@@ -151,13 +151,16 @@ class Gateway:
                              "gateway": self.settings.gateway_id}, status_code=200 if ok else 503)
 
     async def prometheus(self, request: Request) -> Response:
-        """The gateway's metrics; with ``metrics_key_required``, only for a valid API key (as /v1
-        asks for one: an open gateway, with no key at all, has none to ask for)."""
+        """The gateway's metrics (they name tenants and models); with ``metrics_key_required``,
+        only for a valid API key, of any tenant: on an open gateway (no key exists) for nobody."""
         if self.settings.metrics_key_required:
             try:
-                await self.auth.caller(request.headers.get("authorization"))
+                _, keyed = await self.auth.caller(request.headers.get("authorization"))
             except NoKey as e:
                 return errors.unauthorized(str(e))
+            if not keyed:
+                return errors.unauthorized("/metrics needs an API key (--metrics-key-required) and none exists yet: "
+                                           "create one with 'gpuflow keys create --tenant T'.")
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager

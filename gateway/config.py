@@ -30,7 +30,8 @@ class GatewaySettings:
     #                                 after the last response) to their end; then 408 and the connection is closed
     body_timeout_s: float = 30.0  # a request's whole body, once its headers arrived; then 408. No tenant slot is held
     #                               meanwhile: the body is read before the tenant's max_concurrent counts the request
-    metrics_key_required: bool = False  # /metrics needs a valid API key, as /v1 does (401 without one)
+    metrics_key_required: bool = False  # /metrics needs a valid API key of any tenant (401 without one; on an
+    #                                     open gateway, where no key exists, 401 for everyone)
     refresh_s: float = 0.5  # routing table re-read from the store this often
     bad_s: float = 5.0  # a replica that failed is skipped this long
     attempts: int = 3  # replicas tried per request before giving up

@@ -82,11 +82,13 @@ def test_a_key_uses_its_tenants_models_and_no_others(sqlite_store, procs, tmp_pa
     base = f"http://127.0.0.1:{g.port}"
     gs.wait_model(base, "pub", 1)
 
-    # no key exists yet: the gateway is open (loopback) and serves every model, /metrics too
+    # no key exists yet: the gateway is open (loopback) and serves every model, but /metrics
+    # asks for a key, which nobody has yet
     anon = client(g.port, "none")
     assert sorted(m.id for m in anon.models.list()) == sorted(SPECS)
     assert anon.chat.completions.create(model="b-chat", messages=MSG, max_tokens=1).choices
-    assert httpx.get(f"{base}/metrics").status_code == 200
+    r = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer none"})
+    assert r.status_code == 401 and "none exists yet" in r.json()["error"]["message"]
 
     k = {t: keys.create(engine, t)[0] for t in MAY}
     gs.wait_for(lambda: httpx.get(f"{base}/v1/models").status_code == 401, 10, "keys required")
@@ -118,7 +120,10 @@ def test_a_key_uses_its_tenants_models_and_no_others(sqlite_store, procs, tmp_pa
         (before.status_code, before.content, dict(before.headers))
 
     # --metrics-key-required: no key, a bad key, a revoked key: 401 in OpenAI's shape; any valid key: 200
-    for h in ({}, {"Authorization": "Bearer gpuflow-x-y"}, {"Authorization": "Basic abc"}):
+    revoked, info = keys.create(engine, "c")
+    keys.revoke(engine, info.id)
+    for h in ({}, {"Authorization": "Bearer gpuflow-x-y"}, {"Authorization": "Basic abc"},
+              {"Authorization": f"Bearer {revoked}"}):
         r = httpx.get(f"{base}/metrics", headers=h)
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", h
         assert "gpuflow_gateway_requests_total" not in r.text

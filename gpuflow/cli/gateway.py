@@ -95,7 +95,8 @@ def add_commands(sub) -> None:
                    help="seconds a request's whole body may take to arrive, then 408; it holds no tenant slot "
                         "meanwhile (default 30)")
     p.add_argument("--metrics-key-required", action="store_true",
-                   help="/metrics needs a valid API key, as /v1 does (it names tenants and models)")
+                   help="/metrics needs a valid API key of any tenant (its labels name tenants and models); "
+                        "while no key exists, nobody reads it")
     p.add_argument("--http-client", choices=["aiohttp", "httpx"], default="aiohttp",
                    help="client to the replicas (default aiohttp: faster in bench/bench_gateway.py)")
     p.set_defaults(fn=cmd_gateway)
