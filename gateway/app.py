@@ -105,9 +105,8 @@ class Gateway:
         if not isinstance(name, str) or not name:
             return errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model"), ""
         table = self.balancer.table
-        view = table.allowed(tenant, keyed)
-        if name not in view.names:
-            return errors.unknown_model(name, view.listed), ""
+        if not table.may_use(tenant, keyed, name):
+            return errors.unknown_model(name, table.allowed(tenant, keyed)), ""
         cold = not table.models[name].replicas  # scaled to zero: start one now
         if cold:
             self.waker.poke(name)
@@ -140,7 +139,7 @@ class Gateway:
         self.metrics.requests.labels("", tenant, "200").inc()
         return JSONResponse({"object": "list", "data": [
             {"id": n, "object": "model", "created": 0, "owned_by": "gpuflow", "replicas": len(t.models[n].replicas)}
-            for n in t.allowed(tenant, keyed).listed]})
+            for n in t.allowed(tenant, keyed)]})
 
     async def healthz(self, request: Request) -> Response:
         at = self.refresher.loaded_at

@@ -78,7 +78,7 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
         except QueueTimeout:
             return errors.no_replica(model, s.queue_timeout_s)
         except UnknownModel:  # deleted while this request waited: the models the caller may use, no others
-            return errors.unknown_model(model, bal.table.allowed(tenant, keyed).listed)
+            return errors.unknown_model(model, bal.table.allowed(tenant, keyed))
         gw.metrics.queue_wait.labels(model).observe(waited)
         gw.metrics.in_flight.labels(model).inc()
         try:

@@ -5,11 +5,12 @@ it.
 
 Who may use a deployment: the keys of its spec's ``tenant`` (``default`` when none), and of the
 tenants its ``shared_with`` names (``"*"``: every tenant). A deployment of tenant ``default`` is
-shared with every tenant. The per-tenant views (``allowed``) are computed here, off the request
-path: a request looks its tenant up in one dict."""
+shared with every tenant. Who may use what is derived as the table is built, off the request
+path: a request asks two sets (``may_use``)."""
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -41,53 +42,51 @@ class Model:
 
 
 @dataclass(frozen=True)
-class View:
-    """The models one tenant's keys may use: ``names`` for lookups, ``listed`` sorted."""
-    names: frozenset[str]
-    listed: tuple[str, ...]
-
-
-def _view(names) -> View:
-    return View(frozenset(names), tuple(sorted(names)))
-
-
-@dataclass(frozen=True)
 class Table:
     models: dict[str, Model]
     version: int = 0
-    views: dict[str, View] = field(default=None, compare=False, repr=False)  # tenant -> its view (tenants named anywhere)
-    public: View = field(default=None, compare=False, repr=False)  # any other tenant's view
-    every: View = field(default=None, compare=False, repr=False)  # an open gateway's (no key exists): all
+    # who may use what, derived from ``models`` as the table is built (equality stays on models, version)
+    public: frozenset[str] = field(default=None, compare=False, repr=False)  # every tenant's keys
+    own: dict[str, frozenset[str]] = field(default=None, compare=False, repr=False)  # tenant -> its others
+    listed: tuple = field(default=None, compare=False, repr=False)  # (public sorted, {tenant: its others sorted})
 
     def __post_init__(self):
-        if self.every is None:  # built from models; equality stays on models and version
-            views, public, every = views_of(self.models)
-            object.__setattr__(self, "views", views)
+        if self.public is None:
+            public, own = access_of(self.models)
             object.__setattr__(self, "public", public)
-            object.__setattr__(self, "every", every)
+            object.__setattr__(self, "own", own)
+            object.__setattr__(self, "listed", (tuple(sorted(public)), {t: tuple(sorted(ns)) for t, ns in own.items()}))
 
     def names(self) -> list[str]:
         return sorted(self.models)
 
-    def allowed(self, tenant: str, keyed: bool = True) -> View:
-        """The models ``tenant``'s keys may use; an open gateway's anonymous requests
-        (``keyed`` False: no key exists) may use every one."""
+    def may_use(self, tenant: str, keyed: bool, name: str) -> bool:
+        """Whether ``tenant``'s keys may use the model ``name`` (two set lookups); an open
+        gateway's anonymous requests (``keyed`` False: no key exists) may use every model."""
         if not keyed:
-            return self.every
-        return self.views.get(tenant, self.public)
+            return name in self.models
+        return name in self.public or name in self.own.get(tenant, ())
+
+    def allowed(self, tenant: str, keyed: bool = True) -> list[str]:
+        """The models ``tenant``'s keys may use, sorted (for /v1/models and a 404's message)."""
+        if not keyed:
+            return self.names()
+        public, own = self.listed
+        return list(heapq.merge(public, own.get(tenant, ())))
 
 
-def views_of(models: dict[str, Model]) -> tuple[dict[str, View], View, View]:
-    """Each tenant named as an owner or in a shared_with: its view; the view of every other
-    tenant (the public models); and the open gateway's (all)."""
-    public = [n for n, m in models.items() if m.public]
-    extra: dict[str, list[str]] = {}
+def access_of(models: dict[str, Model]) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """The models every tenant's keys may use (tenant default's, and those shared with "*"), and
+    for each tenant named as an owner or in a shared_with, the others its keys may use. Linear in
+    the models and their shared_with lists."""
+    public, own = set(), {}
     for n, m in models.items():
         if m.public:
+            public.add(n)
             continue
-        for t in {m.tenant, *m.shared_with}:
-            extra.setdefault(t, []).append(n)
-    return {t: _view(public + ns) for t, ns in extra.items()}, _view(public), _view(models)
+        for t in (m.tenant, *m.shared_with):
+            own.setdefault(t, set()).add(n)
+    return frozenset(public), {t: frozenset(ns) for t, ns in own.items()}
 
 
 def replica_limit(spec: dict[str, Any], default: int) -> int:

@@ -55,16 +55,27 @@ PUBLIC = ["a-all", "def", "pub"]
 ])
 def test_the_models_a_tenant_may_use(tenant, keyed, want):
     t = build([r("a-chat-0", "a-chat"), r("b-chat-0", "b-chat")], SPECS, 4)
-    v = t.allowed(tenant, keyed)
-    assert list(v.listed) == want and v.names == frozenset(want)
+    assert t.allowed(tenant, keyed) == want
+    assert [n for n in [*SPECS, "zz-none"] if t.may_use(tenant, keyed, n)] == [n for n in SPECS if n in want]
 
 
-def test_views_are_built_with_the_table_and_do_not_change_its_equality():
+def test_access_is_built_with_the_table_and_does_not_change_its_equality():
     t1 = build([r("a-chat-0", "a-chat")], SPECS, 4)
     t2 = build([r("a-chat-0", "a-chat")], SPECS, 4)
-    assert t1 == t2 and t1.allowed("a") is t1.views["a"]  # looked up, not computed per request
+    assert t1 == t2
+    assert t1.public == {"a-all", "def", "pub"} and t1.own["a"] == {"a-chat", "a-shared"}  # sets, not per request
     moved = build([r("a-chat-0", "a-chat")], {**SPECS, "a-chat": {"tenant": "a", "shared_with": ["e"]}}, 4)
-    assert moved != t1 and "a-chat" in moved.allowed("e").names  # a changed shared_with swaps the table in
+    assert moved != t1 and moved.may_use("e", True, "a-chat")  # a changed shared_with swaps the table in
+
+
+def test_access_is_linear_in_the_models():
+    """10,000 tenants, each with a model shared with the next, and 1,000 public models: each
+    tenant's set holds its own two, not the public thousand."""
+    specs = {f"m{i}": {"tenant": f"t{i}", "shared_with": [f"t{i + 1}"]} for i in range(10_000)}
+    specs.update({f"p{i}": {} for i in range(1_000)})
+    t = build([], specs, 4)
+    assert len(t.own) == 10_001 and max(len(ns) for ns in t.own.values()) == 2
+    assert t.allowed("t5")[:2] == ["m4", "m5"] and len(t.allowed("t5")) == 1_002
 
 
 @pytest.mark.parametrize("shared_with,ok", [
@@ -101,7 +112,7 @@ def test_shared_with_defaults_to_nobody():
 
 def test_a_forbidden_model_is_answered_as_an_unknown_one():
     t = build([], SPECS, 4)
-    allowed = t.allowed("e").listed
+    allowed = t.allowed("e")
     forbidden, unknown = errors.unknown_model("a-chat", allowed), errors.unknown_model("zz-no", allowed)
     assert forbidden.status_code == unknown.status_code == 404
     assert forbidden.body == unknown.body.replace(b"zz-no", b"a-chat")
