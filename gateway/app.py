@@ -208,7 +208,8 @@ def uvicorn_config(app: Starlette, settings: GatewaySettings):
 
     has = importlib.util.find_spec
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                          loop="uvloop" if has("uvloop") else "asyncio", http=with_header_timeout(settings.header_timeout_s),
+                          loop="uvloop" if has("uvloop") else "asyncio",
+                          http=with_header_timeout(settings.header_timeout_s),  # httptools (else h11), headers bounded
                           timeout_graceful_shutdown=5, proxy_headers=False, server_header=False, date_header=False)
 
 
