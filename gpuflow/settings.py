@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     capacity_hook: str | None = Field(None, description="Where the autoscaler reports demand the cluster cannot place: an http(s) URL (JSON POST) or a command (JSON on stdin); activities/capacity_hook.py. Default none.")
     workflow_sandbox: bool = Field(False, description="Run the control plane's workflows in Temporal's sandbox: its runtime determinism checks, for about a sixth more CPU per replica (gpuflow/server.py). Default off; the tests replay recorded histories under it.")
     allow_env: list[str] = Field([], description="Env patterns specs may set beyond the default allowlist (JSON list, e.g. GPUFLOW_ALLOW_ENV='[\"MYAPP_*\"]'); each agent must allow them too (--allow-env). Default none.")
+    allow_engine_flags: list[str] = Field([], max_length=256, description="Engine flags specs may pass beyond each engine's allowlist (JSON list, e.g. GPUFLOW_ALLOW_ENGINE_FLAGS='[\"--enable-lora\"]'; exact spellings); each agent must allow them too (--allow-engine-flag). Flags gpuflow sets and flags that fetch from the network stay refused. Default none.")
 
     def __init__(self, **values):
         """As BaseSettings, except that an environment it cannot take is an InvalidInput naming the

@@ -56,11 +56,17 @@ TASKSET = {"taskset": "/usr/bin/taskset", "serve": "/usr/bin/serve"}
      "cpu pinning skipped: '1;rm -rf /' is not a CPU list (example: '0-15,32-47'): bad part '1;rm -rf /'"),
     (req(cpu_pinning=True, cpus="0-999999999"), HAS, {0, 1}, ARGV,
      "cpu pinning skipped: '0-999999999' is not a CPU list: CPU 999999999 is above 65535"),
-    (req(cpu_pinning=True, cpus="1", numa_nodes=[-1]), HAS, {0, 1}, ARGV,
+    # a negative node is refused when the request is validated (below); the binder checks again
+    (req(cpu_pinning=True, cpus="1").model_copy(update={"numa_nodes": [-1]}), HAS, {0, 1}, ARGV,
      "cpu pinning skipped: NUMA nodes [-1] are not node numbers"),
 ])
 def test_the_binder_command(r, tools, usable, argv, note):
     assert pinning.wrap(list(ARGV), r, which=tools.get, usable=usable) == (argv, note)
+
+
+def test_a_negative_numa_node_is_refused_at_validation():
+    with pytest.raises(ValueError, match="numa_nodes.0"):
+        req(cpu_pinning=True, cpus="1", numa_nodes=[-1])
 
 
 async def test_a_real_process_runs_on_the_cpus_it_was_pinned_to(tmp_path):

@@ -153,3 +153,49 @@ async def test_a_nul_in_a_path_is_refused_at_deploy(tmp_path):
         assert lv.states("nul") == {}
     finally:
         lv.close()
+
+
+async def test_tenant_bs_key_gets_404_on_tenant_as_model(tmp_path):
+    """Keys of two tenants through the dev stack's gateway, with the official client: each key
+    reaches its own tenant's model; the other's is a 404 exactly as for a model that does not
+    exist, listing only the key's own."""
+    import openai
+
+    from activities.store import keys, tenants
+    from gpuflow.ports import free_port
+    from scheduler.tenancy.config import TenantsFile
+
+    lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
+    try:
+        tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": [{"name": "a"}, {"name": "b"}]}))
+        await ops.deploy(lv.client, spec("a-chat", vram_gib=10, tenant="a"), FAST)
+        await ops.deploy(lv.client, spec("b-chat", vram_gib=10, tenant="b"), FAST)
+        await lv.wait(lambda: lv.states("a-chat") == {"a-chat-0": "running"}
+                      and lv.states("b-chat") == {"b-chat-0": "running"}, 60, "both RUNNING")
+        key_a, _ = keys.create(lv.engine, "a")
+        key_b, _ = keys.create(lv.engine, "b")
+        base = lv.stack.start_gateway(free_port())
+        a = openai.AsyncOpenAI(base_url=base, api_key=key_a, max_retries=0, timeout=30)
+        b = openai.AsyncOpenAI(base_url=base, api_key=key_b, max_retries=0, timeout=30)
+
+        async def models(c) -> list[str]:
+            for _ in range(50):  # the gateway reads the routing table every 0.5 s
+                got = sorted(m.id for m in (await c.models.list()).data)
+                if got:
+                    return got
+                await asyncio.sleep(0.2)
+            return []
+
+        assert await models(a) == ["a-chat"] and await models(b) == ["b-chat"]
+        with pytest.raises(openai.APIStatusError) as own:  # http.server stands in: it answers POST with 501
+            await a.completions.create(model="a-chat", prompt="hi", max_tokens=1)
+        assert own.value.status_code == 501  # the request reached a-chat's engine
+        with pytest.raises(openai.NotFoundError) as forbidden:
+            await b.completions.create(model="a-chat", prompt="hi", max_tokens=1)
+        with pytest.raises(openai.NotFoundError) as unknown:
+            await b.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+        said = forbidden.value.response.json()["error"]["message"]
+        assert said == unknown.value.response.json()["error"]["message"].replace("no-such-model", "a-chat"), said
+        assert "b-chat" in said and "a-chat" not in said.replace("'a-chat'", "")
+    finally:
+        lv.close()

@@ -204,10 +204,9 @@ class HostWorkflow:
         try:
             raw = h.result()
         except ActivityError as e:
-            why = c.cause(e)[1]
-            await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, f"agent stopped answering: {why}"],
-                                            **c.STORE_CALL)
-            await self._set("not_ready")
+            why = f"agent stopped answering: {c.cause(e)[1]}"[:1000]
+            await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, why], **c.STORE_CALL)
+            await self._set("not_ready", why)
             self.just_lost = True
             return
         report, why = checked_report(raw, self.inp.name)

@@ -32,9 +32,11 @@ def settings_from(a) -> Settings:
         upd["hf_endpoint"] = a.hf_endpoint
     if getattr(a, "capacity_hook", None):
         upd["capacity_hook"] = a.capacity_hook
+    from scheduler.engine_flags import allow_more as allow_more_flags
     from scheduler.spec_env import allow_more
 
     allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
+    allow_more_flags(s.allow_engine_flags)
     return s.model_copy(update=upd)
 
 

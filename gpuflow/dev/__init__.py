@@ -5,6 +5,7 @@ hosts and deployments (gpuflow/demo/live.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -161,7 +162,9 @@ def cmd_dev(a) -> int:
     data_dir = a.data_dir or os.path.join(default_data_dir(), "demo" if a.demo else "dev")
     if a.demo:
         fresh_demo_dir(data_dir)
-    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port, metrics_defaults=True)
+    flags = list(getattr(a, "allow_engine_flag", None) or ())  # one operator here: the control plane allows them too
+    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port, metrics_defaults=True,
+                  env={"GPUFLOW_ALLOW_ENGINE_FLAGS": json.dumps(flags)} if flags else None)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
