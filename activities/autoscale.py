@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
 
 import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
 from temporalio import activity
@@ -80,9 +79,10 @@ def _gateway_window(ws: list[Window]) -> Window | None:
 
 def _keep_s(spec: ModelSpec) -> float:
     a = spec.autoscaling
-    rule_windows = [getattr(r, k, 0) for r in a.rules for k in ("up_window_s", "down_window_s")]
-    return max([a.scale_down_stabilization_s, a.scale_up_stabilization_s, a.interval_s, *rule_windows]) \
-        + 3 * a.interval_s
+    rule_windows = [getattr(r, k, None) or 0 for r in a.rules for k in ("up_window_s", "down_window_s")]
+    rule_windows += [(getattr(r, "samples", None) or 0) * a.interval_s for r in a.rules]
+    return max([a.scale_down_stabilization_s, a.scale_up_stabilization_s, a.interval_s, a.stable_window_s,
+                *rule_windows]) + 3 * a.interval_s
 
 
 class AutoscaleActivities:
@@ -170,7 +170,7 @@ class AutoscaleActivities:
         target, outcome, blocked, reasons = d.desired, None, False, []
         if d.direction == UP and d.delta > 0:
             target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)
-        record = {"at": now, "signals": {k: v for k, v in asdict(sample).items() if k != "at"},
+        record = {"at": now, "signals": sample.signals(),
                   "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
                   "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,
                   "gateways": len(gateways), "engines_scraped": sum(1 for s in eng if isinstance(s, Scrape))}

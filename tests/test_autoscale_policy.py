@@ -1,6 +1,7 @@
-"""The autoscaling policy as tables: each rule at and around its thresholds, stabilization and
-its reset, starting replicas as capacity, a flapping load, and histogram windows across an
-engine restart. Times are seconds on the caller's clock; samples come every 15 s."""
+"""The autoscaling policy as tables: each rule at and around its thresholds, the evidence a rule
+needs (min_samples, the stable and panic windows, fresh samples after a step), stabilization and
+its reset, starting replicas as capacity, a flapping load, and histogram windows across an engine
+restart. Times are seconds on the caller's clock; samples come every 15 s."""
 
 from __future__ import annotations
 
@@ -9,20 +10,35 @@ import math
 import pytest
 
 from scheduler.autoscale.config import Autoscaling
-from scheduler.autoscale.histogram import Histogram, delta, merge, quantile
+from scheduler.autoscale.histogram import Histogram, delta, merge, quantile, sparse
 from scheduler.autoscale.policy import PolicyState, decide
 from scheduler.autoscale.signals import Sample, Window, combine
 
 INF = math.inf
 
 
-def s(at, queue=0.0, tpot=None, p95=None, q90=None, requests=10.0, complete=True, running=1):
-    return Sample(at=at, running_replicas=running, complete=complete, requests=requests, queue=queue,
-                  tpot_s=tpot, latency_p95_s=p95, queue_time_p90_s=q90)
+def lat(v, n):
+    """n requests that took just under v seconds: all in the bucket (v - 1 ms, v], so any
+    quantile reads v - 1 ms x (1 - q): P95 = v - 0.05 ms."""
+    return Histogram.of({v - 0.001: 0, v: n, INF: n}, count=n, total=v * n) if n else None
+
+
+def s(at, queue=0.0, tpot=None, p95=None, q90=None, requests=30.0, complete=True, running=1):
+    """A 15 s sample in which ``requests`` finished (none in flight at its end), each with the
+    given latency, queue time and TPOT (10 tokens a request)."""
+    n = requests
+    return Sample(at=at, running_replicas=running, complete=complete, requests=n, queue=queue,
+                  tpot_s=tpot, latency_p95_s=p95, queue_time_p90_s=q90, finished=n,
+                  tpot_sum=(tpot or 0.0) * 10 * n if tpot is not None else 0.0,
+                  tpot_count=10 * n if tpot is not None else 0.0,
+                  latency=lat(p95, n) if p95 is not None else None,
+                  queue_time=lat(q90, n) if q90 is not None else None)
 
 
 def cfg(**kw):
-    base = {"min_replicas": 1, "max_replicas": 10, "scale_down_stabilization_s": 0}
+    # one-interval windows unless a test says otherwise: each table row is then one or two samples
+    base = {"min_replicas": 1, "max_replicas": 10, "scale_down_stabilization_s": 0,
+            "stable_window_s": 15, "panic_window_s": 15}
     return Autoscaling.model_validate({**base, **kw})
 
 
@@ -50,37 +66,40 @@ def test_idle_window_counts_tpot_as_zero():
     assert (d.direction, d.desired) == ("down", 0)
 
 
-# --- latency_p95: > 350 ms over 15 s adds 2; < 200 ms over 30 s removes 1; 200-350 ms holds
+# --- latency_p95: > 350 ms over 15 s adds 2; < 200 ms over 30 s removes 1; 200-350 ms holds. Each
+# window's P95 is taken over its samples' merged histograms (30 requests a sample).
 @pytest.mark.parametrize("p95s, want, why", [
     ([0.36, 0.36], 5, "361 > 350 ms in the 15 s window: +2 (3 -> 5)"),
     ([0.10, 0.36], 5, "only the last sample is inside (now-15, now]: +2"),
     ([0.36, 0.35], 3, "350 ms is not above 350 ms: hold"),
     ([0.19, 0.19, 0.19], 2, "< 200 ms over 30 s (samples at 0, 15, 30 cover it): -1"),
-    ([0.19, 0.25, 0.19], 3, "one sample at 250 ms inside the 30 s window: hold"),
+    ([0.19, 0.25, 0.19], 3, "30 at 250 ms, 30 at 190 ms in (0, 30]: rank 57 of 60 is at 250 ms: hold"),
 ])
 def test_latency_p95_band(p95s, want, why):
     hist = [s(15 * i, p95=v) for i, v in enumerate(p95s)]
-    d, _ = decide(cfg(rules=["latency_p95"]), hist, current=3, starting=0, now=hist[-1].at)
+    c = cfg(rules=[{"kind": "latency_p95", "down_window_s": 30}])
+    d, _ = decide(c, hist, current=3, starting=0, now=hist[-1].at)
     assert d.desired == want, why + " | " + d.reason
 
 
 def test_latency_p95_down_needs_a_covered_window():
     # samples at 0 and 15 only cover 15 of the 30 s down window: hold
     hist = [s(0, p95=0.1), s(15, p95=0.1)]
-    d, _ = decide(cfg(rules=["latency_p95"]), hist, current=3, starting=0, now=15)
-    assert d.direction == "hold"
+    d, _ = decide(cfg(rules=[{"kind": "latency_p95", "down_window_s": 30}]), hist, current=3, starting=0, now=15)
+    assert d.direction == "hold" and "cover" in d.reason
 
 
-# --- queue_time_p90: above 800 ms in 3 consecutive samples scales up
+# --- queue_time_p90 over ``samples`` intervals (3 x 15 = 45 s): the merged P90 above 800 ms scales up
 @pytest.mark.parametrize("p90s, want", [
-    ([0.9, 0.9, 0.9], 3),   # 3 in a row above 800 ms: +1
-    ([0.9, 0.9], 2),        # only 2 samples: hold
-    ([0.9, 0.7, 0.9], 2),   # broken run: hold
-    ([0.5, 0.9, 0.9, 0.9], 3),  # the last 3 count
+    ([0.5, 0.9, 0.9, 0.9], 3),  # (0, 45]: 90 requests at 900 ms: P90 900 > 800 ms: +1
+    ([0.9, 0.9, 0.9], 2),       # samples at 0, 15, 30 cover 30 of 45 s: hold
+    ([0.5, 0.7, 0.7, 0.9], 3),  # 60 at 700 ms, 30 at 900 ms: rank 81 of 90 falls among the 900s: +1
+    ([0.9, 0.7, 0.7, 0.7], 2),  # the 900s at 0 are outside (0, 45]: P90 700 ms: hold
 ])
-def test_queue_time_p90_consecutive(p90s, want):
+def test_queue_time_p90_over_its_window(p90s, want):
     hist = [s(15 * i, q90=v) for i, v in enumerate(p90s)]
-    d, _ = decide(cfg(rules=["queue_time_p90"]), hist, current=2, starting=0, now=hist[-1].at)
+    d, _ = decide(cfg(rules=[{"kind": "queue_time_p90", "samples": 3}]), hist, current=2, starting=0,
+                  now=hist[-1].at)
     assert d.desired == want, d.reason
 
 
@@ -116,7 +135,7 @@ def test_down_must_hold_for_its_window_and_a_change_of_direction_resets_it():
 
 def test_up_stabilization():
     c = cfg(scale_up_stabilization_s=30)
-    state, hist, got = PolicyState(), [], []
+    state, hist, got = PolicyState(), [s(-15, 10, 0.2)], []
     for now in (0, 15, 30):
         hist.append(s(now, 10, 0.2))
         d, state = decide(c, hist, current=2, starting=0, now=now, state=state)
@@ -132,7 +151,7 @@ def test_starting_replicas_cover_a_burst():
     assert (d.direction, d.desired) == ("hold", 2)
     assert "still starting" in d.reason
     # latency_p95 wants +2: running 1 + 2 = 3 > 2: up to 3 (one more)
-    d, _ = decide(cfg(rules=["latency_p95"]), [s(15, p95=0.5)], current=2, starting=1, now=15)
+    d, _ = decide(cfg(rules=["latency_p95"]), [s(0, p95=0.5), s(15, p95=0.5)], current=2, starting=1, now=15)
     assert d.desired == 3
 
 

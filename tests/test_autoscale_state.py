@@ -39,6 +39,22 @@ def test_the_carry_round_trips_through_json_and_still_gives_windows():
     assert w.waiting == 3
 
 
+def test_a_sample_keeps_its_window_and_the_state_its_last_step_through_json():
+    """The rules judge several samples' histograms merged (evidence.py), so each carried sample
+    keeps its own (sparse); the state keeps when the count last changed."""
+    from scheduler.autoscale.histogram import Histogram
+    from scheduler.autoscale.signals import Window, combine
+    h = Histogram.of({0.1: 0, 0.25: 3, 0.5: 4, math.inf: 5}, count=5, total=1.9)
+    s = combine(30.0, 2, [Window(latency=h, queue_time=h, waiting=1, running=1)], Window(queue_time=h))
+    assert s.latency.buckets == ((0.1, 0.0), (0.25, 3.0), (0.5, 4.0), (math.inf, 5.0)) and s.finished == 5
+    c = Carry({})
+    c.samples, c.policy = [s], PolicyState(direction=1, since=15.0, last_up_at=15.0, last_step_at=15.0)
+    back = Carry(json.loads(json.dumps(c.out())))
+    assert back.samples == [s] and back.policy == c.policy
+    old = Carry({"samples": [{"at": 1.0, "running_replicas": 1}], "policy": {"direction": 1}})  # before the fields
+    assert old.samples[0].latency is None and old.policy.last_step_at is None
+
+
 @pytest.mark.parametrize("keep_s, kept", [
     (100, [0.0, 50.0, 100.0]),  # 100 - 0 <= 100: all kept
     (60, [50.0, 100.0]),        # 100 - 0 > 60: the oldest goes

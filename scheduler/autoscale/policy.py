@@ -4,9 +4,13 @@
 1. Bounds first: below ``min_replicas`` it scales up to it, above ``max_replicas`` down to it.
 2. Cold start: at 0 replicas, any waiting request scales to max(1, min_replicas) at once, without
    waiting for a stabilization window (the gateway holds the request meanwhile).
-3. The rules vote (rules.py): any up wins with the largest step; down needs every rule, and
-   takes the smallest step.
-4. Anti-flap:
+3. The rules vote (rules.py) on the evidence of their windows (evidence.py): the stable window
+   (``stable_window_s``, 60 s), or the panic window (``panic_window_s``) for a burst of at least
+   ``panic_threshold`` x the up threshold, each holding ``min_samples`` requests. Any up wins with
+   the largest step; down needs every rule, and takes the smallest step.
+4. A step is never taken twice on the same samples: every change of the replica count (``last_step_at``)
+   starts the rules' windows afresh, so the next vote rests on samples that arrived after it.
+5. Anti-flap:
    - a direction must hold for its stabilization window; a change of direction restarts it;
    - replicas still starting count as capacity: up to running + step, and if what is already
      there (starting included) covers that, hold (one burst never scales up twice);
@@ -15,9 +19,9 @@
      was added within it: a new replica or a failed scrape is no evidence of idleness;
    - every change restarts its direction's window (as Ray Serve resets its decision counter), so
      scale-down goes one step per window and never saws against the saturation point.
-5. A down window with no traffic at all removes ``max_step`` at once (towards min_replicas, 0
+6. A down window with no traffic at all removes ``max_step`` at once (towards min_replicas, 0
    for scale to zero); a busy one removes the rule's step.
-6. ``max_step`` bounds every change.
+7. ``max_step`` bounds every change.
 
 The caller asks the scheduler whether the added replicas fit before creating them."""
 
@@ -26,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from scheduler.autoscale.config import Autoscaling
-from scheduler.autoscale.rules import VOTERS, Vote
+from scheduler.autoscale.rules import VOTERS, Vote, Windows
 from scheduler.autoscale.signals import Sample
 
 UP, HOLD, DOWN = "up", "hold", "down"
@@ -37,6 +41,7 @@ class PolicyState:
     direction: int = 0  # the direction voted in a row
     since: float | None = None  # when that run of votes began
     last_up_at: float | None = None  # when replicas were last added
+    last_step_at: float | None = None  # when the replica count last changed: no window reaches past it
 
 
 @dataclass(frozen=True)
@@ -77,17 +82,20 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     if current < lo:
         want = min(lo, current + cfg.max_step)
         return Decision(current, starting, want, UP, "min_replicas", f"{current} < min_replicas {lo}"), \
-            replace(state, last_up_at=now)
+            replace(state, last_up_at=now, last_step_at=now)
     if current > hi:
         want = max(hi, current - cfg.max_step)
-        return Decision(current, starting, want, DOWN, "max_replicas", f"{current} > max_replicas {hi}"), state
+        return Decision(current, starting, want, DOWN, "max_replicas", f"{current} > max_replicas {hi}"), \
+            replace(state, last_step_at=now)
     if current == 0 and history and history[-1].queue > 0:
         want = max(1, lo)
         return Decision(current, starting, want, UP, "cold_start",
                         f"{history[-1].queue:g} request(s) waiting with no replica"), \
-            replace(state, direction=1, since=now, last_up_at=now)
+            replace(state, direction=1, since=now, last_up_at=now, last_step_at=now)
 
-    votes = [VOTERS[r.kind](r, history, now) for r in cfg.rules]
+    w = Windows(interval_s=cfg.interval_s, stable_s=cfg.stable_window_s, panic_s=cfg.panic_window_s,
+                panic_threshold=cfg.panic_threshold, last_step_at=state.last_step_at)
+    votes = [VOTERS[r.kind](r, history, now, w) for r in cfg.rules]
     ups = [v for v in votes if v.direction > 0]
     direction = 1 if ups else (-1 if all(v.direction < 0 for v in votes) else 0)
     since = state.since if direction == state.direction and state.since is not None else now
@@ -106,7 +114,8 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
         if target <= current:
             why = (f"{starting} replica(s) still starting cover +{v.step}" if starting else f"at max_replicas {hi}")
             return _hold(current, starting, v.rule, f"{why}: {v.why}", votes), state
-        return Decision(current, starting, target, UP, v.rule, v.why, votes), replace(state, since=now, last_up_at=now)
+        return Decision(current, starting, target, UP, v.rule, v.why, votes), \
+            replace(state, since=now, last_up_at=now, last_step_at=now)
 
     v = min(votes, key=lambda v: v.step)
     if starting:
@@ -123,4 +132,5 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     if target >= current:
         return _hold(current, starting, v.rule, f"at min_replicas {lo}", votes), state
     why = f"no traffic for {window:.0f} s" if idle else v.why
-    return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), replace(state, since=now)
+    return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), \
+        replace(state, since=now, last_step_at=now)

@@ -1,11 +1,27 @@
 """Each rule's vote on the signal history: +1 (up, with a step), -1 (down) or 0 (hold), with the
-arithmetic in ``why``. See config.py for the thresholds. A rule that lacks evidence holds."""
+arithmetic in ``why``. See config.py for the thresholds. A rule that lacks evidence holds.
+
+Every rule asks the same three questions, in order, of windows of samples taken after the last
+scale step (evidence.py), in the manner of Knative's KPA:
+
+1. **Burst** (panic window, ``panic_window_s``, at least one interval): its requests reach
+   ``min_samples`` and its signal is at least ``panic_threshold`` (2x) the up threshold: up.
+2. **Stable** (``stable_window_s``, 60 s, or the rule's own window): covered, with at least
+   ``min_samples`` requests, and above the up threshold: up.
+3. **Down** (the stable or the rule's down window): covered, every scrape complete, and either no
+   traffic at all (idle), or at least ``min_samples`` requests below the down threshold, or fewer
+   than ``min_samples`` requests none of which waited for a replica (too little traffic to measure,
+   and nothing queued: this is the only vote taken on fewer, and it is never up).
+
+Otherwise it holds, saying which evidence is missing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from scheduler.autoscale.config import LatencyP95, QueueTimeP90, QueueTpot
+from scheduler.autoscale.evidence import Evidence, evidence
 from scheduler.autoscale.signals import Sample
 
 
@@ -17,59 +33,99 @@ class Vote:
     why: str
 
 
+@dataclass(frozen=True)
+class Windows:
+    """The block's windows (config.Autoscaling) and the last step, which no window reaches past."""
+
+    interval_s: float = 15
+    stable_s: float = 60
+    panic_s: float = 6
+    panic_threshold: float = 2.0
+    last_step_at: float | None = None
+
+    def stable(self, own: float | None = None) -> float:
+        return max(own or self.stable_s, self.interval_s)
+
+    def panic(self) -> float:
+        return max(self.panic_s, self.interval_s)
+
+
+@dataclass(frozen=True)
+class Test:
+    """One rule's signal read from a window: ``over(ev, f)`` (above f times the up threshold),
+    ``under(ev)`` (below the down threshold) and ``show(ev)`` (the numbers, for ``why``)."""
+
+    over: Callable[[Evidence, float], bool]
+    under: Callable[[Evidence], bool]
+    show: Callable[[Evidence], str]
+    up: str  # the up threshold, in words
+    down: str
+
+
 def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.0f} ms"
 
 
-def queue_tpot(r: QueueTpot, history: list[Sample], now: float) -> Vote:
-    if not history:
-        return Vote(r.kind, 0, 0, "no signals yet")
-    s = history[-1]
-    tpot = 0.0 if s.idle else s.tpot_s
-    q = f"queue {s.queue:.1f}/replica, TPOT {_ms(tpot)}"
-    if s.queue >= r.up_queue and tpot is not None and tpot > r.up_tpot_s:
-        return Vote(r.kind, +1, r.up_step, f"{q}: >= {r.up_queue:g} and > {_ms(r.up_tpot_s)}")
-    if s.complete and s.queue <= r.down_queue and tpot is not None and tpot < r.down_tpot_s:
-        return Vote(r.kind, -1, 1, f"{q}: <= {r.down_queue:g} and < {_ms(r.down_tpot_s)}")
-    return Vote(r.kind, 0, 0, q)
+def judge(kind: str, t: Test, min_samples: int, up_step: int, down_step: int, history: list[Sample], now: float,
+          w: Windows, up_window: float | None = None, down_window: float | None = None) -> Vote:
+    panic = evidence(history, now, w.panic(), w.last_step_at)
+    if panic.covered and panic.requests >= min_samples and t.over(panic, w.panic_threshold):
+        return Vote(kind, +1, up_step, f"burst: {t.show(panic)} >= {w.panic_threshold:g} x ({t.up}) over the last "
+                                       f"{panic.span:g} s ({panic.requests:g} requests)")
+    up = evidence(history, now, w.stable(up_window), w.last_step_at)
+    if up.covered and up.requests >= min_samples and t.over(up, 1.0):
+        return Vote(kind, +1, up_step, f"{t.show(up)}: {t.up} over {up.span:g} s ({up.requests:g} requests)")
+    down = evidence(history, now, w.stable(down_window), w.last_step_at)
+    if down.covered and down.complete:
+        if down.idle:
+            return Vote(kind, -1, down_step, f"no traffic over {down.span:g} s")
+        if down.requests >= min_samples and t.under(down):
+            return Vote(kind, -1, down_step, f"{t.show(down)}: {t.down} over {down.span:g} s "
+                                             f"({down.requests:g} requests)")
+        if down.requests < min_samples and down.quiet:
+            return Vote(kind, -1, down_step, f"{down.requests:g} < {min_samples} requests over {down.span:g} s, "
+                                             f"none waiting")
+    if not up.covered:
+        after = "" if w.last_step_at is None else " after the last step"
+        return Vote(kind, 0, 0, f"signals{after} cover {up.covers_s:.0f} of {up.span:g} s")
+    if up.requests < min_samples:
+        return Vote(kind, 0, 0, f"{up.requests:g} of {min_samples} requests over {up.span:g} s: too few to judge")
+    if not down.covered:
+        return Vote(kind, 0, 0, f"{t.show(up)}; down window: signals cover {down.covers_s:.0f} of {down.span:g} s")
+    return Vote(kind, 0, 0, t.show(up))
 
 
-def _within(history: list[Sample], now: float, window: float) -> list[Sample]:
-    return [s for s in history if now - window < s.at <= now]
+def queue_tpot(r: QueueTpot, history: list[Sample], now: float, w: Windows) -> Vote:
+    def tpot(ev: Evidence) -> float | None:
+        return 0.0 if ev.idle else ev.tpot_s
+
+    t = Test(over=lambda ev, f: ev.queue >= f * r.up_queue and (tpot(ev) or 0.0) > r.up_tpot_s,
+             under=lambda ev: ev.queue <= r.down_queue and tpot(ev) is not None and tpot(ev) < r.down_tpot_s,
+             show=lambda ev: f"queue {ev.queue:.1f}/replica, TPOT {_ms(tpot(ev))}",
+             up=f">= {r.up_queue:g} and > {_ms(r.up_tpot_s)}", down=f"<= {r.down_queue:g} and < {_ms(r.down_tpot_s)}")
+    return judge(r.kind, t, r.min_samples, r.up_step, 1, history, now, w)
 
 
-def latency_p95(r: LatencyP95, history: list[Sample], now: float) -> Vote:
-    up = [s for s in _within(history, now, r.up_window_s) if s.latency_p95_s is not None]
-    if up and all(s.latency_p95_s > r.up_above_s for s in up):
-        return Vote(r.kind, +1, r.up_step, f"P95 {_ms(up[-1].latency_p95_s)} > {_ms(r.up_above_s)} "
-                                           f"over {r.up_window_s:g} s ({len(up)} samples)")
-    down = _within(history, now, r.down_window_s)
-    covered = _covers(history, now, r.down_window_s)
-    quiet = all(s.complete and (s.idle or (s.latency_p95_s is not None and s.latency_p95_s < r.down_below_s))
-                for s in down)
-    if down and covered and quiet:
-        return Vote(r.kind, -1, r.down_step, f"P95 < {_ms(r.down_below_s)} (or idle) over {r.down_window_s:g} s")
-    last = history[-1].latency_p95_s if history else None
-    return Vote(r.kind, 0, 0, f"P95 {_ms(last)}")
+def latency_p95(r: LatencyP95, history: list[Sample], now: float, w: Windows) -> Vote:
+    def p95(ev: Evidence) -> float | None:
+        return ev.latency(0.95)
+
+    t = Test(over=lambda ev, f: (v := p95(ev)) is not None and v > r.up_above_s and v >= f * r.up_above_s,
+             under=lambda ev: (v := p95(ev)) is not None and v < r.down_below_s,
+             show=lambda ev: f"P95 {_ms(p95(ev))}", up=f"> {_ms(r.up_above_s)}", down=f"< {_ms(r.down_below_s)}")
+    return judge(r.kind, t, r.min_samples, r.up_step, r.down_step, history, now, w, r.up_window_s, r.down_window_s)
 
 
-def _covers(history: list[Sample], now: float, window: float) -> bool:
-    """The samples cover the last ``window`` seconds: one was taken at or before its start (each
-    sample summarises the time since the one before it)."""
-    return bool(history) and now - history[0].at >= window
+def queue_time_p90(r: QueueTimeP90, history: list[Sample], now: float, w: Windows) -> Vote:
+    def p90(ev: Evidence) -> float | None:
+        return ev.queue_time(0.9)
 
-
-def queue_time_p90(r: QueueTimeP90, history: list[Sample], now: float) -> Vote:
-    last = history[-r.samples:]
-    if len(last) < r.samples:
-        return Vote(r.kind, 0, 0, f"{len(last)} of {r.samples} samples")
-    p90 = [s.queue_time_p90_s for s in last]
-    if all(v is not None and v > r.up_above_s for v in p90):
-        return Vote(r.kind, +1, 1, f"queue-time P90 > {_ms(r.up_above_s)} in {r.samples} samples in a row "
-                                   f"(last {_ms(p90[-1])})")
-    if all(s.complete and (s.queue_time_p90_s or 0.0) < r.down_below_s for s in last):
-        return Vote(r.kind, -1, 1, f"queue-time P90 < {_ms(r.down_below_s)} in {r.samples} samples")
-    return Vote(r.kind, 0, 0, f"queue-time P90 {_ms(p90[-1])}")
+    own = r.samples * w.interval_s if r.samples else None
+    t = Test(over=lambda ev, f: (v := p90(ev)) is not None and v > r.up_above_s and v >= f * r.up_above_s,
+             under=lambda ev: (p90(ev) or 0.0) < r.down_below_s,
+             show=lambda ev: f"queue-time P90 {_ms(p90(ev))}", up=f"> {_ms(r.up_above_s)}",
+             down=f"< {_ms(r.down_below_s)}")
+    return judge(r.kind, t, r.min_samples, 1, 1, history, now, w, own, own)
 
 
 VOTERS = {"queue_tpot": queue_tpot, "latency_p95": latency_p95, "queue_time_p90": queue_time_p90}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.autoscale.histogram import Histogram, merge, mean, quantile
+from scheduler.autoscale.histogram import Histogram, mean, merge, quantile, sparse
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,24 @@ class Sample:
     tpot_s: float | None = None
     latency_p95_s: float | None = None
     queue_time_p90_s: float | None = None
+    # the window itself, so that a rule can judge several samples together (evidence.py)
+    finished: float = 0.0  # requests that finished in the window
+    tpot_sum: float = 0.0  # seconds between tokens observed in the window, summed
+    tpot_count: float = 0.0  # and how many gaps
+    latency: Histogram | None = None  # whole-request latency observed in the window (sparse)
+    queue_time: Histogram | None = None  # the engines' queueing time (sparse)
+    gateway_queue_time: Histogram | None = None  # the gateways' queueing time (sparse)
 
     @property
     def idle(self) -> bool:
         """No traffic at all: queue 0 and nothing served; TPOT then counts as 0."""
         return self.complete and self.requests == 0 and self.queue == 0
+
+    def signals(self) -> dict:
+        """What a decision record shows (the window's numbers, not its buckets)."""
+        return {"running_replicas": self.running_replicas, "complete": self.complete, "requests": self.requests,
+                "queue": self.queue, "tpot_s": self.tpot_s, "latency_p95_s": self.latency_p95_s,
+                "queue_time_p90_s": self.queue_time_p90_s}
 
 
 def _pick(engines: list[Window], gateway: Window | None, field: str) -> Histogram | None:
@@ -59,11 +72,18 @@ def combine(at: float, running_replicas: int, engines: list[Window], gateway: Wi
         serving = max(serving, gateway.running)
     latency = _pick(engines, gateway, "latency")
     tpot = _pick(engines, gateway, "tpot")
-    qt = [h for h in (_pick(engines, None, "queue_time"), gateway.queue_time if gateway else None) if h is not None]
-    q90 = [v for v in (quantile(h, 0.9) for h in qt) if v is not None]
+    eqt, gqt = _pick(engines, None, "queue_time"), gateway.queue_time if gateway else None
+    q90 = [v for v in (quantile(h, 0.9) for h in (eqt, gqt) if h is not None) if v is not None]
     return Sample(at=at, running_replicas=running_replicas, complete=all(w.ok for w in engines),
                   requests=(latency.count if latency else 0.0) + serving,
                   queue=waiting / max(running_replicas, 1),
                   tpot_s=mean(tpot) if tpot else None,
                   latency_p95_s=quantile(latency, 0.95) if latency else None,
-                  queue_time_p90_s=max(q90) if q90 else None)
+                  queue_time_p90_s=max(q90) if q90 else None,
+                  finished=latency.count if latency else 0.0,
+                  tpot_sum=tpot.sum if tpot else 0.0, tpot_count=tpot.count if tpot else 0.0,
+                  latency=_kept(latency), queue_time=_kept(eqt), gateway_queue_time=_kept(gqt))
+
+
+def _kept(h: Histogram | None) -> Histogram | None:
+    return sparse(h) if h is not None and h.count > 0 else None
