@@ -57,6 +57,7 @@ class ModelDeploymentWorkflow:
         self.limits: Limits | None = None  # the operator's, read by an activity when run starts
         self.fresh = not inp.instances and inp.next_index == 0
         self.ro = ro.state_from(inp.rollout)  # workflows/rollout_steps.py
+        ro.begin(self)  # the versions kept for `gpuflow rollout undo`
         self.checked = False  # the spec passed the control plane's checks (limits, tenant)
 
     @property
@@ -120,24 +121,35 @@ class ModelDeploymentWorkflow:
 
     @workflow.update
     async def update_spec(self, spec: dict) -> DeploymentView:
+        return await self._change_spec(spec)
+
+    async def _change_spec(self, spec: dict, undo: tuple[ro.Outcome, str] | None = None) -> DeploymentView:
         new = parse_spec(spec)
         await self._within_limits(new.replicas)
         if new.tenant != parse_spec(self.raw).tenant and workflow.patched("tenant-check"):
             await self._known_tenant(new)
-        ro.change_spec(self, dict(spec), new, parse_spec(self.raw))
+        ro.change_spec(self, dict(spec), new, parse_spec(self.raw), undo)
         self.dirty, self.replicas = True, new.replicas
         return await self._applied()
 
     @workflow.update
     async def rollout_undo(self) -> DeploymentView:
-        """Back to the spec before the last change, rolled the same way; the replica count stays."""
-        return await self.update_spec({**self.ro.previous, "replicas": self.replicas})
+        """Back to the last good spec before the current one, never one rolled back for failing
+        (rollout_steps.undo_choice), rolled the same way; the replica count stays."""
+        if not workflow.patched("undo-last-good"):  # a history from before: the spec before the last change
+            return await self.update_spec({**self.ro.previous, "replicas": self.replicas})
+        to, said = ro.undo_choice(self.ro)
+        if to is None:  # refused by the validator; here only if the state changed since
+            raise ApplicationError(f"deployment {self.name}: nothing to undo to: {said}", type="InvalidSpec",
+                                   non_retryable=True)
+        return await self._change_spec({**to.raw(), "replicas": self.replicas}, (to, said))
 
     @rollout_undo.validator
     def _check_undo(self) -> None:
-        if self.ro.previous is None:
-            raise ValueError(f"deployment {self.name} has no previous spec to return to")
-        self._check_spec(self.ro.previous)
+        to, said = ro.undo_choice(self.ro)
+        if to is None:
+            raise ValueError(f"deployment {self.name}: nothing to undo to: {said}")
+        self._check_spec(to.raw())
 
     @update_spec.validator
     def _check_spec(self, spec: dict) -> None:

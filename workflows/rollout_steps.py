@@ -6,18 +6,23 @@ at the replicas (activities/rollout_probe.py), ask the pure policy (scheduler/ro
 what it says: start one new-version instance, stop one old one through the workflow's stop path
 (the instance drains first), wait, finish, or roll back to the last good spec. What to do next
 is derived from the instances every time, so a restarted worker that replays the history
-resumes without an extra stop."""
+resumes without an extra stop.
+
+The state keeps the last :data:`KEEP_HISTORY` versions, each with its spec and how it ended
+(:class:`Outcome`). ``gpuflow rollout undo`` goes to the newest version older than the current one
+that was good, never to one rolled back for failing (:func:`undo_choice`)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
 from temporalio import workflow
 
 from activities.rollout_probe import ROLLOUT_PROBE, ReplicaProbe
-from scheduler.bounds import Count, Flag, Name, Text
+from scheduler.bounds import MAX_TEXT, Count, Flag, Name, ShortText, Text
 from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT, Replica, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
@@ -26,7 +31,33 @@ from workflows.inputs import compact, invalid
 POLL_S = 2.0  # between looks at the replicas while a rollout runs
 SEEN_S = 2.0  # a replica answers this long before it counts as ready (the gateways re-read every 0.5 s)
 KEEP_STEPS = 100
+KEEP_HISTORY = 10  # versions kept, each with its spec: how far `gpuflow rollout undo` can look back
+KEEP_HISTORY_BYTES = 256 * 1024  # their specs together, as JSON (the state travels in continue-as-new's input)
+GOOD = ("good", "deployed")  # results undo may go back to
+FAILED = ("rolled back", "halted")  # results undo never goes back to
 NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority"}  # changing only these restarts nothing
+
+
+Spec = Annotated[ModelSpec, PlainSerializer(lambda s: s.model_dump(mode="json", exclude_none=True))]
+
+
+class Outcome(BaseModel):
+    """One version of the deployment's spec and how it ended: ``rolling`` (the rollout to it is
+    under way), ``good`` (its rollout finished: every replica ran it and answered), ``deployed``
+    (applied without a rollout: the first spec, or ``strategy: recreate``), ``replaced`` (a newer
+    spec came before its rollout finished), ``rolled back`` (a replica of it failed; ``reason``
+    says which), ``halted`` (it failed while being rolled back to)."""
+    model_config = ConfigDict(extra="forbid")
+
+    version: Count
+    result: Literal["rolling", "good", "deployed", "replaced", "rolled back", "halted"]
+    reason: Text = ""
+    at: ShortText = ""  # when the result was recorded (workflow time, ISO)
+    undo_of: Count | None = None  # applied by `gpuflow rollout undo`: the version whose spec it is
+    spec: Spec
+
+    def raw(self) -> dict[str, Any]:
+        return self.spec.model_dump(mode="json", exclude_none=True)
 
 
 class RolloutState(BaseModel):
@@ -39,12 +70,13 @@ class RolloutState(BaseModel):
     from_version: Count = 0
     good: dict[str, Any] | None = None  # the last good spec while a rollout runs
     good_version: Count = 0
-    previous: dict[str, Any] | None = None  # the spec before the last change: `gpuflow rollout undo`
+    previous: dict[str, Any] | None = None  # the spec before the last change (undo in histories from before `history`)
     rolled_back: Flag = False
     status: Text = ""
     steps: list[dict[str, Any]] = Field([], max_length=KEEP_STEPS)
     pending_since: dict[Name, Annotated[float, Field(ge=0, le=1e11)]] = Field({}, max_length=4000)
     answering_since: dict[Name, Annotated[float, Field(ge=0, le=1e11)]] = Field({}, max_length=4000)
+    history: list[Outcome] = Field([], max_length=KEEP_HISTORY)  # oldest first; the current and good kept
 
 
 def state_from(raw: dict | None) -> RolloutState:
@@ -57,6 +89,10 @@ def state_from(raw: dict | None) -> RolloutState:
                 ModelSpec.model_validate(spec)
     except ValidationError as e:
         raise invalid(f"ModelDeploymentWorkflow: invalid input: rollout: {compact(e)}") from None
+    seen = [h.version for h in r.history]
+    if seen != sorted(set(seen)) or any(v > max(r.latest, r.version) for v in seen):
+        raise invalid(f"ModelDeploymentWorkflow: invalid input: rollout: history: versions {seen} are not "
+                      f"increasing up to the latest, {r.latest}")
     return r
 
 
@@ -65,19 +101,30 @@ def rolls(old: ModelSpec, new: ModelSpec) -> bool:
     return old.model_dump(mode="json", exclude=NO_ROLL) != new.model_dump(mode="json", exclude=NO_ROLL)
 
 
-def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec) -> None:
-    """Make ``raw`` the deployment's spec: a new version to roll to, unless nothing that runs changed."""
+def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec, undo: tuple[Outcome, str] | None = None) -> None:
+    """Make ``raw`` the deployment's spec: a new version to roll to, unless nothing that runs changed.
+    ``undo``: the version whose spec this is and what undo said (``gpuflow rollout undo``)."""
     r: RolloutState = wf.ro
     if not rolls(old, new):
         wf.raw = raw
+        cur = _entry(r, r.version)
+        if cur is not None:  # the version's spec as it is now (replicas, autoscaling, ...)
+            cur.spec = new
         return
     r.previous = wf.raw
     if not r.rolling:  # every replica runs the current spec: it is the good one to fall back on
         r.good, r.good_version, r.from_version = wf.raw, r.version, r.version
+    cur = _entry(r, r.version)
     r.latest = max(r.latest, r.version) + 1
+    if cur is not None and cur.result == "rolling":
+        _record(r, cur.version, "replaced", f"version {r.latest} came before its rollout finished")
+    if undo is not None:
+        _log(r, "undo", [], f"from version {r.version} to {undo[1]}")
     r.version, r.rolled_back = r.latest, False
     wf.raw = raw
-    if new.rollout.strategy == "recreate":
+    recreate = new.rollout.strategy == "recreate"
+    _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
+    if recreate:
         wf.recreate, r.rolling, r.good = True, False, None
         r.status = f"recreated as version {r.version}"
         _log(r, "recreate", [], f"strategy recreate: every replica stopped, version {r.version} started")
@@ -87,11 +134,97 @@ def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec) -> None:
     _log(r, "begin", [], r.status)
 
 
+# --- the versions and `gpuflow rollout undo` -------------------------------------------------------
+
+def begin(wf: Any) -> None:
+    """As the workflow starts: begin the history from what the state knows, when it has none (a
+    new deployment, or a state carried from before the history was kept). A spec that does not
+    validate is left to the workflow's own check, which fails it naming the problem."""
+    r: RolloutState = wf.ro
+    if r.history:
+        return
+    try:
+        current = ModelSpec.model_validate(wf.raw)
+    except ValidationError:
+        return
+    if r.good is not None and r.good_version < r.version:
+        _add(r, r.good_version, ModelSpec.model_validate(r.good), "good")
+    elif r.previous is not None and not r.rolled_back and r.from_version < r.version:
+        _add(r, r.from_version, ModelSpec.model_validate(r.previous), "deployed", reason="kept from before the history")
+    result = ("halted" if r.status.startswith("halted") else "rolling" if r.rolling and not r.rolled_back
+              else "good" if r.rolled_back or r.status.endswith("rolled out") else "deployed")
+    _add(r, r.version, current, result, reason=r.status.removeprefix("halted: ") if result == "halted" else "")
+    if r.rolled_back and r.previous is not None and r.latest > r.version:  # the version that failed
+        _add(r, r.latest, ModelSpec.model_validate(r.previous), "rolled back",
+             reason=r.status.removeprefix("rolled back: "))
+
+
+def undo_choice(r: RolloutState) -> tuple[Outcome | None, str]:
+    """Where ``gpuflow rollout undo`` goes, and what it says; or None and why there is nowhere.
+
+    The rule: the newest kept version older than the current one whose result is good (or
+    deployed: applied without a rollout), skipping every version that failed (rolled back or
+    halted), one whose spec failed again in a later version, one never finished (replaced), and
+    one with the current spec. Undo applies that spec as a new version; a second undo goes back
+    to the version the first one left, as ``kubectl rollout undo`` does, a failure never among them."""
+    cur = _entry(r, r.version)
+    skipped: list[str] = []
+    for h in reversed(r.history):
+        if h is cur:
+            continue
+        why = None
+        if h.version > r.version or h.result not in GOOD:
+            why = _said(h)
+        elif again := next((f for f in r.history if f.version > h.version and f.result in FAILED
+                            and not rolls(f.spec, h.spec)), None):
+            why = f"its spec failed again as version {again.version}"
+        elif cur is not None and not rolls(h.spec, cur.spec):
+            why = f"the same spec as version {cur.version}"
+        if why is None:
+            said = f"version {h.version}'s spec ({_said(h)}{' at ' + h.at if h.at else ''})"
+            return h, said + (f"; skipped {'; '.join(skipped)}" if skipped else "")
+        skipped.append(f"version {h.version} ({why})")
+    kept = f" (the last {KEEP_HISTORY} versions are kept)" if len(r.history) >= KEEP_HISTORY else ""
+    return None, (f"no version before version {r.version} was good{kept}"
+                  + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
+
+
+def _said(h: Outcome) -> str:
+    return f"{h.result}: {h.reason}" if h.reason else h.result
+
+
+def _entry(r: RolloutState, version: int) -> Outcome | None:
+    return next((h for h in reversed(r.history) if h.version == version), None)
+
+
+def _record(r: RolloutState, version: int, result: str, reason: str = "") -> None:
+    h = _entry(r, version)
+    if h is not None:
+        h.result, h.reason, h.at = result, reason[:MAX_TEXT], _now()
+
+
+def _add(r: RolloutState, version: int, spec: ModelSpec, result: str, undo_of: int | None = None,
+         reason: str = "") -> None:
+    r.history.append(Outcome(version=version, result=result, reason=reason[:MAX_TEXT], at=_now(), undo_of=undo_of,
+                             spec=spec))
+    keep = {r.version, r.good_version}  # the current version, and the good one a rollback returns to
+    sizes = [len(json.dumps(h.raw())) for h in r.history]
+    while len(r.history) > KEEP_HISTORY or sum(sizes) > KEEP_HISTORY_BYTES:  # the oldest go first
+        i = next((i for i, h in enumerate(r.history) if h.version not in keep), None)
+        if i is None:
+            break
+        del r.history[i], sizes[i]
+
+
+def _now() -> str:
+    return workflow.now().isoformat(timespec="seconds")
+
+
 def _log(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
     last = r.steps[-1] if r.steps else None
     if action == WAIT and last and last["action"] == WAIT and last["reason"] == reason:
         return
-    r.steps.append({"at": workflow.now().isoformat(timespec="seconds"), "action": action, "names": names,
+    r.steps.append({"at": _now(), "action": action, "names": names,
                     "reason": reason, "fallback": fallback, "version": r.version})
     del r.steps[:-KEEP_STEPS]
 
@@ -134,21 +267,39 @@ async def step(wf: Any) -> None:
         _log(r, STOP, s.names, s.reason, s.fallback)
         await wf._stop(s.names)
     elif s.action == DONE:
-        _log(r, DONE, [], s.reason)
-        r.rolling, r.good = False, None
-        if not r.rolled_back:
-            r.status = f"version {r.version} rolled out"
-        _prune(r, wf)
+        done(wf, s.reason)
     elif s.action == ROLLBACK:
-        _log(r, ROLLBACK, [], s.reason)
-        if r.rolled_back or r.good is None:  # the good spec fails too: stop here, keep what serves
-            r.rolling, r.status = False, f"halted: {s.reason.removeprefix('rolled back: ')} while rolling back"
-            return
-        r.previous, wf.raw = wf.raw, r.good
-        r.version, r.rolled_back, r.status = r.good_version, True, s.reason
-        wf.dirty = True
+        roll_back(wf, s.reason)
     else:
         _log(r, WAIT, [], s.reason)
+
+
+def done(wf: Any, reason: str) -> None:
+    """Every replica runs the target and answers: the rollout ends; the version was good."""
+    r: RolloutState = wf.ro
+    _log(r, DONE, [], reason)
+    r.rolling, r.good = False, None
+    if not r.rolled_back:
+        r.status = f"version {r.version} rolled out"
+        _record(r, r.version, "good")
+    _prune(r, wf)
+
+
+def roll_back(wf: Any, reason: str) -> None:
+    """A new replica failed: the last good spec is the target again (its version too), and the
+    failed version is recorded so undo never goes back to it. If the good spec fails as well
+    (or none is known), the rollout halts where it is and keeps what serves."""
+    r: RolloutState = wf.ro
+    _log(r, ROLLBACK, [], reason)
+    why = reason.removeprefix("rolled back: ")
+    if r.rolled_back or r.good is None:
+        r.rolling, r.status = False, f"halted: {why} while rolling back"
+        _record(r, r.version, "halted", f"{why} while rolling back")
+        return
+    _record(r, r.version, "rolled back", why)
+    r.previous, wf.raw = wf.raw, r.good
+    r.version, r.rolled_back, r.status = r.good_version, True, reason
+    wf.dirty = True
 
 
 def _prune(r: RolloutState, wf: Any) -> None:
@@ -163,9 +314,12 @@ def view(wf: Any) -> dict[str, Any]:
     r: RolloutState = wf.ro
     new = [n for n in wf.instances if r.versions.get(n, 0) == r.version]
     old = [n for n in wf.instances if r.versions.get(n, 0) != r.version]
+    to, said = undo_choice(r)
     return {"name": wf.name, "status": r.status or "no rollout yet", "rolling": r.rolling, "version": r.version,
             "from_version": r.from_version, "desired": wf.replicas or 0, "old": old, "new": new,
-            "stopping": sorted(wf.stopping), "can_undo": r.previous is not None, "steps": list(r.steps)}
+            "stopping": sorted(wf.stopping), "can_undo": to is not None,
+            "undo": {"to": to.version if to else None, "says": said}, "steps": list(r.steps),
+            "history": [h.model_dump(mode="json", exclude={"spec"}) for h in r.history]}
 
 
 def timeout(wf: Any, reconcile_s: float) -> timedelta:

@@ -1,6 +1,8 @@
 """``gpuflow rollout status NAME`` (a rollout's progress, old and new replicas, each step with its
-reason and whether it fell back to stop-first) and ``gpuflow rollout undo NAME`` (back to the
-spec before the last change, rolled the same way). The rollout itself: workflows/rollout_steps.py."""
+reason and whether it fell back to stop-first, the versions kept with how each ended, and where
+undo would go) and ``gpuflow rollout undo NAME`` (back to the last good spec before the current
+one, never one rolled back for failing, rolled the same way; refused, with the reason, when there
+is none). The rollout itself: workflows/rollout_steps.py."""
 
 from __future__ import annotations
 
@@ -30,6 +32,16 @@ def render(v: dict) -> str:
         what = s["action"] + (" (stop-first fallback)" if s["fallback"] else "")
         names = f" {', '.join(s['names'])}" if s["names"] else ""
         lines.append(f"    {s['at']}  v{s['version']}  {what}{names}: {s['reason']}")
+    if v.get("history"):
+        lines.append("  versions:")
+    for h in v.get("history", []):
+        result = f"{h['result']}: {h['reason']}" if h["reason"] else h["result"]
+        notes = [n for n in (f"undo to version {h['undo_of']}'s spec" if h["undo_of"] is not None else "",
+                             "current" if h["version"] == v["version"] else "") if n]
+        lines.append(f"    v{h['version']}  {h['at'] or '-'}  {result}" + (f"  ({', '.join(notes)})" if notes else ""))
+    if "undo" in v:
+        u = v["undo"]
+        lines.append(f"  undo would go to {u['says']}" if u["to"] is not None else f"  undo: nothing to undo to: {u['says']}")
     return "\n".join(lines)
 
 
@@ -43,15 +55,19 @@ def cmd_rollout(a) -> int:
             from workflows.deployment import ModelDeploymentWorkflow
 
             h = await ops._deployment(client, a.name)
-            await ops._update(h, ModelDeploymentWorkflow.rollout_undo)
+            await ops._update(h, ModelDeploymentWorkflow.rollout_undo)  # refused: the reason, exit 1
         v = await rollout_view(client, a.name)
+        undid = [s for s in v["steps"] if s["action"] == "undo"][-1:] if a.action == "undo" else []
+        if undid and not a.json:
+            print(f"undo {undid[0]['reason']}")
         print(json.dumps(v, indent=2) if a.json else render(v))
 
     return _run(go())
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollout", help="a deployment's rolling upgrade: status, or undo the last spec change")
+    p = sub.add_parser("rollout", help="a deployment's rolling upgrade: status (with the versions kept), or undo: back to the "
+                                         "last good spec before the current one")
     p.add_argument("action", choices=["status", "undo"])
     p.add_argument("name")
     p.add_argument("--json", action="store_true")
