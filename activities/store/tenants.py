@@ -79,7 +79,8 @@ def problem(engine: Engine, tenant: str | None) -> str | None:
     """Why a spec naming ``tenant`` is refused (a typo is caught), else None."""
     tf = load(engine)
     if tf.get(tenant) is None:
-        known = ", ".join(["default"] + [t.name for t in tf.tenants if t.name != "default"])
+        names = ["default"] + [t.name for t in tf.tenants if t.name != "default"]
+        known = ", ".join(names[:20]) + (f", and {len(names) - 20:,} more" if len(names) > 20 else "")
         return f"tenant {tenant!r} is not in the tenants file (known: {known}); apply one that names it first"
     return None
 

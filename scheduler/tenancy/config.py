@@ -13,14 +13,15 @@ file names it."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from scheduler.fields import Bytes, Strict
 
 NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 RESOURCES = ("gpus", "vram", "ram")
+MAX_TENANTS = 10_000  # a file of more is refused: every decision and every gateway reads the whole file
 
 
 class Quota(Strict):
@@ -33,12 +34,13 @@ class Quota(Strict):
 
 
 class Tenant(Strict):
-    name: str = Field(pattern=NAME)
+    name: str = Field(pattern=NAME, max_length=63)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)
     guarantee: Quota = Quota()
     limit: Quota = Quota()
-    requests_per_s: float | None = Field(None, gt=0, description="Gateway: requests a second, then 429.")
-    max_concurrent: int | None = Field(None, ge=1, description="Gateway: requests in flight at once, then 429.")
+    requests_per_s: float | None = Field(None, gt=0, le=1_000_000, description="Gateway: requests a second, then 429.")
+    max_concurrent: int | None = Field(None, ge=1, le=1_000_000,
+                                       description="Gateway: requests in flight at once, then 429.")
 
     @model_validator(mode="after")
     def _guarantee_within_limit(self) -> "Tenant":
@@ -53,19 +55,36 @@ DEFAULT = Tenant(name="default")
 
 
 class TenantsFile(Strict):
-    tenants: list[Tenant] = []
+    tenants: list[Tenant] = Field([], max_length=MAX_TENANTS)  # _bounded says so first, without validating them
     queueing: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
+
+    MAX_ITEMS: ClassVar[dict[str, int]] = {"tenants": MAX_TENANTS}  # gpuflow/files.py counts them before loading
+    _by_name: dict[str, Tenant] = PrivateAttr(default_factory=dict)
+
+    @field_validator("tenants", mode="before")
+    @classmethod
+    def _bounded(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)) and len(v) > MAX_TENANTS:
+            raise ValueError(f"{len(v):,} tenants; a tenants file may list at most {MAX_TENANTS:,}")
+        return v
 
     @model_validator(mode="after")
     def _unique(self) -> "TenantsFile":
-        names = [t.name for t in self.tenants]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        by_name: dict[str, Tenant] = {}
+        dup: set[str] = set()
+        for t in self.tenants:
+            if t.name in by_name:
+                dup.add(t.name)
+            by_name[t.name] = t
         if dup:
-            raise ValueError(f"tenant names must be unique; repeated: {', '.join(dup)}")
+            shown = sorted(dup)
+            more = f" and {len(shown) - 20:,} more" if len(shown) > 20 else ""
+            raise ValueError(f"tenant names must be unique; repeated: {', '.join(shown[:20])}{more}")
+        self._by_name = by_name
         return self
 
     def get(self, name: str | None) -> Tenant | None:
         """The tenant called ``name`` (None or "default": the default tenant); None if unknown."""
         name = name or "default"
-        found = next((t for t in self.tenants if t.name == name), None)
+        found = self._by_name.get(name)
         return found or (DEFAULT if name == "default" else None)
