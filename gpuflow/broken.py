@@ -11,7 +11,7 @@ import asyncio
 import re
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 
 from activities.payloads import CONTROL_QUEUE
 from scheduler.errors import InvalidInput
@@ -25,15 +25,40 @@ async def task_failing(handle: WorkflowHandle) -> str | None:
     """Why the workflow cannot make progress, when it surely cannot: its workflow task keeps
     failing, or it runs on a task queue no gpuflow worker polls. Else None (a control plane
     that is merely down is not a broken deployment)."""
-    d = await handle.describe()
+    return failing(await handle.describe(), handle.id)
+
+
+def failing(d: WorkflowExecutionDescription, wid: str) -> str | None:
+    """:func:`task_failing` from a description at hand."""
     queue = d.raw_description.execution_config.task_queue.name
     if queue and queue != CONTROL_QUEUE:
         return f"it runs on task queue {queue!r}, which no gpuflow worker polls (they poll {CONTROL_QUEUE!r})"
     pending = d.raw_description.pending_workflow_task
     if d.raw_description.HasField("pending_workflow_task") and pending.attempt >= FAILING_ATTEMPTS:
         return (f"its workflow task has failed {pending.attempt - 1} time(s) and is being retried; "
-                f"the history of {handle.id} in the Temporal UI shows why")
+                f"the history of {wid} in the Temporal UI shows why")
     return None
+
+
+async def closed(handle: WorkflowHandle, d: WorkflowExecutionDescription) -> str | None:
+    """Why a workflow that is no longer running cannot answer a query at once, or None when it
+    can be asked (running, or completed: its worker replays it). A query to one that failed, was
+    terminated or timed out is not made: one started with an input it refused took about 30 s to
+    give up on (``gpuflow status`` took 34 s instead of 2.5), so the failure is read from its
+    history instead (one short read)."""
+    st = d.status.name if d.status is not None else "GONE"
+    if st in ("RUNNING", "COMPLETED"):
+        return None
+    if st == "FAILED":
+        try:
+            await asyncio.wait_for(handle.result(follow_runs=False), QUERY_TIMEOUT_S)
+        except WorkflowFailureError as e:
+            why = getattr(e.cause, "message", None) or str(e.cause)
+            return f"failed: {why.splitlines()[0][:300] if why else 'no reason given'}"
+        except Exception as e:  # noqa: BLE001  the history could not be read: say what it is
+            return f"failed ({reason(e)})"
+        return "failed"
+    return st.lower().replace("_", " ")
 
 
 async def query(handle: WorkflowHandle, q) -> Any:

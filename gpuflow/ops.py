@@ -201,6 +201,29 @@ async def status(client: Client, name: str | None = None,
     return {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
 
 
+async def autoscalers(client: Client, names: list[str]) -> dict[str, str | None]:
+    """Deployment -> None where its ``autoscaler/NAME`` workflow can be queried now, or why not
+    (failed, terminated, its workflow task failing, ...); deployments without one are left out.
+    Asked of Temporal's description first (no worker needed, answered at once), so a workflow
+    someone started under that id with a garbage input, which failed at once or whose task fails
+    forever, is reported instead of queried: that query hung for about 30 s each."""
+
+    async def one(n: str) -> tuple[str, str | None] | None:
+        h = client.get_workflow_handle(f"autoscaler/{n}")
+        try:
+            d = await h.describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return None
+            return n, broken.reason(e)
+        why = await broken.closed(h, d)
+        if why is None and d.status is not None and d.status.name == "RUNNING":
+            why = broken.failing(d, h.id)
+        return n, why
+
+    return dict(filter(None, await bounded([one(n) for n in names])))
+
+
 async def _instance_row(client: Client, name: str) -> dict[str, Any]:
     try:
         row = (await instance(client, name)).model_dump(mode="json", exclude={"decision"})

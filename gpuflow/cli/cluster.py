@@ -157,7 +157,15 @@ def cmd_status(a) -> int:
         known = store_states(store) if a.summary and store is not None else None
         st = await ops.status(client, a.name, known_states=known)
         st = add_serving(st, store, per_instance=not a.summary)
-        auto = await add_status(client, st)  # one line per autoscaled deployment
+        # one line per autoscaled deployment: queried only where its autoscaler can answer now, a
+        # broken one (say, started by hand with a garbage input) reported at once with the reason
+        asked = await ops.autoscalers(client, [d["name"] for d in st["deployments"] if not d.get("broken")])
+        fine = [d for d in st["deployments"] if d["name"] in asked and asked[d["name"]] is None]
+        auto = await add_status(client, {**st, "deployments": fine})
+        for d in st["deployments"]:
+            if asked.get(d["name"]):
+                d["autoscaler"] = {"broken": asked[d["name"]]}
+                auto += f"\nautoscaler {d['name']}: BROKEN: {asked[d['name']]}"
         print(json.dumps(st, indent=2) if a.json else render_cluster.status(st, a.summary) + auto)
 
     return _run(go())
