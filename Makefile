@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet
+.PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -52,3 +52,6 @@ bench-gateway: $(VENV)/.installed
 bench-fleet: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_schedule_cli.py
 	$(VENV)/bin/python bench/bench_fleet.py
+
+bench-autoscaler: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_autoscaler.py

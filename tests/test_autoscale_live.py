@@ -27,12 +27,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = FAST.model_copy(update={"ready_timeout_s": 90, "drain_timeout_s": 60})
 # max_seqs 2, 0.01 + 0.02 * batch s per token: a full replica decodes at 0.05 s/token (> 0.04: up
 # when 3 or more wait per replica). 12 clients: 1 replica has 10 waiting, 2 have 4 each (up
-# again), 3 have 2 each (hold): 3 replicas, the maximum.
+# again), 3 have 2 each (hold): 3 replicas, the maximum. Windows of 3 s (panic 1 s) and 5 requests
+# as evidence keep the test short; a step waits for 3 s of samples taken after the one before.
 ENGINE = f"{sys.executable} {ROOT}/tests/standin_vllm.py --port {{port}} --host {{host}} --max-seqs 2"
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 3, "interval_s": 1, "max_step": 2,
-               "scale_down_stabilization_s": 6,
+               "scale_down_stabilization_s": 6, "stable_window_s": 3, "panic_window_s": 1,
                "rules": [{"kind": "queue_tpot", "up_queue": 3, "up_tpot_s": 0.04, "down_queue": 0.5,
-                          "down_tpot_s": 0.03}]}
+                          "down_tpot_s": 0.03, "min_samples": 5}]}
 
 
 class Load:
@@ -247,4 +248,36 @@ async def test_a_control_plane_worker_killed_during_scale_up_never_applies_a_ste
     finally:
         if load and not load.stop:
             await load.close()
+        lv.close()
+
+
+async def test_one_request_never_scales(tmp_path):
+    """Issue 25's probe: one request on a 0.3 s engine. Its P95 reads 0.3 + 0.2 x 0.95 = 490 ms in
+    the stand-in's (0.3, 0.5] bucket, above latency_p95's 350 ms; before, that one sample added two
+    replicas. The block is the defaults but a 1 s interval: the rule needs 20 requests in its window,
+    so over 10 intervals (the panic window's 6 s and more) it holds at 1 replica."""
+    lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]})
+    try:
+        base = lv.stack.start_gateway(free_port())
+        slow = f"{sys.executable} {ROOT}/tests/standin_vllm.py --port {{port}} --host {{host}} --base-s 0.3"
+        sp = spec("chat", vram_gib=10, command=slow,
+                  autoscaling={"min_replicas": 1, "max_replicas": 3, "interval_s": 1, "rules": ["latency_p95"]})
+        await ops.deploy(lv.client, sp, T)
+        await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
+        await asyncio.to_thread(wait_model, base.removesuffix("/v1"), "chat", 1)
+        async with openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=60) as c:
+            r = await c.chat.completions.create(model="chat", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
+        assert r.choices[0].message.content
+        t0 = time.time()
+        for _ in range(10):
+            assert len(lv.states("chat")) == 1, lv.states("chat")
+            await asyncio.sleep(1)
+        v = await lv.client.get_workflow_handle("autoscaler/chat").query("autoscale")
+        after = [h for h in v["history"] if h["at"] >= t0 - 1]
+        assert after and not [h for h in v["history"] if h["direction"] == "up"], v["history"]
+        seen = [h for h in after if (h["signals"].get("latency_p95_s") or 0) > 0.35]
+        assert seen, after  # the request was seen, above the threshold, and it was not enough
+        assert all(h["direction"] == "hold" for h in seen), seen  # too few requests, or too little time to judge
+        print(f"\none request: P95 {seen[0]['signals']['latency_p95_s'] * 1000:.0f} ms, held: {seen[0]['reason']}")
+    finally:
         lv.close()
