@@ -9,7 +9,7 @@ from scheduler.decision import Candidate, Context, Decision
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.scorers import apply_chain, binpack, locality, pick, spread
-from scheduler.scorers import topology
+from scheduler.scorers import fragmentation, topology
 from scheduler.spec import ModelSpec, PlacementStrategy
 
 
@@ -42,18 +42,23 @@ def _topology(ctx: Context, cands: list[Candidate]) -> list[float]:
     return topology.scores(ctx.snapshot, cands)
 
 
-def scale_up_chain(ctx: Context):
+def scale_up_chain(ctx: Context, fragmented: list[bool] | None = None):
+    """``fragmented``: each candidate's flag (scorers/fragmentation.py); the scorer runs only
+    when the candidates mix whole and fragmented placements."""
     chain = [("placement", ctx.config.placement, lambda cs: _placement(ctx, cs)),
              ("locality", ctx.config.locality, lambda cs: _locality(ctx, cs))]
     if ctx.occupancy.topology:
         chain.append(("topology", ctx.config.topology, lambda cs: _topology(ctx, cs)))
+    if fragmented and any(fragmented) and not all(fragmented):
+        chain.append(("fragmentation", ctx.config.fragmentation, lambda cs: fragmentation.scores(fragmented)))
     return chain
 
 
 def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
-           config: PolicyConfig | None = None, exclude: str | None = None) -> Decision:
+           config: PolicyConfig | None = None, exclude: str | None = None, whole_only: bool = False) -> Decision:
     """Where one replica of ``spec`` goes on ``snapshot``, and why. ``exclude`` names an
-    instance being re-placed, whose own claim and counts are left out."""
+    instance being re-placed, whose own claim and counts are left out. ``whole_only``: no
+    placement in slivers of partly full GPUs (scorers/fragmentation.py)."""
     occ = occupancy.of(snapshot).without(exclude)
     ctx = Context(spec, snapshot, request, config or PolicyConfig(), occ.allocatable, exclude, occ)
     workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN)
@@ -66,7 +71,15 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
     cands, refused = topology_policy.keep(snapshot, spec.topology_policy, cands)
     if not cands:
         return Decision(False, None, strategy, [], verdicts, *reasons.rank(verdicts, refused))
-    apply_chain(cands, scale_up_chain(ctx))
+    flags = None if isinstance(cands, GpuRows) else fragmentation.flags(cands, ctx.occupancy.workers)
+    if whole_only and flags and any(flags):
+        cands = [c for c, f in zip(cands, flags) if not f]
+        if not cands:
+            return Decision(False, None, strategy, [], verdicts, *reasons.rank(verdicts, [
+                f"fragmentation: every placement found ({strategy}) holds GPUs in slivers of what partly full "
+                "GPUs have left; whole GPUs are wanted"]))
+        flags = None
+    apply_chain(cands, scale_up_chain(ctx, flags))
     best = pick(cands)
     placed = reasons.rank(verdicts, scheduled=True)[0]
     return Decision(True, best, strategy, cands, verdicts, placed + _topology_notes(ctx, cands, best))

@@ -11,6 +11,9 @@ class PolicyConfig(BaseModel):
     locality: float = Field(5.0, ge=0, description="Scale-up model-file locality; 0 disables. Default 5.")
     topology: float = Field(10.0, ge=0, description="Scale-up GPU interconnect (NVLink, PCIe switch, NUMA node), "
                             "only where some worker reports topology; 0 disables. Default 10.")
+    fragmentation: float = Field(200.0, ge=0, description="Scale-up: a placement on whole GPUs over one in slivers of "
+                                 "partly full GPUs (scheduler/scorers/fragmentation.py), only where a decision has both; "
+                                 "above the other scale-up weights' sum, so it decides first; 0 disables. Default 200.")
     scale_down_status: float = Field(100.0, ge=0, description="Scale-down instance/worker status. Default 100.")
     scale_down_offload: float = Field(10.0, ge=0, description="Scale-down offloaded GGUF layers. Default 10.")
     scale_down_placement: float = Field(1.0, ge=0, description="Scale-down placement (removal mode). Default 1.")

@@ -37,9 +37,11 @@ def test_mixed_vendor_worker_keeps_all_gpus_visible():
 
 def test_custom_multi_gpu_never_books_a_gpu_that_cannot_hold_its_share():
     # GPUStack: 4080x4 with GPU 3 fully claimed, a 26.99 GiB model goes on [0,1,2,3] at 6.75 GiB each,
-    # overcommitting GPU 3. gpuflow takes GPUs 0,1 (2 x 13.5 GiB fits 16 GiB each).
+    # overcommitting GPU 3. gpuflow takes GPUs 0,1 (2 x 13.5 GiB fits 16 GiB each). The engine
+    # declares that it splits (it takes {gpu_indexes}): an engine that does not gets no multi-GPU placement.
     snap = cluster([worker("h", 64, [gpu(i, 16) for i in range(4)])], [inst("full", "other", "h", [3], {3: 16 * GiB})])
-    d = decide(snap, custom(), FlatRequest(vram=int(26.99 * GiB), ram=2 * GiB))
+    d = decide(snap, custom().model_copy(update={"run_command": "x {port} {gpu_indexes}"}),
+               FlatRequest(vram=int(26.99 * GiB), ram=2 * GiB))
     assert d.strategy == "multi_gpu" and d.placement.gpu_indexes == [0, 1]
     assert 3 not in d.placement.claim.vram
     assert all(v <= 16 * GiB for v in d.placement.claim.vram.values())

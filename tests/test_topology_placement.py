@@ -34,7 +34,7 @@ def box(busy, vram="80 GiB", topology=True) -> dict:
 
 def custom(policy="none", vram="100 GiB", **more) -> dict:
     """Needs two 80 GiB GPUs (100 GiB > 80); 450 GiB needs six."""
-    return {"name": "tp", "source": {"local_path": "/models/tp"}, "backend": "custom", "run_command": "serve {port}",
+    return {"name": "tp", "source": {"local_path": "/models/tp"}, "backend": "custom", "run_command": "serve {port} --gpus {gpu_indexes}",
             "resources": {"vram": vram, "ram": "8 GiB"}, "topology_policy": policy, **more}
 
 

@@ -2,10 +2,16 @@
 
 A declared whole-card fraction (--gpu-memory-utilization / --mem-fraction-static in the run
 command or parameters) books max(estimate share, total * fraction) per GPU. Unlike GPUStack,
-the multi-GPU path takes the fewest GPUs that can each hold their share, never a full GPU.
+the multi-GPU path takes the fewest GPUs that can each hold their share, never a full GPU, and
+it is offered only to an engine that declares it splits a replica over GPUs (``splits``): a
+custom run_command that takes ``{gpu_indexes}``, ``gpu_selector.gpus_per_replica`` above 1, or
+a tensor- or pipeline-parallel size above 1 in the command or its parameters. Any other engine is taken to run on one GPU (VoxBox always: GPUStack gives it one GPU a replica);
+a replica split over GPUs it never uses would leave part of its model nowhere.
 """
 
 from __future__ import annotations
+
+import shlex
 
 from scheduler.candidates import GpuRows
 from scheduler.decision import Candidate, Context, claim
@@ -15,6 +21,7 @@ from scheduler.selectors.base import first_nonempty
 from scheduler.selectors.fraction import by_type
 from scheduler.selectors.manual import manual
 from scheduler.selectors.sizing import Shape, split
+from scheduler.spec import Backend
 from scheduler.units import gib
 
 
@@ -63,7 +70,33 @@ def _set_candidate(ctx: Context, w, frac, gpus) -> Candidate | None:
     return Candidate(w.name, [g.index for g in gpus], claim(ram=req.ram, vram=vram), gpu_type=gpus[0].type)
 
 
+PARALLEL_FLAGS = ("--tensor-parallel-size", "-tp", "--tp-size", "--tp", "--pipeline-parallel-size", "-pp", "--pp-size")
+
+
+def splits(spec) -> bool:
+    """The engine can hold one replica on several GPUs: a custom run_command that takes
+    ``{gpu_indexes}``, ``gpu_selector.gpus_per_replica`` above 1, or a parallel size above 1
+    (PARALLEL_FLAGS, ``--k v`` or ``--k=v``) in the command or backend_parameters."""
+    if spec.backend != Backend.CUSTOM:
+        return False
+    if "{gpu_indexes}" in (spec.run_command or "") or (spec.gpu_selector.gpus_per_replica or 1) > 1:
+        return True
+    try:
+        words = shlex.split(spec.run_command or "") + list(spec.backend_parameters)
+    except ValueError:
+        words = list(spec.backend_parameters)
+    words = [x for w in words for x in (w.split("=", 1) if w.startswith("-") and "=" in w else [w])]
+    return any(w in PARALLEL_FLAGS and k + 1 < len(words) and words[k + 1].isdigit() and int(words[k + 1]) > 1
+               for k, w in enumerate(words))
+
+
 def multi_gpu(ctx: Context, workers, frac, msgs) -> list[Candidate]:
+    if not splits(ctx.spec):
+        msgs.append("VoxBox runs a replica on one GPU." if ctx.spec.backend != Backend.CUSTOM else
+                    "The engine is taken to run on one GPU: its run_command does not take {gpu_indexes} and "
+                    "gpu_selector.gpus_per_replica is not above 1, nor is a tensor- or pipeline-parallel size (any of "
+                    "these declares that it splits a replica over GPUs).")
+        return []
     req, out = ctx.request, []
     for w in workers:
         a = ctx.allocatable[w.name]
