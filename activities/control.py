@@ -239,11 +239,18 @@ class ControlActivities:
         share = (time.perf_counter() - started) / len(asks)
         recs: list[DecisionRecord | GpuflowError] = []
         mine: set[str] = set()  # placed by this batch: booked with it, not only assumed
+        grouped: dict[str, DecisionRecord] = {}  # decided with an earlier replica of its deployment that preempts
         with self.deciding:
-            for instance, spec, req in asks:
+            for k, (instance, spec, req) in enumerate(asks):
                 t = time.perf_counter()
                 try:
-                    rec = self._decide_locked(instance, spec, req, who[spec.name], mine)
+                    rec = grouped.pop(instance) if instance in grouped else \
+                        self._decide_locked(instance, spec, req, who[spec.name], mine)
+                    rest = [n for n, s2, r2 in asks[k + 1:] if n not in grouped and s2 == spec and r2 == req] \
+                        if rec.victims else []
+                    if rest:  # the replicas of its deployment in this batch preempt together (tenancy/group.py)
+                        rec, more = self._decide_group_locked([instance, *rest], spec, req, who[spec.name])
+                        grouped.update(more)
                 except GpuflowError as e:
                     recs.append(e)
                     continue
@@ -266,12 +273,30 @@ class ControlActivities:
         snap, base, gens = self.snapshots.current()
         rec = on(snap, gens)
         if not rec.places_outright and base is not None and not set(self.snapshots.assumed()) <= mine:
-            rec = on(self.snapshots.current(only=mine)[0] if mine else base, gens)  # what is only assumed may fail
-        if rec.places_outright:
-            self.snapshots.assume(instance, spec.name, rec.plan)
+            rec = on(self.snapshots.current(only=mine)[0], gens)  # what is only assumed may fail (preemptions stay)
+        self._assume(instance, spec, rec)
+        return rec
+
+    def _assume(self, instance: str, spec: ModelSpec, rec: DecisionRecord) -> None:
+        """A placement handed out (a preemption with its victims) is assumed taken by the next decisions."""
+        if rec.places_outright or rec.victims and rec.plan is not None:
+            self.snapshots.assume(instance, spec.name, rec.plan, [v.name for v in rec.victims])
         else:
             self.snapshots.forget(instance)
-        return rec
+
+    def _decide_group_locked(self, names: list[str], spec: ModelSpec, req: Request,
+                             who) -> tuple[DecisionRecord, dict[str, DecisionRecord]]:
+        """``names`` (replicas of one deployment, the first preempting) decided together; the
+        first's record, and the others' by name."""
+        for n in names:
+            self.snapshots.forget(n)
+        snap, _, gens = self.snapshots.current()
+        adms, owners = tenancy.decide_group(self.engine, snap, spec, req, names, self.policy, who)
+        recs = [tenancy.amend(decision_record(a.decision, req, len(snap.workers), gens), a, owners, snap, spec)
+                for a in adms]
+        for n, r in zip(names, recs):
+            self._assume(n, spec, r)
+        return recs[0], dict(zip(names[1:], recs[1:]))
 
     @activity.defn(name=c.PLACE_REPLICA)
     async def place_replica(self, instance: str, raw: dict, inputs: EstimateInputs | None = None,
@@ -339,6 +364,7 @@ class ControlActivities:
             plan, now = await self._db(ledger.preempt, self.engine, instance, d.plan,
                                        {v.name: v.plan for v in d.victims}, why)
         except ledger.StaleDecision as e:
+            self.snapshots.forget(instance)  # its victims are no longer assumed gone
             self.metrics.conflicts.labels("rejected").inc()
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
         if now:

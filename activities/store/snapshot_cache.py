@@ -14,6 +14,11 @@ An assumption is a promise that may fail (its booking refused), so a replica tha
 beside the assumed placements is decided again on the store's snapshot alone: it never waits
 PENDING, or takes a quota reason, for capacity that is only promised (``views``).
 
+A preemption decided here is assumed too, with its victims: the preemptor laid over the snapshot,
+its victims gone from it, so the next replica decided here takes other victims, not the same ones
+(which the ledger would refuse for all but one). Victims are as good as taken once chosen, so a
+preemption is laid over every view, ``only`` or not.
+
 No lock is held during database I/O (one thread's refresh may wait for the database while
 another's runs): a refresh starts from the state it finds, builds a new one, and installs it
 when it is the newest.
@@ -58,6 +63,7 @@ class _Assumed:
     instance: Instance
     seq: int  # the change number of the snapshot it was decided on
     until: float  # monotonic deadline
+    victims: tuple[str, ...] = ()  # a preemption's: gone from the views while it is assumed
 
 
 @dataclass
@@ -106,20 +112,23 @@ class SnapshotCache:
         now = time.monotonic()
         with self._lock:
             state = self._state
-            assumed = [a.instance for a in self._assumed.values()
-                       if a.until > now and (only is None or a.instance.name in only)]
-        if not assumed:
+            laid = [a for a in self._assumed.values()
+                    if a.until > now and (only is None or a.instance.name in only or a.victims)]
+        if not laid:
             return state.snapshot, None, state.gens
-        return _overlay(state, assumed), state.snapshot, state.gens
+        return (_overlay(state, [a.instance for a in laid], {v for a in laid for v in a.victims}),
+                state.snapshot, state.gens)
 
-    def assume(self, instance: str, model: str, plan: PlacementPlan) -> None:
+    def assume(self, instance: str, model: str, plan: PlacementPlan, victims: list[str] | None = None) -> None:
         """Lay ``plan`` over later snapshots as held by ``instance`` until the store shows it
-        booked (or anything else of the instance changing), or ASSUME_TTL_S passes."""
+        booked (or anything else of the instance changing), or ASSUME_TTL_S passes; ``victims``
+        (a preemption's) are gone from them meanwhile."""
         inst = Instance(name=instance, model=model, state="scheduled", worker=plan.worker,
                         gpu_indexes=list(plan.gpu_indexes), claim=plan.claim.model_dump(),
                         subordinates=[x.model_dump() for x in plan.subordinates])
         with self._lock:
-            self._assumed[instance] = _Assumed(inst, self._state.seq, time.monotonic() + ASSUME_TTL_S)
+            self._assumed[instance] = _Assumed(inst, self._state.seq, time.monotonic() + ASSUME_TTL_S,
+                                               tuple(victims or ()))
 
     def forget(self, instance: str) -> None:
         """Its placement is no longer assumed (its booking failed, or it decided again and was
@@ -198,15 +207,16 @@ class SnapshotCache:
         return _State(seq, gens, workers, instances, files, snap, occ, changed)
 
 
-def _overlay(state: _State, assumed: list[Instance]) -> ClusterSnapshot:
+def _overlay(state: _State, assumed: list[Instance], victims: set[str] = frozenset()) -> ClusterSnapshot:
     """``state``'s snapshot with the assumed placements in place of what the store shows of
-    those instances (a PENDING row without a placement, usually)."""
+    those instances (a PENDING row without a placement, usually), and without ``victims``."""
     by_name = {a.name: a for a in assumed}
+    victims = {v for v in victims if v not in by_name}
     base = state.snapshot
-    gone = [state.instances[n] for n in by_name if n in state.instances]
-    listed = [by_name.get(i.name, i) for i in base.instances]
+    gone = [state.instances[n] for n in (*by_name, *victims) if n in state.instances]
+    listed = [by_name.get(i.name, i) for i in base.instances if i.name not in victims]
     listed += [a for a in assumed if a.name not in state.instances]
-    instances = dict(state.instances)
+    instances = {n: i for n, i in state.instances.items() if n not in victims}
     instances.update(by_name)
     snap = ClusterSnapshot.model_construct(version=1, workers=base.workers, instances=listed,
                                            model_files=base.model_files)

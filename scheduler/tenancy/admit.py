@@ -7,6 +7,12 @@ control plane's decide activity passes in the snapshot, the tenants file and who
    tenant already at its limit gets the quota reason first there too.
 3. Otherwise, when preemption could apply (its tenant has a guarantee, or it has a deployment of
    lower priority), preemption.plan looks for the fewest victims; the decision then carries them.
+4. Whole replicas within a guarantee: a replica that fits only in slivers of partly full GPUs
+   (scheduler/scorers/fragmentation.py), of a tenant that stays within its guarantee with the
+   replica's whole-GPU shape (what it holds on an empty cluster), takes whole GPUs by preemption
+   instead when a preemption can give them (``_whole``). So the replica is placed as it would be
+   on an empty cluster of the guarantee's size, and it counts as the GPUs it holds there. When no
+   preemption gives whole GPUs, the slivers stand (counted as every GPU they touch).
 
 What the tenant uses never counts the replica itself: it may hold a reservation (or an assumed
 placement) while it decides again."""
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scheduler import occupancy
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decide import decide
 from scheduler.decision import Decision
@@ -22,8 +29,9 @@ from scheduler.dry_run import without
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.admission import over_limit
-from scheduler.tenancy.config import DEFAULT, TenantsFile
+from scheduler.scorers.fragmentation import fragmented
+from scheduler.tenancy.admission import over_limit, within_guarantee
+from scheduler.tenancy.config import DEFAULT, Tenant, TenantsFile
 from scheduler.tenancy.preemption import Owners, Preemption, plan
 from scheduler.tenancy.usage import Usage, by_tenant, of_candidate
 
@@ -55,11 +63,16 @@ def admit(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: Ten
     mine = owners.tenant_of.get(spec.name, "default")
     me = tenants.get(mine) or DEFAULT
     d = decide(snap, spec, request, config, exclude=name)
-    if not me.limit.named() and (d.scheduled or not may_preempt(spec, tenants, owners)):
+    slivers = d.scheduled and bool(me.guarantee.named()) and fragmented(d.placement, occupancy.of(snap).workers)
+    if not me.limit.named() and not slivers and (d.scheduled or not may_preempt(spec, tenants, owners)):
         return Admission(d)  # nothing to check: no usage summed (a decision at 10,000 instances stays cheap)
     snap = without(snap, {name})  # its own reservation, if any, is neither usage nor in the way
     used = by_tenant([i for i in snap.instances if owners.tenant_of.get(i.model, "default") == mine],
                      owners.tenant_of).get(mine, Usage())
+    if slivers:
+        whole = _whole(snap, spec, request, tenants, owners, name, config, me, used)
+        if whole is not None:
+            return whole
     if d.scheduled:
         return Admission(d, quota=over_limit(me, used, of_candidate(d.placement)))
     if me.limit.named():
@@ -76,3 +89,18 @@ def admit(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: Ten
     if p.reasons and p.reasons[0].startswith("quota:"):
         return Admission(d, quota=p.reasons[0])
     return Admission(d, notes=[r for r in p.reasons if r.startswith("preemption:")])
+
+
+def _whole(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
+           name: str, config: PolicyConfig | None, me: Tenant, used: Usage) -> Admission | None:
+    """Rule 4: whole GPUs by preemption for a replica the decision put in slivers, when its tenant
+    stays within its guarantee with the replica's empty-cluster shape; None when no preemption
+    gives whole GPUs within the guarantee and limits (the slivers then stand)."""
+    empty = decide(without(snap, {i.name for i in snap.instances}), spec, request, config, exclude=name)
+    if not empty.scheduled or not within_guarantee(me, used, of_candidate(empty.placement)):
+        return None
+    p = plan(snap, spec, request, tenants, owners, name, config, whole_only=True)
+    if p.placement is None or over_limit(me, used, of_candidate(p.placement)):
+        return None
+    final = decide(without(snap, set(p.victims)), spec, request, config, exclude=name, whole_only=True)
+    return Admission(final, preemption=p) if p.victims else Admission(final)

@@ -60,12 +60,12 @@ def _ordered(cands: list[Instance], tenants: TenantsFile, o: Owners, mine: str, 
 
 
 def _greedy(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config, name: str, ordered: list[Instance],
-            tenants: TenantsFile, o: Owners, mine: str, used: dict[str, Usage]) -> list[Instance] | None:
+            tenants: TenantsFile, o: Owners, mine: str, used: dict[str, Usage], whole: bool = False) -> list[Instance] | None:
     """Victims in order until a dry run on ``snap`` without them places the preemptor (a tenant
     back within its guarantee gives no more), then fill-back: every victim it still fits
     without, tried in reverse, is spared. None when even all of them do not make room."""
     fits = lambda gone: decide(without(snap, {x.name for x in gone}), spec, request, config,  # noqa: E731
-                               exclude=name).scheduled
+                               exclude=name, whole_only=whole).scheduled
     taken, left = [], dict(used)
     for v in ordered:
         t = o.tenant_of.get(v.model, "default")
@@ -87,7 +87,7 @@ def _touches(i: Instance, w: str) -> bool:
     return i.worker == w or any(s.worker == w for s in i.subordinates)
 
 
-def _per_worker(snap, spec, request, config, name, ordered, tenants, o, mine, used) -> list[Instance] | None:
+def _per_worker(snap, spec, request, config, name, ordered, tenants, o, mine, used, whole=False) -> list[Instance] | None:
     """A preemptor that fits on one worker (the empty-cluster probe placed it on one): the greedy
     search runs per worker, on a snapshot of that worker alone, and the set whose victims come
     earliest in the victim order wins (then the fewest, then the worker's name). Each dry run
@@ -99,9 +99,10 @@ def _per_worker(snap, spec, request, config, name, ordered, tenants, o, mine, us
         sub = snap.model_copy(update={"workers": [x for x in snap.workers if x.name == w],
                                       "instances": [i for i in snap.instances if _touches(i, w)],
                                       "model_files": [f for f in snap.model_files if f.worker == w]})
-        if not decide(without(sub, {v.name for v in mine_here}), spec, request, config, exclude=name).scheduled:
+        if not decide(without(sub, {v.name for v in mine_here}), spec, request, config, exclude=name,
+                      whole_only=whole).scheduled:
             continue  # not even every candidate here makes room
-        taken = _greedy(sub, spec, request, config, name, mine_here, tenants, o, mine, used)
+        taken = _greedy(sub, spec, request, config, name, mine_here, tenants, o, mine, used, whole)
         if taken:
             key = (max(rank[v.name] for v in taken), len(taken), w)
             if best is None or key < best[0]:
@@ -110,13 +111,14 @@ def _per_worker(snap, spec, request, config, name, ordered, tenants, o, mine, us
 
 
 def plan(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
-         name: str, config: PolicyConfig | None = None) -> Preemption:
+         name: str, config: PolicyConfig | None = None, whole_only: bool = False) -> Preemption:
     """Where the PENDING replica ``name`` of ``spec`` goes, taking the fewest victims; no
-    placement (and no victims) when it cannot be placed even so."""
+    placement (and no victims) when it cannot be placed even so. ``whole_only``: every dry run
+    refuses placements in slivers of partly full GPUs (scheduler/scorers/fragmentation.py)."""
     mine = owners.tenant_of.get(spec.name, "default")
     me, my_prio = tenants.get(mine), owners.priority_of.get(spec.name, 0)
     used = by_tenant(snap.instances, owners.tenant_of)
-    d = decide(snap, spec, request, config, exclude=name)
+    d = decide(snap, spec, request, config, exclude=name, whole_only=whole_only)
     if d.scheduled:
         return Preemption(d.placement, reasons=d.reasons)
     probe = decide(without(snap, {i.name for i in snap.instances if i.name != name}), spec, request, config, exclude=name)
@@ -129,11 +131,11 @@ def plan(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: Tena
                   or owners.tenant_of.get(i.model, "default") == mine and owners.priority_of.get(i.model, 0) < my_prio)]
     ordered = _ordered(cands, tenants, owners, mine, used)
     search = _per_worker if not probe.placement.subordinates else _greedy  # across workers: the whole cluster
-    taken = search(snap, spec, request, config, name, ordered, tenants, owners, mine, used)
+    taken = search(snap, spec, request, config, name, ordered, tenants, owners, mine, used, whole_only)
     if taken is None:
         return Preemption(None, reasons=d.reasons + [f"preemption: no set of preemptible replicas makes room "
                                                      f"({len(cands)} candidates)"])
-    final = decide(without(snap, {x.name for x in taken}), spec, request, config, exclude=name)
+    final = decide(without(snap, {x.name for x in taken}), spec, request, config, exclude=name, whole_only=whole_only)
     if not final.scheduled:  # the proof on the whole cluster: no victim unless it places the preemptor
         return Preemption(None, reasons=d.reasons + ["preemption: the dry run without the victims does not place it"])
     limit = over_limit(me, used.get(mine, Usage()), of_candidate(final.placement))
