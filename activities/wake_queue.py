@@ -13,6 +13,9 @@ The rules (README, "The PENDING queue"):
 - Heads that now fit are woken in order, each booked on the cached snapshot before the next is
   tried; those that would take their tenant over a limit are not woken (the quota is their
   reason). BestEffortFIFO or StrictFIFO, as the tenants file says.
+- Replicas that do not fit but whose tenant stays within its guarantee with them, while another
+  tenant borrows, are woken as well, every one the guarantee covers at once: they decide
+  together and preempt as a group.
 - Safety net: the queue is swept every ``pending_recheck_s`` (workflows/queue_sweep.py), waking
   the heads that fit and the first waiting replica of each deployment; a PENDING replica keeps
   no timer of its own (before the ``queue-sweep`` patch it re-decided on its own every period).
@@ -86,14 +89,14 @@ class Verdict:
     unknown: list[str]  # no request known: woken to decide themselves
 
     def to_signal(self) -> list[str]:
-        return self.wake.woken + self.unknown
+        return self.wake.woken + self.wake.reclaim + self.unknown
 
     def to_sweep(self) -> list[str]:
         """What the periodic sweep wakes (workflows/queue_sweep.py), a number that grows with the
         deployments waiting, not their replicas: the heads that fit, and the first waiting replica
         of each deployment (its request may not be known here; it may preempt; a new tenants file
         may have raised its limit)."""
-        out, deps = list(self.wake.woken), set()
+        out, deps = list(self.wake.woken) + self.wake.reclaim, set()
         for r in self.order:
             if r.deployment not in deps:
                 deps.add(r.deployment)
@@ -105,6 +108,8 @@ class Verdict:
             return UNKNOWN
         if name in self.wake.woken:
             return "fits now: woken"
+        if name in self.wake.reclaim:
+            return "within its tenant's guarantee while another tenant borrows: woken to preempt"
         return self.wake.held.get(name, "")
 
 
@@ -161,9 +166,9 @@ def judge(q: Queue, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Req
             specs[dep] = (spec, req)
     known = [r for r in q.replicas if r.deployment in specs]
     unknown = [r.instance for r in ordered_replicas(q.replicas) if r.deployment not in specs]
-    limited = {t.name: t for t in q.tenants.tenants if t.limit.named()}
+    limited = {t.name: t for t in q.tenants.tenants if t.limit.named() or t.guarantee.named()}
     quotas = None
-    if limited:
+    if limited:  # limits to hold, guarantees to reclaim (scheduler/tenancy/queue.py)
         quotas = Quotas(limited, by_tenant(snap.instances, q.tenant_of))
     wake = to_wake(snap, [r.waiting() for r in known], specs, strict=q.tenants.queueing == "StrictFIFO",
                    config=policy, quotas=quotas)

@@ -1,7 +1,8 @@
 """Guarantees in whole replicas (issue 25), in tables: a tenant within its guarantee gets its
 replicas placed as on an empty cluster of its guarantee's size (whole GPUs, by preemption),
 never in slivers of what partly full GPUs have left; and a group of replicas preempts at once,
-its victims minimal together (Kueue's fill-back over the group).
+its victims minimal together (Kueue's fill-back over the group), and the queue wakes every
+replica the guarantee covers in one pass.
 
 The cluster of the brief: one host, 8 GPUs of 24 GiB; poc (limit 2) and dev (limit 6) hold one
 20 GiB replica on each GPU, so every GPU has 4 GiB left and a 20 GiB replica fits only as
@@ -18,7 +19,8 @@ from scheduler.tenancy.admit import admit
 from scheduler.tenancy.config import TenantsFile
 from scheduler.tenancy.group import admit_group
 from scheduler.tenancy.preemption import Owners
-from scheduler.tenancy.usage import of_candidate
+from scheduler.tenancy.queue import Quotas, Waiting, to_wake
+from scheduler.tenancy.usage import by_tenant, of_candidate
 from scheduler.units import GiB
 from tests.conftest import cluster, gpu, worker
 
@@ -103,3 +105,38 @@ def test_fill_back_over_the_group_spares_a_victim_one_replica_at_a_time_would_ta
     adms = admit_group(snap, spec("prod-m"), REQ, TENANTS, started(insts), ["prod-m-0", "prod-m-1"])
     assert [a.victims for a in adms] == [["dev-m-0"], []]
     assert sorted(g for a in adms for g in a.decision.placement.gpu_indexes) == [1, 2]
+
+
+@pytest.mark.parametrize("prod_holds, dev_guarantee, woken", [
+    (0, None, 4),  # 0 + 4 x 1 GPU = 4 <= 4, and poc and dev borrow: every replica the guarantee covers
+    (3, None, 1),  # 3 + 1 = 4: one more; 3 + 2 = 5 > 4
+    (4, None, 0),  # at its guarantee: preempting would make it borrow
+    (0, 6, 4),     # dev within its guarantee (6 <= 6), but poc borrows: preemption may help, all 4 woken (2 find victims)
+])
+def test_the_queue_wakes_every_replica_the_guarantee_covers_at_once(prod_holds, dev_guarantee, woken):
+    tf = TENANTS
+    if dev_guarantee:
+        tf = TenantsFile.model_validate({"tenants": [
+            {"name": "prod", "priority": 100, "guarantee": {"gpus": 4}},
+            {"name": "dev", "priority": 30, "guarantee": {"gpus": dev_guarantee}, "limit": {"gpus": 6}},
+            {"name": "poc", "priority": 10, "limit": {"gpus": 2}}]})
+    insts = full(prod_holds)
+    snap = cluster([worker("h", 256, [gpu(i, 24) for i in range(8)])], insts)
+    queue = [Waiting(f"prod-m-{k}", "prod-m", 100, 0, float(k), "prod") for k in range(4, 8)]
+    quotas = Quotas({t.name: t for t in tf.tenants}, by_tenant(snap.instances, OWNERS.tenant_of))
+    specs = {"prod-m": (spec("prod-m").model_copy(update={"run_command": "serve {port}"}), REQ)}  # slivers not offered
+    w = to_wake(snap, queue, specs, quotas=quotas)
+    assert w.woken == [] and w.reclaim == [f"prod-m-{k}" for k in range(4, 4 + woken)]
+    assert all(r.startswith("does not fit") for r in w.held.values()) and len(w.held) == 4 - woken
+
+
+def test_no_borrower_no_reclaim_wake():
+    # everyone else within a guarantee: preemption cannot help, so nothing is woken for it
+    tf = TenantsFile.model_validate({"tenants": [
+        {"name": "prod", "priority": 100, "guarantee": {"gpus": 4}},
+        {"name": "dev", "guarantee": {"gpus": 6}}, {"name": "poc", "guarantee": {"gpus": 2}}]})
+    snap = cluster([worker("h", 256, [gpu(i, 24) for i in range(8)])], full(0))
+    quotas = Quotas({t.name: t for t in tf.tenants}, by_tenant(snap.instances, OWNERS.tenant_of))
+    specs = {"prod-m": (spec("prod-m").model_copy(update={"run_command": "serve {port}"}), REQ)}
+    w = to_wake(snap, [Waiting("prod-m-0", "prod-m", 100, 0, 0.0, "prod")], specs, quotas=quotas)
+    assert w.reclaim == [] and "prod-m-0" in w.held

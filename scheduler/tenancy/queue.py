@@ -15,6 +15,12 @@ Quota: with ``tenants`` given, a replica that fits but would take its tenant ove
 quota as its reason. It waits on its own tenant, not on capacity, so it blocks nobody, in either
 mode.
 
+Reclaim: with ``quotas`` given, a replica that does not fit, of a tenant that stays within its
+guarantee with it (its whole-GPU shape, what it holds on an empty cluster, counting the replicas
+woken before it in this pass) while another tenant borrows, is woken too (``Wake.reclaim``): it
+decides itself and may preempt. Every replica the guarantee covers is woken in the same pass, so
+they decide together and preempt as a group (scheduler/tenancy/group.py), not one per sweep.
+
 Cost: the snapshot only fills during a pass, so once a replica does not fit, every later replica
 of a spec that fits the same places (``fit_key``: the spec but its name, tenant, priority and
 replica count) is held for the same reason without another decision; once a deployment is over
@@ -33,8 +39,8 @@ from scheduler.dry_run import book, without
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.admission import over_limit
-from scheduler.tenancy.config import Tenant
+from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
+from scheduler.tenancy.config import DEFAULT, Tenant
 from scheduler.tenancy.usage import Usage, of_candidate
 
 
@@ -55,13 +61,14 @@ class Waiting:
 @dataclass
 class Wake:
     woken: list[str] = field(default_factory=list)
+    reclaim: list[str] = field(default_factory=list)  # do not fit, may preempt within their tenant's guarantee
     held: dict[str, str] = field(default_factory=dict)  # instance -> why it waits
     decisions: int = 0  # policy runs this pass took (the cost the memo keeps small)
 
 
 @dataclass(frozen=True)
 class Quotas:
-    """Each tenant's definition and what it holds now (the ledger's view)."""
+    """Each tenant with a limit or a guarantee, and what every tenant holds now (the ledger's view)."""
 
     tenants: dict[str, Tenant]
     used: dict[str, Usage]
@@ -108,6 +115,7 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
         return b.workers
 
     keys = {dep: fit_key(sr[0]) for dep, sr in specs.items()}
+    unfit_held: list[Waiting] = []  # held because they do not fit, in queue order
     for w in ordered(queue):
         if w.deployment not in specs:
             out.held[w.instance] = "no estimate yet"
@@ -120,11 +128,14 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
             known = f"StrictFIFO: behind {blocked[0].w.instance}"
         if known is not None:
             out.held[w.instance] = known
+            if unfit.get(keys[w.deployment]) == known:
+                unfit_held.append(w)
             continue
         d = decide(snap, spec, req, config, exclude=w.instance)
         out.decisions += 1
         if not d.scheduled:
             blocked.append(_Blocked(w, spec, req))
+            unfit_held.append(w)
             out.held[w.instance] = unfit[keys[w.deployment]] = "does not fit: " + (
                 "; ".join(d.reasons[:min(2, d.decisive or 2)]) or "no candidate")
             continue
@@ -145,4 +156,31 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
         out.woken.append(w.instance)
         used[w.tenant] = used.get(w.tenant, Usage()) + need
         snap = book(snap, d.placement, w.instance, spec.name)
+    if quotas and unfit_held:
+        _reclaim(out, unfit_held, specs, keys, quotas, used, empty_snap, config)
     return out
+
+
+def _reclaim(out: Wake, waiting: list[Waiting], specs: dict[str, tuple[ModelSpec, Request]], keys: dict[str, str],
+             quotas: Quotas, used: dict[str, Usage], empty_snap: ClusterSnapshot, config: PolicyConfig | None) -> None:
+    """Wake the replicas that do not fit but whose tenant stays within its guarantee with them,
+    while another tenant borrows (module docstring, Reclaim)."""
+    lenders = {t for t, u in quotas.used.items()
+               if u != Usage() and borrowing(quotas.tenants.get(t) or DEFAULT, u)}
+    shape: dict[str, Usage | None] = {}  # fit key -> what a replica holds on an empty cluster
+    for w in waiting:
+        t = quotas.tenants.get(w.tenant)
+        if t is None or not t.guarantee.named() or not lenders - {w.tenant}:
+            continue
+        spec, req = specs[w.deployment]
+        k = keys[w.deployment]
+        if k not in shape:
+            empty = decide(empty_snap, spec, req, config, exclude=w.instance)
+            out.decisions += 1
+            shape[k] = of_candidate(empty.placement) if empty.scheduled else None
+        need = shape[k]
+        if need is None or not within_guarantee(t, used.get(w.tenant, Usage()), need):
+            continue
+        out.reclaim.append(w.instance)
+        out.held.pop(w.instance, None)
+        used[w.tenant] = used.get(w.tenant, Usage()) + need
