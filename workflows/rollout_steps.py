@@ -35,7 +35,7 @@ KEEP_HISTORY = 10  # versions kept, each with its spec: how far `gpuflow rollout
 KEEP_HISTORY_BYTES = 256 * 1024  # their specs together, as JSON (the state travels in continue-as-new's input)
 GOOD = ("good", "deployed")  # results undo may go back to
 FAILED = ("rolled back", "halted")  # results undo never goes back to
-NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority"}  # changing only these restarts nothing
+NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with"}  # changing only these restarts nothing
 
 
 Spec = Annotated[ModelSpec, PlainSerializer(lambda s: s.model_dump(mode="json", exclude_none=True))]

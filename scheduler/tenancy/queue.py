@@ -78,7 +78,7 @@ def ordered(queue: list[Waiting]) -> list[Waiting]:
     return sorted(queue, key=lambda w: w.rank)
 
 
-FIT_FIELDS_EXCLUDED = {"name", "tenant", "priority", "replicas", "autoscaling", "rollout"}  # no bearing on fit
+FIT_FIELDS_EXCLUDED = {"name", "tenant", "priority", "replicas", "autoscaling", "rollout", "shared_with"}  # no bearing on fit
 
 
 def fit_key(spec: ModelSpec) -> str:
