@@ -39,21 +39,26 @@ def _parts(c):
         yield s.worker, s.gpu_indexes, s.claim.vram
 
 
-def fragmented(c, workers: dict[str, Worker]) -> bool:
-    """Whether candidate ``c`` holds more GPUs than its claim needs on those GPUs empty."""
-    held = sum(len(g) for _, g, _ in _parts(c))
+def fragmented(c, workers: dict[str, Worker], _totals: dict | None = None) -> bool:
+    """Whether candidate ``c`` holds more GPUs than its claim needs on those GPUs empty.
+    ``_totals``: a cache of each worker's GPU totals by index, shared by one decision's candidates."""
+    held = len(c.gpu_indexes) + sum(len(s.gpu_indexes) for s in c.subordinates)
     if held < 2:
         return False
+    cache = {} if _totals is None else _totals
     totals, claim = [], 0
     for w, gpus, vram in _parts(c):
-        by_index = {g.index: g.vram_total for g in workers[w].gpus} if w in workers else {}
+        by_index = cache.get(w)
+        if by_index is None:
+            by_index = cache[w] = {g.index: g.vram_total for g in workers[w].gpus} if w in workers else {}
         totals += [by_index.get(i, 0) for i in gpus]
         claim += sum(vram.get(i, 0) for i in gpus)
     return held > whole_count(totals, claim)
 
 
 def flags(cands, workers: dict[str, Worker]) -> list[bool]:
-    return [fragmented(c, workers) for c in cands]
+    cache: dict = {}
+    return [fragmented(c, workers, cache) for c in cands]
 
 
 def scores(flagged: list[bool]) -> list[float]:
