@@ -39,26 +39,41 @@ def _parts(c):
         yield s.worker, s.gpu_indexes, s.claim.vram
 
 
-def fragmented(c, workers: dict[str, Worker], _totals: dict | None = None) -> bool:
-    """Whether candidate ``c`` holds more GPUs than its claim needs on those GPUs empty.
-    ``_totals``: a cache of each worker's GPU totals by index, shared by one decision's candidates."""
+def fragmented(c, workers: dict[str, Worker]) -> bool:
+    """Whether candidate ``c`` holds more GPUs than its claim needs on those GPUs empty: n GPUs
+    are more than w exactly when the n - 1 largest of them hold the claim, that is when their
+    totals less the smallest reach it (no sort: this runs for every multi-GPU candidate)."""
     held = len(c.gpu_indexes) + sum(len(s.gpu_indexes) for s in c.subordinates)
     if held < 2:
         return False
-    cache = {} if _totals is None else _totals
-    totals, claim = [], 0
+    total, smallest, claim = 0, None, 0
     for w, gpus, vram in _parts(c):
-        by_index = cache.get(w)
-        if by_index is None:
-            by_index = cache[w] = {g.index: g.vram_total for g in workers[w].gpus} if w in workers else {}
-        totals += [by_index.get(i, 0) for i in gpus]
-        claim += sum(vram.get(i, 0) for i in gpus)
-    return held > whole_count(totals, claim)
+        listed = workers[w].gpus if w in workers else []
+        for i in gpus:
+            g = listed[i] if i < len(listed) and listed[i].index == i else next((x for x in listed if x.index == i), None)
+            t = g.vram_total if g is not None else 0
+            total += t
+            smallest = t if smallest is None or t < smallest else smallest
+            claim += vram.get(i, 0)
+    return total - smallest >= claim
 
 
 def flags(cands, workers: dict[str, Worker]) -> list[bool]:
-    cache: dict = {}
-    return [fragmented(c, workers, cache) for c in cands]
+    """``fragmented`` of each candidate; a candidate on one worker whose GPUs are all of one size
+    t takes the short form (n - 1) * t >= claim."""
+    same: dict[str, int | None] = {}  # worker -> the size of all its GPUs, None when they differ
+    out = []
+    for c in cands:
+        n = len(c.gpu_indexes)
+        if c.subordinates or n < 2:
+            out.append(fragmented(c, workers))
+            continue
+        t = same.get(c.worker, 0)
+        if t == 0:
+            sizes = {g.vram_total for g in workers[c.worker].gpus} if c.worker in workers else set()
+            t = same[c.worker] = sizes.pop() if len(sizes) == 1 else None
+        out.append((n - 1) * t >= sum(c.claim.vram.values()) if t is not None else fragmented(c, workers))
+    return out
 
 
 def scores(flagged: list[bool]) -> list[float]:
