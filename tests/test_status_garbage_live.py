@@ -20,7 +20,7 @@ from temporalio.common import RawValue
 
 from activities.payloads import CONTROL_QUEUE
 from gpuflow import ops
-from tests.live import FAST, Live, spec
+from tests.live import FAST, Live, cli, spec
 
 FLOOR_S = 2.0  # the baseline's floor: on a loaded 2-core machine one status run takes 1.5 to 4 s
 # an input no data converter can decode: the workflow task fails on every attempt (Running, broken)
@@ -116,5 +116,9 @@ async def test_status_stays_within_twice_its_time_with_ten_garbage_workflows(sta
     assert rows["spare"]["autoscaler"]["broken"].startswith("failed: "), rows["spare"]
     assert "junk" not in [h["name"] for h in json.loads(p.stdout)["hosts"]]
     assert took <= 2 * bound, took
+    for name, said in (("good", "failed: AutoscalerWorkflow"), ("idle", "its workflow task has failed")):
+        t0 = time.monotonic()  # `gpuflow autoscale NAME` says so at once, too, exit 2
+        p = cli(lv, "autoscale", name)
+        assert p.returncode == 2 and said in p.stderr and time.monotonic() - t0 < 15, (p.stdout, p.stderr)
 
     await lv.client.get_workflow_handle("autoscaler/idle").terminate("test over")

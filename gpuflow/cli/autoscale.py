@@ -63,7 +63,13 @@ def cmd_autoscale(a) -> int:
     s = settings_from(a)
 
     async def go():
-        v = await view(await connect(s.temporal), a.name)
+        from gpuflow import ops
+
+        client = await connect(s.temporal)
+        why = (await ops.autoscalers(client, [a.name])).get(a.name)
+        if why:  # failed or stuck: said at once, never queried (that query hung for about 30 s)
+            raise InvalidInput(f"autoscaler/{a.name} cannot answer: {why}")
+        v = await view(client, a.name)
         if v is None:
             raise InvalidInput(f"deployment {a.name!r} has no autoscaler (its spec has no autoscaling block, "
                                f"or it does not exist)")
