@@ -14,7 +14,6 @@ that was good, never to one rolled back for failing (:func:`undo_choice`)."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -208,7 +207,7 @@ def _add(r: RolloutState, version: int, spec: ModelSpec, result: str, undo_of: i
     r.history.append(Outcome(version=version, result=result, reason=reason[:MAX_TEXT], at=_now(), undo_of=undo_of,
                              spec=spec))
     keep = {r.version, r.good_version}  # the current version, and the good one a rollback returns to
-    sizes = [len(json.dumps(h.raw())) for h in r.history]
+    sizes = [len(h.spec.model_dump_json(exclude_none=True)) for h in r.history]
     while len(r.history) > KEEP_HISTORY or sum(sizes) > KEEP_HISTORY_BYTES:  # the oldest go first
         i = next((i for i, h in enumerate(r.history) if h.version not in keep), None)
         if i is None:
