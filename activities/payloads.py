@@ -10,8 +10,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from scheduler.cluster import GPU, Claim, Subordinate
-from scheduler.bounds import MAX_ITEMS, Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
-from scheduler.limits import MAX_BYTES, MAX_WAIT_S, REPLICAS_CEILING
+from scheduler.bounds import CpuText, Lines, MAX_ITEMS, Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
+from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S, REPLICAS_CEILING
 from scheduler.naming import NAME_MAX
 
 
@@ -20,7 +20,7 @@ class PlacementPlan(BaseModel):
     gpu_indexes: Indexes = []
     claim: Claim = Claim()
     subordinates: list[Subordinate] = Field([], max_length=MAX_ITEMS)
-    cpus: ShortText | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
+    cpus: CpuText | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
     numa_nodes: Indexes | None = None
 
 
@@ -41,13 +41,13 @@ class DecisionRecord(BaseModel):
     plan: PlacementPlan | None = None
     strategy: ShortText | None = None
     score: float | None = Field(None, le=1e9)
-    reasons: list[Text] = Field([], max_length=MAX_ITEMS)
+    reasons: Lines = []
     request: dict[str, Any] = {}
     decision: dict[str, Any] = {}
     workers_seen: Count = 0
     generations: dict[Name, Annotated[int, Field(le=2**63)]] = Field({}, max_length=100_000)  # worker -> generation of the snapshot decided on
     tenant: Name = "default"  # the deployment's tenant, as the store had it
-    victims: list[Victim] = Field([], max_length=MAX_ITEMS)  # placed by preempting these (scheduler/tenancy/preemption.py)
+    victims: list[Victim] = Field([], max_length=MAX_GPUS * 4)  # placed by preempting these (scheduler/tenancy/preemption.py)
     preempt_why: Text = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
 
     @property

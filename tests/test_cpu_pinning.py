@@ -108,7 +108,9 @@ async def test_pinned_engine_end_to_end(tmp_path):
     try:
         lv.stack.start_agent("numa", inventory(tmp_path / "numa.yaml", "1", n=2), labels={"kind": "numa"})
         lv.stack.start_agent("plain", inventory(tmp_path / "plain.yaml", None), labels={"kind": "plain"})
-        await ops.deploy(lv.client, spec("pinned", 30, cpu_pinning=True, worker_selector={"kind": "numa"}), FAST)
+        # 30 GiB: two GPUs, so the custom engine says it splits a replica (scheduler/selectors/custom.py)
+        await ops.deploy(lv.client, spec("pinned", 30, cpu_pinning=True, worker_selector={"kind": "numa"},
+                                         gpu_selector={"gpus_per_replica": 2}), FAST)
         await ops.deploy(lv.client, spec("loose", cpu_pinning=True, worker_selector={"kind": "plain"}), FAST)
         await lv.wait(lambda: lv.states() == {"pinned-0": "running", "loose-0": "running"}, 90, "both RUNNING")
         rows = {i.name: i for i in lv.instances()}

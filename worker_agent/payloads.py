@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from scheduler.bounds import MAX_COMMAND, MAX_ITEMS, MAX_TEXT, MAX_WORDS, Command, Indexes, Name, Path, Seconds, ShortText, Word
+from scheduler.bounds import CpuText, MAX_COMMAND, MAX_ITEMS, MAX_TEXT, MAX_WORDS, Command, Indexes, Name, Path, Seconds, ShortText, Word
 from scheduler.limits import MAX_BYTES, MAX_GPUS
 from scheduler.naming import NAME_MAX
 
@@ -61,7 +61,7 @@ class LaunchRequest(BaseModel):
     liveness_s: Seconds = 10.0  # probe a RUNNING server this often (0: never)
     liveness_failures: int = Field(3, ge=1, le=1000)  # this many misses in a row: the server is stopped and restarted
     cpu_pinning: bool = False  # bind the process to ``cpus`` (and, with numactl, ``numa_nodes``' memory)
-    cpus: ShortText | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
+    cpus: CpuText | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
     numa_nodes: Indexes | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
     # What a supervisor cancelled by its workflow does: stop the process (instance workflows before
     # generation 2), or only stop watching (since: the workflow stops it with stop_instance, and a
