@@ -201,18 +201,20 @@ async def test_tenant_bs_key_gets_404_on_tenant_as_model(tmp_path):
         lv.close()
 
 
-@pytest.mark.parametrize("params, named", [
+PROBE_FLAGS = [
     (["--lora-modules", '{"name": "x", "path": "/outside"}'], "/outside"),  # a file inside JSON
     (["--lora-modules=x=/outside"], "/outside"),  # a file inside k=v
     (["--speculative-config", '{"model": "/outside"}'], "/outside"),
     (["--chat-template", "AGENT_CWD_FILE"], "agent's working folder"),  # relative: the model's folder, never the agent's
     (["--worker-extension-cls", "evil.Ext"], "--allow-remote-code"),  # imports code
     (["--hf-overrides", '{"auto_map": {"AutoConfig": "evil.Cfg"}}'], "--allow-remote-code"),
-])
-async def test_json_valued_and_import_flags_never_reach_the_engine(tmp_path, params, named):
+]
+
+
+async def test_json_valued_and_import_flags_never_reach_the_engine(tmp_path):
     """A vLLM stand-in (a launcher script that records its argv) on an agent with --model-root and
-    without --allow-remote-code: each spec is refused at deploy or by the agent, naming the problem,
-    and the stand-in never starts."""
+    without --allow-remote-code: each of the probe's specs is refused at deploy or by the agent,
+    naming the problem, and the stand-in never starts. One stack, one deployment per case."""
     from tests.test_security_live import launchers
 
     (vllm,) = launchers(tmp_path, "vllm")
@@ -221,21 +223,22 @@ async def test_json_valued_and_import_flags_never_reach_the_engine(tmp_path, par
     # a file in the agent's working folder (the agents run where this test runs): relative, it
     # would be read there by the engine, whose working folder is the agent's
     here = sorted(f for f in os.listdir(".") if os.path.isfile(f))[0]
-    params = [here if p == "AGENT_CWD_FILE" else p for p in params]
     lv = Live(str(tmp_path))
     try:
         await lv.start({"g1": [24]}, agent_args=["--vllm", vllm, "--model-root", str(root)])
-        raw = {"name": "m", "source": {"local_path": str(root / "m")}, "backend": "vllm",
-               "resources": {"vram": "4 GiB"}, "backend_parameters": params}
-        path = tmp_path / "m.yaml"
-        path.write_text(yaml.safe_dump(raw))
-        out = cli(lv, "deploy", str(path))
-        if out.returncode == 0:  # not refusable without a host: the agent refuses it
-            await lv.wait(lambda: any(i.state == "error" for i in lv.instances("m")), 60, "m ERROR")
-            why = lv.instances("m")[0].reason
-            assert "refused by g1" in why and named in why, why
-        else:
-            assert out.returncode == 2 and named in out.stderr, (out.stdout, out.stderr)
+        for n, (params, named) in enumerate(PROBE_FLAGS):
+            params = [here if p == "AGENT_CWD_FILE" else p for p in params]
+            raw = {"name": f"m{n}", "source": {"local_path": str(root / "m")}, "backend": "vllm",
+                   "resources": {"vram": "4 GiB"}, "backend_parameters": params}
+            path = tmp_path / f"m{n}.yaml"
+            path.write_text(yaml.safe_dump(raw))
+            out = cli(lv, "deploy", str(path))
+            if out.returncode == 0:  # not refusable without a host: the agent refuses it
+                await lv.wait(lambda: any(i.state == "error" for i in lv.instances(f"m{n}")), 60, f"m{n} ERROR")
+                why = lv.instances(f"m{n}")[0].reason
+                assert "refused by g1" in why and named in why, (params, why)
+            else:
+                assert out.returncode == 2 and named in out.stderr, (params, out.stdout, out.stderr)
         assert not (tmp_path / "vllm.json").exists()  # the stand-in never started
     finally:
         lv.close()

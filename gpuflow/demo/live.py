@@ -33,15 +33,18 @@ SERVER = "python3 -m http.server {port} --bind {host}"
 
 def demo_specs(models_dir: str) -> list[ModelSpec]:
     """Local model folders (made here: the demo needs no hub), sized by ``resources``."""
-    def s(name, vram, replicas, strategy="spread"):
+    def s(name, vram, replicas, strategy="spread", gpus=None):
         path = os.path.join(models_dir, name)
         os.makedirs(path, exist_ok=True)
         return ModelSpec.model_validate({
             "name": name, "source": {"local_path": path}, "backend": "custom",
             "run_command": SERVER, "replicas": replicas, "placement_strategy": strategy,
-            "resources": {"vram": vram, "ram": "2 GiB"}})
+            "resources": {"vram": vram, "ram": "2 GiB"},
+            **({"gpu_selector": {"gpus_per_replica": gpus}} if gpus else {})})
 
-    return [s("chat-8b", "14 GiB", 3), s("embed-small", "4 GiB", 2, "binpack"), s("llama-70b", "140 GiB", 1)]
+    # llama-70b's engine splits a replica over two GPUs, and says so: a custom engine gets several
+    # GPUs only when it does (scheduler/selectors/custom.py)
+    return [s("chat-8b", "14 GiB", 3), s("embed-small", "4 GiB", 2, "binpack"), s("llama-70b", "140 GiB", 1, gpus=2)]
 
 
 async def _until(pred, timeout: float, every: float = 0.5):
