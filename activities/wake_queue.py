@@ -16,6 +16,10 @@ The rules (README, "The PENDING queue"):
 - Replicas that do not fit but whose tenant stays within its guarantee with them, while another
   tenant borrows, are woken as well, every one the guarantee covers at once: they decide
   together and preempt as a group.
+- One reason, everywhere: every wake writes each replica it holds back its verdict as its reason
+  in the store (after "preempted by ..." where a preemption put the replica there: that part stays
+  until it is placed again), so ``gpuflow status``, ``explain`` and ``queue`` show the same text,
+  current with the capacity, the tenants file and the preemptors. Those it wakes record their own.
 - Safety net: the queue is swept every ``pending_recheck_s`` (workflows/queue_sweep.py), waking
   the heads that fit and the first waiting replica of each deployment; a PENDING replica keeps
   no timer of its own (before the ``queue-sweep`` patch it re-decided on its own every period).
@@ -38,7 +42,7 @@ from sqlmodel import Session, select
 from temporalio import activity
 from temporalio.service import RPCError
 
-from activities.store import tenants
+from activities.store import records, tenants
 from activities.store.tables import DeploymentRow, InstanceRow
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
@@ -111,6 +115,33 @@ class Verdict:
         if name in self.wake.reclaim:
             return "within its tenant's guarantee while another tenant borrows: woken to preempt"
         return self.wake.held.get(name, "")
+
+
+PREEMPTED = "preempted by "  # a victim's reason (PreemptNotice.reason), kept until it is placed again
+NOW = "; now: "
+
+
+def current(old: str, verdict: str) -> str:
+    """The reason a waiting replica shows: the queue's verdict, after what preempted it, if anything
+    did (that part stays until the replica is placed again; the verdict after it is kept current)."""
+    if old.startswith(PREEMPTED):
+        return old.split(NOW, 1)[0] + NOW + verdict
+    return verdict
+
+
+def current_reasons(v: "Verdict") -> dict[str, tuple[str, str]]:
+    """instance -> (its recorded reason, the current one), for the waiting replicas whose reason
+    moved: those the wake holds back. The ones it wakes decide and record their own."""
+    deciding = set(v.unknown) | set(v.wake.woken) | set(v.wake.reclaim)
+    out = {}
+    for r in v.order:
+        verdict = v.reason(r.instance)
+        if r.instance in deciding or not verdict:
+            continue
+        new = current(r.reason, verdict)
+        if new != r.reason:
+            out[r.instance] = (r.reason, new)
+    return out
 
 
 def _utc(t: datetime) -> datetime:
@@ -231,7 +262,9 @@ async def wake(acts, sweep: bool = False) -> int:
     try:
         def plan() -> Verdict:
             snap = acts.snapshots.refresh(acts.engine)[0]
-            return judge(read(acts.engine), snap, lambda s: known_request(acts.estimates, s), acts.policy)
+            v = judge(read(acts.engine), snap, lambda s: known_request(acts.estimates, s), acts.policy)
+            records.set_pending_reasons(acts.engine, current_reasons(v))  # one reason, kept current
+            return v
 
         verdict = await acts._db(plan)
         names = verdict.to_sweep() if sweep else verdict.to_signal()

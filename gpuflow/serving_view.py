@@ -42,6 +42,37 @@ def add_serving(st: dict[str, Any], engine: Engine | None, per_instance: bool = 
     return st
 
 
+def add_reasons(st: dict[str, Any], engine: Engine | None) -> dict[str, Any]:
+    """Each PENDING instance's reason as the store holds it: the PENDING queue keeps it current
+    (activities/wake_queue.py), while the workflow's own says why its last decision did not place
+    it. Unchanged when there is no store to read or it cannot be read."""
+    if engine is None:
+        return st
+    try:
+        for d in st["deployments"]:
+            pending = {i["name"] for i in d.get("instances", []) if i.get("state") == "pending"}
+            if pending:
+                rows = {r.name: r for r in records.instances_of(engine, d["name"])}
+                for i in d["instances"]:
+                    row = rows.get(i["name"])
+                    if i["name"] in pending and row is not None and row.state == "pending" and row.reason:
+                        i["reason"] = row.reason
+    except SQLAlchemyError:
+        pass
+    return st
+
+
+def pending_reason(engine: Engine | None, name: str) -> str | None:
+    """The store's reason for a PENDING instance (add_reasons), or None."""
+    if engine is None:
+        return None
+    try:
+        row = next((r for r in records.instances_of(engine, None) if r.name == name), None)
+    except SQLAlchemyError:
+        return None
+    return row.reason if row is not None and row.state == "pending" and row.reason else None
+
+
 def store_states(engine: Engine):
     """deployment -> {instance: state} read from the store's rows (``gpuflow status --summary``),
     or None when the store cannot be read; ops.status uses it only where it names every instance."""

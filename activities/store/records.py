@@ -129,6 +129,22 @@ def record_instances(engine: Engine, recs: list[InstanceRecord]) -> None:
         s.commit()
 
 
+def set_pending_reasons(engine: Engine, reasons: dict[str, tuple[str, str]]) -> int:
+    """instance -> (the reason read, the current one): each row still PENDING and still holding the
+    reason read gets the current one (compare-and-set, so a workflow's own newer record wins);
+    returns how many changed. The PENDING queue's wake keeps waiting replicas' reasons current
+    (activities/wake_queue.py); no placement reads a reason, so the snapshot's change log is not bumped."""
+    t = InstanceRow.__table__
+    n = 0
+    with Session(engine) as s:
+        conn = s.connection()
+        for name, (old, new) in sorted(reasons.items()):
+            n += conn.execute(update(t).where(t.c.name == name, t.c.state == "pending", t.c.reason == old)
+                              .values(reason=new)).rowcount
+        s.commit()
+    return n
+
+
 def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
     """Insert the instance's first row; never overwrites one its workflow has written since
     (a retried start must not turn a RUNNING instance back into PENDING)."""

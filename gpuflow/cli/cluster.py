@@ -148,7 +148,7 @@ def cmd_status(a) -> int:
     s = settings_from(a)
 
     async def go():
-        from gpuflow.serving_view import add_serving, open_store, store_states
+        from gpuflow.serving_view import add_reasons, add_serving, open_store, store_states
 
         store = open_store(s, bool(a.database_url or a.data_dir))
         from gpuflow.cli.autoscale import add_status
@@ -156,7 +156,7 @@ def cmd_status(a) -> int:
         client = await connect(s.temporal)
         known = store_states(store) if a.summary and store is not None else None
         st = await ops.status(client, a.name, known_states=known)
-        st = add_serving(st, store, per_instance=not a.summary)
+        st = add_reasons(add_serving(st, store, per_instance=not a.summary), store)
         # one line per autoscaled deployment: queried only where its autoscaler can answer now, a
         # broken one (say, started by hand with a garbage input) reported at once with the reason
         asked = await ops.autoscalers(client, [d["name"] for d in st["deployments"] if not d.get("broken")])
@@ -175,7 +175,13 @@ def cmd_explain(a) -> int:
     s = settings_from(a)
 
     async def go():
+        from gpuflow.serving_view import open_store, pending_reason
+
         d = await ops.explain(await connect(s.temporal), a.instance)
+        now = pending_reason(open_store(s, bool(a.database_url or a.data_dir)), a.instance) \
+            if d.get("state") == "pending" else None
+        if now:  # what status and queue show: the queue keeps it current
+            d["now"] = now
         from gpuflow.render.explain import explain
 
         print(json.dumps(d, indent=2) if a.json else explain(d))
@@ -331,6 +337,8 @@ def add_commands(sub) -> None:
     temporal_flags(p)
     p.add_argument("instance")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", help="where the store's SQLite file is, for a PENDING instance's current reason")
+    p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_explain, temporal=True)
 
     p = sub.add_parser("hosts", help="hosts with their state and GPUs; 'hosts forget HOST': one gone for good",

@@ -13,9 +13,11 @@ from gpuflow.cli.gateway import _store, _store_flags
 
 
 def rows(verdict, now: datetime) -> list[dict]:
+    from activities.wake_queue import current
+
     out = []
     for pos, r in enumerate(verdict.order, 1):
-        why = verdict.reason(r.instance)
+        why = current(r.reason, verdict.reason(r.instance))  # what the wake records (wake_queue.current)
         if r.instance in verdict.unknown:
             why = f"request not costed here; its last decision: {r.reason or 'none yet'}"
         elif r.instance in verdict.wake.woken:

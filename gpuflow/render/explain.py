@@ -57,10 +57,12 @@ def _filters(dec: dict[str, Any]) -> list[str]:
 
 def explain(d: dict[str, Any]) -> str:
     state = str(d.get("state", "?")).upper()
+    now = [f"waiting now: {d['now']}"] if d.get("now") else []  # the queue's current word (gpuflow status, queue)
     if d.get("decision") is None:
-        return f"instance {d['instance']}: {state} (no decision recorded yet) {d.get('reason') or ''}".rstrip()
+        return "\n".join([f"instance {d['instance']}: {state} (no decision recorded yet) {d.get('reason') or ''}".rstrip()]
+                         + now)
     dec = d["decision"]
-    lines = [f"instance {d['instance']}: {state}", f"request: {_request(d.get('request'))}"]
+    lines = [f"instance {d['instance']}: {state}"] + now + [f"request: {_request(d.get('request'))}"]
     if d.get("scheduled"):
         placed = dec.get("placement") or {}
         where = _where(d.get("worker") or placed.get("worker"), d.get("gpu_indexes") or placed.get("gpu_indexes"),
