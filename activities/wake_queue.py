@@ -144,6 +144,14 @@ def current_reasons(v: "Verdict") -> dict[str, tuple[str, str]]:
     return out
 
 
+def refresh_reasons(engine: Engine, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
+                    policy: PolicyConfig | None = None) -> int:
+    """The queue's verdicts on ``snap`` as the waiting replicas' reasons, without waking anyone:
+    ``gpuflow tenants apply`` runs it at once, so a new limit or guarantee shows in every reason
+    before the next wake or sweep acts on it. Returns how many reasons changed."""
+    return records.set_pending_reasons(engine, current_reasons(judge(read(engine), snap, request_of, policy)))
+
+
 def _utc(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # SQLite gives naive UTC
 

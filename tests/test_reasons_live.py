@@ -47,5 +47,15 @@ async def test_queue_status_and_explain_agree_after_capacity_changes(tmp_path):
         assert shown[waiting] == queued[waiting] == stored, (shown, queued, stored)
         assert f"waiting now: {stored}" in explained, explained
         assert "4.0 GiB" not in cli(lv, "status", "d", *store).stdout.split(waiting, 1)[1].splitlines()[0]
+
+        # a new tenants file: the reason follows at once (no capacity changed, no sweep yet)
+        (tmp_path / "tenants.yaml").write_text("tenants:\n  - {name: dev, limit: {vram: 30 GiB}}\n")
+        t = subprocess.run([sys.executable, "-m", "gpuflow", "tenants", "apply", str(tmp_path / "tenants.yaml"), *store],
+                           capture_output=True, text=True, timeout=60)
+        assert t.returncode == 0 and "1 waiting replica(s) given the new reason" in t.stdout, (t.stdout, t.stderr)
+        now = next(i.reason for i in lv.instances("d") if i.name == waiting)
+        assert now != stored and "quota" in now and "VRAM" in now.upper(), now
+        status = json.loads(cli(lv, "status", "d", "--json", *store).stdout)
+        assert {i["name"]: i["reason"] for d in status["deployments"] for i in d["instances"]}[waiting] == now
     finally:
         lv.close()

@@ -45,6 +45,19 @@ def text(lines: list[dict], queueing: str) -> str:
     return "\n".join(out)
 
 
+def _refresh_reasons(engine) -> int:
+    """The PENDING replicas' reasons under the new file (activities/wake_queue.refresh_reasons), for
+    specs that state their resources (a spec costed from files keeps its own until its next wake)."""
+    from activities.store.snapshot import load_snapshot
+    from activities.wake_queue import refresh_reasons
+    from gpuflow.settings import Settings
+    from scheduler.estimate import estimate_request, states_resources
+
+    return refresh_reasons(engine, load_snapshot(engine),
+                           lambda spec: estimate_request(spec) if states_resources(spec) else None,
+                           Settings().scheduler)
+
+
 def cmd_tenants(a) -> int:
     from activities.store import tenants
 
@@ -52,8 +65,9 @@ def cmd_tenants(a) -> int:
     if getattr(a, "tenants_command", None) == "apply":
         tf = files.load(a.file, TenantsFile)
         v = tenants.apply(engine, tf)
+        moved = _refresh_reasons(engine)
         print(f"tenants file applied (version {v}): {', '.join(t.name for t in tf.tenants) or 'no tenants'}; "
-              f"queueing {tf.queueing}")
+              f"queueing {tf.queueing}" + (f"; {moved} waiting replica(s) given the new reason" if moved else ""))
         return 0
     tf = tenants.load(engine)
     lines = rows(tf, tenants.usage(engine), tenants.pending_by_tenant(engine))
