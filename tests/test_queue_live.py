@@ -23,10 +23,6 @@ from gpuflow import ops
 from tests.live import FAST, Live, spec, timings_env, write_inventory
 from tests.test_engine_launch import scrape
 
-# a PENDING replica's reason once it has decided: its own decision's, or the queue's verdict since
-# (activities/wake_queue.py keeps it current)
-DECIDED = ("unschedulable", "does not fit")
-
 T = FAST.model_copy(update={"pending_recheck_s": 900, "drain_timeout_s": 0})  # no safety-net rechecks during the test
 TENANTS = {"tenants": [{"name": "prod", "priority": 100}, {"name": "dev", "priority": 30},
                        {"name": "poc", "priority": 10}]}
@@ -88,7 +84,7 @@ async def test_a_burst_of_50_is_admitted_in_queue_order_waking_only_the_heads(tm
 
         def all_waiting() -> bool:
             rows = [i for i in lv.instances() if not i.name.startswith("fill-") and i.state != "deleted"]
-            return len(rows) == 50 and all(i.state == "pending" and i.reason.startswith(DECIDED) for i in rows)
+            return len(rows) == 50 and all(i.state == "pending" and i.decision is not None for i in rows)
 
         await lv.wait(all_waiting, 240, "50 replicas PENDING, each with its first decision")
         queue = subprocess.run([sys.executable, "-m", "gpuflow", "queue", "--json", "--data-dir", lv.stack.data_dir],
@@ -153,7 +149,7 @@ async def test_the_sweep_wakes_one_replica_per_deployment_and_finds_a_lost_wake(
         await lv.wait(lambda: lv.states("fill") == {"fill-0": "running"}, 60, "fill-0 RUNNING")
         await ops.deploy(lv.client, spec("wait", vram_gib=20, replicas=20), t)
         await lv.wait(lambda: len(lv.states("wait")) == 20 and all(
-            i.state == "pending" and i.reason.startswith(DECIDED) for i in lv.instances()
+            i.state == "pending" and i.decision is not None for i in lv.instances()
             if i.name.startswith("wait-")), 120, "20 replicas PENDING, each with its first decision")
         sweep = await lv.client.get_workflow_handle("queue-sweep").describe()
         assert sweep.status.name == "RUNNING"
