@@ -43,3 +43,11 @@ def rank(verdicts: list[FilterVerdict], selector_msgs: list[str] | None = None,
     removing = [line for v in rest if v.removed for line in _lines(v)]
     idle = [v.note for v in rest if v.note and not v.removed]
     return decisive + removing + idle, len(decisive)
+
+
+def pending_text(reasons: list[str], decisive: int | None) -> str:
+    """A PENDING replica's reason when a decision does not place it: ``unschedulable:`` and the
+    decisive reasons, at most three. The instance workflow (workflows/place_steps.py) and the
+    PENDING queue (tenancy/queue.py, written by every wake) both say it this way, so a replica's
+    reason reads the same whoever judged it last."""
+    return "unschedulable: " + ("; ".join(reasons[:min(3, decisive or 3)]) or "no candidate")

@@ -8,7 +8,7 @@ import pytest
 from activities.wake_queue import current
 
 QUOTA = "quota: tenant dev uses 1 of its 1 GPUs"
-NOFIT = "does not fit: The largest allocatable GPU has 4.0 GiB"
+NOFIT = "unschedulable: The largest allocatable GPU has 4.0 GiB"
 BY = "preempted by prod/prod-m-1 to reclaim prod's guarantee"
 
 

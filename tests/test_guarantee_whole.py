@@ -127,7 +127,7 @@ def test_the_queue_wakes_every_replica_the_guarantee_covers_at_once(prod_holds, 
     specs = {"prod-m": (spec("prod-m").model_copy(update={"run_command": "serve {port}"}), REQ)}  # slivers not offered
     w = to_wake(snap, queue, specs, quotas=quotas)
     assert w.woken == [] and w.reclaim == [f"prod-m-{k}" for k in range(4, 4 + woken)]
-    assert all(r.startswith("does not fit") for r in w.held.values()) and len(w.held) == 4 - woken
+    assert all(r.startswith("unschedulable") for r in w.held.values()) and len(w.held) == 4 - woken
 
 
 def test_no_borrower_no_reclaim_wake():

@@ -119,10 +119,10 @@ def cache() -> EstimateCache:
 @pytest.mark.parametrize("free, strict, woken, reasons", [
     # 5 GPUs of 24 GiB, 20 GiB a replica: one replica a GPU. Queue: pr-0, pr-1 (prod), big-0 (dev,
     # 200 GiB: more than the 5 GPUs hold), d-0 (dev), q-0, q-1 (poc, limit 1 GPU).
-    (0, False, [], {"pr-0": "does not fit", "q-0": "does not fit"}),           # nothing free: nobody woken
-    (1, False, ["pr-0"], {"pr-1": "does not fit"}),                              # one slot: the head only
+    (0, False, [], {"pr-0": "unschedulable", "q-0": "unschedulable"}),           # nothing free: nobody woken
+    (1, False, ["pr-0"], {"pr-1": "unschedulable"}),                              # one slot: the head only
     (5, False, ["pr-0", "pr-1", "d-0", "q-0"], {"q-1": "quota: tenant poc uses 1 of its 1 GPUs"}),  # 1 + 1 > 1
-    (3, False, ["pr-0", "pr-1", "d-0"], {"big-0": "does not fit"}),              # big-0 fits nowhere: holds back nobody
+    (3, False, ["pr-0", "pr-1", "d-0"], {"big-0": "unschedulable"}),              # big-0 fits nowhere: holds back nobody
     (4, True, ["pr-0", "pr-1"], {"d-0": "StrictFIFO: behind big-0", "q-0": "StrictFIFO"}),  # big-0 blocks the rest
 ])
 def test_a_wake_picks_the_heads_that_fit(store, free, strict, woken, reasons):
@@ -205,8 +205,8 @@ def test_gpuflow_queue_shows_positions_and_reasons(store):
     lines = [(x["position"], x["instance"], x["tenant"], x["tenant_priority"], x["reason"].split(":")[0])
              for x in got["queue"]]
     assert lines == [(1, "pr-0", "prod", 100, "fits now"),  # the one free GPU is the head's
-                     (2, "pr-1", "prod", 100, "does not fit"),
-                     (3, "q-0", "poc", 10, "does not fit"), (4, "q-1", "poc", 10, "does not fit")]
+                     (2, "pr-1", "prod", 100, "unschedulable"),
+                     (3, "q-0", "poc", 10, "unschedulable"), (4, "q-1", "poc", 10, "unschedulable")]
     assert all(x["waiting_s"] >= 0 for x in got["queue"])
     shown = run()
     assert shown.returncode == 0 and "pr-0" in shown.stdout and "queueing: BestEffortFIFO" in shown.stdout

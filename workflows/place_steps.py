@@ -23,6 +23,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 with workflow.unsafe.imports_passed_through():
     from activities.payloads import DecisionRecord, EstimateRecord, PlaceResult, ReserveResult
     from scheduler.estimate import needs_files, states_resources
+    from scheduler.reasons import pending_text
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import model_read, preempt_steps
@@ -171,7 +172,7 @@ async def _wait(wf, d: DecisionRecord, est: EstimateRecord) -> None:
     shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead (scheduler/reasons.py)
     reason = "; ".join(d.reasons[:shown]) or "no candidate"
     parts = [reason, wf.preempted_why] if d.decision.get("quota") else [  # a quota leads, as it is
-        wf.preempted_why, f"unschedulable: {reason}"]
+        wf.preempted_why, pending_text(d.reasons, d.decision.get("decisive"))]  # as the PENDING queue says it
     await wf._record("pending", "; ".join(x for x in parts if x),
                      decision={"request": est.summary, "reasons": d.reasons[:20]})
     timeout = None if c.patched(wf.inp, QUEUE_SWEEP) else c.secs(wf.t.pending_recheck_s)

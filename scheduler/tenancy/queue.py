@@ -37,6 +37,7 @@ from scheduler.cluster import ClusterSnapshot
 from scheduler.decide import decide
 from scheduler.dry_run import book, without
 from scheduler.policy_config import PolicyConfig
+from scheduler.reasons import pending_text
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
@@ -136,8 +137,7 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
         if not d.scheduled:
             blocked.append(_Blocked(w, spec, req))
             unfit_held.append(w)
-            out.held[w.instance] = unfit[keys[w.deployment]] = "does not fit: " + (
-                "; ".join(d.reasons[:min(2, d.decisive or 2)]) or "no candidate")
+            out.held[w.instance] = unfit[keys[w.deployment]] = pending_text(d.reasons, d.decisive)
             continue
         tenant = quotas.tenants.get(w.tenant) if quotas else None
         need = of_candidate(d.placement)
