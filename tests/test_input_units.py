@@ -219,7 +219,9 @@ def _tenants(n: int) -> list[dict]:
 
 def test_the_tenants_file_is_bounded_and_the_limit_named(tmp_path):
     many = tmp_path / "many.yaml"
-    many.write_text(yaml.safe_dump({"tenants": _tenants(MAX_TENANTS * 10)}))  # 100,000 tenants, 9 MB
+    many.write_text("tenants:\n" + "".join(  # 100,000 tenants, 9 MB (written as text: yaml.safe_dump took 40 s)
+        f"- {{name: t{i}, priority: {i % 100}, guarantee: {{gpus: 1}}, limit: {{gpus: 4, vram: 80 GiB}}}}\n"
+        for i in range(MAX_TENANTS * 10)))
     started = time.monotonic()
     with pytest.raises(InvalidInput) as e:
         files.load(str(many), TenantsFile)
@@ -244,7 +246,7 @@ def test_ten_thousand_tenants_validate_in_linear_time():
     for i in range(0, MAX_TENANTS, 7):
         assert tf.get(f"t{i}").name == f"t{i}"
     took = time.monotonic() - started
-    assert took < 3, took
+    assert took < 5, took  # quadratic, it took 6 s here
     assert tf.get("default").name == "default" and tf.get(None).name == "default" and tf.get("nope") is None
     dup = {"tenants": _tenants(30) + _tenants(30)}
     with pytest.raises(ValidationError, match=r"repeated: t0, t1, t10, .* and 10 more"):
