@@ -144,12 +144,13 @@ def current_reasons(v: "Verdict") -> dict[str, tuple[str, str]]:
     return out
 
 
-def refresh_reasons(engine: Engine, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
-                    policy: PolicyConfig | None = None) -> int:
-    """The queue's verdicts on ``snap`` as the waiting replicas' reasons, without waking anyone:
-    ``gpuflow tenants apply`` runs it at once, so a new limit or guarantee shows in every reason
-    before the next wake or sweep acts on it. Returns how many reasons changed."""
-    return records.set_pending_reasons(engine, current_reasons(judge(read(engine), snap, request_of, policy)))
+def judge_and_record(engine: Engine, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
+                     policy: PolicyConfig | None = None) -> tuple["Verdict", int]:
+    """The queue's verdicts on ``snap``, written as the waiting replicas' reasons (one reason, kept
+    current): (the verdict, how many reasons changed). Every wake runs it before it signals; so does
+    ``gpuflow tenants apply``, waking nobody, so a new limit or guarantee shows in every reason at once."""
+    v = judge(read(engine), snap, request_of, policy)
+    return v, records.set_pending_reasons(engine, current_reasons(v))
 
 
 def _utc(t: datetime) -> datetime:
@@ -270,9 +271,7 @@ async def wake(acts, sweep: bool = False) -> int:
     try:
         def plan() -> Verdict:
             snap = acts.snapshots.refresh(acts.engine)[0]
-            v = judge(read(acts.engine), snap, lambda s: known_request(acts.estimates, s), acts.policy)
-            records.set_pending_reasons(acts.engine, current_reasons(v))  # one reason, kept current
-            return v
+            return judge_and_record(acts.engine, snap, lambda s: known_request(acts.estimates, s), acts.policy)[0]
 
         verdict = await acts._db(plan)
         names = verdict.to_sweep() if sweep else verdict.to_signal()

@@ -10,7 +10,10 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from sqlmodel import Session
+
 from activities.store import db, records, serving
+from activities.store.tables import InstanceRow
 from gpuflow.settings import Settings
 from scheduler.errors import InvalidInput
 
@@ -67,7 +70,8 @@ def pending_reason(engine: Engine | None, name: str) -> str | None:
     if engine is None:
         return None
     try:
-        row = next((r for r in records.instances_of(engine, None) if r.name == name), None)
+        with Session(engine) as sess:  # the one row, not every instance's
+            row = sess.get(InstanceRow, name)
     except SQLAlchemyError:
         return None
     return row.reason if row is not None and row.state == "pending" and row.reason else None

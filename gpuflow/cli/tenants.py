@@ -46,16 +46,16 @@ def text(lines: list[dict], queueing: str) -> str:
 
 
 def _refresh_reasons(engine) -> int:
-    """The PENDING replicas' reasons under the new file (activities/wake_queue.refresh_reasons), for
+    """The PENDING replicas' reasons under the new file (activities/wake_queue.judge_and_record), for
     specs that state their resources (a spec costed from files keeps its own until its next wake)."""
     from activities.store.snapshot import load_snapshot
-    from activities.wake_queue import refresh_reasons
+    from activities.wake_queue import judge_and_record
     from gpuflow.settings import Settings
     from scheduler.estimate import estimate_request, states_resources
 
-    return refresh_reasons(engine, load_snapshot(engine),
-                           lambda spec: estimate_request(spec) if states_resources(spec) else None,
-                           Settings().scheduler)
+    return judge_and_record(engine, load_snapshot(engine),
+                            lambda spec: estimate_request(spec) if states_resources(spec) else None,
+                            Settings().scheduler)[1]
 
 
 def cmd_tenants(a) -> int:
