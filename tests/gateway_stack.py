@@ -104,3 +104,28 @@ def metric(text: str, name: str, **labels) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
     return total
+
+
+# Fixtures the gateway tests share (imported by name into each test module).
+import pytest  # noqa: E402
+
+from activities.store import db  # noqa: E402
+
+
+@pytest.fixture
+def sqlite_store(tmp_path):
+    """(URL, schema, engine) of a fresh SQLite store in the test's folder."""
+    url = db.sqlite_url(str(tmp_path / "gpuflow.db"))
+    engine = db.make_engine(url)
+    db.init_db(engine)
+    yield url, None, engine
+    engine.dispose()
+
+
+@pytest.fixture
+def procs():
+    """Processes a test starts (Proc), stopped last-first when it ends."""
+    started: list[Proc] = []
+    yield started
+    for p in reversed(started):
+        p.stop()

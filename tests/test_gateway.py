@@ -11,27 +11,11 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from activities.store import db, serving
+from activities.store import serving
 from tests import gateway_stack as gs
+from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
 
 MSG = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture
-def sqlite_store(tmp_path):
-    url = db.sqlite_url(str(tmp_path / "gpuflow.db"))
-    engine = db.make_engine(url)
-    db.init_db(engine)
-    yield url, None, engine
-    engine.dispose()
-
-
-@pytest.fixture
-def procs():
-    started: list[gs.Proc] = []
-    yield started
-    for p in reversed(started):
-        p.stop()
 
 
 def client(g: gs.Proc, key: str = "none", cls=openai.OpenAI, **kw):

@@ -24,8 +24,9 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from activities.store import db, keys, records
+from activities.store import keys, records
 from tests import gateway_stack as gs
+from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
 
 MSG = [{"role": "user", "content": "hello"}]
 SPECS = {
@@ -41,23 +42,6 @@ MAY = {
     "c": ["a-all", "pub"],
     "default": ["a-all", "pub"],
 }
-
-
-@pytest.fixture
-def sqlite_store(tmp_path):
-    url = db.sqlite_url(str(tmp_path / "gpuflow.db"))
-    engine = db.make_engine(url)
-    db.init_db(engine)
-    yield url, None, engine
-    engine.dispose()
-
-
-@pytest.fixture
-def procs():
-    started: list[gs.Proc] = []
-    yield started
-    for p in reversed(started):
-        p.stop()
 
 
 def client(port: int, key: str) -> openai.OpenAI:

@@ -16,8 +16,9 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from activities.store import db, keys
+from activities.store import keys
 from tests import gateway_stack as gs
+from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
 
 MSG = [{"role": "user", "content": "hello"}]
 TENANTS = """
@@ -27,23 +28,6 @@ tenants:
   - {name: poc,  priority: 10}
   - {name: default, requests_per_s: 0.25}
 """
-
-
-@pytest.fixture
-def sqlite_store(tmp_path):
-    url = db.sqlite_url(str(tmp_path / "gpuflow.db"))
-    engine = db.make_engine(url)
-    db.init_db(engine)
-    yield url, None, engine
-    engine.dispose()
-
-
-@pytest.fixture
-def procs():
-    started: list[gs.Proc] = []
-    yield started
-    for p in reversed(started):
-        p.stop()
 
 
 def apply(url: str, tmp_path, text: str) -> None:
