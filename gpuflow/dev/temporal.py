@@ -13,7 +13,7 @@ import time
 
 from gpuflow.ports import port_open
 from scheduler.errors import InvalidInput
-from workflows.common import SEARCH_ATTRIBUTES
+from contracts.search import SEARCH_ATTRIBUTES
 
 
 def temporal_binary() -> str:
@@ -51,10 +51,23 @@ class DevServer:
             a += ["--search-attribute", f"{k.name}=Keyword"]
         return a + self.extra
 
-    def start(self, timeout: float = 60.0) -> "DevServer":
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> "DevServer":
+        """Start it and wait until it listens. The dev server picks free ports for its internal
+        services itself; another process can take one between its pick and its bind, and it then
+        exits with "address already in use". That start is tried again (``attempts`` in all)."""
         os.makedirs(self.data_dir, exist_ok=True)
-        if port_open(self.ip, self.port):
-            raise InvalidInput(f"port {self.ip}:{self.port} is already in use; pick another with --port")
+        for attempt in range(1, attempts + 1):
+            if port_open(self.ip, self.port):
+                raise InvalidInput(f"port {self.ip}:{self.port} is already in use; pick another with --port")
+            offset = os.path.getsize(self.log) if os.path.exists(self.log) else 0
+            try:
+                return self._start_once(timeout)
+            except InvalidInput:
+                if attempt == attempts or not self._port_taken_since(offset):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> "DevServer":
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -67,6 +80,14 @@ class DevServer:
                 raise InvalidInput(f"the Temporal dev server did not listen on {self.address} within {timeout:g} s")
             time.sleep(0.1)
         return self
+
+    def _port_taken_since(self, offset: int) -> bool:
+        """The log written since ``offset`` says one of its ports was taken (and it has exited)."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        with open(self.log, "rb") as f:
+            f.seek(offset)
+            return b"address already in use" in f.read(1 << 20).lower()
 
     def stop(self, grace: float = 10.0) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -1,0 +1,45 @@
+"""The Temporal dev server's start (gpuflow/dev/temporal.py), with the real ``temporal`` binary.
+It picks free ports for its internal services itself, and another process can take one between
+its pick and its bind: it then exits with "address already in use" (once in CI, with two test
+workers starting servers side by side). Such a start is tried again; any other failure is not."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from gpuflow.dev.temporal import DevServer
+from gpuflow.ports import free_port
+from scheduler.errors import InvalidInput
+
+
+def test_a_start_that_loses_a_port_is_tried_again(tmp_path):
+    # --http-port on a port a socket here holds: the bind fails on every try, as a port it picked
+    # and lost would on one; 3 attempts -> 3 starts, each saying so in the log
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        srv = DevServer(str(tmp_path), port=free_port(), ui_port=None, extra_args=["--http-port", str(taken)])
+        with pytest.raises(InvalidInput, match="exited with code 1"):
+            srv.start(timeout=30, attempts=3)
+    assert (tmp_path / "temporal.log").read_text().count("address already in use") == 3
+
+
+def test_any_other_failure_is_not_tried_again(tmp_path):
+    # a bad flag: the server prints its usage once per start, and exits; trying again would only
+    # say it again
+    srv = DevServer(str(tmp_path), port=free_port(), ui_port=None, extra_args=["--log-format", "nonsense"])
+    with pytest.raises(InvalidInput, match="exited with code 1"):
+        srv.start(timeout=30, attempts=3)
+    assert (tmp_path / "temporal.log").read_text().count("Usage:") == 1
+
+
+def test_a_start_that_binds_listens(tmp_path):
+    srv = DevServer(str(tmp_path), port=free_port(), ui_port=None).start(timeout=60)
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=2):
+            pass
+    finally:
+        srv.stop()
