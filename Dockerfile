@@ -4,6 +4,7 @@ FROM python:3.11-slim
 WORKDIR /opt/gpuflow
 COPY pyproject.toml README.md ./
 COPY scheduler scheduler
+COPY store store
 COPY activities activities
 COPY workflows workflows
 COPY worker_agent worker_agent

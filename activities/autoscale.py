@@ -29,13 +29,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import capacity_hook
-from activities.autoscale_payloads import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, AutoscalerInput, Step
+from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, AutoscalerInput, Step
 from activities.autoscale_metrics import AutoscalerMetrics
 from activities.autoscale_scrape import Scrape, parse, window
 from activities.autoscale_state import Carry
-from activities.payloads import CONTROL_QUEUE, DeploymentView
-from activities.store import serving
-from activities.store.snapshot import load_snapshot
+from contracts.control import CONTROL_QUEUE, DeploymentView
+from store import serving
+from store.snapshot import load_snapshot
 from scheduler.autoscale.fit import demand, fit
 from scheduler.autoscale.histogram import delta, merge
 from scheduler.autoscale.policy import UP, decide

@@ -7,19 +7,12 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Executor
 
-from pydantic import BaseModel
 from sqlalchemy.engine import Engine
 from temporalio import activity
 
-from activities.names import BOOKING_ON
-from activities.store import ledger
-from contracts.host import Booking
-from scheduler.bounds import Name
-
-
-class BookingAsk(BaseModel):
-    instance: Name
-    worker: Name
+from contracts.activity_names import BOOKING_ON
+from store import ledger
+from contracts.host import Booking, BookingAsk
 
 
 class BookingActivities:

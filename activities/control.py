@@ -17,7 +17,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.payloads import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostNews,
+from contracts.control import (CONTROL_QUEUE, INSTANCE_CODE, ClosedInstance, DecisionRecord, EstimateRecord, HostNews,
                                  HostReport, InstanceInput, InstanceRecord, PlaceResult, PlacementPlan, ReserveResult, ScaleDownOrder)
 from activities.estimate_process import estimate_in_child
 from activities import host_news, wake_queue
@@ -30,8 +30,8 @@ from activities.booking import BookingActivities
 from activities.place_batch import MAX_PLACE_BATCH, PlaceAsk, place_many
 from activities.record_batch import RecordBatch
 from activities import tenancy
-from activities.store import db, ledger, records, serving, tenants
-from activities.store.snapshot_cache import SnapshotCache
+from store import db, ledger, records, serving, tenants
+from store.snapshot_cache import SnapshotCache
 from scheduler import scale_down
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
@@ -43,7 +43,7 @@ from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
 from scheduler.summary import request_summary, summary_text
-from activities import names as c
+from contracts import activity_names as c
 from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 
 TOP_CANDIDATES = 10

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
-from activities.store.serving import REPORT_S
+from store.serving import REPORT_S
 
 SEEN_S = max(2.0, 2 * REPORT_S + 1.0)
 

@@ -16,10 +16,10 @@ from sqlmodel import Session
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import names as c
-from activities.store import changes
-from activities.store.snapshot import load_snapshot
-from activities.store.tables import ModelFileRow, utcnow
+from contracts import activity_names as c
+from store import changes
+from store.snapshot import load_snapshot
+from store.tables import ModelFileRow, utcnow
 from scheduler.estimate import request_from_inputs
 from scheduler.estimate_inputs import EstimateInputs, ReaderHosts, decode_params
 from scheduler.model_readers import reader_hosts

@@ -9,7 +9,7 @@ import asyncio
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.payloads import HOST_NEWS_SIGNAL, HostNews
+from contracts.control import HOST_NEWS_SIGNAL, HostNews
 from scheduler.naming import name_problem
 
 AT_ONCE = 32  # signals in flight at a time: a host of a big cluster may hold hundreds of replicas

@@ -8,8 +8,8 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
-from activities.store import ledger
-from activities.store.tables import InstanceRow, WorkerRow
+from store import ledger
+from store.tables import InstanceRow, WorkerRow
 
 
 def pending_kind(reason: str) -> str:

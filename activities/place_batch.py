@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from activities.payloads import EstimateRecord, PlaceResult, ReserveResult
-from activities.store import ledger
+from contracts.control import EstimateRecord, PlaceResult, ReserveResult
+from store import ledger
 from scheduler.errors import GpuflowError
 from scheduler.request import Request
 from scheduler.spec import ModelSpec

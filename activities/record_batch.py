@@ -4,7 +4,7 @@ go into the store together, in one transaction, when it ends.
 Every replica's workflow writes its row at each state change (a local activity: workflows/instance.py),
 two of them on the way to RUNNING, and in a burst they arrive by the hundred a second. One
 transaction each made them queue for the store's write turn (on SQLite one writer at a time:
-activities/store/db.py), each turn paying a BEGIN, a COMMIT and a pass through the connection pool.
+store/db.py), each turn paying a BEGIN, a COMMIT and a pass through the connection pool.
 Here a write waits only for the batch in progress; a write that finds none begins one at once, so a
 quiet store adds no delay.
 
@@ -18,7 +18,7 @@ import asyncio
 from typing import Awaitable, Callable
 
 from activities.batch import Batch
-from activities.payloads import InstanceRecord
+from contracts.control import InstanceRecord
 
 MAX_BATCH = 200  # records in one transaction
 

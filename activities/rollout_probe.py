@@ -8,23 +8,15 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-ROLLOUT_PROBE = "rollout_probe"
+from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe
+
 HTTP_TIMEOUT_S = 3.0
 MAX_NAMES = 2000
 QUERY_S = 10.0  # a workflow that does not answer in this long counts as gone for this look
-
-
-class ReplicaProbe(BaseModel):
-    name: str
-    state: str  # the instance's state, or "gone" when its workflow does not answer
-    reason: str = ""
-    restarts: int = 0
-    answers: bool = False  # RUNNING and its server answered HTTP (any status below 500)
 
 
 async def answers(address: str | None, port: int | None) -> bool:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from activities.payloads import DecisionRecord, PlacementPlan, PreemptNotice, Victim
-from activities.store import tenants
+from contracts.control import DecisionRecord, PlacementPlan, PreemptNotice, Victim
+from store import tenants
 from scheduler.cluster import ClusterSnapshot
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request

@@ -42,8 +42,8 @@ from sqlmodel import Session, select
 from temporalio import activity
 from temporalio.service import RPCError
 
-from activities.store import records, tenants
-from activities.store.tables import DeploymentRow, InstanceRow
+from store import records, tenants
+from store.tables import DeploymentRow, InstanceRow
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
 from scheduler.estimate import states_resources

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from temporalio.worker import Worker  # noqa: E402
 
-from activities.payloads import Timings  # noqa: E402
-from activities.store import db, records  # noqa: E402
+from contracts.control import Timings  # noqa: E402
+from store import db, records  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
 from gpuflow.ports import free_port  # noqa: E402

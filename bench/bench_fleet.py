@@ -27,11 +27,11 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from activities.payloads import Timings  # noqa: E402
+from contracts.control import Timings  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from activities.store import db, records  # noqa: E402
-from activities.store.tables import InstanceRow  # noqa: E402
+from store import db, records  # noqa: E402
+from store.tables import InstanceRow  # noqa: E402
 from bench_control_plane import ceiling, pct  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402

@@ -28,7 +28,7 @@ import aiohttp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from activities.store import db  # noqa: E402
+from store import db  # noqa: E402
 from tests import gateway_stack as gs  # noqa: E402
 
 CONCURRENCY = 64

@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sqlmodel import Session  # noqa: E402
 
 from activities.control import EstimateCache  # noqa: E402
-from activities.payloads import PlacementPlan  # noqa: E402
-from activities.store import db, tenants  # noqa: E402
-from activities.store.snapshot_cache import SnapshotCache  # noqa: E402
-from activities.store.tables import DeploymentRow, InstanceRow, WorkerRow  # noqa: E402
+from contracts.control import PlacementPlan  # noqa: E402
+from store import db, tenants  # noqa: E402
+from store.snapshot_cache import SnapshotCache  # noqa: E402
+from store.tables import DeploymentRow, InstanceRow, WorkerRow  # noqa: E402
 from activities.wake_queue import judge, known_request, read  # noqa: E402
 from scheduler.tenancy.config import TenantsFile  # noqa: E402
 from scheduler.units import GiB  # noqa: E402

@@ -10,11 +10,11 @@ import time
 from sqlmodel import Session
 
 from activities.control import decision_record
-from activities.payloads import InstanceRecord, PlacementPlan
-from activities.store import db, ledger, records
-from activities.store.snapshot import generations, load_snapshot
-from activities.store.snapshot_cache import SnapshotCache
-from activities.store.tables import InstanceRow, WorkerRow
+from contracts.control import InstanceRecord, PlacementPlan
+from store import db, ledger, records
+from store.snapshot import generations, load_snapshot
+from store.snapshot_cache import SnapshotCache
+from store.tables import InstanceRow, WorkerRow
 from scheduler.decide import decide
 from scheduler.request import FlatRequest
 from scheduler.spec import ModelSpec

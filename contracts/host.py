@@ -1,6 +1,6 @@
 """What crosses Temporal between the control plane and a host agent and both sides build: the task
 queues' names, the workflows' timings, the host's report and the host workflow's input. Plain
-pydantic models (no I/O); activities/payloads.py re-exports them for the control plane. Fields are
+pydantic models (no I/O); contracts/control.py re-exports them for the control plane. Fields are
 added with defaults, never removed, so running histories stay decodable. Imports only
 ``scheduler``."""
 
@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from scheduler.bounds import Labels
+from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
 from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S
 from scheduler.naming import NAME_MAX, NAME_PATTERN
@@ -103,3 +103,10 @@ class Booking(BaseModel):
 
     booked: bool = False
     gpu_indexes: list[int] = Field([], max_length=MAX_GPUS)
+
+
+class BookingAsk(BaseModel):
+    """The booking check's read (activities/booking.py), run by the host workflow for its agent."""
+
+    instance: Name
+    worker: Name

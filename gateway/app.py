@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Path
 
-from activities.store import keys
+from store import keys
 from gateway import errors
 from gateway.auth import Auth, NoKey
 from gateway.balance import Balancer

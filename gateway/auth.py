@@ -11,7 +11,7 @@ import time
 
 from sqlalchemy.engine import Engine
 
-from activities.store import keys
+from store import keys
 
 ANONYMOUS = "anonymous"
 MAX_CACHED = 10_000

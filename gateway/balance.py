@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from activities.store.serving import Route
+from store.serving import Route
 from gateway.table import Table
 
 

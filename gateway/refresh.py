@@ -21,8 +21,8 @@ import time
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.store import db, keys, serving, tenants
-from activities.store.tables import DeploymentRow
+from store import db, keys, serving, tenants
+from store.tables import DeploymentRow
 from gateway import table as tables
 from gateway.tenant_limits import Rule, rules_of
 

@@ -12,7 +12,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from activities.store.serving import Route
+from store.serving import Route
 from gateway import errors
 from gateway.balance import QueueFull, QueueTimeout, UnknownModel
 from gateway.metrics import SSEWatch

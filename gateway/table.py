@@ -14,7 +14,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from activities.store.serving import Route
+from store.serving import Route
 from scheduler import params
 from scheduler.errors import InvalidInput
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 
-from activities.payloads import CONTROL_QUEUE
+from contracts.control import CONTROL_QUEUE
 from scheduler.errors import InvalidInput
 
 QUERY_TIMEOUT_S = 10.0

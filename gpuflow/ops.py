@@ -11,7 +11,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.payloads import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
+from contracts.control import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
 from gpuflow import broken
 from scheduler.errors import InvalidInput
@@ -148,7 +148,7 @@ async def instance(client: Client, name: str) -> InstanceView:
 async def download_progress(client: Client, name: str) -> dict[str, Any] | None:
     """A download under way for this instance: the last progress its prepare_model activity
     heartbeated ({what, done, total}), read off the workflow's pending activities."""
-    from worker_agent.payloads import PREPARE_MODEL
+    from contracts.agent import PREPARE_MODEL
 
     try:
         desc = await client.get_workflow_handle(f"instance/{name}").describe()
@@ -303,7 +303,7 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
 async def log_host(client: Client, name: str) -> str:
     """The host that keeps ``name``'s log: the instance's worker, or for a helper process
     (instance@part: an rpc-server, a Ray node) the worker that runs that part."""
-    from worker_agent.payloads import instance_of
+    from contracts.agent import instance_of
 
     base = instance_of(name)
     v = await instance(client, base)
@@ -324,7 +324,7 @@ async def read_log(client: Client, instance_name: str, offset: int = -4096, work
 
     from gpuflow.runtime import Unreachable
     from worker_agent.log_reader import QUERY, workflow_id
-    from worker_agent.payloads import LogChunk, LogRequest
+    from contracts.agent import LogChunk, LogRequest
 
     worker = worker or await log_host(client, instance_name)
     handle = client.get_workflow_handle(workflow_id(worker))

@@ -13,7 +13,7 @@ from temporalio.service import RPCError, TLSConfig
 from gpuflow.converter import DATA_CONVERTER
 from gpuflow.settings import TemporalSettings
 from scheduler.errors import GpuflowError, InvalidInput
-from workflows.common import SEARCH_ATTRIBUTES
+from contracts.search import SEARCH_ATTRIBUTES
 
 
 class Unreachable(GpuflowError):

@@ -14,8 +14,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.control import ControlActivities
-from activities.payloads import CONTROL_QUEUE
-from activities.store import db
+from contracts.control import CONTROL_QUEUE
+from store import db
 from activities.metrics import ControlMetrics
 from gpuflow.metrics_http import parse_address, sdk_runtime, serve
 from gpuflow.runtime import connect, ensure_search_attributes

@@ -12,8 +12,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sqlmodel import Session
 
-from activities.store import db, records, serving
-from activities.store.tables import InstanceRow
+from store import db, records, serving
+from store.tables import InstanceRow
 from gpuflow.settings import Settings
 from scheduler.errors import InvalidInput
 

@@ -9,7 +9,7 @@ import os
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from activities.payloads import Timings
+from contracts.control import Timings
 from scheduler.limits import Limits
 from scheduler.policy_config import PolicyConfig
 

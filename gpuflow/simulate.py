@@ -229,7 +229,7 @@ def kill(data_dir: str, host: str) -> None:
 
 
 def cmd_simulate(a) -> int:
-    from gpuflow.cli.cluster import _run, settings_from
+    from gpuflow.cli.connection import run_command, settings_from
     from gpuflow.runtime import connect
     from gpuflow.server import until_signalled
 
@@ -247,11 +247,11 @@ def cmd_simulate(a) -> int:
         await run_fleet(client, s.data_dir, s.timings, a.inventory, a.hosts, a.name_prefix, a.start_delay,
                         a.fail_rate, stop=until_signalled(), seed=a.seed)
 
-    return _run(go())
+    return run_command(go())
 
 
 def add_command(sub) -> None:
-    from gpuflow.cli.cluster import temporal_flags
+    from gpuflow.cli.connection import temporal_flags
 
     p = sub.add_parser("simulate", help="run N simulated hosts in one process (rehearse a cluster size)")
     temporal_flags(p)

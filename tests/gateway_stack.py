@@ -12,8 +12,8 @@ import time
 
 import httpx2 as httpx
 
-from activities.payloads import InstanceRecord
-from activities.store import records
+from contracts.control import InstanceRecord
+from store import records
 from gpuflow.ports import free_port, port_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -109,7 +109,7 @@ def metric(text: str, name: str, **labels) -> float:
 # Fixtures the gateway tests share (imported by name into each test module).
 import pytest  # noqa: E402
 
-from activities.store import db  # noqa: E402
+from store import db  # noqa: E402
 
 
 @pytest.fixture

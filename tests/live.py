@@ -14,8 +14,8 @@ from typing import Callable
 
 import yaml
 
-from activities.payloads import Timings
-from activities.store import db, records
+from contracts.control import Timings
+from store import db, records
 from gpuflow.dev import Stack
 from gpuflow.ports import free_port
 from gpuflow.runtime import connect

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from activities.store import db
+from store import db
 
 PG_URL = os.environ.get("GPUFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -8,7 +8,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from worker_agent import payloads as p
+from contracts import agent as p
 from worker_agent.activities import HostActivities
 from worker_agent.bookings import HeldBookings
 from worker_agent.engines import EngineConfig

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from activities.payloads import PlacementPlan
-from activities.store.ledger import plan_rows
+from contracts.control import PlacementPlan
+from store.ledger import plan_rows
 from scheduler.errors import InvalidInput
 from scheduler.units import GiB
 from worker_agent.inventory import from_file

@@ -15,13 +15,13 @@ import annotated_types as at
 import pytest
 from pydantic import BaseModel
 
-from activities import autoscale_payloads as ap
-from activities import payloads as cp
-from activities.booking import BookingAsk
+from contracts import autoscale as ap
+from contracts import control as cp
+from contracts.host import BookingAsk
 from contracts import host as ch
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
-from worker_agent import payloads as hp
+from contracts import agent as hp
 from workflows.rollout_steps import RolloutState
 
 INPUTS = [

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from activities.store import ledger, records
+from store import ledger, records
 from gpuflow import ops
 from tests.live import FAST, Live, spec
 from tests.store_fixtures import PG_URL, pg_schema
@@ -64,7 +64,7 @@ async def test_two_cached_control_planes_burst_while_hosts_join_and_leave(tmp_pa
 def _lines(lv: Live) -> list[tuple[str, str]]:
     from sqlmodel import Session, select
 
-    from activities.store.tables import ReservationRow
+    from store.tables import ReservationRow
 
     with Session(lv.engine) as s:
         return [(r.instance, r.worker) for r in s.exec(select(ReservationRow))]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from activities.payloads import HostReport
+from contracts.control import HostReport
 from worker_agent.capabilities import python_has, runnable_backends, with_backends
 from worker_agent.engines import EngineConfig
 

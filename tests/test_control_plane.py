@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from activities.store import ledger
+from store import ledger
 from gpuflow import ops
 from gpuflow.dev.temporal import temporal_binary
 from tests.live import FAST, Live, cli, spec
@@ -167,7 +167,7 @@ async def test_burst_of_50_with_control_plane_killed(tmp_path):
         assert per_gpu == {(h, g): 20 * 2**30 for h in ("h1", "h2") for g in (0, 1)}  # 2 x 10 GiB on every GPU
         from sqlmodel import Session, select
 
-        from activities.store.tables import ReservationRow
+        from store.tables import ReservationRow
 
         with Session(lv.engine) as s:
             held = sorted(r.instance for r in s.exec(select(ReservationRow)))
@@ -214,7 +214,7 @@ async def test_after_a_temporal_outage_a_host_is_ready_again_at_once(tmp_path):
     stays RUNNING with the same process."""
     import time
 
-    from activities.store import records
+    from store import records
 
     t = FAST.model_copy(update={"host_schedule_to_start_s": 30, "unreachable_grace_s": 300})
     lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
@@ -258,7 +258,7 @@ async def test_host_killed_instances_move_elsewhere(tmp_path):
         await lv.wait(lambda: next(i for i in lv.instances("mover") if i.name == on_h1.name).worker == "h2"
                       and lv.states("mover")[on_h1.name] == "running", 60, f"{on_h1.name} RUNNING on h2", check=watch)
         assert ledger.booked_per_gpu(lv.engine) == {("h2", 0): 24 * 2**30}  # h1's line released
-        from activities.store import records
+        from store import records
 
         await lv.wait(lambda: {w.name: w.state for w in records.workers(lv.engine)}["h1"] == "not_ready", 30,
                       "h1 NOT_READY")
@@ -435,7 +435,7 @@ async def test_inventory_changes_and_model_files_reach_the_scheduler(tmp_path):
     """A GPU added to a host's inventory shows in the store within seconds (the agent's watch
     returns on change); a host where an instance came up is recorded as holding its model files
     (downloaded from a local Hugging Face mirror), which the locality scorer reads."""
-    from activities.store.snapshot import load_snapshot
+    from store.snapshot import load_snapshot
     from tests.hub_mirror import HubMirror
     from tests.live import write_inventory
 
@@ -449,7 +449,7 @@ async def test_inventory_changes_and_model_files_reach_the_scheduler(tmp_path):
         files = load_snapshot(lv.engine).model_files
         assert [(f.worker, f.source, f.state.value) for f in files] == [("h1", "huggingface:org/loc", "ready")]
 
-        from activities.store import records
+        from store import records
 
         write_inventory(str(tmp_path / "h1.yaml"), [24, 48])
         await lv.wait(lambda: len(records.workers(lv.engine)[0].gpus) == 2, 20, "the new GPU in the store")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.payloads import InstanceInput, PlaceResult
+from contracts.control import InstanceInput, PlaceResult
 from gpuflow import converter
 from gpuflow.converter import DATA_CONVERTER
 

@@ -17,7 +17,7 @@ import yaml
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 from worker_agent import pinning
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 from worker_agent.processes import ProcessTable
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0),
@@ -134,7 +134,7 @@ async def test_pinned_engine_end_to_end(tmp_path):
 def test_the_placements_cpus_stay_on_the_main_worker():
     """SGLang's other ranks are copies of rank 0's request on other hosts: they must not take its CPU list."""
     from scheduler.cluster import Subordinate
-    from worker_agent import topology
+    from contracts import launch_parts as topology
 
     head = topology.sglang_head(req(backend="sglang", cpu_pinning=True, cpus="32-63", numa_nodes=[1]),
                                 [Subordinate(worker="h2", gpu_indexes=[0, 1])])

@@ -9,8 +9,8 @@ import re
 from prometheus_client import generate_latest
 
 from activities.metrics import ControlMetrics
-from activities.payloads import HostReport
-from activities.store import db
+from contracts.control import HostReport
+from store import db
 from gateway.metrics import Metrics as GatewayMetrics
 from scheduler.cluster import GPU
 from worker_agent.metrics import AgentMetrics

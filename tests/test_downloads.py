@@ -14,7 +14,7 @@ import os
 import pytest
 from sqlmodel import Session, select
 
-from activities.store.tables import ModelFileRow
+from store.tables import ModelFileRow
 from gpuflow import ops
 from gpuflow.render import cluster as render_cluster
 from scheduler.spec import ModelSpec

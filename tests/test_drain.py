@@ -10,7 +10,7 @@ import time
 import pytest
 
 from activities.drain import wait_drained
-from activities.store import serving
+from store import serving
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ async def test_the_timeout_bounds_the_wait(engine):
 async def test_a_silent_gateway_no_longer_holds_the_drain(engine):
     from datetime import timedelta
 
-    from activities.store.tables import utcnow
+    from store.tables import utcnow
 
     # its last report is older than LIVE_S (5 s): it is gone, its count no longer holds
     serving.report_load(engine, "gw-old", "http://old/v1", {"m-0": 3}, now=utcnow() - timedelta(seconds=60))

@@ -1,7 +1,7 @@
 """Draining on the real stack (Temporal dev server, control plane, agent, real servers): a replica
 being scaled away or deleted leaves the routing table (DRAINING) and is stopped only once the
 gateways report nothing in flight on it. The gateway's side of the store contract
-(activities/store/serving.py: report_load every REPORT_S) is played here by the test itself, so
+(store/serving.py: report_load every REPORT_S) is played here by the test itself, so
 the control plane is checked without a gateway process; tests/test_gateway_live.py does the same
 through the real gateway."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.store import serving
+from store import serving
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 from worker_agent.processes import pid_alive

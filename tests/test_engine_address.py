@@ -11,7 +11,7 @@ from temporalio.testing import ActivityEnvironment
 from worker_agent.activities import HostActivities, engine_answers
 from worker_agent.bookings import HeldBookings
 from worker_agent.engines import EngineConfig, argv_for
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 from worker_agent.processes import ProcessTable, build_argv
 
 EXES = EngineConfig(allow_custom=True, vllm="/bin/true", sglang_python="/bin/true", llama_server="/bin/true")

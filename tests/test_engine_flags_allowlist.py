@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from scheduler.engine_flags import ENGINES, allow_flag_problem, allow_more, spec_flag_problems
 from scheduler.spec import ModelSpec
 from worker_agent.engines import EngineConfig, LaunchRefused, argv_for, check_launch
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "engine_flags")
 REAL = {"vllm": "vllm-0.11.0.txt", "sglang": "sglang-0.5.3.txt", "llama.cpp": "llama-server.txt"}

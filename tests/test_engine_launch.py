@@ -112,7 +112,7 @@ def check_metrics(lv: Live, rows) -> None:
     assert srv['gpuflow_decisions_total{result="scheduled"}'] >= 2
     assert srv["gpuflow_decision_seconds_count"] >= 2
     assert srv['gpuflow_instances{state="running"}'] == 2
-    from activities.store import ledger
+    from store import ledger
 
     for (w, g), b in ledger.booked_per_gpu(lv.engine).items():
         assert srv[f'gpuflow_reserved_vram_bytes{{gpu="{g}",worker="{w}"}}'] == b

@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.errors import InvalidInput
 from worker_agent.engines import EngineConfig, EngineUnavailable, argv_for, llama_cpp_argv, sglang_argv, vllm_argv
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 
 CFG = EngineConfig()
 

@@ -11,7 +11,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from activities.store import serving
+from store import serving
 from tests import gateway_stack as gs
 from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
 

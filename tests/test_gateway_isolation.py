@@ -16,7 +16,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from activities.store.serving import Route
+from store.serving import Route
 from gateway import errors
 from gateway.config import GatewaySettings
 from gateway.table import build

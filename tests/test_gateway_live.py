@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from activities.store import serving
+from store import serving
 from gpuflow import ops
 from gpuflow.ports import free_port
 from scheduler.spec import ModelSpec

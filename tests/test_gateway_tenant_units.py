@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from activities.store.serving import Route
+from store.serving import Route
 from gateway import errors
 from gateway.balance import Balancer
 from gateway.table import build
@@ -181,7 +181,7 @@ async def test_a_full_queue_makes_room_only_for_a_higher_priority(line, priority
 
 
 def test_the_refresh_loop_parses_the_tenants_file_only_when_its_version_moved(tmp_path):
-    from activities.store import db, tenants
+    from store import db, tenants
     from gateway.refresh import load_tenants
 
     engine = db.make_engine(db.sqlite_url(str(tmp_path / "gpuflow.db")))

@@ -16,7 +16,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from activities.store import keys
+from store import keys
 from tests import gateway_stack as gs
 from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from activities.store.serving import Route
+from store.serving import Route
 from gateway.balance import pick
 from gateway.metrics import SSEWatch
 from gateway.table import build, replica_limit

@@ -12,12 +12,12 @@ import asyncio
 
 from temporalio.worker import Replayer
 
-from activities.payloads import CONTROL_QUEUE, InstanceInput
+from contracts.control import CONTROL_QUEUE, InstanceInput
 from gpuflow import ops
 from gpuflow.converter import DATA_CONVERTER
 from gpuflow.server import WORKFLOWS
 from tests.live import FAST, Live, spec
-from worker_agent import payloads as hp
+from contracts import agent as hp
 from workflows.common import SA_DEPLOYMENT, SA_MODEL
 
 

@@ -95,7 +95,7 @@ async def test_cancelling_the_estimate_activity_kills_its_process(tmp_path):
     from temporalio.testing import ActivityEnvironment
 
     from activities.control import ControlActivities
-    from activities.store import db
+    from store import db
 
     deep = synthetic.write_llama_gguf(str(tmp_path / "deep.gguf"), **{**SHAPE, "n_layer": 1024})
     started = time.monotonic()

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from activities.store import tenants
+from store import tenants
 from gpuflow import ops
 from scheduler.tenancy.config import TenantsFile
 from tests.live import ECHO, FAST, Live, spec

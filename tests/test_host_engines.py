@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from activities.store import records
+from store import records
 from gpuflow import ops
 from gpuflow.ports import free_port
 from scheduler.spec import ModelSpec

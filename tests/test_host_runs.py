@@ -5,8 +5,8 @@ On a real SQLite file and a real PostgreSQL schema."""
 
 from __future__ import annotations
 
-from activities.payloads import HostReport, PlacementPlan
-from activities.store import ledger, records
+from contracts.control import HostReport, PlacementPlan
+from store import ledger, records
 from scheduler.cluster import GPU
 from scheduler.units import GiB
 
@@ -59,7 +59,7 @@ def test_a_host_is_forgotten_only_when_it_holds_nothing_and_does_not_answer(stor
     import pytest
     from sqlmodel import Session, select
 
-    from activities.store.tables import ModelFileRow
+    from store.tables import ModelFileRow
 
     _, _, engine = store
     records.upsert_worker(engine, report("x"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from activities.payloads import HostReport
+from contracts.control import HostReport
 from scheduler.allocatable import allocatable
 from scheduler.cluster import Worker
 from scheduler.units import GiB, MiB

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, select
 
-from activities.store import keys
+from store import keys
 from scheduler.errors import InvalidInput
 
 

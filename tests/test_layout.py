@@ -1,7 +1,8 @@
 """The layering in README's Layout table, checked on the source: each package's modules import only
-the packages of ours it may (third-party imports are not ours and not checked). The agent's
-import of activities/payloads.py, and the hub listing written twice for want of a shared home,
-are what hubio/ and contracts/ replaced."""
+the packages of ours it may, directly and through every module they import in turn; and no
+workflow module reaches an HTTP client, a database library or ``temporalio.client``, however
+indirectly. The agent's import of activities/payloads.py, and the hub listing written twice for
+want of a shared home, are what hubio/ and contracts/ replaced."""
 
 from __future__ import annotations
 
@@ -12,16 +13,24 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"scheduler", "contracts", "hubio", "activities", "workflows", "worker_agent", "gateway", "gpuflow"}
+OURS = {"scheduler", "contracts", "hubio", "store", "activities", "workflows", "worker_agent", "gateway", "gpuflow"}
 
 # package: the packages of ours it may import besides itself (README, "Layout")
 MAY = {
     "scheduler": set(),
     "contracts": {"scheduler"},
     "hubio": {"scheduler"},
-    "activities": {"scheduler", "hubio", "contracts"},
+    "store": {"scheduler", "contracts"},
+    "activities": {"scheduler", "hubio", "contracts", "store"},
+    "workflows": {"scheduler", "contracts"},
     "worker_agent": {"scheduler", "hubio", "contracts"},
+    "gateway": {"scheduler", "contracts", "store", "gpuflow"},  # gpuflow: its Temporal connection (runtime.py)
+    "gpuflow": OURS - {"gpuflow"},  # the CLI and the processes: it wires everything
 }
+# What no workflow module may reach, even through the modules it imports: I/O has no place in a
+# workflow (it runs in the workflow task, replayed), and these are the libraries that do it.
+NO_IO = {"aiohttp", "httpx", "requests", "urllib3", "sqlalchemy", "sqlmodel", "psycopg", "psycopg2", "asyncpg",
+         "sqlite3", "temporalio.client", "temporalio.worker", "temporalio.service", "socket", "subprocess"}
 
 
 def imported(path: pathlib.Path) -> set[str]:
@@ -35,11 +44,100 @@ def imported(path: pathlib.Path) -> set[str]:
     return tops & OURS
 
 
+def modules() -> dict[str, pathlib.Path]:
+    """Every module of ours, by dotted name (a package by its own name, for its __init__.py)."""
+    out = {}
+    for top in OURS:
+        for p in (ROOT / top).rglob("*.py"):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def imports_of(path: pathlib.Path, known: dict[str, pathlib.Path]) -> tuple[set[str], set[str]]:
+    """(modules of ours, other modules) that ``path`` imports, wherever the import stands. ``from a
+    import b`` imports a, and a.b too where that is a module of ours."""
+    ours, other = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for n in names:
+            (ours if n.split(".")[0] in OURS else other).add(n)
+    return {n for n in ours if n in known}, other
+
+
+def reach(start: str, known: dict[str, pathlib.Path]) -> tuple[set[str], set[str]]:
+    """Every module of ours ``start`` imports, however indirectly, and the other modules they import."""
+    seen, other, todo = set(), set(), [start]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        ours, more = imports_of(known[m], known)
+        other |= more
+        todo += [n for n in ours if n not in seen]
+        parent = m.rpartition(".")[0]  # importing a.b runs a/__init__.py first
+        if parent and parent in known and parent not in seen:
+            todo.append(parent)
+    return seen - {start}, other
+
+
 @pytest.mark.parametrize("package", sorted(MAY))
 def test_package_imports_only_what_it_may(package):
     wrong = {str(p.relative_to(ROOT)): sorted(imported(p) - MAY[package] - {package})
              for p in sorted((ROOT / package).rglob("*.py"))}
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+@pytest.mark.parametrize("package", sorted(set(MAY) - {"gpuflow"}))
+def test_package_reaches_only_what_it_may(package):
+    # transitively: a module of a package it may import must not bring in one it may not
+    known = modules()
+    allowed = MAY[package] | {package}
+    wrong = {}
+    for m in sorted(k for k in known if k.split(".")[0] == package):
+        bad = sorted(n for n in reach(m, known)[0] if n.split(".")[0] not in allowed)
+        if bad:
+            wrong[m] = bad
+    assert wrong == {}
+
+
+def test_workflows_reach_no_io_library():
+    known = modules()
+    wrong = {}
+    for m in sorted(k for k in known if k.split(".")[0] == "workflows"):
+        other = reach(m, known)[1] | imports_of(known[m], known)[1]
+        bad = sorted(n for n in other if n in NO_IO or n.split(".")[0] in NO_IO)
+        if bad:
+            wrong[m] = bad
+    assert wrong == {}
+
+
+def test_no_import_cycle_between_modules():
+    known = modules()
+    graph = {m: imports_of(p, known)[0] - {m} for m, p in known.items()}
+    # a package importing its own submodules (re-exports) is not a cycle between peers
+    graph = {m: {n for n in deps if not n.startswith(m + ".")} for m, deps in graph.items()}
+    cycles, state = [], {}
+
+    def visit(m, path):
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(path[path.index(n):] + [n])
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
 
 
 def test_image_copies_every_package():

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from activities.payloads import HostReport, PlacementPlan
-from activities.store import db, ledger, records
-from activities.store.snapshot import load_snapshot
+from contracts.control import HostReport, PlacementPlan
+from store import db, ledger, records
+from store.snapshot import load_snapshot
 from scheduler.cluster import GPU
 from scheduler.units import GiB
 
@@ -114,7 +114,7 @@ def test_system_reserve_and_worker_state_are_checked(store):
 def test_snapshot_shows_reserved_claims(store):
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
-    from activities.payloads import InstanceRecord
+    from contracts.control import InstanceRecord
 
     records.record_instance(engine, InstanceRecord(name="m-0", deployment="m", model="m", state="pending"))
     ledger.reserve(engine, "m-0", plan("h1", 1, 8))
@@ -166,7 +166,7 @@ def test_no_overbooking_under_concurrency(store):
     assert ledger.overbooked(engine) == []
     from sqlmodel import Session, func, select
 
-    from activities.store.tables import ReservationRow
+    from store.tables import ReservationRow
 
     with Session(engine) as s:
         assert s.exec(select(func.count()).select_from(ReservationRow)).one() == won

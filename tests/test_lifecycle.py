@@ -13,7 +13,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 
 from gpuflow import ops
 from tests.live import FAST, Live, spec
-from worker_agent import payloads as hp
+from contracts import agent as hp
 from worker_agent import reconcile
 
 PENDING_ACTIVITY_STATE_STARTED = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED

@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.errors import InvalidInput
 from worker_agent.log_reader import log_file, read_chunk
-from worker_agent.payloads import LogRequest
+from contracts.agent import LogRequest
 
 
 @pytest.mark.parametrize("key, ok", [

@@ -12,11 +12,11 @@ import time
 import pytest
 from temporalio.client import WorkflowQueryFailedError
 
-from activities.store import records
+from store import records
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 from worker_agent.log_reader import QUERY, workflow_id
-from worker_agent.payloads import LogChunk, LogRequest
+from contracts.agent import LogChunk, LogRequest
 
 # 2000 'boot' lines of 50 bytes (100 kB, more than one 64 KiB read) at once, then a tick every 0.1 s
 TICKER = ("python3 -u -c \"import itertools,time; [print('boot', i, 'y' * 40) for i in range(2000)]; "

@@ -11,8 +11,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.control import ControlActivities
 from activities.place_batch import PlaceAsk, place_many
-from activities.payloads import InstanceRecord
-from activities.store import ledger, records
+from contracts.control import InstanceRecord
+from store import ledger, records
 from scheduler.units import GiB
 from tests.test_ledger import host
 

@@ -18,7 +18,7 @@ import time
 
 import yaml
 
-from activities.store import ledger, records
+from store import ledger, records
 from gpuflow import ops
 from tests.live import FAST, Live, spec, timings_env, write_inventory
 from tests.test_engine_launch import scrape

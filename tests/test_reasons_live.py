@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from activities.store import tenants
+from store import tenants
 from gpuflow import ops
 from scheduler.tenancy.config import TenantsFile
 from tests.live import FAST, Live, cli, spec

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from activities.payloads import InstanceRecord
+from contracts.control import InstanceRecord
 from activities.record_batch import RecordBatch
-from activities.store import records
+from store import records
 
 
 def rec(name: str, state: str = "starting", worker: str | None = "h1") -> InstanceRecord:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from temporalio.client import WorkflowFailureError
 
-from activities.payloads import CONTROL_QUEUE, DeploymentInput, HostInput, InstanceInput
+from contracts.control import CONTROL_QUEUE, DeploymentInput, HostInput, InstanceInput
 from gpuflow import ops
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live, cli, write_inventory
@@ -88,7 +88,7 @@ async def start(tmp_path, hosts: dict[str, list[str]], env: dict[str, str] | Non
     for name, extra in hosts.items():
         inv = write_inventory(str(tmp_path / f"{name}.yaml"), [24, 24])
         lv.stack.start_agent(name, inv, extra=extra, allow_custom=False)
-    from activities.store import records
+    from store import records
     from gpuflow.runtime import connect
     from gpuflow.settings import TemporalSettings
 

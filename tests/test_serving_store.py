@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from sqlmodel import Session
 
-from activities.store import serving
-from activities.store.tables import InstanceRow, utcnow
+from store import serving
+from store.tables import InstanceRow, utcnow
 
 
 def _instances(engine, rows):

@@ -13,8 +13,8 @@ import urllib.request
 
 from sqlalchemy import update
 
-from activities.store import records
-from activities.store.tables import InstanceRow
+from store import records
+from store.tables import InstanceRow
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec, timings_env, write_inventory
 
@@ -134,7 +134,7 @@ def _lines(lv: Live) -> list[tuple[str, str]]:
     """(worker, instance) of every ledger line."""
     from sqlmodel import Session, select
 
-    from activities.store.tables import ReservationRow
+    from store.tables import ReservationRow
 
     with Session(lv.engine) as s:
         return [(r.worker, r.instance) for r in s.exec(select(ReservationRow))]

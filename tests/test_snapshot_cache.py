@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from activities.payloads import InstanceRecord
+from contracts.control import InstanceRecord
 from activities.host_estimate import record_paths
-from activities.store import changes, ledger, records
-from activities.store.snapshot import load_snapshot
-from activities.store.snapshot_cache import SnapshotCache
+from store import changes, ledger, records
+from store.snapshot import load_snapshot
+from store.snapshot_cache import SnapshotCache
 from scheduler import occupancy
 from scheduler.units import GiB
 from tests.test_ledger import host, plan
@@ -119,7 +119,7 @@ def test_an_assumed_placement_holds_its_gpu_until_the_store_shows_it_booked(stor
     taken although nothing is booked yet. The booking (a change to the instance) settles it: the
     store's row then says what it holds, and a release frees the GPU at once. An assumption never
     booked lapses after ASSUME_TTL_S."""
-    import activities.store.snapshot_cache as sc
+    import store.snapshot_cache as sc
 
     _, _, engine = store
     records.upsert_worker(engine, host("h1", gpus=2, gib=24))

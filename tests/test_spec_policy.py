@@ -197,7 +197,7 @@ def test_engine_flags_read_only_the_models_files(tmp_path):
     """On the host: a parameter naming an existing file or folder must lie in the model's folder
     (or a --model-root); words that name nothing on this host (an inline template) pass."""
     from worker_agent.engines import EngineConfig, host_file_problems
-    from worker_agent.payloads import LaunchRequest
+    from contracts.agent import LaunchRequest
 
     model = tmp_path / "models" / "m"
     model.mkdir(parents=True)

@@ -18,7 +18,7 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 
-from activities.payloads import CONTROL_QUEUE
+from contracts.control import CONTROL_QUEUE
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 

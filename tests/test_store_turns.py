@@ -1,4 +1,4 @@
-"""SQLite writers of one process take turns (activities/store/db.py: _WriterTurns), and read-only
+"""SQLite writers of one process take turns (store/db.py: _WriterTurns), and read-only
 transactions (db.reader) go beside them: on a real SQLite file, with real threads."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlmodel import Session, select
 
-from activities.payloads import InstanceRecord
-from activities.store import db, ledger, records
-from activities.store.tables import InstanceRow
+from contracts.control import InstanceRecord
+from store import db, ledger, records
+from store.tables import InstanceRow
 
 
 @pytest.fixture

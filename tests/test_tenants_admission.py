@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from activities.payloads import InstanceRecord, PlacementPlan
-from activities.store import ledger, records, tenants
+from contracts.control import InstanceRecord, PlacementPlan
+from store import ledger, records, tenants
 from scheduler.request import FlatRequest
 from scheduler.tenancy.admit import admit
 from scheduler.tenancy.config import TenantsFile

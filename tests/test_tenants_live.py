@@ -12,7 +12,7 @@ import time
 
 from temporalio.worker import Replayer
 
-from activities.store import ledger, tenants
+from store import ledger, tenants
 from gpuflow import ops
 from gpuflow.converter import DATA_CONVERTER
 from gpuflow.server import WORKFLOWS

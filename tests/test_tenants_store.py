@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from activities.payloads import InstanceRecord, PlacementPlan
-from activities.store import db, ledger, records, tenants
+from contracts.control import InstanceRecord, PlacementPlan
+from store import db, ledger, records, tenants
 from scheduler.errors import InvalidInput
 from scheduler.tenancy.config import TenantsFile
 from scheduler.tenancy.usage import Usage

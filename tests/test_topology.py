@@ -1,11 +1,11 @@
 """Which helper processes a placement across several workers starts, where, and what the server
-is then told (worker_agent/topology.py)."""
+is then told (contracts/launch_parts.py)."""
 
 from __future__ import annotations
 
 from scheduler.cluster import Subordinate
-from worker_agent import topology
-from worker_agent.payloads import LaunchRequest
+from contracts import launch_parts as topology
+from contracts.agent import LaunchRequest
 
 MAIN = LaunchRequest(instance="m-0", model="m", backend="llama.cpp", model_path="/models/m.gguf", gpu_indexes=[0],
                      env={"HF_HOME": "/cache"}, distributed=True, offload_layers=31, tensor_split=[5, 3, 8])

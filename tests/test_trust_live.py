@@ -25,13 +25,13 @@ from temporalio.exceptions import ActivityError
 from sqlmodel import Session
 from temporalio.worker import Worker
 
-from activities.payloads import CONTROL_QUEUE, InstanceInput, PlacementPlan
-from activities.store import records
-from activities.store.tables import WorkerRow
+from contracts.control import CONTROL_QUEUE, InstanceInput, PlacementPlan
+from store import records
+from store.tables import WorkerRow
 from gpuflow import ops
 from scheduler.cluster import Claim
 from tests.live import FAST, Live, cli, spec
-from worker_agent import payloads as hp
+from contracts import agent as hp
 from worker_agent.processes import pid_alive
 
 pytestmark = pytest.mark.asyncio
@@ -161,7 +161,7 @@ async def test_tenant_bs_key_gets_404_on_tenant_as_model(tmp_path):
     exist, listing only the key's own."""
     import openai
 
-    from activities.store import keys, tenants
+    from store import keys, tenants
     from gpuflow.ports import free_port
     from scheduler.tenancy.config import TenantsFile
 

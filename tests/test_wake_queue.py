@@ -17,10 +17,10 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from activities.control import EstimateCache
-from activities.payloads import InstanceRecord
-from activities.store import changes, db, ledger, records, tenants
-from activities.store.snapshot_cache import SnapshotCache
-from activities.store.tables import InstanceRow
+from contracts.control import InstanceRecord
+from store import changes, db, ledger, records, tenants
+from store.snapshot_cache import SnapshotCache
+from store.tables import InstanceRow
 from activities import wake_queue
 from activities.wake_queue import UNKNOWN, judge, known_request, ordered_replicas, read
 from scheduler.spec import ModelSpec

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from activities.payloads import CONTROL_QUEUE
+from contracts.control import CONTROL_QUEUE
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 

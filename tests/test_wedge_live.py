@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
-from activities.payloads import CONTROL_QUEUE
+from contracts.control import CONTROL_QUEUE
 from gpuflow import ops
 from tests.live import FAST, Live, cli, spec
 
@@ -205,7 +205,7 @@ async def test_the_agent_refusing_the_spec_is_error_without_restarts_or_replacem
     """A host whose operator allows models only under one root refuses a path outside it: the
     instance is ERROR with the agent's reason, not "unreachable", and is neither restarted nor
     moved through release and re-placement (its history stays short)."""
-    from activities.store import ledger, records
+    from store import ledger, records
     from scheduler.spec import ModelSpec
 
     lv = stack

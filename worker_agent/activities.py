@@ -22,7 +22,7 @@ from contracts.host import HostReport
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
-from worker_agent import payloads as p
+from contracts import agent as p
 from worker_agent import pinning
 from worker_agent.bookings import BookingUnknown, Bookings, refusal
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted

@@ -37,7 +37,7 @@ from scheduler.engine_flags import check_flags
 from scheduler.errors import InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec_env import env_problems
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 from worker_agent.processes import build_argv
 
 
@@ -285,7 +285,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
     if build is None:
         raise EngineUnavailable(f"backend {req.backend} has no launcher on this agent")
     if req.distributed and not (req.rpc_servers or req.ray_address or req.nnodes):
-        from worker_agent.topology import unsupported
+        from contracts.launch_parts import unsupported
 
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
                                 "but no helper endpoints came with the launch")

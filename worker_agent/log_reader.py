@@ -20,7 +20,7 @@ import re
 from temporalio import workflow
 
 from scheduler.errors import InvalidInput
-from worker_agent.payloads import LogChunk, LogRequest
+from contracts.agent import LogChunk, LogRequest
 
 QUERY = "read_log"
 WORKFLOW = "HostLogsWorkflow"

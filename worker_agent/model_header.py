@@ -23,7 +23,7 @@ from scheduler.gguf.reader import read_header
 from scheduler.hf.config import load_parameters
 from scheduler.hf.safetensors_header import directory_weight_bytes
 from worker_agent.engines import check_model_path
-from worker_agent.payloads import READ_MODEL_HEADER
+from contracts.agent import READ_MODEL_HEADER
 
 CACHED = 64
 

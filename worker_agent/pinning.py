@@ -18,7 +18,7 @@ import shutil
 from typing import Callable
 
 from scheduler import cpulist
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 
 log = logging.getLogger("gpuflow.agent")
 

@@ -34,7 +34,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.search import SA_WORKER
 from scheduler.naming import name_problem
-from worker_agent.payloads import instance_of
+from contracts.agent import instance_of
 from worker_agent.processes import ProcessTable
 
 KEEP, GONE, ELSEWHERE, UNKNOWN = "keep", "gone", "elsewhere", "unknown"

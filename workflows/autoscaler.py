@@ -22,7 +22,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.autoscale_payloads import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, AutoscalerInput,
+    from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, AutoscalerInput,
                                                AutoscaleView, Step)
     from workflows import common as c
     from workflows import guards

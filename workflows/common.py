@@ -10,7 +10,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE, SA_WORKER, SEARCH_ATTRIBUTES  # noqa: F401
 
-from activities.names import *  # noqa: F401,F403  (activity names, one home)
+from contracts.activity_names import *  # noqa: F401,F403  (activity names, one home)
 
 # Control activities heartbeat while they work (activities/control.py), so one that was running on
 # a control-plane worker that died is retried elsewhere within seconds.
@@ -24,7 +24,7 @@ STORE_LOCAL = dict(start_to_close_timeout=timedelta(seconds=120),
                                             maximum_interval=timedelta(seconds=10)))
 
 
-# Instance workflow changes that a run of code generation 1 (InstanceInput.code, activities/payloads.py)
+# Instance workflow changes that a run of code generation 1 (InstanceInput.code, contracts/control.py)
 # has without asking. ``workflow.patched`` records a marker and upserts TemporalChangeVersion in every
 # new run that calls it: two history events and a visibility write per patch per replica, the cost
 # of a trivial workflow's whole history for the two a replica meets on its way to RUNNING. A run

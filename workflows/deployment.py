@@ -16,9 +16,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.payloads import (ClosedInstance, DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder,
+    from contracts.control import (ClosedInstance, DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder,
                                      Timings, host_queue)
-    from worker_agent import payloads as hp
+    from contracts import agent as hp
     from scheduler.limits import REPLICAS_CEILING, Limits
     from scheduler.spec import ModelSpec
     from workflows import common as c

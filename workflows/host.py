@@ -21,10 +21,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.booking import BookingAsk
-    from activities.payloads import HostInput, HostReport, HostView, host_queue
+    from contracts.host import BookingAsk
+    from contracts.control import HostInput, HostReport, HostView, host_queue
     from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
-    from worker_agent import payloads as hp
+    from contracts import agent as hp
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import compact, one_input

@@ -28,13 +28,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.payloads import (DecisionRecord, HostNews, InstanceInput, InstanceRecord, InstanceView, PreemptNotice,
+    from contracts.control import (DecisionRecord, HostNews, InstanceInput, InstanceRecord, InstanceView, PreemptNotice,
                                      host_queue)
     from scheduler.naming import name_problem
     from scheduler.spec import ModelSpec
     from scheduler.topology_policy import wants_pinning
-    from worker_agent import payloads as hp
-    from worker_agent import topology
+    from contracts import agent as hp
+    from contracts import launch_parts as topology
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import one_input

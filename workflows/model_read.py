@@ -14,10 +14,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.payloads import host_queue
+    from contracts.control import host_queue
     from scheduler.estimate_inputs import EstimateInputs, HeaderRequest, ReaderHosts
     from scheduler.spec import ModelSpec
-    from worker_agent import payloads as hp
+    from contracts import agent as hp
     from workflows import common as c
 
 PATCH = "estimate-local-path-on-host"

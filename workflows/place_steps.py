@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
-    from activities.payloads import DecisionRecord, EstimateRecord, PlaceResult, ReserveResult
+    from contracts.control import DecisionRecord, EstimateRecord, PlaceResult, ReserveResult
     from scheduler.estimate import needs_files, states_resources
     from scheduler.reasons import pending_text
     from scheduler.spec import ModelSpec

@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.payloads import DecisionRecord, EstimateRecord, PreemptNotice, ReserveResult
+    from contracts.control import DecisionRecord, EstimateRecord, PreemptNotice, ReserveResult
     from workflows import common as c
 
 PATCH = "preemption"

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
 from temporalio import workflow
 
-from activities.rollout_probe import ROLLOUT_PROBE, ReplicaProbe
+from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe
 from scheduler.bounds import MAX_TEXT, Count, Flag, Name, ShortText, Text
 from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT, Replica, next_step
 from scheduler.spec import ModelSpec

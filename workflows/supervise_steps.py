@@ -26,8 +26,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.payloads import HostNews
-    from worker_agent import payloads as hp
+    from contracts.control import HostNews
+    from contracts import agent as hp
     from workflows import common as c
 
 Watched = list[tuple[str, hp.LaunchRequest]]  # (worker, the request of the process it runs)

@@ -57,7 +57,7 @@ def render(v: dict[str, Any]) -> str:
 
 
 def cmd_autoscale(a) -> int:
-    from gpuflow.cli.cluster import _run, settings_from
+    from gpuflow.cli.connection import run_command, settings_from
     from gpuflow.runtime import connect
 
     s = settings_from(a)
@@ -75,11 +75,11 @@ def cmd_autoscale(a) -> int:
                                f"or it does not exist)")
         print(json.dumps(v, indent=2) if a.json else render(v))
 
-    return _run(go())
+    return run_command(go())
 
 
 def add_commands(sub) -> None:
-    from gpuflow.cli.cluster import temporal_flags
+    from gpuflow.cli.connection import temporal_flags
 
     p = sub.add_parser("autoscale", help="an autoscaled deployment's last 50 decisions and why")
     temporal_flags(p)

@@ -14,50 +14,14 @@ import sys
 from gpuflow import files, ops
 from gpuflow.render import cluster as render_cluster
 from gpuflow.runtime import connect
-from gpuflow.settings import Settings
+from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from scheduler.errors import InvalidInput
-
-
-def settings_from(a) -> Settings:
-    s = Settings()
-    t = s.temporal.model_copy(update={k: v for k, v in {
-        "address": a.address, "namespace": a.namespace, "tls_cert": a.tls_cert, "tls_key": a.tls_key,
-        "tls_ca": a.tls_ca, "api_key": a.api_key}.items() if v is not None})
-    upd = {"temporal": t}
-    if getattr(a, "data_dir", None):
-        upd["data_dir"] = a.data_dir
-    if getattr(a, "database_url", None):
-        upd["database_url"] = a.database_url
-    if getattr(a, "hf_endpoint", None):
-        upd["hf_endpoint"] = a.hf_endpoint
-    if getattr(a, "capacity_hook", None):
-        upd["capacity_hook"] = a.capacity_hook
-    from scheduler.engine_flags import allow_more as allow_more_flags
-    from scheduler.spec_env import allow_more
-
-    allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
-    allow_more_flags(s.allow_engine_flags)
-    return s.model_copy(update=upd)
-
-
-def temporal_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("Temporal connection")
-    g.add_argument("--address", help="host:port (default localhost:7233, or GPUFLOW_TEMPORAL__ADDRESS)")
-    g.add_argument("--namespace", help="namespace (default default)")
-    g.add_argument("--tls-cert", help="client certificate for mTLS (PEM)")
-    g.add_argument("--tls-key", help="client key for mTLS (PEM)")
-    g.add_argument("--tls-ca", help="server CA bundle (PEM)")
-    g.add_argument("--api-key", help="API key (implies TLS)")
-
-
-def _run(coro) -> int:
-    return asyncio.run(coro) or 0
 
 
 def cmd_server(a) -> int:
     from gpuflow.server import run_server
 
-    return _run(run_server(settings_from(a), metrics_address=a.metrics_address))
+    return run_command(run_server(settings_from(a), metrics_address=a.metrics_address))
 
 
 def cmd_agent(a) -> int:
@@ -102,7 +66,7 @@ def cmd_agent(a) -> int:
                         hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
                                       hf_endpoint=s.hf_endpoint))
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_deploy(a) -> int:
@@ -114,7 +78,7 @@ def cmd_deploy(a) -> int:
         view = await ops.deploy(client, spec, s.timings, a.replicas)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted; workflow deployment/{view.name}")
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_scale(a) -> int:
@@ -124,7 +88,7 @@ def cmd_scale(a) -> int:
         view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_delete(a) -> int:
@@ -141,7 +105,7 @@ def cmd_delete(a) -> int:
             return
         print(f"deployment {view.name}: " + ("deleted" if a.wait else "deleting"))
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_status(a) -> int:
@@ -168,7 +132,7 @@ def cmd_status(a) -> int:
                 auto += f"\nautoscaler {d['name']}: BROKEN: {asked[d['name']]}"
         print(json.dumps(st, indent=2) if a.json else render_cluster.status(st, a.summary) + auto)
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_explain(a) -> int:
@@ -186,7 +150,7 @@ def cmd_explain(a) -> int:
 
         print(json.dumps(d, indent=2) if a.json else explain(d))
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_hosts(a) -> int:
@@ -200,14 +164,14 @@ def cmd_hosts(a) -> int:
             print(await ops.forget_host(client, name))
 
     if a.action == "forget":
-        return _run(forget())
+        return run_command(forget())
 
     async def go():
         hs = await ops.hosts(await connect(s.temporal))
         out = [h.model_dump(mode="json") for h in hs]
         print(json.dumps(out, indent=2) if a.json else render_cluster.hosts(out))
 
-    return _run(go())
+    return run_command(go())
 
 
 def cmd_logs(a) -> int:
@@ -238,7 +202,7 @@ def cmd_logs(a) -> int:
             chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
 
     try:
-        return _run(go())
+        return run_command(go())
     except KeyboardInterrupt:
         return 0
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuflow.cli.cluster import temporal_flags
+from gpuflow.cli.connection import temporal_flags
 from gpuflow.settings import Settings
 
 
 def _store(a):
-    from activities.store import db
+    from store import db
 
     s = Settings()
     s = s.model_copy(update={k: getattr(a, k) for k in ("data_dir", "database_url") if getattr(a, k, None)})
@@ -27,7 +27,7 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
 
 def _temporal(a):
     """Where to wake autoscalers from (gateway/wake.py): the Temporal flags or GPUFLOW_TEMPORAL__*."""
-    from gpuflow.cli.cluster import settings_from
+    from gpuflow.cli.connection import settings_from
 
     return settings_from(a).temporal
 
@@ -47,7 +47,7 @@ def cmd_gateway(a) -> int:
 
 
 def cmd_keys(a) -> int:
-    from activities.store import keys
+    from store import keys
 
     engine = _store(a)
     if a.keys_command == "create":

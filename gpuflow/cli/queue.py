@@ -45,7 +45,7 @@ def text(lines: list[dict], queueing: str) -> str:
 
 
 def cmd_queue(a) -> int:
-    from activities.store.snapshot import load_snapshot
+    from store.snapshot import load_snapshot
     from activities.wake_queue import judge, read
     from gpuflow.settings import Settings
     from scheduler.estimate import estimate_request, states_resources

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuflow.cli.cluster import _run, settings_from, temporal_flags
+from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from gpuflow.runtime import connect
 
 
@@ -62,7 +62,7 @@ def cmd_rollout(a) -> int:
             print(f"undo {undid[0]['reason']}")
         print(json.dumps(v, indent=2) if a.json else render(v))
 
-    return _run(go())
+    return run_command(go())
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

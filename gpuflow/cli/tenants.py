@@ -48,7 +48,7 @@ def text(lines: list[dict], queueing: str) -> str:
 def _refresh_reasons(engine) -> int:
     """The PENDING replicas' reasons under the new file (activities/wake_queue.judge_and_record), for
     specs that state their resources (a spec costed from files keeps its own until its next wake)."""
-    from activities.store.snapshot import load_snapshot
+    from store.snapshot import load_snapshot
     from activities.wake_queue import judge_and_record
     from gpuflow.settings import Settings
     from scheduler.estimate import estimate_request, states_resources
@@ -59,7 +59,7 @@ def _refresh_reasons(engine) -> int:
 
 
 def cmd_tenants(a) -> int:
-    from activities.store import tenants
+    from store import tenants
 
     engine = _store(a)
     if getattr(a, "tenants_command", None) == "apply":

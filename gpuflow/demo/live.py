@@ -14,7 +14,7 @@ import yaml
 from gpuflow import ops
 from gpuflow.demo import llm as demo_llm
 from gpuflow.render import cluster as render_cluster
-from activities.store.serving import REPORT_S
+from store.serving import REPORT_S
 from gpuflow.serving_view import add_serving, open_store
 from gpuflow.runtime import connect
 from gpuflow.settings import Settings

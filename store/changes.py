@@ -1,5 +1,5 @@
 """A monotonic change number for instances and their reservations, so a snapshot cache can read
-only what changed since it last looked (activities/store/snapshot_cache.py).
+only what changed since it last looked (store/snapshot_cache.py).
 
 Every write of an instance row or of its ledger lines calls ``bump`` in the same transaction: it
 increments the one counter row and logs (seq, instance). The counter row is updated in place,

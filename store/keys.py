@@ -19,7 +19,7 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
-from activities.store.tables import utcnow
+from store.tables import utcnow
 from scheduler.errors import InvalidInput
 
 PREFIX = "gpuflow"

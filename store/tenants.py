@@ -14,8 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
-from activities.store.snapshot import session
-from activities.store.tables import DeploymentRow, InstanceRow, ReservationRow, TenantsRow, utcnow
+from store.snapshot import session
+from store.tables import DeploymentRow, InstanceRow, ReservationRow, TenantsRow, utcnow
 from scheduler.errors import InvalidInput
 from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
 from scheduler.tenancy.config import DEFAULT, TenantsFile
@@ -119,7 +119,7 @@ def pending_by_tenant(engine: Engine) -> dict[str, int]:
         return out
 
 
-# --- under the ledger's locks (activities/store/ledger.py) ------------------------------------------
+# --- under the ledger's locks (store/ledger.py) ------------------------------------------
 
 def tenant_in(s: Session, instance: str) -> tuple[str, TenantsFile]:
     """The tenant of ``instance``'s deployment as the store has it now, and the tenants file."""

@@ -8,9 +8,9 @@ from sqlalchemy import func, insert, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.payloads import HostReport, InstanceRecord
-from activities.store import changes
-from activities.store.tables import DeploymentRow, InstanceRow, ModelFileRow, WorkerRow, utcnow
+from contracts.control import HostReport, InstanceRecord
+from store import changes
+from store.tables import DeploymentRow, InstanceRow, ModelFileRow, WorkerRow, utcnow
 
 
 def upsert_worker(engine: Engine, report: HostReport, state: str = "ready") -> bool:
@@ -48,7 +48,7 @@ def forget_worker(engine: Engine, name: str) -> str | None:
     worker row is locked first (PostgreSQL; SQLite's write lock covers the whole transaction), so a
     booking made at the same moment either came first and is seen here, or comes after and finds
     no worker (ledger.check refuses it)."""
-    from activities.store.tables import ReservationRow
+    from store.tables import ReservationRow
 
     with Session(engine) as s:
         stmt = select(WorkerRow).where(WorkerRow.name == name)

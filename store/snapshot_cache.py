@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.payloads import PlacementPlan
-from activities.store import changes
-from activities.store.snapshot import DRAINING, LIVE, instance_model, session, valid_workers
-from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
+from contracts.control import PlacementPlan
+from store import changes
+from store.snapshot import DRAINING, LIVE, instance_model, session, valid_workers
+from store.tables import InstanceRow, ModelFileRow, WorkerRow
 from scheduler import occupancy
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
 from scheduler.occupancy import Occupancy

@@ -16,7 +16,7 @@ several workers are refused with a reason.
 from __future__ import annotations
 
 from scheduler.cluster import Subordinate
-from worker_agent.payloads import LaunchRequest
+from contracts.agent import LaunchRequest
 
 LAUNCHES_ACROSS_WORKERS = ("llama.cpp", "vllm", "sglang")
 

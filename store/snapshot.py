@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.store.tables import InstanceRow, ModelFileRow, WorkerRow
+from store.tables import InstanceRow, ModelFileRow, WorkerRow
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
 
 LIVE = ("pending", "analyzing", "scheduled", "starting", "running", "error", "unreachable", "stopping")

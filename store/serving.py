@@ -15,7 +15,7 @@ from sqlalchemy import delete, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
-from activities.store.tables import InstanceRow, utcnow
+from store.tables import InstanceRow, utcnow
 
 REPORT_S = 0.5  # a gateway reports its in-flight counts this often
 LIVE_S = 5.0  # a gateway silent this long no longer counts

@@ -28,10 +28,10 @@ from sqlalchemy import delete, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.payloads import PlacementPlan
-from activities.store import changes, tenants
-from activities.store.snapshot import worker_model
-from activities.store.tables import InstanceRow, ReservationRow, WorkerRow, utcnow
+from contracts.control import PlacementPlan
+from store import changes, tenants
+from store.snapshot import worker_model
+from store.tables import InstanceRow, ReservationRow, WorkerRow, utcnow
 from scheduler.allocatable import Allocated, allocatable
 from scheduler.errors import GpuflowError
 from scheduler.units import gib

@@ -1,0 +1,47 @@
+"""How each CLI command that talks to the cluster reaches it: the Temporal connection flags
+(--address, --namespace, TLS, API key), the settings they make, and running a command's
+coroutine. Every command module imports these from here (none from another command module)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from gpuflow.settings import Settings
+
+
+def settings_from(a) -> Settings:
+    s = Settings()
+    t = s.temporal.model_copy(update={k: v for k, v in {
+        "address": a.address, "namespace": a.namespace, "tls_cert": a.tls_cert, "tls_key": a.tls_key,
+        "tls_ca": a.tls_ca, "api_key": a.api_key}.items() if v is not None})
+    upd = {"temporal": t}
+    if getattr(a, "data_dir", None):
+        upd["data_dir"] = a.data_dir
+    if getattr(a, "database_url", None):
+        upd["database_url"] = a.database_url
+    if getattr(a, "hf_endpoint", None):
+        upd["hf_endpoint"] = a.hf_endpoint
+    if getattr(a, "capacity_hook", None):
+        upd["capacity_hook"] = a.capacity_hook
+    from scheduler.engine_flags import allow_more as allow_more_flags
+    from scheduler.spec_env import allow_more
+
+    allow_more(s.allow_env)  # spec validation in this process (workflows of a server included)
+    allow_more_flags(s.allow_engine_flags)
+    return s.model_copy(update=upd)
+
+
+def temporal_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Temporal connection")
+    g.add_argument("--address", help="host:port (default localhost:7233, or GPUFLOW_TEMPORAL__ADDRESS)")
+    g.add_argument("--namespace", help="namespace (default default)")
+    g.add_argument("--tls-cert", help="client certificate for mTLS (PEM)")
+    g.add_argument("--tls-key", help="client key for mTLS (PEM)")
+    g.add_argument("--tls-ca", help="server CA bundle (PEM)")
+    g.add_argument("--api-key", help="API key (implies TLS)")
+
+
+def run_command(coro) -> int:
+    """Run a command's coroutine; its result (or 0) is the exit code."""
+    return asyncio.run(coro) or 0
