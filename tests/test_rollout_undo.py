@@ -170,16 +170,6 @@ def test_the_history_survives_continue_as_new():
     assert ro.undo_choice(again.ro)[0].version == 0
 
 
-def test_a_state_from_before_the_history_never_undoes_to_the_failure():
-    # what the code before this change carried after v1 -> v2 -> v3 fails (rolled back to v2)
-    carried = {"version": 2, "latest": 3, "from_version": 2, "good_version": 2, "previous": spec("v3"),
-               "rolled_back": True, "status": "rolled back: chat-3 is ERROR"}
-    d = Deployment("v2", carried=carried)
-    assert d.results() == [(2, "good"), (3, "rolled back")]
-    to, said = ro.undo_choice(d.ro)
-    assert to is None and "skipped version 3 (rolled back: chat-3 is ERROR)" in said
-
-
 def test_the_rollout_view_shows_the_versions_and_where_undo_goes():
     from gpuflow.cli.rollout import render
 

@@ -126,7 +126,7 @@ class ModelDeploymentWorkflow:
     async def _change_spec(self, spec: dict, undo: tuple[ro.Outcome, str] | None = None) -> DeploymentView:
         new = parse_spec(spec)
         await self._within_limits(new.replicas)
-        if new.tenant != parse_spec(self.raw).tenant and workflow.patched("tenant-check"):
+        if new.tenant != parse_spec(self.raw).tenant:
             await self._known_tenant(new)
         ro.change_spec(self, dict(spec), new, parse_spec(self.raw), undo)
         self.dirty, self.replicas = True, new.replicas
@@ -136,8 +136,6 @@ class ModelDeploymentWorkflow:
     async def rollout_undo(self) -> DeploymentView:
         """Back to the last good spec before the current one, never one rolled back for failing
         (rollout_steps.undo_choice), rolled the same way; the replica count stays."""
-        if not workflow.patched("undo-last-good"):  # a history from before: the spec before the last change
-            return await self.update_spec({**self.ro.previous, "replicas": self.replicas})
         to, said = ro.undo_choice(self.ro)
         if to is None:  # refused by the validator; here only if the state changed since
             raise ApplicationError(f"deployment {self.name}: nothing to undo to: {said}", type="InvalidSpec",
@@ -181,14 +179,11 @@ class ModelDeploymentWorkflow:
             self.replicas = spec.replicas
         if self.replicas < 0:
             raise ApplicationError(f"replicas must be >= 0, got {self.replicas}", type="InvalidSpec", non_retryable=True)
-        if workflow.patched("deployment-limits"):
-            self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=Limits, **c.STORE_CALL)
-            problem = self.limits.replicas_problem(self.replicas)
-            if problem and self.fresh:  # a new deployment over the maximum: refused whole, nothing started
-                raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
-        else:  # a history from before limits were read: the defaults
-            self.limits = Limits()
-        if self.fresh and workflow.patched("tenant-check"):  # a typo in the tenant: refused, nothing started
+        self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=Limits, **c.STORE_CALL)
+        problem = self.limits.replicas_problem(self.replicas)
+        if problem and self.fresh:  # a new deployment over the maximum: refused whole, nothing started
+            raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
+        if self.fresh:  # a typo in the tenant: refused, nothing started
             await self._known_tenant(spec)
         self.checked = True
         workflow.upsert_search_attributes([c.SA_MODEL.value_set(spec.name), c.SA_DEPLOYMENT.value_set(spec.name),
@@ -211,7 +206,7 @@ class ModelDeploymentWorkflow:
                 workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
                 await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, self.replicas, state],
                                                 **c.STORE_CALL)
-                if self.raw.get("autoscaling") is not None and not self.deleting and workflow.patched("autoscaler"):
+                if self.raw.get("autoscaling") is not None and not self.deleting:
                     await workflow.execute_activity("start_autoscaler", self.name, **c.STORE_CALL)
             if self.deleting:
                 self.applied = max(self.applied, target)  # nothing left to scale: answer waiting updates

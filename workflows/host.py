@@ -30,10 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import compact, one_input
 
 
-PROBE_AT_ONCE = "host-probe-at-once"  # a run from before it waited host_schedule_to_start_s before its first probe
-REPORT_CHECKED = "host-report-checked"  # a report that does not validate: NOT_READY with the reason
-
-
 def checked_report(raw: Any, name: str) -> tuple[HostReport | None, str]:
     """(the report, "") when ``raw`` is a valid report of host ``name``; (None, why) otherwise. Reports
     arrive from the agent (or anyone who can signal this workflow): validated here, never by the SDK,
@@ -64,7 +60,7 @@ class HostWorkflow:
         self.forgotten = False  # an operator forgot the host (update forget): the workflow ends
         self.reason = ""  # why it is NOT_READY, when it is for its report
         self.refused: str | None = None  # a report that does not validate arrived: recorded NOT_READY with this
-        self.just_lost = False  # the watch failed a moment ago: probe at once (patch PROBE_AT_ONCE)
+        self.just_lost = False  # the watch failed a moment ago: probe at once (_probe)
 
     @workflow.signal
     def hello(self, *args: Any) -> None:
@@ -126,7 +122,7 @@ class HostWorkflow:
         guards.workflow_id(f"host/{inp.name}", f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
         while True:
-            if self.refused is not None and workflow.patched(REPORT_CHECKED):
+            if self.refused is not None:
                 why, self.refused = self.refused, None
                 if self.greeting is None and (self.state, self.reason) != ("not_ready", why):  # a valid hello after it wins
                     await self._refuse(why)
@@ -161,7 +157,7 @@ class HostWorkflow:
         longer than the heartbeat timeout every host's watch fails, while every agent still polls,
         and each host stayed NOT_READY for host_schedule_to_start_s (no replica placed there)."""
         lost, self.just_lost = self.just_lost, False
-        if lost and workflow.patched(PROBE_AT_ONCE):
+        if lost:
             return await self._ask()
         try:
             await workflow.wait_condition(lambda: self.greeting is not None or self.forgotten,
@@ -210,7 +206,7 @@ class HostWorkflow:
             self.just_lost = True
             return
         report, why = checked_report(raw, self.inp.name)
-        if report is None and workflow.patched(REPORT_CHECKED):
+        if report is None:
             await self._refuse(why)
         elif report is not None and report.fingerprint() != known:
             self.greeting = report

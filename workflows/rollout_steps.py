@@ -69,7 +69,6 @@ class RolloutState(BaseModel):
     from_version: Count = 0
     good: dict[str, Any] | None = None  # the last good spec while a rollout runs
     good_version: Count = 0
-    previous: dict[str, Any] | None = None  # the spec before the last change (undo in histories from before `history`)
     rolled_back: Flag = False
     status: Text = ""
     steps: list[dict[str, Any]] = Field([], max_length=KEEP_STEPS)
@@ -83,9 +82,8 @@ def state_from(raw: dict | None) -> RolloutState:
     workflow at once with the problem named, never a workflow task retried forever."""
     try:
         r = RolloutState.model_validate(raw or {})
-        for spec in (r.good, r.previous):
-            if spec is not None:
-                ModelSpec.model_validate(spec)
+        if r.good is not None:
+            ModelSpec.model_validate(r.good)
     except ValidationError as e:
         raise invalid(f"ModelDeploymentWorkflow: invalid input: rollout: {compact(e)}") from None
     seen = [h.version for h in r.history]
@@ -110,7 +108,6 @@ def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec, undo: tuple[
         if cur is not None:  # the version's spec as it is now (replicas, autoscaling, ...)
             cur.spec = new
         return
-    r.previous = wf.raw
     if not r.rolling:  # every replica runs the current spec: it is the good one to fall back on
         r.good, r.good_version, r.from_version = wf.raw, r.version, r.version
     cur = _entry(r, r.version)
@@ -136,9 +133,9 @@ def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec, undo: tuple[
 # --- the versions and `gpuflow rollout undo` -------------------------------------------------------
 
 def begin(wf: Any) -> None:
-    """As the workflow starts: begin the history from what the state knows, when it has none (a
-    new deployment, or a state carried from before the history was kept). A spec that does not
-    validate is left to the workflow's own check, which fails it naming the problem."""
+    """As the workflow starts: a new deployment's history begins with its first spec, deployed
+    without a rollout (a continued run carries its history). A spec that does not validate is
+    left to the workflow's own check, which fails it naming the problem."""
     r: RolloutState = wf.ro
     if r.history:
         return
@@ -146,16 +143,7 @@ def begin(wf: Any) -> None:
         current = ModelSpec.model_validate(wf.raw)
     except ValidationError:
         return
-    if r.good is not None and r.good_version < r.version:
-        _add(r, r.good_version, ModelSpec.model_validate(r.good), "good")
-    elif r.previous is not None and not r.rolled_back and r.from_version < r.version:
-        _add(r, r.from_version, ModelSpec.model_validate(r.previous), "deployed", reason="kept from before the history")
-    result = ("halted" if r.status.startswith("halted") else "rolling" if r.rolling and not r.rolled_back
-              else "good" if r.rolled_back or r.status.endswith("rolled out") else "deployed")
-    _add(r, r.version, current, result, reason=r.status.removeprefix("halted: ") if result == "halted" else "")
-    if r.rolled_back and r.previous is not None and r.latest > r.version:  # the version that failed
-        _add(r, r.latest, ModelSpec.model_validate(r.previous), "rolled back",
-             reason=r.status.removeprefix("rolled back: "))
+    _add(r, r.version, current, "deployed")
 
 
 def undo_choice(r: RolloutState) -> tuple[Outcome | None, str]:
@@ -296,7 +284,7 @@ def roll_back(wf: Any, reason: str) -> None:
         _record(r, r.version, "halted", f"{why} while rolling back")
         return
     _record(r, r.version, "rolled back", why)
-    r.previous, wf.raw = wf.raw, r.good
+    wf.raw = r.good
     r.version, r.rolled_back, r.status = r.good_version, True, reason
     wf.dirty = True
 
