@@ -135,9 +135,6 @@ class InstanceView(InstanceFields):
     parts: dict[str, str] = {}  # its helper processes (instance@part: rpc-server, Ray) -> their worker
 
 
-INSTANCE_CODE = 2  # the instance workflow's code generation that starts new runs (workflows/common.py: patched)
-
-
 class InstanceInput(BaseModel):
     name: Name
     deployment: Name
@@ -146,9 +143,6 @@ class InstanceInput(BaseModel):
     restarts: Count = 0
     placement: PlacementPlan | None = None  # carried across continue-as-new
     decision: DecisionRecord | None = None  # likewise: the decision that placed it, for explain
-    # The code generation it was started for (0: started by a release before generations, which asks
-    # workflow.patched for each change). Carried across continue-as-new; set by start_instances.
-    code: int = Field(0, ge=0, le=INSTANCE_CODE)
 
 
 class DeploymentInput(BaseModel):

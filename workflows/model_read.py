@@ -19,48 +19,50 @@ with workflow.unsafe.imports_passed_through():
     from scheduler.spec import ModelSpec
     from contracts import agent as hp
     from workflows import common as c
+    from workflows.instance_base import InstanceBase
 
-PATCH = "estimate-local-path-on-host"
 NOT_THERE = ("ModelPathMissing", "ModelPathRefused")
 
 
-async def _read_on(wf, host: str, req: HeaderRequest) -> EstimateInputs | tuple[str, str]:
-    try:
-        return await workflow.execute_activity(
-            hp.READ_MODEL_HEADER, req, result_type=EstimateInputs, task_queue=host_queue(host),
-            schedule_to_start_timeout=c.secs(wf.t.host_schedule_to_start_s), start_to_close_timeout=c.secs(300),
-            retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=[*NOT_THERE, "ModelError"]),
-            summary=f"read {req.path} on {host}")
-    except ActivityError as e:
-        return c.cause(e)
-
-
-async def read_model(wf, spec: ModelSpec) -> EstimateInputs | None:
-    """What a host read of the spec's local path; None when the instance is stopping."""
-    path = spec.source.local_path
-    req = HeaderRequest(path=path, gguf=spec.source.is_gguf or path.endswith(".gguf"))
-    while not wf.stop_requested:
-        wf.woken = False
-        who: ReaderHosts = await workflow.execute_activity(c.MODEL_READERS, wf.inp.spec, result_type=ReaderHosts,
-                                                           **c.STORE_CALL)
-        got = await asyncio.gather(*(_read_on(wf, h, req) for h in who.hosts))
-        answers = dict(zip(who.hosts, got))
-        have = [h for h, a in answers.items() if isinstance(a, EstimateInputs)]
-        missing = [h for h, a in answers.items() if isinstance(a, tuple) and a[0] in NOT_THERE]
-        if have or missing:
-            await workflow.execute_activity(c.RECORD_MODEL_PATHS, args=[path, have, missing], **c.STORE_CALL)
-        if have:
-            return answers[have[0]]
-        bad = [a[1] for a in answers.values() if isinstance(a, tuple) and a[0] == "ModelError"]
-        if bad:
-            await wf._record("error", f"cannot estimate the model: {bad[0]}")
-            await workflow.wait_condition(lambda: wf.stop_requested)
-            return None
-        why = "; ".join(f"{h}: {a[1]}" for h, a in answers.items()) or \
-            "no READY host passes the filters" + (f" ({'; '.join(who.reasons[:3])})" if who.reasons else "")
-        await wf._record("pending", f"model path {path!r} is on no host that could run it: {why}")
+class ModelRead(InstanceBase):
+    async def _read_on(self, host: str, req: HeaderRequest) -> EstimateInputs | tuple[str, str]:
         try:
-            await workflow.wait_condition(lambda: wf.woken or wf.stop_requested, timeout=c.secs(wf.t.pending_recheck_s))
-        except asyncio.TimeoutError:
-            pass
-    return None
+            return await workflow.execute_activity(
+                hp.READ_MODEL_HEADER, req, result_type=EstimateInputs, task_queue=host_queue(host),
+                schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s), start_to_close_timeout=c.secs(300),
+                retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=[*NOT_THERE, "ModelError"]),
+                summary=f"read {req.path} on {host}")
+        except ActivityError as e:
+            return c.cause(e)
+
+    async def _read_model(self, spec: ModelSpec) -> EstimateInputs | None:
+        """What a host read of the spec's local path; None when the instance is stopping."""
+        s = self.s
+        path = spec.source.local_path
+        req = HeaderRequest(path=path, gguf=spec.source.is_gguf or path.endswith(".gguf"))
+        while not s.stop_requested:
+            s.woken = False
+            who: ReaderHosts = await workflow.execute_activity(c.MODEL_READERS, self.inp.spec,
+                                                               result_type=ReaderHosts, **c.STORE_CALL)
+            got = await asyncio.gather(*(self._read_on(h, req) for h in who.hosts))
+            answers = dict(zip(who.hosts, got))
+            have = [h for h, a in answers.items() if isinstance(a, EstimateInputs)]
+            missing = [h for h, a in answers.items() if isinstance(a, tuple) and a[0] in NOT_THERE]
+            if have or missing:
+                await workflow.execute_activity(c.RECORD_MODEL_PATHS, args=[path, have, missing], **c.STORE_CALL)
+            if have:
+                return answers[have[0]]
+            bad = [a[1] for a in answers.values() if isinstance(a, tuple) and a[0] == "ModelError"]
+            if bad:
+                await self._record("error", f"cannot estimate the model: {bad[0]}")
+                await workflow.wait_condition(lambda: s.stop_requested)
+                return None
+            why = "; ".join(f"{h}: {a[1]}" for h, a in answers.items()) or \
+                "no READY host passes the filters" + (f" ({'; '.join(who.reasons[:3])})" if who.reasons else "")
+            await self._record("pending", f"model path {path!r} is on no host that could run it: {why}")
+            try:
+                await workflow.wait_condition(lambda: s.woken or s.stop_requested,
+                                              timeout=c.secs(self.t.pending_recheck_s))
+            except asyncio.TimeoutError:
+                pass
+        return None

@@ -6,8 +6,7 @@ it signals each victim ``preempt``, and it launches only once every victim answe
 ``victim_stopped`` (or the store shows it stopped: victims_left, asked every VICTIM_POLL_S).
 A victim (on the signal): out of the routing table, drained, its processes stopped (its
 supervisors cancelled), PENDING in its own deployment with ``preempted by prod/chat-0 to reclaim
-prod's guarantee``; it is placed again when capacity returns. Both command sequences are new, so
-they run under ``workflow.patched(PATCH)``."""
+prod's guarantee``; it is placed again when capacity returns."""
 
 from __future__ import annotations
 
@@ -21,63 +20,64 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from contracts.control import DecisionRecord, EstimateRecord, PreemptNotice, ReserveResult
     from workflows import common as c
+    from workflows.instance_base import InstanceBase
 
-PATCH = "preemption"
 VICTIM_POLL_S = 10.0  # the preemptor asks the store this often whether its victims stopped (signals come first)
 
 
-async def give_way(wf) -> None:
-    """Preempted: its processes are stopped (the supervisors were cancelled), its GPUs already
-    belong to the preemptor in the ledger (the release finds nothing, or a later booking this
-    notice overtook). PENDING with the preemptor named; the preemptor hears it may launch."""
-    n, wf.preempted = wf.preempted, None
-    await workflow.execute_activity(c.RELEASE_PLACEMENT, wf.inp.name, **c.STORE_CALL)
-    wf.plan, wf.pid, wf.port, wf.address = None, None, None, None
-    wf.preempted_why = n.reason
-    await wf._record("pending", n.reason)
-    try:
-        await workflow.get_external_workflow_handle(f"instance/{n.instance}").signal("victim_stopped", wf.inp.name)
-    except Exception:  # noqa: BLE001  the preemptor may be gone; it also asks the store
-        pass
-
-
-async def preempt(wf, d: DecisionRecord, est: EstimateRecord) -> bool | None:
-    """Book ``d`` by preemption, tell the victims, wait until their processes stopped. True once
-    booked; None: decide again (stale); False: stopping."""
-    try:
-        booked: ReserveResult = await workflow.execute_activity(
-            c.PREEMPT_PLACEMENT, args=[wf.inp.name, d], result_type=ReserveResult,
-            start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
-                                     non_retryable_error_types=["StaleDecision", "InvalidInput"]))
-    except ActivityError as e:
-        if c.cause(e)[0] == "StaleDecision":
-            return None
-        await wf._give_up(f"cannot book the placement: {c.cause(e)[1]}")
-        return False
-    wf.plan, wf.preempted_why = booked.plan, ""
-    names = [v.name for v in d.victims]
-    why = f"preempting {', '.join(names)} {d.preempt_why}".rstrip()
-    await wf._record("scheduled", f"{why}; waiting for them to stop",
-                     decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
-                               "placement": d.plan.model_dump(mode="json"), "victims": names,
-                               "preempt_why": d.preempt_why})
-    notice = PreemptNotice(by=f"{d.tenant}/{wf.inp.name}", instance=wf.inp.name, why=d.preempt_why)
-    for v in names:
+class PreemptSteps(InstanceBase):
+    async def _give_way(self) -> None:
+        """Preempted: its processes are stopped (the supervisors were cancelled), its GPUs already
+        belong to the preemptor in the ledger (the release finds nothing, or a later booking this
+        notice overtook). PENDING with the preemptor named; the preemptor hears it may launch."""
+        n, self.s.preempted = self.s.preempted, None
+        await self._release()
+        self.s.preempted_why = n.reason
+        await self._record("pending", n.reason)
         try:
-            await workflow.get_external_workflow_handle(f"instance/{v}").signal("preempt", notice)
-        except Exception:  # noqa: BLE001  ended meanwhile: the store says it holds nothing
+            await workflow.get_external_workflow_handle(f"instance/{n.instance}").signal("victim_stopped",
+                                                                                         self.inp.name)
+        except Exception:  # noqa: BLE001  the preemptor may be gone; it also asks the store
             pass
-    left = set(names)
-    while not wf.stop_requested:
-        left -= wf.victims_stopped
-        if not left:
-            break
+
+    async def _preempt(self, d: DecisionRecord, est: EstimateRecord) -> bool | None:
+        """Book ``d`` by preemption, tell the victims, wait until their processes stopped. True once
+        booked; None: decide again (stale); False: stopping."""
+        s = self.s
         try:
-            await workflow.wait_condition(lambda: wf.stop_requested or not (left - wf.victims_stopped),
-                                          timeout=c.secs(VICTIM_POLL_S))
-        except asyncio.TimeoutError:
-            left = set(await workflow.execute_activity(c.VICTIMS_LEFT, sorted(left), result_type=list[str],
-                                                       **c.STORE_CALL))
-    await wf._record("scheduled", f"{why}; they stopped")
-    return True
+            booked: ReserveResult = await workflow.execute_activity(
+                c.PREEMPT_PLACEMENT, args=[self.inp.name, d], result_type=ReserveResult,
+                start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
+                                         non_retryable_error_types=["StaleDecision", "InvalidInput"]))
+        except ActivityError as e:
+            if c.cause(e)[0] == "StaleDecision":
+                return None
+            await self._give_up(f"cannot book the placement: {c.cause(e)[1]}")
+            return False
+        s.plan, s.preempted_why = booked.plan, ""
+        names = [v.name for v in d.victims]
+        why = f"preempting {', '.join(names)} {d.preempt_why}".rstrip()
+        await self._record("scheduled", f"{why}; waiting for them to stop",
+                           decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
+                                     "placement": d.plan.model_dump(mode="json"), "victims": names,
+                                     "preempt_why": d.preempt_why})
+        notice = PreemptNotice(by=f"{d.tenant}/{self.inp.name}", instance=self.inp.name, why=d.preempt_why)
+        for v in names:
+            try:
+                await workflow.get_external_workflow_handle(f"instance/{v}").signal("preempt", notice)
+            except Exception:  # noqa: BLE001  ended meanwhile: the store says it holds nothing
+                pass
+        left = set(names)
+        while not s.stop_requested:
+            left -= s.victims_stopped
+            if not left:
+                break
+            try:
+                await workflow.wait_condition(lambda: s.stop_requested or not (left - s.victims_stopped),
+                                              timeout=c.secs(VICTIM_POLL_S))
+            except asyncio.TimeoutError:
+                left = set(await workflow.execute_activity(c.VICTIMS_LEFT, sorted(left), result_type=list[str],
+                                                           **c.STORE_CALL))
+        await self._record("scheduled", f"{why}; they stopped")
+        return True
