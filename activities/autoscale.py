@@ -22,6 +22,8 @@ import asyncio
 import json
 
 import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
+from prometheus_client import CollectorRegistry
+from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
@@ -33,6 +35,8 @@ from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALE
 from activities.autoscale_metrics import AutoscalerMetrics
 from activities.autoscale_scrape import Scrape, parse, window
 from activities.autoscale_state import Carry
+from activities.estimate_cache import EstimateCache
+from activities.runner import Runner
 from contracts.control import CONTROL_QUEUE, DeploymentView
 from store import serving
 from store.snapshot import load_snapshot
@@ -40,6 +44,7 @@ from scheduler.autoscale.fit import demand, fit
 from scheduler.autoscale.histogram import delta, merge
 from scheduler.autoscale.policy import UP, decide
 from scheduler.autoscale.signals import Window, combine
+from scheduler.policy_config import PolicyConfig
 from scheduler.spec import ModelSpec
 
 SCRAPE_TIMEOUT_S = 3.0
@@ -86,9 +91,13 @@ def _keep_s(spec: ModelSpec) -> float:
 
 
 class AutoscaleActivities:
-    def __init__(self, control, client: Client, capacity_hook_cmd: str | None = None):
-        self.c, self.client, self.hook = control, client, capacity_hook_cmd  # control: ControlActivities
-        self.metrics = AutoscalerMetrics(control.metrics.registry)
+    def __init__(self, engine: Engine, client: Client, runner: Runner, estimates: EstimateCache,
+                 policy: PolicyConfig, registry: CollectorRegistry, capacity_hook_cmd: str | None = None):
+        """``estimates``: the worker's estimate cache (the dry run costs a spec as the decisions
+        did); ``registry``: where the autoscaler's series go (the control plane's, ControlMetrics)."""
+        self.engine, self.client, self.runner, self.hook = engine, client, runner, capacity_hook_cmd
+        self.estimates, self.policy = estimates, policy
+        self.metrics = AutoscalerMetrics(registry)
 
     def all(self) -> list:
         return [self.autoscale_step, self.autoscale_apply, self.start_autoscaler]
@@ -136,9 +145,9 @@ class AutoscaleActivities:
             carry = Carry(carried)
         except (KeyError, TypeError, ValueError, AttributeError):  # arrived through Temporal: not trusted
             carry = Carry({})  # start afresh: no evidence of idleness until the window is covered again
-        routes = [r for r in await self.c._db(serving.routes, self.c.engine)
+        routes = [r for r in await self.runner.run(serving.routes, self.engine)
                   if r.deployment == deployment and r.instance in view.instances]
-        gateways = await self.c._db(serving.live_gateways, self.c.engine)
+        gateways = await self.runner.run(serving.live_gateways, self.engine)
         async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as http:
             eng = await asyncio.gather(*(_scrape(http, f"http://{r.address}:{r.port}/metrics", None) for r in routes))
             gws = await asyncio.gather(*(_scrape(http, metrics_url(g.url), deployment) for g in gateways))
@@ -186,10 +195,10 @@ class AutoscaleActivities:
         hook hears a demand once per ``interval_s`` (or at once when the demand changes), not at
         every 3 s re-check while blocked."""
         def run():
-            req = self.c.estimates.get(spec)
-            return req, fit(load_snapshot(self.c.engine), spec, req, k, self.c.policy)
+            req = self.estimates.get(spec)
+            return req, fit(load_snapshot(self.engine), spec, req, k, self.policy)
 
-        req, f = await self.c._db(run)
+        req, f = await self.runner.run(run)
         outcome = {"asked": f.asked, "fits": f.fits, "placed_on": [p.worker for p in f.placed], "reasons": f.reasons}
         if f.blocked and self.hook:
             want = demand(spec, req, f)

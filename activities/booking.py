@@ -4,20 +4,19 @@ asks before it starts a process (workflows/host.py, update ``booking``; contract
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import Executor
-
 from sqlalchemy.engine import Engine
 from temporalio import activity
 
+from activities.runner import Runner
 from contracts.activity_names import BOOKING_ON
 from store import ledger
 from contracts.host import Booking, BookingAsk
 
 
 class BookingActivities:
-    def __init__(self, reads: Engine, pool: Executor):
-        self.reads, self.pool = reads, pool
+    def __init__(self, reads: Engine, runner: Runner):
+        """``reads``: the read-only engine (db.reader); ``runner``: the worker's pool."""
+        self.reads, self.runner = reads, runner
 
     def all(self) -> list:
         return [self.booking_on]
@@ -25,6 +24,5 @@ class BookingActivities:
     @activity.defn(name=BOOKING_ON)
     async def booking_on(self, ask: BookingAsk) -> Booking:
         """The ledger's lines for ``ask.instance`` on ``ask.worker``: booked or not, and the GPUs."""
-        booked, gpus = await asyncio.get_running_loop().run_in_executor(
-            self.pool, ledger.booking_on, self.reads, ask.instance, ask.worker)
+        booked, gpus = await self.runner.submit(ledger.booking_on, self.reads, ask.instance, ask.worker)
         return Booking(booked=booked, gpu_indexes=gpus)

@@ -5,7 +5,10 @@ gateways report no request in flight on it, or the drain timeout passes.
 A zero is trusted only once every gateway has had time to see the change: a gateway re-reads the
 routing table and reports its counts every ``REPORT_S`` (0.5 s), so a request it sent just before
 it saw DRAINING is in a report at most two periods later. ``SEEN_S`` (2 s) covers both, with
-margin for a slow store."""
+margin for a slow store.
+
+``DrainActivities.drain_instance`` is the activity the instance workflow calls (task queue
+``gpuflow-control``); ``wait_drained`` is its loop, with the store's reads passed in."""
 
 from __future__ import annotations
 
@@ -13,6 +16,12 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
+from sqlalchemy.engine import Engine
+from temporalio import activity
+
+from activities.runner import Runner
+from contracts import activity_names as c
+from store import serving
 from store.serving import REPORT_S
 
 SEEN_S = max(2.0, 2 * REPORT_S + 1.0)
@@ -36,3 +45,24 @@ async def wait_drained(in_flight: Callable[[], Awaitable[int]], gateways: Callab
         if waited >= timeout_s:
             return n
         await asyncio.sleep(max(0.0, min(poll_s, timeout_s - waited)))
+
+
+class DrainActivities:
+    def __init__(self, engine: Engine, runner: Runner):
+        self.engine, self.runner = engine, runner
+
+    def all(self) -> list:
+        return [self.drain_instance]
+
+    @activity.defn(name=c.DRAIN_INSTANCE)
+    async def drain_instance(self, instance: str, timeout_s: float) -> int:
+        """Wait until the live gateways have no request in flight on ``instance`` (already out of
+        the routing table), at most ``timeout_s``; returns the requests left."""
+        def ask(fn, *args):  # in the pool, not heartbeating: wait_drained beats at every poll itself
+            return self.runner.submit(fn, self.engine, *args)
+
+        async def gateways() -> int:
+            return len(await ask(serving.live_gateways))
+
+        return await wait_drained(lambda: ask(serving.in_flight, instance), gateways,
+                                  lambda n: activity.heartbeat({"in_flight": n}), timeout_s)

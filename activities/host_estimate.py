@@ -1,7 +1,8 @@
 """Estimating a local model path from what a GPU host read (worker_agent/model_header.py): the
 control plane picks the hosts to ask (scheduler/model_readers.py), records which of them have
 the path (the local-path filter then keeps only those), and costs the inputs they sent. The
-control plane itself never opens the path: in a cluster it is not the GPU host.
+control plane itself never opens the path: in a cluster it is not the GPU host. The activities
+that call these are activities/hosts.py's ``model_readers`` and ``record_model_paths``.
 
 | machine | reads |
 | --- | --- |
@@ -13,10 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from contracts import activity_names as c
 from store import changes
 from store.snapshot import load_snapshot
 from store.tables import ModelFileRow, utcnow
@@ -48,25 +46,3 @@ def record_paths(engine: Engine, path: str, present: list[str], missing: list[st
             s.add(row)
         changes.bump(s, "", files=True)  # the snapshot caches reload model files: the local-path filter reads them
         s.commit()
-
-
-class HostPathActivities:
-    """The two control activities of a host read; ``db`` runs blocking work off the event loop."""
-
-    def __init__(self, engine: Engine, db):
-        self.engine, self.db = engine, db
-
-    def all(self) -> list:
-        return [self.model_readers, self.record_model_paths]
-
-    @activity.defn(name=c.MODEL_READERS)
-    async def model_readers(self, raw: dict) -> ReaderHosts:
-        try:
-            spec = ModelSpec.model_validate(raw)
-        except ValueError as e:
-            raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
-        return await self.db(readers, self.engine, spec)
-
-    @activity.defn(name=c.RECORD_MODEL_PATHS)
-    async def record_model_paths(self, path: str, present: list[str], missing: list[str]) -> None:
-        await self.db(record_paths, self.engine, path, present, missing)

@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Engine
+
+from activities.batch import Batch
+from activities.decider import Decider
+from activities.runner import Runner
 from contracts.control import EstimateRecord, PlaceResult, ReserveResult
 from store import ledger
 from scheduler.errors import GpuflowError
@@ -37,11 +42,17 @@ class PlaceAsk:
     then: str  # the state its booking records: scheduled, or starting (its launch follows at once)
 
 
-def place_many(acts, asks: list[PlaceAsk]) -> list[PlaceResult | None | GpuflowError]:
+def place_batches(decider: Decider, engine: Engine, runner: Runner) -> Batch[PlaceAsk, PlaceResult | None]:
+    """The batches the place activity's calls join: each is placed by place_many in ``runner``'s pool."""
+    return Batch(lambda asks: runner.submit(place_many, decider, engine, asks), MAX_PLACE_BATCH)
+
+
+def place_many(decider: Decider, engine: Engine, asks: list[PlaceAsk]) -> list[PlaceResult | None | GpuflowError]:
     """For each ask, in order: its result (booked, or a decision that does not place it outright),
     None when the ledger refused its plan (decide again), or the GpuflowError the policy raised
-    for its spec. ``acts``: the ControlActivities (the decision, the store, the metrics)."""
-    decided = acts.decide_many([(a.instance, a.spec, a.request) for a in asks])
+    for its spec. ``decider`` decides (under its lock) and hears of refused plans; ``engine``
+    is the store the batch is booked in."""
+    decided = decider.decide_many([(a.instance, a.spec, a.request) for a in asks])
     out: list[PlaceResult | None | GpuflowError] = []
     books: list[tuple[int, ledger.Booking]] = []
     for a, d in zip(asks, decided):
@@ -57,11 +68,10 @@ def place_many(acts, asks: list[PlaceAsk]) -> list[PlaceResult | None | GpuflowE
             reason = "" if a.then == "starting" else f"{d.strategy}: score {d.score}"
             books.append((len(out) - 1, ledger.Booking(a.instance, d.plan, reason, recorded, a.then)))
     if books:
-        got = ledger.reserve_many(acts.engine, [b for _, b in books])
+        got = ledger.reserve_many(engine, [b for _, b in books])
         for (i, b), g in zip(books, got):
             if isinstance(g, ledger.StaleDecision):
-                acts.snapshots.forget(b.instance)
-                acts.metrics.conflicts.labels("rejected").inc()
+                decider.refused(b.instance)
                 out[i] = None
             else:
                 plan, now = g

@@ -1,6 +1,6 @@
 """The PENDING queue's I/O: read the queue from the store, ask the pure policy
 (scheduler/tenancy/queue.py) which heads now fit, and signal only those (``capacity_changed``).
-``wake_pending`` (a release, a host joining or changing) comes here; so does ``gpuflow queue``,
+``Waker.wake`` (a release, a host joining or changing, the sweep) comes here; so does ``gpuflow queue``,
 which shows the same verdicts without signalling anyone.
 
 The rules (README, "The PENDING queue"):
@@ -32,17 +32,19 @@ wake again on a retry, when the first try's wake may have been lost with it."""
 from __future__ import annotations
 
 import asyncio
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Awaitable, Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.estimate_cache import EstimateCache
 from store import records, tenants
+from store.snapshot_cache import SnapshotCache
 from store.tables import DeploymentRow, InstanceRow
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
@@ -249,9 +251,6 @@ class Turns:
         self.lock.release()
 
 
-_turns: "weakref.WeakKeyDictionary[object, Turns]" = weakref.WeakKeyDictionary()
-
-
 def known_request(cache, spec: ModelSpec) -> Request | None:
     """What the decide activity costed for ``spec`` here; a spec stating its resources is
     estimated at once (nothing to read); otherwise None (unknown)."""
@@ -261,29 +260,40 @@ def known_request(cache, spec: ModelSpec) -> Request | None:
     return req
 
 
-async def wake(acts, sweep: bool = False) -> int:
-    """Signal the heads that now fit (and those whose request is unknown here); returns how many
-    were signalled. ``acts``: the ControlActivities (store, client, snapshot and estimate caches).
-    ``sweep``: the periodic sweep's choice instead (Verdict.to_sweep); it is never folded away."""
-    turns = _turns.setdefault(acts, Turns())
-    if not await turns.take(_beat, fold=not sweep):
-        return 0  # one already waits for its turn and will read this change
-    try:
-        def plan() -> Verdict:
-            snap = acts.snapshots.refresh(acts.engine)[0]
-            return judge_and_record(acts.engine, snap, lambda s: known_request(acts.estimates, s), acts.policy)[0]
+class Waker:
+    """Wakes the PENDING queue's heads for a control-plane worker; one per worker, shared by every
+    activity that wakes (a release, a host seen, a closed workflow, the sweep), so its Turns keep
+    their wakes one at a time. ``snapshots`` and ``estimates``: the worker's caches (the decisions'
+    snapshot, the requests its decisions costed); ``run``: blocking work in its pool, heartbeating."""
 
-        verdict = await acts._db(plan)
-        names = verdict.to_sweep() if sweep else verdict.to_signal()
-        for n in names:
-            _beat()
-            try:
-                await acts.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
-            except RPCError:
-                pass  # ended meanwhile
-    finally:
-        turns.release()
-    return len(names)
+    def __init__(self, engine: Engine, client: Client, snapshots: SnapshotCache, estimates: EstimateCache, policy: PolicyConfig,
+                 run: Callable[..., Awaitable]):
+        self.engine, self.client, self.snapshots, self.estimates, self.policy = engine, client, snapshots, estimates, policy
+        self.run = run
+        self.turns = Turns()
+
+    async def wake(self, sweep: bool = False) -> int:
+        """Signal the heads that now fit (and those whose request is unknown here); returns how many
+        were signalled. ``sweep``: the periodic sweep's choice instead (Verdict.to_sweep); it is
+        never folded away."""
+        if not await self.turns.take(_beat, fold=not sweep):
+            return 0  # one already waits for its turn and will read this change
+        try:
+            def plan() -> Verdict:
+                snap = self.snapshots.refresh(self.engine)[0]
+                return judge_and_record(self.engine, snap, lambda s: known_request(self.estimates, s), self.policy)[0]
+
+            verdict = await self.run(plan)
+            names = verdict.to_sweep() if sweep else verdict.to_signal()
+            for n in names:
+                _beat()
+                try:
+                    await self.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
+                except RPCError:
+                    pass  # ended meanwhile
+        finally:
+            self.turns.release()
+        return len(names)
 
 
 def _beat() -> None:

@@ -3,7 +3,7 @@ are woken must not grow with their number). Prints figures; asserts nothing.
 
 A SQLite store with 100 workers x 8 GPUs of 80 GiB, every GPU held but one (799 running
 replicas of 80 GiB); N replicas of 40 GiB PENDING across three tenants, in D deployments. One
-wake (activities/wake_queue.py, what ``wake_pending`` runs after a release): refresh the cached
+wake (activities/wake_queue.py, what ``Waker.wake`` runs after a release): refresh the cached
 snapshot, read the queue, run the policy pass. Columns:
 - signals: replicas the wake signals (each then runs one decide activity). Before the queue,
   every PENDING replica was signalled: N signals and N decide activities per capacity change.
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sqlmodel import Session  # noqa: E402
 
-from activities.control import EstimateCache  # noqa: E402
+from activities.estimate_cache import EstimateCache  # noqa: E402
 from contracts.control import PlacementPlan  # noqa: E402
 from store import db, tenants  # noqa: E402
 from store.snapshot_cache import SnapshotCache  # noqa: E402

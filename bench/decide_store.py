@@ -9,7 +9,7 @@ import time
 
 from sqlmodel import Session
 
-from activities.control import decision_record
+from activities.decider import decision_record
 from contracts.control import InstanceRecord, PlacementPlan
 from store import db, ledger, records
 from store.snapshot import generations, load_snapshot
@@ -68,8 +68,8 @@ def timed(fn, reps: int) -> tuple[list[float], list[float]]:
 
 
 def activity_work(cache: SnapshotCache, engine, k, reps: int) -> tuple[list[float], list[float]]:
-    """What ControlActivities._decide does after the estimate: refresh, policy (the replica being
-    placed excluded), and the decision record it returns (the top candidates as dicts)."""
+    """What Decider.decide does after the estimate (activities/decider.py): refresh, policy (the
+    replica being placed excluded), and the decision record it returns (the top candidates as dicts)."""
     wall, cpu = [], []
     for _ in range(reps):
         one_booking(engine, next(k))  # not timed

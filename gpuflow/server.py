@@ -13,14 +13,13 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.control import ControlActivities
+from activities.worker_set import control_activities
 from contracts.control import CONTROL_QUEUE
 from store import db
 from activities.metrics import ControlMetrics
 from gpuflow.metrics_http import parse_address, sdk_runtime, serve
 from gpuflow.runtime import connect, ensure_search_attributes
 from gpuflow.settings import Settings
-from activities.autoscale import AutoscaleActivities
 from workflows.autoscaler import AutoscalerWorkflow
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
@@ -70,14 +69,15 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
     client = await connect(settings.temporal, wait_s=30, runtime=runtime)
     await ensure_search_attributes(client)
     metrics = ControlMetrics(engine)
-    acts = ControlActivities(engine, client, settings.scheduler, metrics=metrics,
-                             hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
-                             limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s)
+    acts = control_activities(engine, client, settings.scheduler, metrics=metrics,
+                              hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
+                              limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s,
+                              capacity_hook=settings.capacity_hook)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
     runner = RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
     async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, workflow_runner=runner,
-                      activities=acts.all() + AutoscaleActivities(acts, client, settings.capacity_hook).all(),
+                      activities=acts.all(),
                       max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
                       graceful_shutdown_timeout=timedelta(seconds=5)):
         log.info("control plane serving %s on %s (store %s)", CONTROL_QUEUE, settings.temporal.address,
@@ -88,7 +88,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
         if ready:
             ready.set()
         await stop.wait()
-    acts.pool.shutdown(wait=False)
+    acts.runner.shutdown(wait=False)
     if httpd:
         httpd.shutdown()
     engine.dispose()

@@ -94,7 +94,7 @@ async def test_cancelling_the_estimate_activity_kills_its_process(tmp_path):
 
     from temporalio.testing import ActivityEnvironment
 
-    from activities.control import ControlActivities
+    from activities.worker_set import control_activities
     from store import db
 
     deep = synthetic.write_llama_gguf(str(tmp_path / "deep.gguf"), **{**SHAPE, "n_layer": 1024})
@@ -104,9 +104,9 @@ async def test_cancelling_the_estimate_activity_kills_its_process(tmp_path):
     if takes < 0.2:
         pytest.skip(f"estimating 1024 layers takes only {takes:.2f} s here: too fast to tell a kill from an end")
     engine = db.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
-    acts = ControlActivities(engine, client=None)
+    acts = control_activities(engine, client=None)
     env = ActivityEnvironment()
-    task = asyncio.ensure_future(env.run(acts.estimate_model, _spec(deep).model_dump(mode="json")))
+    task = asyncio.ensure_future(env.run(acts.placement.estimate_model, _spec(deep).model_dump(mode="json")))
     for _ in range(500):  # until the child is computing
         children = [c for c in multiprocessing.active_children() if c.name.startswith("gpuflow-estimate")]
         if children:
@@ -122,4 +122,4 @@ async def test_cancelling_the_estimate_activity_kills_its_process(tmp_path):
     assert alive_children() == [], f"still estimating {takes / 2:.2f} s after the cancel"
     children[0].join(5)
     assert children[0].exitcode == -signal.SIGKILL  # killed, not finished (that would be exit code 0)
-    acts.pool.shutdown(wait=True)
+    acts.runner.shutdown(wait=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.control import ControlActivities
+from activities.worker_set import control_activities
 from activities.place_batch import PlaceAsk, place_many
 from contracts.control import InstanceRecord
 from store import ledger, records
@@ -32,18 +32,18 @@ def seed(engine, gpus: int, names: list[str]) -> None:
 async def test_place_books_what_it_decides_and_returns_the_rest_unbooked(store):
     _, _, engine = store
     seed(engine, 1, ["a-0", "a-1"])
-    acts = ControlActivities(engine, None)
+    acts = control_activities(engine, None)
     try:
-        got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW)
+        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-0", RAW)
         assert got.booked is not None and got.booked.plan.gpu_indexes == [0] and got.decision.scheduled
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB}
         row = {r.name: r for r in records.instances_of(engine)}["a-0"]
         assert row.state == "scheduled" and row.reason == f"{got.decision.strategy}: score {got.decision.score}"  # in the booking's transaction
         assert row.decision["placement"]["gpu_indexes"] == [0] and row.queued_at is None
-        got = await ActivityEnvironment().run(acts.place_replica, "a-1", RAW)
+        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-1", RAW)
         assert got.booked is None and not got.decision.scheduled  # 20 + 20 > 24: it waits
     finally:
-        acts.pool.shutdown()
+        acts.runner.shutdown()
 
 
 async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(store, monkeypatch):
@@ -52,28 +52,28 @@ async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(st
     decides again and books GPU 1."""
     _, _, engine = store
     seed(engine, 2, ["a-0", "b-0"])
-    acts, other = ControlActivities(engine, None), ControlActivities(engine, None)
+    acts, other = control_activities(engine, None), control_activities(engine, None)
     real = ledger.reserve_many
     calls: list[str] = []
 
     def reserve_many(engine_, bookings):
         calls.extend(f"{b.instance}@{b.plan.gpu_indexes}" for b in bookings)
         if len(calls) == 1:
-            theirs = other._decide("b-0", acts_spec())
+            theirs = other.decider.decide("b-0", acts_spec(), other.estimates.get(acts_spec()))
             assert theirs.plan.gpu_indexes == bookings[0].plan.gpu_indexes  # it picked the same GPU
             real(engine_, [ledger.Booking("b-0", theirs.plan)])
         return real(engine_, bookings)
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
-        got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW)
+        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-0", RAW)
         assert got.booked is not None
         assert calls == ["a-0@[0]", "a-0@[1]"]  # refused on GPU 0, booked on GPU 1
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB, ("h1", 1): 20 * GiB}
         assert ledger.overbooked(engine) == []
     finally:
-        acts.pool.shutdown()
-        other.pool.shutdown()
+        acts.runner.shutdown()
+        other.runner.shutdown()
 
 
 def acts_spec():
@@ -90,17 +90,17 @@ async def test_a_replica_launched_at_once_is_booked_starting_and_a_bad_state_is_
 
     _, _, engine = store
     seed(engine, 2, ["a-0", "a-1"])
-    acts = ControlActivities(engine, None)
+    acts = control_activities(engine, None)
     try:
-        got = await ActivityEnvironment().run(acts.place_replica, "a-0", RAW, None, "starting")
+        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-0", RAW, None, "starting")
         row = {r.name: r for r in records.instances_of(engine)}["a-0"]
         assert (row.state, row.reason, row.worker, row.queued_at) == ("starting", "", "h1", None)
         assert row.decision["placement"]["gpu_indexes"] == got.booked.plan.gpu_indexes
         with pytest.raises(ApplicationError, match="not 'running'"):
-            await ActivityEnvironment().run(acts.place_replica, "a-1", RAW, None, "running")
+            await ActivityEnvironment().run(acts.placement.place_replica, "a-1", RAW, None, "running")
         assert ledger.booked_per_gpu(engine) == {("h1", got.booked.plan.gpu_indexes[0]): 20 * GiB}  # a-1 booked nothing
     finally:
-        acts.pool.shutdown()
+        acts.runner.shutdown()
 
 
 @pytest.mark.parametrize("gpus, asked, booked_on", [
@@ -115,7 +115,7 @@ def test_a_batch_is_decided_in_turn_and_booked_in_one_transaction(store, monkeyp
     _, _, engine = store
     names = [f"a-{i}" for i in range(asked)]
     seed(engine, gpus, names)
-    acts = ControlActivities(engine, None)
+    acts = control_activities(engine, None)
     real, batches = ledger.reserve_many, []
 
     def reserve_many(engine_, bookings):
@@ -125,12 +125,12 @@ def test_a_batch_is_decided_in_turn_and_booked_in_one_transaction(store, monkeyp
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
         spec = acts_spec()
-        got = place_many(acts, [PlaceAsk(n, spec, acts.estimates.get(spec), "scheduled") for n in names])
+        got = place_many(acts.decider, engine, [PlaceAsk(n, spec, acts.estimates.get(spec), "scheduled") for n in names])
         assert [g.booked.plan.gpu_indexes if g.booked else None for g in got] == booked_on
         assert batches == [[n for n, b in zip(names, booked_on) if b]]  # the waiting one is not offered to the ledger
         assert ledger.overbooked(engine) == []
     finally:
-        acts.pool.shutdown()
+        acts.runner.shutdown()
 
 
 async def test_replicas_asking_at_once_are_placed_without_conflicts(store, monkeypatch):
@@ -139,7 +139,7 @@ async def test_replicas_asking_at_once_are_placed_without_conflicts(store, monke
     _, _, engine = store
     names = [f"a-{i}" for i in range(6)]
     seed(engine, 3, names)
-    acts = ControlActivities(engine, None)
+    acts = control_activities(engine, None)
     real, offered = ledger.reserve_many, []
 
     def reserve_many(engine_, bookings):
@@ -148,10 +148,10 @@ async def test_replicas_asking_at_once_are_placed_without_conflicts(store, monke
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
-        got = await asyncio.gather(*(ActivityEnvironment().run(acts.place_replica, n, RAW) for n in names))
+        got = await asyncio.gather(*(ActivityEnvironment().run(acts.placement.place_replica, n, RAW) for n in names))
         placed = sorted(g.booked.plan.gpu_indexes[0] for g in got if g.booked)
         assert placed == [0, 1, 2] and len(offered) == 3
         assert acts.metrics.conflicts.labels("rejected")._value.get() == 0
         assert ledger.overbooked(engine) == []
     finally:
-        acts.pool.shutdown()
+        acts.runner.shutdown()

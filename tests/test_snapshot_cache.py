@@ -157,7 +157,11 @@ def test_a_replica_never_waits_on_capacity_that_is_only_promised(store):
     is decided again on the store alone and gets the GPU too (a promise may fail: waiting PENDING on
     it could wait for a wake that never comes). Whichever books second is refused by the ledger and
     decides again; once a-0 is booked, a-1 does not fit, and says so."""
-    from activities.control import ControlActivities
+    from activities.decider import Decider
+    from activities.estimate_cache import EstimateCache
+    from activities.metrics import ControlMetrics
+    from store import db
+    from scheduler.policy_config import PolicyConfig
     from scheduler.spec import ModelSpec
 
     _, _, engine = store
@@ -167,16 +171,16 @@ def test_a_replica_never_waits_on_capacity_that_is_only_promised(store):
     records.save_deployment(engine, "a", raw, 2)
     for n in ("a-0", "a-1"):
         records.create_instance(engine, InstanceRecord(name=n, deployment="a", model="a", state="pending"))
-    acts = ControlActivities(engine, None)
+    decider = Decider(engine, db.reader(engine), SnapshotCache(), PolicyConfig(), ControlMetrics())
     spec = ModelSpec.model_validate(raw)
-    first = acts._decide("a-0", spec)
-    assert first.scheduled and first.plan.gpu_indexes == [0] and acts.snapshots.assumed() == ["a-0"]
-    second = acts._decide("a-1", spec)  # 20 + 20 > 24 beside the promise; the store alone: it fits
+    req = EstimateCache().get(spec)
+    first = decider.decide("a-0", spec, req)
+    assert first.scheduled and first.plan.gpu_indexes == [0] and decider.snapshots.assumed() == ["a-0"]
+    second = decider.decide("a-1", spec, req)  # 20 + 20 > 24 beside the promise; the store alone: it fits
     assert second.scheduled and second.plan.gpu_indexes == [0]
     ledger.reserve(engine, "a-0", first.plan)
     with pytest.raises(ledger.StaleDecision):
         ledger.reserve(engine, "a-1", second.plan)
-    third = acts._decide("a-1", spec)
+    third = decider.decide("a-1", spec, req)
     assert not third.scheduled and any("GPU" in r or "fit" in r for r in third.reasons), third.reasons
-    assert acts.snapshots.assumed() == []  # a-0 booked (seen by the refresh), a-1 not placed: nothing assumed
-    acts.pool.shutdown()
+    assert decider.snapshots.assumed() == []  # a-0 booked (seen by the refresh), a-1 not placed: nothing assumed

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session
 
-from activities.control import EstimateCache
+from activities.estimate_cache import EstimateCache
 from contracts.control import InstanceRecord
 from store import changes, db, ledger, records, tenants
 from store.snapshot_cache import SnapshotCache

@@ -1,0 +1,74 @@
+"""The host activities (task queue ``gpuflow-control``; the host workflow and the estimate call
+them): a host's report recorded, a host lost or forgotten, the instances placed there told what
+its watch learned (activities/host_news.py), and the local model paths the GPU hosts read for
+an estimate (activities/host_estimate.py)."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from sqlalchemy.engine import Engine
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from activities import host_news
+from activities.host_estimate import readers, record_paths
+from activities.runner import Runner
+from contracts import activity_names as c
+from contracts.control import HostNews, HostReport
+from scheduler.estimate_inputs import ReaderHosts
+from scheduler.spec import ModelSpec
+from store import ledger, records
+
+
+class HostActivities:
+    def __init__(self, engine: Engine, reads: Engine, client: Client, runner: Runner,
+                 wake: Callable[[], Awaitable[int]]):
+        """``reads``: the read-only engine (db.reader); ``wake``: the PENDING queue's wake
+        (wake_queue.Waker), when a host's capacity changed."""
+        self.engine, self.reads, self.client, self.runner, self.wake = engine, reads, client, runner, wake
+
+    def all(self) -> list:
+        return [self.host_seen, self.host_lost, self.host_forget, self.model_readers, self.record_model_paths]
+
+    @activity.defn(name=c.HOST_SEEN)
+    async def host_seen(self, report: HostReport) -> None:
+        """The host's report (a hello, or its inventory changed): recorded READY. A hello from a new
+        agent run (HostReport.boot) tells the instances placed there to supervise afresh."""
+        changed, restarted = await self.runner.run(records.see_worker, self.engine, report, "ready")
+        if restarted or activity.info().attempt > 1:
+            await self._tell_instances_on(report.name, "restarted", "its agent restarted")
+        if changed or activity.info().attempt > 1:  # as release_placement: a retry may follow a lost wake
+            await self.wake()
+
+    @activity.defn(name=c.HOST_LOST)
+    async def host_lost(self, name: str, reason: str) -> None:
+        """The host's watch failed: NOT_READY, and the instances placed there hear it at once."""
+        await self.runner.run(records.set_worker_state, self.engine, name, "not_ready", reason)
+        await self._tell_instances_on(name, "lost", reason.removeprefix("agent stopped answering: ")[:500])
+
+    async def _tell_instances_on(self, host: str, kind: str, why: str) -> None:
+        """The instances holding ledger lines on ``host`` hear what its watch learned (host_news.py)."""
+        await host_news.tell(self.client, await self.runner.run(ledger.instances_on, self.reads, host),
+                             HostNews(host=host, kind=kind, why=why))
+
+    @activity.defn(name=c.HOST_FORGET)
+    async def host_forget(self, name: str) -> str | None:
+        """An operator forgets a host that is gone for good: its row leaves the store, or the reason
+        it may not yet (records.forget_worker)."""
+        return await self.runner.run(records.forget_worker, self.engine, name)
+
+    @activity.defn(name=c.MODEL_READERS)
+    async def model_readers(self, raw: dict) -> ReaderHosts:
+        """The hosts to ask to read a local model path (scheduler/model_readers.py), and why the others were not."""
+        try:
+            spec = ModelSpec.model_validate(raw)
+        except ValueError as e:
+            raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
+        return await self.runner.run(readers, self.engine, spec)
+
+    @activity.defn(name=c.RECORD_MODEL_PATHS)
+    async def record_model_paths(self, path: str, present: list[str], missing: list[str]) -> None:
+        """Which hosts hold ``path`` and which looked and did not find it (the local-path filter reads them)."""
+        await self.runner.run(record_paths, self.engine, path, present, missing)
