@@ -1,0 +1,94 @@
+"""The cache-aware routing policy, pure: which replica gets a request, given how many leading
+blocks of its prompt each replica is thought to hold (``prefix_index.py``) and how many requests
+each has in flight. ``balance.py`` calls it; ``docs/routing.md`` explains it.
+
+The rule, in order (tests/test_cache_aware.py has it as tables):
+1. **Eligible**: below the replica limit, not marked bad, not tried already by this request:
+   exactly least-outstanding's set (``balance.pick``), so no replica is ever flooded past its limit.
+2. **Nothing matches** (a new prefix, a prompt shorter than one block, an embedding): least
+   outstanding, ties at random (``balance.pick``'s rule, the same draw). Reason ``no-prefix``.
+3. **Guard** (bounded load, in the spirit of SGLang's and AIBrix's imbalance gates): only the
+   replicas whose in-flight count is within ``slack`` of the least loaded eligible one are
+   candidates, ``slack = max(slack_min, ceil(limit * slack_frac))``. A hot prefix whose replica
+   runs ahead of the others spills to the least loaded, which then caches it too: the prefix
+   spreads over as many replicas as its load needs, and an idle replica is never passed over for
+   one more than ``slack`` requests busier (no starving).
+4. **Among the candidates**: the most matched blocks (the least prefill), then the fewest in
+   flight, then at random. Reason ``prefix``; ``imbalance`` when the guard left out a replica
+   that matched more than the chosen one.
+
+Why a guard and not a weighted cost (Dynamo's ``overlap_weight x prefill + decode``): a gap in
+requests is what an operator can read off the metrics and set, and the rule's choices can be
+listed in a table; the cost's weight depends on the model, the GPU and the prompt lengths."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from store.serving import Route
+
+PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING = "prefix", "imbalance", "no-prefix", "least-outstanding"
+REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    slack_min: int = 2  # requests: the guard's gap is never under this
+    slack_frac: float = 0.25  # of the replica limit: a replica running 256 at once may be 64 ahead
+
+    def __post_init__(self):
+        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1:
+            raise ValueError("cache-aware routing: slack_min >= 0 and 0 <= slack_frac <= 1")
+
+    def slack(self, limit: int) -> int:
+        return max(self.slack_min, math.ceil(limit * self.slack_frac))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One routing decision, as the debug header and the metrics tell it."""
+
+    route: Route
+    reason: str
+    matched: int  # leading blocks of the prompt the chosen replica holds
+    blocks: int  # whole blocks in the prompt
+    load: int  # requests in flight on the chosen replica before this one
+    limit: int
+
+    def header(self) -> str:
+        """``x-gpuflow-route``'s value."""
+        return (f"replica={self.route.instance}; matched={self.matched}/{self.blocks} blocks; "
+                f"load={self.load}/{self.limit}; reason={self.reason}")
+
+
+def eligible(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], bad_until: dict[str, float],
+             now: float, exclude: frozenset[str]) -> list[Route]:
+    return [r for r in replicas if r.instance not in exclude and bad_until.get(r.instance, 0.0) <= now
+            and in_flight.get(r.instance, 0) < limit]
+
+
+def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], matched: Callable[[str], int],
+           blocks: int, knobs: Knobs, rng: random.Random, bad_until: dict[str, float] | None = None,
+           now: float = 0.0, exclude: frozenset[str] = frozenset()) -> Choice | None:
+    """The replica for a prompt of ``blocks`` whole blocks, of which replica r holds
+    ``matched(r.instance)`` leading ones; None when no replica is eligible (the request waits)."""
+    ok = eligible(replicas, limit, in_flight, bad_until or {}, now, exclude)
+    if not ok:
+        return None
+    load = [in_flight.get(r.instance, 0) for r in ok]
+    got = [matched(r.instance) if blocks else 0 for r in ok]
+    best_any = max(got)
+    if best_any == 0:
+        low = min(load)
+        i = rng.choice([i for i, n in enumerate(load) if n == low])
+        return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
+    ceiling = min(load) + knobs.slack(limit)
+    cands = [i for i in range(len(ok)) if load[i] <= ceiling]
+    top = max(got[i] for i in cands)
+    cands = [i for i in cands if got[i] == top]
+    low = min(load[i] for i in cands)
+    i = rng.choice([i for i in cands if load[i] == low])
+    return Choice(ok[i], PREFIX if top == best_any else IMBALANCE, got[i], blocks, load[i], limit)

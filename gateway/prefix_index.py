@@ -1,0 +1,150 @@
+"""What the gateway knows of each replica's prefix cache: an approximate index of the prompt
+blocks it was recently sent (pure data structure, no I/O).
+
+A request's prompt text (``prompt_text``: chat messages rendered in order, or a completion's
+prompt) is cut into blocks of ``block_chars`` characters and each block is hashed together with
+the hash of the blocks before it (``block_hashes``), as vLLM and AIBrix chain theirs: a block's
+hash then names the whole prefix up to its end, so two prompts share block i's hash only when
+they share every character up to it. A trailing partial block is never hashed (engines cache
+whole blocks only).
+
+Each replica keeps an LRU of at most ``capacity`` hashes, and the whole index at most
+``max_total``: everything is bounded (memory, blocks per replica, characters hashed per request).
+The hashes are Python's own (``hash`` of a tuple), salted per process: fast, and never shown to
+anyone or kept across processes."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Iterable
+
+BLOCK_CHARS = 128  # AIBrix's block: ~32 tokens of English text
+MAX_PROMPT_CHARS = 128 * 1024  # characters hashed per request, at most (1,024 blocks); the rest is not looked at
+CAPACITY = 16384  # blocks per replica (2 MiB of text, ~0.5 M tokens) when the engine does not say
+MAX_TOTAL = 500_000  # blocks in the whole index (~50 MB of entries), however many replicas
+
+
+def prompt_text(body: Any, limit: int = MAX_PROMPT_CHARS) -> str:
+    """The text an engine prefills for ``body`` (an OpenAI request, parsed), as far as it matters
+    for matching prefixes: each chat message's role and text parts in order, or the completion's
+    prompt; at most ``limit`` characters, gathered without building more than that. "" when the
+    body has neither (embeddings, malformed requests): such a request matches nothing."""
+    if not isinstance(body, dict):
+        return ""
+    out: list[str] = []
+    left = limit
+
+    def add(s: str) -> bool:
+        nonlocal left
+        out.append(s[:left])
+        left -= len(out[-1])
+        return left > 0
+
+    msgs, prompt = body.get("messages"), body.get("prompt")
+    if isinstance(msgs, list):
+        for m in msgs:
+            if not isinstance(m, dict):
+                continue
+            # the role and a separator no text part can fake: "user" saying "system\n..." differs
+            if not add(f"\x00{m.get('role')}\x01") or not _content(m.get("content"), add):
+                break
+    elif isinstance(prompt, str):
+        add(prompt)
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        add(prompt[0])  # a batch of prompts: the first one's prefix (the engine caches each)
+    return "".join(out)
+
+
+def _content(c: Any, add) -> bool:
+    """Adds a message's text (a string, or its text parts); False once the limit is reached."""
+    if isinstance(c, str):
+        return add(c)
+    if isinstance(c, list):
+        for part in c:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                if not add(part["text"]):
+                    return False
+            elif isinstance(part, dict):  # an image or audio part: its kind stands for it (its bytes are not hashed)
+                if not add(f"\x02{part.get('type')}\x02"):
+                    return False
+    return True
+
+
+def block_hashes(text: str, block_chars: int = BLOCK_CHARS) -> tuple[int, ...]:
+    """The chained hash of each whole block of ``text``: block i's hash covers text[: (i+1) * block_chars]."""
+    out, h = [], 0
+    for i in range(0, len(text) - block_chars + 1, block_chars):
+        h = hash((h, text[i:i + block_chars]))
+        out.append(h)
+    return tuple(out)
+
+
+class PrefixIndex:
+    """Per replica (by instance name: unique across deployments), the block hashes it was sent
+    most recently, as an LRU of at most ``capacity``; at most ``max_total`` across replicas."""
+
+    def __init__(self, capacity: int = CAPACITY, max_total: int = MAX_TOTAL):
+        if capacity < 1 or max_total < 1:
+            raise ValueError("prefix index: capacity and max_total must be >= 1")
+        self.capacity, self.max_total = capacity, max_total
+        self.replicas: dict[str, OrderedDict[int, None]] = {}
+        self.total = 0
+
+    def matched(self, instance: str, hashes: tuple[int, ...]) -> int:
+        """How many leading blocks of ``hashes`` ``instance`` holds. Chained hashes: the first
+        block it lacks ends the match (a later one cannot be a cached prefix without it)."""
+        blocks = self.replicas.get(instance)
+        if not blocks:
+            return 0
+        n = 0
+        for h in hashes:
+            if h not in blocks:
+                break
+            n += 1
+        return n
+
+    def insert(self, instance: str, hashes: tuple[int, ...]) -> None:
+        """``instance`` was sent these blocks: they become its most recent. Inserted last block
+        first, so the prompt's head is the freshest and the LRU drops a prefix from its tail, as
+        vLLM's free queue does: a half-evicted prefix keeps its usable head, never a useless tail."""
+        if not hashes:
+            return
+        blocks = self.replicas.get(instance)
+        if blocks is None:
+            blocks = self.replicas[instance] = OrderedDict()
+        before = len(blocks)
+        for h in reversed(hashes[:self.capacity]):  # a prompt longer than the LRU: its head is what repeats
+            blocks[h] = None
+            blocks.move_to_end(h)
+        while len(blocks) > self.capacity:
+            blocks.popitem(last=False)
+        self.total += len(blocks) - before
+        if self.total > self.max_total:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Over ``max_total``: the replica holding the most gives up its oldest blocks (one pass
+        over the replicas, then a bulk pop)."""
+        while self.total > self.max_total:
+            name = max(self.replicas, key=lambda k: len(self.replicas[k]))
+            blocks = self.replicas[name]
+            drop = min(len(blocks), self.total - self.max_total)
+            for _ in range(drop):
+                blocks.popitem(last=False)
+            self.total -= drop
+
+    def size(self, instance: str) -> int:
+        b = self.replicas.get(instance)
+        return len(b) if b else 0
+
+    def forget(self, instance: str) -> None:
+        """``instance`` left (drained, stopped, restarted elsewhere): its blocks go."""
+        b = self.replicas.pop(instance, None)
+        if b:
+            self.total -= len(b)
+
+    def keep_only(self, instances: Iterable[str]) -> None:
+        """Every replica not in ``instances`` leaves the index."""
+        keep = set(instances)
+        for name in [n for n in self.replicas if n not in keep]:
+            self.forget(name)
