@@ -31,7 +31,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import capacity_hook
-from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, AutoscalerInput, Step
+from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
+                                 DeploymentRef, Step, StepAsk)
 from activities.autoscale_metrics import AutoscalerMetrics
 from activities.autoscale_scrape import Scrape, parse, window
 from activities.autoscale_state import Carry
@@ -112,15 +113,18 @@ class AutoscaleActivities:
             return None
 
     @activity.defn(name=START_AUTOSCALER)
-    async def start_autoscaler(self, deployment: str) -> None:
+    async def start_autoscaler(self, ref: DeploymentRef) -> None:
+        deployment = ref.deployment
         await self.client.start_workflow(
             "AutoscalerWorkflow", AutoscalerInput(deployment=deployment), id=f"autoscaler/{deployment}",
             task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"autoscaler of {deployment}")
 
     @activity.defn(name=AUTOSCALE_APPLY)
-    async def autoscale_apply(self, deployment: str, replicas: int) -> int:
-        """Set the deployment's replicas to ``replicas`` (absolute: applying it twice is applying it once)."""
+    async def autoscale_apply(self, ask: ApplyAsk) -> int:
+        """Set the deployment's replicas to ``ask.replicas`` (absolute: applying it twice is applying
+        it once); the replicas the deployment then has."""
+        deployment, replicas = ask.deployment, ask.replicas
         h = self.client.get_workflow_handle(f"deployment/{deployment}")
         try:
             view = await h.execute_update("scale", replicas, result_type=DeploymentView)
@@ -130,7 +134,8 @@ class AutoscaleActivities:
         return view.replicas
 
     @activity.defn(name=AUTOSCALE_STEP)
-    async def autoscale_step(self, deployment: str, carried: dict, now: float) -> Step:
+    async def autoscale_step(self, ask: StepAsk) -> Step:
+        deployment, carried, now = ask.deployment, ask.carried, ask.now
         view = await self._view(deployment)
         if view is None or view.deleting:
             return Step(done=f"deployment {deployment} is {'being deleted' if view else 'gone'}")

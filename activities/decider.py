@@ -1,10 +1,10 @@
 """Placement decisions on a control-plane worker: the policy on the cached snapshot, with each
 tenant's verdict, one decision at a time.
 
-``Decider`` is shared by every path that decides (the decide activity, the place batch:
-activities/placement.py, activities/place_batch.py), so its lock keeps them in one line: each
-decision sees the placements handed out before it (SnapshotCache.assume), whichever path made them.
-``decision_record`` is the record a decision leaves in the workflow's history and the store."""
+``Decider`` is shared by every call that decides (the place activity's batches:
+activities/placement.py, activities/place_batch.py), so its lock keeps them in one line: each decision sees the placements handed out before it (SnapshotCache.assume),
+whichever path made them. ``decision_record`` is the record a decision leaves in the workflow's
+history (contracts/decision.py; the store keeps its short summary)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from sqlalchemy.engine import Engine
 
 from activities import tenancy
 from activities.metrics import ControlMetrics
-from contracts.control import DecisionRecord, PlacementPlan, ScaleDownOrder
+from contracts.control import ScaleDownOrder
+from contracts.decision import CandidateView, DecisionRecord, FilterView, PlacementPlan, RequestSummary
 from scheduler import scale_down
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
@@ -29,8 +30,8 @@ TOP_CANDIDATES = 10
 
 
 def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
-    full = d.to_dict(d.top(TOP_CANDIDATES))  # the best by rounded score, ties in the policy's order
-    full["candidates_total"] = len(d.candidates)
+    """The policy's Decision as the record keeps it: each part typed (contracts/decision.py), the
+    best TOP_CANDIDATES candidates listed (by rounded score, ties in the policy's order)."""
     plan = None
     if d.placement is not None:
         p = d.placement
@@ -38,9 +39,13 @@ def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> Deci
                              claim=p.claim.model_dump(exclude_none=True),
                              subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates],
                              cpus=p.cpus, numa_nodes=p.numa_nodes)
-    return DecisionRecord(scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score,
-                          reasons=list(d.reasons), request=request_summary(req), decision=full, workers_seen=workers,
-                          generations=gens)
+    return DecisionRecord(
+        scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score, reasons=list(d.reasons),
+        request=RequestSummary.model_validate(request_summary(req)),
+        placement=CandidateView.model_validate(d.placement.to_dict(with_scores=False)) if d.placement else None,
+        candidates=[CandidateView.model_validate(c.to_dict()) for c in d.top(TOP_CANDIDATES)],
+        candidates_total=len(d.candidates), filters=[FilterView.model_validate(f.to_dict()) for f in d.filters],
+        decisive=d.decisive, workers_seen=workers, generations=gens)
 
 
 class Decider:
@@ -107,7 +112,7 @@ class Decider:
                     recs.append(e)
                     continue
                 self.metrics.decision_seconds.observe(share + time.perf_counter() - t)
-                self.metrics.decisions.labels("over_quota" if rec.decision.get("quota") else "preempting" if rec.victims
+                self.metrics.decisions.labels("over_quota" if rec.quota else "preempting" if rec.victims
                                               else "scheduled" if rec.scheduled else "unschedulable").inc()
                 if rec.places_outright:
                     mine.add(instance)

@@ -21,6 +21,7 @@ from temporalio import activity
 
 from activities.runner import Runner
 from contracts import activity_names as c
+from contracts.drain import DrainAsk
 from store import serving
 from store.serving import REPORT_S
 
@@ -55,9 +56,10 @@ class DrainActivities:
         return [self.drain_instance]
 
     @activity.defn(name=c.DRAIN_INSTANCE)
-    async def drain_instance(self, instance: str, timeout_s: float) -> int:
-        """Wait until the live gateways have no request in flight on ``instance`` (already out of
-        the routing table), at most ``timeout_s``; returns the requests left."""
+    async def drain_instance(self, ask: DrainAsk) -> int:
+        """Wait until the live gateways have no request in flight on ``ask.instance`` (already out
+        of the routing table), at most ``ask.timeout_s``; returns the requests left."""
+        instance = ask.instance
         def ask(fn, *args):  # in the pool, not heartbeating: wait_drained beats at every poll itself
             return self.runner.submit(fn, self.engine, *args)
 
@@ -65,4 +67,4 @@ class DrainActivities:
             return len(await ask(serving.live_gateways))
 
         return await wait_drained(lambda: ask(serving.in_flight, instance), gateways,
-                                  lambda n: activity.heartbeat({"in_flight": n}), timeout_s)
+                                  lambda n: activity.heartbeat({"in_flight": n}), ask.timeout_s)

@@ -1,7 +1,8 @@
 """The host activities (task queue ``gpuflow-control``; the host workflow and the estimate call
 them): a host's report recorded, a host lost or forgotten, the instances placed there told what
 its watch learned (activities/host_news.py), and the local model paths the GPU hosts read for
-an estimate (activities/host_estimate.py)."""
+an estimate (activities/host_estimate.py). Each takes one input (contracts/hosts.py, or the
+host's HostReport)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from activities.host_estimate import readers, record_paths
 from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.control import HostNews, HostReport
+from contracts.hosts import HostLost, HostRef, ModelPaths, ReadersAsk
 from scheduler.estimate_inputs import ReaderHosts
 from scheduler.spec import ModelSpec
 from store import ledger, records
@@ -43,10 +45,10 @@ class HostActivities:
             await self.wake()
 
     @activity.defn(name=c.HOST_LOST)
-    async def host_lost(self, name: str, reason: str) -> None:
+    async def host_lost(self, lost: HostLost) -> None:
         """The host's watch failed: NOT_READY, and the instances placed there hear it at once."""
-        await self.runner.run(records.set_worker_state, self.engine, name, "not_ready", reason)
-        await self._tell_instances_on(name, "lost", reason.removeprefix("agent stopped answering: ")[:500])
+        await self.runner.run(records.set_worker_state, self.engine, lost.name, "not_ready", lost.reason)
+        await self._tell_instances_on(lost.name, "lost", lost.reason.removeprefix("agent stopped answering: ")[:500])
 
     async def _tell_instances_on(self, host: str, kind: str, why: str) -> None:
         """The instances holding ledger lines on ``host`` hear what its watch learned (host_news.py)."""
@@ -54,21 +56,21 @@ class HostActivities:
                              HostNews(host=host, kind=kind, why=why))
 
     @activity.defn(name=c.HOST_FORGET)
-    async def host_forget(self, name: str) -> str | None:
-        """An operator forgets a host that is gone for good: its row leaves the store, or the reason
-        it may not yet (records.forget_worker)."""
-        return await self.runner.run(records.forget_worker, self.engine, name)
+    async def host_forget(self, host: HostRef) -> str | None:
+        """An operator forgets a host that is gone for good: its row leaves the store (None), or
+        the reason it may not yet (records.forget_worker)."""
+        return await self.runner.run(records.forget_worker, self.engine, host.name)
 
     @activity.defn(name=c.MODEL_READERS)
-    async def model_readers(self, raw: dict) -> ReaderHosts:
+    async def model_readers(self, ask: ReadersAsk) -> ReaderHosts:
         """The hosts to ask to read a local model path (scheduler/model_readers.py), and why the others were not."""
         try:
-            spec = ModelSpec.model_validate(raw)
+            spec = ModelSpec.model_validate(ask.spec)
         except ValueError as e:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
         return await self.runner.run(readers, self.engine, spec)
 
     @activity.defn(name=c.RECORD_MODEL_PATHS)
-    async def record_model_paths(self, path: str, present: list[str], missing: list[str]) -> None:
-        """Which hosts hold ``path`` and which looked and did not find it (the local-path filter reads them)."""
-        await self.runner.run(record_paths, self.engine, path, present, missing)
+    async def record_model_paths(self, paths: ModelPaths) -> None:
+        """Which hosts hold the path and which looked and did not find it (the local-path filter reads them)."""
+        await self.runner.run(record_paths, self.engine, paths.path, paths.present, paths.missing)

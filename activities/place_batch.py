@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from activities.batch import Batch
 from activities.decider import Decider
 from activities.runner import Runner
-from contracts.control import EstimateRecord, PlaceResult, ReserveResult
+from contracts.control import EstimateRecord, PlaceResult, RequestSummary, ReserveResult
 from store import ledger
 from scheduler.errors import GpuflowError
 from scheduler.request import Request
@@ -35,19 +35,21 @@ MAX_PLACE_BATCH = 64  # replicas decided and booked in one pass
 
 
 @dataclass(frozen=True)
-class PlaceAsk:
+class Placing:
+    """One place_replica call in a batch, its spec validated and costed."""
+
     instance: str
     spec: ModelSpec
     request: Request  # what it claims (costed before it asked)
     then: str  # the state its booking records: scheduled, or starting (its launch follows at once)
 
 
-def place_batches(decider: Decider, engine: Engine, runner: Runner) -> Batch[PlaceAsk, PlaceResult | None]:
+def place_batches(decider: Decider, engine: Engine, runner: Runner) -> Batch[Placing, PlaceResult | None]:
     """The batches the place activity's calls join: each is placed by place_many in ``runner``'s pool."""
     return Batch(lambda asks: runner.submit(place_many, decider, engine, asks), MAX_PLACE_BATCH)
 
 
-def place_many(decider: Decider, engine: Engine, asks: list[PlaceAsk]) -> list[PlaceResult | None | GpuflowError]:
+def place_many(decider: Decider, engine: Engine, asks: list[Placing]) -> list[PlaceResult | None | GpuflowError]:
     """For each ask, in order: its result (booked, or a decision that does not place it outright),
     None when the ledger refused its plan (decide again), or the GpuflowError the policy raised
     for its spec. ``decider`` decides (under its lock) and hears of refused plans; ``engine``
@@ -60,11 +62,10 @@ def place_many(decider: Decider, engine: Engine, asks: list[PlaceAsk]) -> list[P
             out.append(d)
             continue
         s = request_summary(a.request)
-        est = EstimateRecord(model=a.spec.name, request=s, summary=summary_text(s))
+        est = EstimateRecord(model=a.spec.name, request=RequestSummary.model_validate(s), summary=summary_text(s))
         out.append(PlaceResult(decision=d, estimate=est))
         if d.places_outright:
-            recorded = {"request": est.summary, "strategy": d.strategy, "score": d.score,
-                        "placement": d.plan.model_dump(mode="json")}  # what the workflow recorded itself before
+            recorded = d.booked_row(est.summary)  # the row's summary of the decision (InstanceRecord.decision)
             reason = "" if a.then == "starting" else f"{d.strategy}: score {d.score}"
             books.append((len(out) - 1, ledger.Booking(a.instance, d.plan, reason, recorded, a.then)))
     if books:

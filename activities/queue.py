@@ -11,6 +11,7 @@ from temporalio import activity
 
 from activities.runner import Runner
 from contracts import activity_names as c
+from contracts.queue import TenantAsk
 from scheduler.limits import Limits
 from store import tenants
 
@@ -32,9 +33,9 @@ class QueueActivities:
         return self.limits
 
     @activity.defn(name=c.TENANT_PROBLEM)
-    async def tenant_problem(self, tenant: str | None) -> str | None:
-        """Why a spec naming ``tenant`` is refused (not in the tenants file), else None."""
-        return await self.runner.run(tenants.problem, self.engine, tenant)
+    async def tenant_problem(self, ask: TenantAsk) -> str | None:
+        """Why a spec naming ``ask.tenant`` is refused (not in the tenants file), else None."""
+        return await self.runner.run(tenants.problem, self.engine, ask.tenant)
 
     @activity.defn(name=c.SWEEP_QUEUE)
     async def sweep_queue(self) -> float:

@@ -1,6 +1,7 @@
 """The record-keeping activities (task queue ``gpuflow-control``): a deployment's row, the instance
 rows (group-committed: activities/record_batch.py), the first rows and workflows of new replicas,
-and the clean-up of instances whose workflows ended without their own teardown."""
+and the clean-up of instances whose workflows ended without their own teardown. Each takes one
+input (contracts/records.py, contracts/control.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.record_batch import RecordBatch
 from activities.runner import Runner
 from contracts import activity_names as c
-from contracts.control import CONTROL_QUEUE, ClosedInstance, InstanceInput, InstanceRecord
+from contracts.control import CONTROL_QUEUE, ClosedInstance, ClosedInstances, InstanceNames, InstanceRecord
+from contracts.records import SaveDeployment, StartInstances
 from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 from scheduler.naming import name_problem
 from store import ledger, records
@@ -57,20 +59,20 @@ class RecordActivities:
         return [self.save_deployment, self.record_instance, self.start_instances, self.closed_workflows]
 
     @activity.defn(name=c.SAVE_DEPLOYMENT)
-    async def save_deployment(self, name: str, spec: dict, replicas: int, state: str) -> None:
-        await self.runner.run(records.save_deployment, self.engine, name, spec, replicas, state)
+    async def save_deployment(self, row: SaveDeployment) -> None:
+        await self.runner.run(records.save_deployment, self.engine, row.name, row.spec, row.replicas, row.state)
 
     @activity.defn(name=c.RECORD_INSTANCE)
     async def record_instance(self, rec: InstanceRecord) -> None:
         await self.runner.heartbeating(self.rows.record(rec))
 
     @activity.defn(name=c.START_INSTANCES)
-    async def start_instances(self, inputs: list[InstanceInput]) -> None:
+    async def start_instances(self, batch: StartInstances) -> None:
         """The first rows of a batch of replicas in one transaction, then their workflows started
-        together, by this code's generation (InstanceInput.code) and with their search attributes
-        set (the workflow then upserts none of its own until it is placed). A retry is harmless:
+        together, with their search attributes set (the workflow then upserts none of its own until it is placed). A retry is harmless:
         rows already written are kept, and a workflow already running is used as it is
         (USE_EXISTING)."""
+        inputs = batch.instances
         await self.runner.run(records.create_instances, self.engine, [InstanceRecord(
             name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending")
             for inp in inputs])
@@ -84,12 +86,11 @@ class RecordActivities:
             static_summary=f"replica {inp.name} of {inp.deployment}") for inp in inputs))
 
     @activity.defn(name=c.CLOSED_WORKFLOWS)
-    async def closed_workflows(self, names: list[str]) -> list[ClosedInstance]:
+    async def closed_workflows(self, asked: InstanceNames) -> ClosedInstances:
         """Which of these instances' workflows are not running. One that ended without its own
         teardown (terminated from the UI, say) has its reservation released here and is
         recorded deleted; the caller stops its process on the host."""
-        closed: list[ClosedInstance] = []
-        released = 0
+        names, closed, released = asked.names, [], 0
         running = await listed_running(self.client, names)
         for n in names:
             if n in running:
@@ -111,4 +112,4 @@ class RecordActivities:
             closed.append(ClosedInstance(name=n, status=status, worker=worker, hosts=hosts))
         if released or (closed and activity.info().attempt > 1):
             await self.wake()
-        return closed
+        return ClosedInstances(closed=closed)

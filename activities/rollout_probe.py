@@ -12,7 +12,8 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe
+from contracts.control import InstanceNames
+from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe, ReplicaProbes
 
 HTTP_TIMEOUT_S = 3.0
 MAX_NAMES = 2000
@@ -39,9 +40,10 @@ class RolloutProbe:
         return [self.rollout_probe]
 
     @activity.defn(name=ROLLOUT_PROBE)
-    async def rollout_probe(self, names: list[str]) -> list[ReplicaProbe]:
+    async def rollout_probe(self, asked: InstanceNames) -> ReplicaProbes:
+        """Each named replica's state and whether its server answers (the first MAX_NAMES)."""
         out = []
-        for n in names[:MAX_NAMES]:
+        for n in asked.names[:MAX_NAMES]:
             activity.heartbeat()
             try:
                 v = await asyncio.wait_for(self.client.get_workflow_handle(f"instance/{n}").query("status"), QUERY_S)
@@ -53,4 +55,4 @@ class RolloutProbe:
             ok = state == "running" and await answers(v.get("address"), v.get("port"))
             out.append(ReplicaProbe(name=n, state=state, reason=str(v.get("reason", ""))[:300],
                                     restarts=int(v.get("restarts") or 0), answers=ok))
-        return out
+        return ReplicaProbes(probes=out)

@@ -1,5 +1,6 @@
-"""The decide activity's tenancy: what it reads from the store for scheduler/tenancy/admit.py, and
-how an admission shows in the decision record the workflow keeps (and ``gpuflow explain`` shows).
+"""The decisions' tenancy (activities/decider.py): what they read from the store for
+scheduler/tenancy/admit.py, and how an admission shows in the decision record the workflow keeps
+(and ``gpuflow explain`` shows): the quota, the victims and why, as typed fields.
 
 The tenant of a deployment comes from the store (its current spec), never from the instance's
 copy of the spec, which can be older. Without a tenants file, every deployment is in ``default``
@@ -58,20 +59,17 @@ def amend(rec: DecisionRecord, adm: Admission, owners: Owners, snap: ClusterSnap
     not help follow the decisive reasons."""
     rec.tenant = owners.tenant_of.get(spec.name, "default")
     if adm.quota:
-        rec.scheduled, rec.plan, rec.strategy, rec.score = False, None, None, None
+        rec.scheduled, rec.plan, rec.placement, rec.strategy, rec.score = False, None, None, None, None
         rec.reasons = [adm.quota] + [r for r in rec.reasons if r != adm.quota]
-        rec.decision = {**rec.decision, "scheduled": False, "placement": None, "quota": adm.quota, "decisive": 1,
-                        "reasons": rec.reasons}
+        rec.quota, rec.decisive = adm.quota, 1
     elif adm.preemption is not None:
         held = {i.name: i for i in snap.instances}
         rec.victims = [Victim(name=v, deployment=held[v].model, tenant=owners.tenant_of.get(held[v].model, "default"),
                               plan=plan_of(held[v])) for v in adm.victims]
         rec.preempt_why = adm.preemption.why
-        rec.decision = {**rec.decision, "victims": adm.victims, "preempt_why": adm.preemption.why}
     elif adm.notes:
-        k = rec.decision.get("decisive") or 0
+        k = rec.decisive
         rec.reasons = rec.reasons[:k] + adm.notes + rec.reasons[k:]
-        rec.decision = {**rec.decision, "reasons": rec.reasons}
     return rec
 
 

@@ -6,7 +6,7 @@ which shows the same verdicts without signalling anyone.
 The rules (README, "The PENDING queue"):
 - The queue is every PENDING instance of a live deployment, ordered by tenant priority, then
   deployment priority, then arrival (``queued_at``: when it entered the queue), then the name.
-- A replica's request is the one the decide activity last costed for its spec on this
+- A replica's request is the one the place activity last costed for its spec on this
   control-plane worker (EstimateCache.peek); a spec that states its resources is estimated here
   (nothing to read). A replica whose request is not known here is woken anyway: it decides
   itself, and its decision warms this worker's cache for the next wake.
@@ -252,7 +252,7 @@ class Turns:
 
 
 def known_request(cache, spec: ModelSpec) -> Request | None:
-    """What the decide activity costed for ``spec`` here; a spec stating its resources is
+    """What the place activity costed for ``spec`` here; a spec stating its resources is
     estimated at once (nothing to read); otherwise None (unknown)."""
     req = cache.peek(spec)
     if req is None and states_resources(spec):

@@ -8,7 +8,7 @@ of the policy: a change meant to be a pure speed-up must print the same bytes.
 Clusters come from tests/random_cluster.py (seeded; each also after a burst of changes): custom,
 vLLM, SGLang and GGUF models, spread and binpack, topology policies and CPU pinning, with and
 without an instance being re-placed. Each line holds the whole decision (Decision.to_dict), the
-decide activity's record (activities.decider.decision_record) and, per cluster, the scale-down
+place activity's record (activities.decider.decision_record, as DecisionRecord.summary shows it) and, per cluster, the scale-down
 ranks. ``--seeds N`` (default 120)."""
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def main() -> None:
                 for k, spec, req in cases:
                     dd = decide(snap, spec, req, exclude=ex)
                     rec = decision_record(dd, req, len(snap.workers), {})  # first: it builds only the top candidates
-                    out.write(json.dumps([seed, k, ex, dd.to_dict(), rec.model_dump(mode="json")], sort_keys=True) + "\n")
+                    kept = rec.summary() if hasattr(rec, "summary") else rec.model_dump(mode="json")  # typed since issue 29
+                    out.write(json.dumps([seed, k, ex, dd.to_dict(), kept], sort_keys=True) + "\n")
             for m in ("m", "other"):
                 for s in ("spread", "binpack"):
                     out.write(json.dumps([seed, m, s, [r.to_dict() for r in scale_down.rank(snap, m, s)]]) + "\n")

@@ -3,8 +3,6 @@
 SAVE_DEPLOYMENT = "save_deployment"
 RECORD_INSTANCE = "record_instance"
 ESTIMATE_MODEL = "estimate_model"
-DECIDE_PLACEMENT = "decide_placement"
-RESERVE_PLACEMENT = "reserve_placement"
 RELEASE_PLACEMENT = "release_placement"
 START_INSTANCES = "start_instances"
 RANK_SCALE_DOWN = "rank_scale_down"

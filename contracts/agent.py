@@ -63,10 +63,10 @@ class LaunchRequest(BaseModel):
     cpu_pinning: bool = False  # bind the process to ``cpus`` (and, with numactl, ``numa_nodes``' memory)
     cpus: CpuText | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
     numa_nodes: Indexes | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
-    # What a supervisor cancelled by its workflow does: stop the process (instance workflows before
-    # generation 2), or only stop watching (since: the workflow stops it with stop_instance, and a
-    # supervisor is also cancelled to be replaced, after an agent restart or a lost host's return).
-    stop_on_cancel: bool = True
+    # What a supervisor cancelled by its workflow does: only stop watching (the instance workflow
+    # stops the process with stop_instance, and it also cancels a supervisor to replace it, after an
+    # agent restart or a lost host's return), or, when True, stop the process too.
+    stop_on_cancel: bool = False
 
     @property
     def key(self) -> str:

@@ -1,4 +1,5 @@
-"""What the autoscaler's workflow and activities exchange (names, inputs, one step's result)."""
+"""What the autoscaler's workflow and activities exchange (names, inputs, one step's result):
+activities/autoscale.py runs them, workflows/autoscaler.py calls them."""
 
 from __future__ import annotations
 
@@ -21,6 +22,28 @@ class AutoscalerInput(BaseModel):
     # the last 10: {at, decision_to_running_s} (the 0 -> 1 decision to the step that saw a replica
     # RUNNING) and {at, request_to_first_token_s} (the gateways' gpuflow_gateway_cold_start_seconds)
     cold_starts: list[dict[str, Any]] = Field([], max_length=10)
+
+
+class DeploymentRef(BaseModel):
+    """The deployment whose autoscaler to start (once: a running one is kept)."""
+
+    deployment: Name
+
+
+class StepAsk(BaseModel):
+    """One interval of ``deployment``'s autoscaler: what it carried from the last (validated by
+    activities/autoscale_state.py) and the workflow's clock, in epoch seconds."""
+
+    deployment: Name
+    carried: dict[str, Any] = {}
+    now: float = Field(ge=0, le=1e11)
+
+
+class ApplyAsk(BaseModel):
+    """Set ``deployment``'s replicas to ``replicas`` (absolute)."""
+
+    deployment: Name
+    replicas: int = Field(le=2**31)  # the step's target; the deployment's ``scale`` update checks it (ScaleRefused)
 
 
 class Step(BaseModel):

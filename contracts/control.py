@@ -1,59 +1,21 @@
 """What crosses Temporal between the control-plane workflows and activities: plain pydantic
-models (no SQLModel, no I/O), so workflow modules can import them cheaply. Fields are added with
-defaults, never removed, so running histories stay decodable."""
+models (no SQLModel, no I/O), so workflow modules can import them cheaply. Here: the workflows'
+inputs and views, the instance's records, preemption notices and host news, and the results the
+placement activities return. The decision itself is in contracts/decision.py; each activity's
+input is in the file of its concern (contracts/placement.py, records.py, hosts.py, queue.py,
+drain.py, autoscale.py, rollout.py)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
+from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
-from scheduler.cluster import GPU, Claim, Subordinate
-from scheduler.bounds import CpuText, Lines, MAX_ITEMS, Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
-from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S, REPLICAS_CEILING
+from scheduler.bounds import Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
+from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 from scheduler.naming import NAME_MAX
-
-
-class PlacementPlan(BaseModel):
-    worker: Name
-    gpu_indexes: Indexes = []
-    claim: Claim = Claim()
-    subordinates: list[Subordinate] = Field([], max_length=MAX_ITEMS)
-    cpus: CpuText | None = None  # CPU pinning (spec cpu_pinning): the CPUs local to the GPUs, and their NUMA nodes
-    numa_nodes: Indexes | None = None
-
-
-class Victim(BaseModel):
-    """A replica a decision preempts, with what the decision assumed it holds (the ledger checks
-    that it still does, under its locks, before the move)."""
-
-    name: Name
-    deployment: Name
-    tenant: Name = "default"
-    plan: PlacementPlan
-
-
-class DecisionRecord(BaseModel):
-    """The decide activity's result: kept whole in the workflow history, so the UI shows it."""
-
-    scheduled: bool
-    plan: PlacementPlan | None = None
-    strategy: ShortText | None = None
-    score: float | None = Field(None, le=1e9)
-    reasons: Lines = []
-    request: dict[str, Any] = {}
-    decision: dict[str, Any] = {}
-    workers_seen: Count = 0
-    generations: dict[Name, Annotated[int, Field(le=2**63)]] = Field({}, max_length=100_000)  # worker -> generation of the snapshot decided on
-    tenant: Name = "default"  # the deployment's tenant, as the store had it
-    victims: list[Victim] = Field([], max_length=MAX_GPUS * 4)  # placed by preempting these (scheduler/tenancy/preemption.py)
-    preempt_why: Text = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
-
-    @property
-    def places_outright(self) -> bool:
-        """It places the replica with a plan to book as it is (no victims to preempt first)."""
-        return self.scheduled and self.plan is not None and not self.victims
 
 
 class PreemptNotice(BaseModel):
@@ -72,7 +34,7 @@ HOST_NEWS_SIGNAL = "host_news"  # the control plane to the instances on a host: 
 
 
 class HostNews(BaseModel):
-    """What the host's watch learned (activities/control.py: host_lost, host_seen). ``lost``: the
+    """What the host's watch learned (activities/hosts.py: host_lost, host_seen). ``lost``: the
     agent stopped answering (its supervisors cannot say so themselves: they heartbeat rarely).
     ``restarted``: a new agent run said hello (the old run's supervisors are gone with it)."""
 
@@ -89,8 +51,10 @@ class ReserveResult(BaseModel):
 
 
 class EstimateRecord(BaseModel):
+    """The estimate activity's result: the model's request in figures, and in words."""
+
     model: str
-    request: dict[str, Any]
+    request: RequestSummary
     summary: str
 
 
@@ -188,3 +152,20 @@ class ClosedInstance(BaseModel):
 class ScaleDownOrder(BaseModel):
     order: list[str]
     ranking: list[dict[str, Any]] = []
+
+
+class InstanceNames(BaseModel):
+    """Some instances, by name: the victims still to stop, the replicas whose workflows to look
+    at (records.closed_workflows, rollout_probe)."""
+
+    names: list[Name] = Field([], max_length=2 * REPLICAS_CEILING + MAX_GPUS * 4)
+
+
+class InstanceRef(BaseModel):
+    instance: Name
+
+
+class ClosedInstances(BaseModel):
+    """records.closed_workflows' answer: those of the instances asked about whose workflows ended."""
+
+    closed: list[ClosedInstance] = []

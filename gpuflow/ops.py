@@ -297,7 +297,7 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
     if v.decision is None:
         return {"instance": name, "state": v.state, "reason": v.reason, "decision": None}
     return {"instance": name, "state": v.state, "worker": v.worker, "gpu_indexes": v.gpu_indexes,
-            **v.decision.model_dump(mode="json")}
+            **v.decision.summary()}  # the JSON explain has always shown (contracts/decision.py)
 
 
 async def log_host(client: Client, name: str) -> str:

@@ -32,7 +32,7 @@ WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, Autos
 # new workflow run: at a burst that was a third of this process's CPU, most of it compiling
 # gpuflow's workflow modules again. They hold no state between runs and make no calls the sandbox
 # forbids, so they are passed through like the standard library; the sandbox's runtime checks still
-# apply, and the tests replay recorded histories under the full sandbox (tests/test_control_plane.py).
+# apply, and the tests replay recorded histories under the full sandbox (tests/test_replay_corpus.py).
 RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
 # Even so, every call the SDK makes into a sandboxed run goes through the sandbox's import and
 # builtins guards, and it makes several per payload (its serialization context, for each command):
@@ -40,7 +40,8 @@ RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_p
 # runs its workflows without the sandbox (Settings.workflow_sandbox turns it back on). The sandbox
 # is a determinism check, not a security boundary, and the check is kept where it catches a
 # mistake before it ships: the tests replay the histories of real runs under the full sandbox
-# (tests/test_control_plane.py, tests/test_tenants_live.py), and tests/test_layout.py keeps the
+# (the corpus in tests/test_replay_corpus.py; the live tests' own, as in tests/test_control_plane.py
+# and tests/test_tenants_live.py), and tests/test_layout.py keeps the
 # workflow modules from importing anything that does I/O.
 
 

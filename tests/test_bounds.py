@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from contracts import autoscale as ap
 from contracts import control as cp
+from contracts import drain, hosts, placement, queue, records
 from contracts.host import BookingAsk
 from contracts import host as ch
 from scheduler.spec import ModelSpec
@@ -31,8 +32,11 @@ INPUTS = [
     RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest,
     # the agent's activities (callable by anything that can schedule on a host's queue)
     hp.LaunchRequest, hp.ModelFetch,
-    # activities the workflows call
-    cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk,
+    # activities the workflows call: each one's input
+    cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk, cp.InstanceNames, cp.InstanceRef,
+    placement.EstimateAsk, placement.PlaceAsk, placement.PreemptAsk, placement.ScaleDownAsk,
+    records.SaveDeployment, records.StartInstances, hosts.HostRef, hosts.HostLost, hosts.ReadersAsk,
+    hosts.ModelPaths, queue.TenantAsk, drain.DrainAsk, ap.DeploymentRef, ap.StepAsk, ap.ApplyAsk,
     # what a user writes
     ModelSpec, TenantsFile,
 ]
@@ -45,12 +49,18 @@ FREE_FORM = {
     "AutoscalerInput.carry": "validated by activities/autoscale_state.py",
     "AutoscalerInput.history": "the workflow's own records; the list is bounded",
     "AutoscalerInput.cold_starts": "the workflow's own records; the list is bounded",
-    "DecisionRecord.request": "the decide activity's own output, carried for the UI",
-    "DecisionRecord.decision": "the decide activity's own output, carried for the UI",
+    "EstimateAsk.spec": "validated as a ModelSpec by the activity (valid_spec)",
+    "PlaceAsk.spec": "validated as a ModelSpec by the activity (valid_spec)",
+    "ReadersAsk.spec": "validated as a ModelSpec by the activity",
+    "SaveDeployment.spec": "the deployment workflow's spec, validated as a ModelSpec as that workflow started",
+    "StepAsk.carried": "validated by activities/autoscale_state.py (Carry); a bad one starts afresh",
+    # scheduler/estimate_inputs.py's EstimateInputs is not bounded field by field yet (its file is
+    # the policy's): a host's read of a model file, which the estimate validates as it decodes it
+    "EstimateAsk.inputs": "a host's read of a model file (EstimateInputs, not yet bounded: see above)",
+    "PlaceAsk.inputs": "likewise",
     "InstanceRecord.decision": "the decision's summary, written by the workflow",
     "ModelFetch.source": "validated as a spec Source by the agent before use",
     "RolloutState.good": "validated as a ModelSpec with the rest of the state (rollout_steps.state_from)",
-    "RolloutState.previous": "validated as a ModelSpec likewise",
     "RolloutState.steps": "the workflow's own records of its steps; the list is bounded",
 }
 

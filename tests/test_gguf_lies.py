@@ -11,6 +11,7 @@ import time
 import pytest
 
 from activities.estimate_process import EstimateCancelled, EstimateTimedOut, alive_children, estimate_in_child
+from contracts.placement import EstimateAsk
 from gpuflow.demo import synthetic
 from scheduler.errors import ModelFileError
 from scheduler.estimate import gguf_request
@@ -106,7 +107,7 @@ async def test_cancelling_the_estimate_activity_kills_its_process(tmp_path):
     engine = db.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     acts = control_activities(engine, client=None)
     env = ActivityEnvironment()
-    task = asyncio.ensure_future(env.run(acts.placement.estimate_model, _spec(deep).model_dump(mode="json")))
+    task = asyncio.ensure_future(env.run(acts.placement.estimate_model, EstimateAsk(spec=_spec(deep).model_dump(mode="json"))))
     for _ in range(500):  # until the child is computing
         children = [c for c in multiprocessing.active_children() if c.name.startswith("gpuflow-estimate")]
         if children:

@@ -42,8 +42,8 @@ async def test_llama_cpp_model_goes_to_the_host_that_has_llama_cpp(tmp_path, smo
         row = lv.instances("smol")[0]
         assert row.worker == "b"
         view = await ops.instance(lv.client, "smol-0")
-        backend = next(f for f in view.decision.decision["filters"] if f["filter"] == "backend")
-        assert backend["removed"] == [{"worker": "a", "reasons": [
+        backend = next(f for f in view.decision.filters if f.filter == "backend")
+        assert [r.model_dump() for r in backend.removed] == [{"worker": "a", "reasons": [
             "cannot run llama.cpp: no llama-server or llama-cpp-python found (it runs: custom)"]}]
     finally:
         lv.close()

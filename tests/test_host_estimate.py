@@ -107,9 +107,9 @@ async def test_a_path_only_the_gpu_host_has_is_estimated_and_served_there(tmp_pa
         assert row.worker == "near"
         view = await ops.instance(lv.client, "smol-0")
         summary = view.decision.request
-        assert summary["kind"] == "gguf" and summary["layers"] == 31  # 30 blocks + output, from near's read
-        local = next(f for f in view.decision.decision["filters"] if f["filter"] == "local_path")
-        assert local["removed"] == [{"worker": "far", "reasons": [
+        assert summary.kind == "gguf" and summary.layers == 31  # 30 blocks + output, from near's read
+        local = next(f for f in view.decision.filters if f.filter == "local_path")
+        assert [r.model_dump() for r in local.removed] == [{"worker": "far", "reasons": [
             f"model path '{path}' is not on this worker (its agent looked)"]}]
     finally:
         lv.close()

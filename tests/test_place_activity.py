@@ -10,8 +10,9 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.worker_set import control_activities
-from activities.place_batch import PlaceAsk, place_many
+from activities.place_batch import Placing, place_many
 from contracts.control import InstanceRecord
+from contracts.placement import PlaceAsk
 from store import ledger, records
 from scheduler.units import GiB
 from tests.test_ledger import host
@@ -34,13 +35,13 @@ async def test_place_books_what_it_decides_and_returns_the_rest_unbooked(store):
     seed(engine, 1, ["a-0", "a-1"])
     acts = control_activities(engine, None)
     try:
-        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-0", RAW)
+        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
         assert got.booked is not None and got.booked.plan.gpu_indexes == [0] and got.decision.scheduled
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB}
         row = {r.name: r for r in records.instances_of(engine)}["a-0"]
         assert row.state == "scheduled" and row.reason == f"{got.decision.strategy}: score {got.decision.score}"  # in the booking's transaction
         assert row.decision["placement"]["gpu_indexes"] == [0] and row.queued_at is None
-        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-1", RAW)
+        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-1", spec=RAW))
         assert got.booked is None and not got.decision.scheduled  # 20 + 20 > 24: it waits
     finally:
         acts.runner.shutdown()
@@ -66,7 +67,7 @@ async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(st
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
-        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-0", RAW)
+        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
         assert got.booked is not None
         assert calls == ["a-0@[0]", "a-0@[1]"]  # refused on GPU 0, booked on GPU 1
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB, ("h1", 1): 20 * GiB}
@@ -83,7 +84,7 @@ def acts_spec():
 
 
 async def test_a_replica_launched_at_once_is_booked_starting_and_a_bad_state_is_refused(store):
-    """Generation 2: the workflow launches in the task that places it, so the booking writes the
+    """The workflow launches in the task that places it, so the booking writes the
     row STARTING with no reason (what the workflow's own STARTING record wrote), the decision kept.
     Any other state than SCHEDULED or STARTING is refused before anything is booked."""
     from temporalio.exceptions import ApplicationError
@@ -92,12 +93,12 @@ async def test_a_replica_launched_at_once_is_booked_starting_and_a_bad_state_is_
     seed(engine, 2, ["a-0", "a-1"])
     acts = control_activities(engine, None)
     try:
-        got = await ActivityEnvironment().run(acts.placement.place_replica, "a-0", RAW, None, "starting")
+        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW, then="starting"))
         row = {r.name: r for r in records.instances_of(engine)}["a-0"]
         assert (row.state, row.reason, row.worker, row.queued_at) == ("starting", "", "h1", None)
         assert row.decision["placement"]["gpu_indexes"] == got.booked.plan.gpu_indexes
         with pytest.raises(ApplicationError, match="not 'running'"):
-            await ActivityEnvironment().run(acts.placement.place_replica, "a-1", RAW, None, "running")
+            await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-1", spec=RAW, then="running"))
         assert ledger.booked_per_gpu(engine) == {("h1", got.booked.plan.gpu_indexes[0]): 20 * GiB}  # a-1 booked nothing
     finally:
         acts.runner.shutdown()
@@ -125,7 +126,7 @@ def test_a_batch_is_decided_in_turn_and_booked_in_one_transaction(store, monkeyp
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
         spec = acts_spec()
-        got = place_many(acts.decider, engine, [PlaceAsk(n, spec, acts.estimates.get(spec), "scheduled") for n in names])
+        got = place_many(acts.decider, engine, [Placing(n, spec, acts.estimates.get(spec), "scheduled") for n in names])
         assert [g.booked.plan.gpu_indexes if g.booked else None for g in got] == booked_on
         assert batches == [[n for n, b in zip(names, booked_on) if b]]  # the waiting one is not offered to the ledger
         assert ledger.overbooked(engine) == []
@@ -148,7 +149,7 @@ async def test_replicas_asking_at_once_are_placed_without_conflicts(store, monke
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
-        got = await asyncio.gather(*(ActivityEnvironment().run(acts.placement.place_replica, n, RAW) for n in names))
+        got = await asyncio.gather(*(ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance=n, spec=RAW)) for n in names))
         placed = sorted(g.booked.plan.gpu_indexes[0] for g in got if g.booked)
         assert placed == [0, 1, 2] and len(offered) == 3
         assert acts.metrics.conflicts.labels("rejected")._value.get() == 0

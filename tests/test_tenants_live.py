@@ -187,7 +187,7 @@ async def test_no_preemption_of_equal_or_higher_priority_and_no_cycle(tmp_path):
         launched = next(k for k, e in enumerate(events) if e.HasField("activity_task_scheduled_event_attributes")
                         and e.activity_task_scheduled_event_attributes.activity_type.name == "launch_instance")
         assert stopped < launched
-        # both sides' histories (the patched preemption steps) replay against today's code
+        # both sides' histories (the preemption steps) replay against today's code
         replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
         for wid in ("instance/c-0", f"instance/{gone}"):
             await replayer.replay_workflow(await lv.client.get_workflow_handle(wid).fetch_history())

@@ -265,8 +265,8 @@ class HostActivities:
     @activity.defn(name=p.SUPERVISE_INSTANCE)
     async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport:
         """Heartbeat while the process lives; return how it ended. Cancelled by the workflow: stop
-        the process when the request says so (``stop_on_cancel``: workflows before generation 2;
-        later ones stop it with stop_instance). Cancelled for any other reason (worker shutdown,
+        the process only when the request says so (``stop_on_cancel``; the instance workflow sends
+        False and stops it with stop_instance). Cancelled for any other reason (worker shutdown,
         workflow moved on): leave it running, so the next agent run can adopt it."""
         _valid(check_key, req.key)
         key = req.key

@@ -22,8 +22,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, AutoscalerInput,
-                                               AutoscaleView, Step)
+    from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, ApplyAsk, AutoscalerInput,
+                                     AutoscaleView, Step, StepAsk)
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import one_input
@@ -84,8 +84,8 @@ class AutoscalerWorkflow:
     async def _step(self) -> Step | None:
         now = workflow.now().timestamp()
         try:
-            step = await workflow.execute_activity(AUTOSCALE_STEP, args=[self.deployment, self.carry, now],
-                                                   result_type=Step, **STEP_CALL)
+            step = await workflow.execute_activity(AUTOSCALE_STEP, StepAsk(deployment=self.deployment, carried=self.carry,
+                                                                           now=now), result_type=Step, **STEP_CALL)
         except ActivityError as e:
             self._keep({"at": now, "direction": "error", "rule": "-", "reason": c.cause(e)[1], "done": "nothing"})
             return None
@@ -95,7 +95,8 @@ class AutoscalerWorkflow:
         rec = dict(step.record)
         if step.target != step.current:
             try:
-                got = await workflow.execute_activity(AUTOSCALE_APPLY, args=[self.deployment, step.target],
+                got = await workflow.execute_activity(AUTOSCALE_APPLY, ApplyAsk(deployment=self.deployment,
+                                                                                replicas=step.target),
                                                       result_type=int, **STEP_CALL)
                 rec["done"] = f"replicas {step.current} -> {got}"
                 if rec.get("rule") == "cold_start":

@@ -11,7 +11,7 @@ from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE, SA_WORKER, SEARC
 
 from contracts.activity_names import *  # noqa: F401,F403  (activity names, one home)
 
-# Control activities heartbeat while they work (activities/control.py), so one that was running on
+# Control activities heartbeat while they work (activities/runner.py), so one that was running on
 # a control-plane worker that died is retried elsewhere within seconds.
 CONTROL_HEARTBEAT = timedelta(seconds=5)
 STORE_CALL = dict(start_to_close_timeout=timedelta(seconds=120), heartbeat_timeout=CONTROL_HEARTBEAT,

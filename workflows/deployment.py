@@ -16,8 +16,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from contracts.control import (ClosedInstance, DeploymentInput, DeploymentView, InstanceInput, ScaleDownOrder,
-                                     Timings, host_queue)
+    from contracts.autoscale import START_AUTOSCALER, DeploymentRef
+    from contracts.control import (ClosedInstances, DeploymentInput, DeploymentView, InstanceInput, InstanceNames,
+                                   ScaleDownOrder, Timings, host_queue)
+    from contracts.placement import ScaleDownAsk
+    from contracts.queue import TenantAsk
+    from contracts.records import SaveDeployment, StartInstances
     from contracts import agent as hp
     from scheduler.limits import REPLICAS_CEILING, Limits
     from scheduler.spec import ModelSpec
@@ -114,8 +118,8 @@ class ModelDeploymentWorkflow:
 
     async def _known_tenant(self, spec: ModelSpec) -> None:
         """A spec naming a tenant the tenants file does not define is refused (InvalidSpec)."""
-        problem = await workflow.execute_activity(c.TENANT_PROBLEM, spec.tenant, result_type=str | None,
-                                                  **c.STORE_CALL)
+        problem = await workflow.execute_activity(c.TENANT_PROBLEM, TenantAsk(tenant=spec.tenant),
+                                                  result_type=str | None, **c.STORE_CALL)
         if problem:
             raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
 
@@ -204,16 +208,18 @@ class ModelDeploymentWorkflow:
             if saved != now:
                 saved = now
                 workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
-                await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, self.replicas, state],
+                await workflow.execute_activity(c.SAVE_DEPLOYMENT, SaveDeployment(name=self.name, spec=self.raw,
+                                                                                  replicas=self.replicas, state=state),
                                                 **c.STORE_CALL)
                 if self.raw.get("autoscaling") is not None and not self.deleting:
-                    await workflow.execute_activity("start_autoscaler", self.name, **c.STORE_CALL)
+                    await workflow.execute_activity(START_AUTOSCALER, DeploymentRef(deployment=self.name),
+                                                    **c.STORE_CALL)
             if self.deleting:
                 self.applied = max(self.applied, target)  # nothing left to scale: answer waiting updates
                 await self._stop(list(self.instances))
                 if not self.stopping:
-                    await workflow.execute_activity(c.SAVE_DEPLOYMENT, args=[self.name, self.raw, 0, "deleted"],
-                                                    **c.STORE_CALL)
+                    await workflow.execute_activity(c.SAVE_DEPLOYMENT, SaveDeployment(
+                        name=self.name, spec=self.raw, replicas=0, state="deleted"), **c.STORE_CALL)
                     workflow.upsert_search_attributes([c.SA_STATE.value_set("DELETED")])
                     return self.status()
                 continue
@@ -249,9 +255,9 @@ class ModelDeploymentWorkflow:
         names = self.instances + sorted(self.stopping)
         if not names:
             return
-        closed = await workflow.execute_activity(c.CLOSED_WORKFLOWS, names, result_type=list[ClosedInstance],
-                                                 **c.STORE_CALL)
-        for gone in closed:
+        closed: ClosedInstances = await workflow.execute_activity(
+            c.CLOSED_WORKFLOWS, InstanceNames(names=names), result_type=ClosedInstances, **c.STORE_CALL)
+        for gone in closed.closed:
             self.ended.add(gone.name)
             for host in gone.hosts or ([gone.worker] if gone.worker else []):
                 try:  # it ended without stopping its processes: stop them, where the host answers
@@ -276,7 +282,8 @@ class ModelDeploymentWorkflow:
             batch = new[i:i + START_BATCH]
             await workflow.execute_activity(
                 c.START_INSTANCES,
-                [InstanceInput(name=n, deployment=self.name, spec=self.raw, timings=self.timings) for n in batch],
+                StartInstances(instances=[InstanceInput(name=n, deployment=self.name, spec=self.raw, timings=self.timings)
+                                          for n in batch]),
                 **c.STORE_CALL)
             self.instances.extend(batch)
             self.ro.versions.update({n: self.ro.version for n in batch if self.ro.version})
@@ -288,7 +295,7 @@ class ModelDeploymentWorkflow:
             return
         spec = parse_spec(self.raw)
         order: ScaleDownOrder = await workflow.execute_activity(
-            c.RANK_SCALE_DOWN, args=[spec.name, spec.placement_strategy.value, self.instances],
+            c.RANK_SCALE_DOWN, ScaleDownAsk(model=spec.name, strategy=spec.placement_strategy, live=self.instances),
             result_type=ScaleDownOrder, **c.STORE_CALL)
         await self._stop(order.order[:excess])
 

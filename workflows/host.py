@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
 
     from contracts.host import BookingAsk
     from contracts.control import HostInput, HostReport, HostView, host_queue
+    from contracts.hosts import HostLost, HostRef
     from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
     from contracts import agent as hp
     from workflows import common as c
@@ -77,7 +78,7 @@ class HostWorkflow:
         """``gpuflow hosts forget``: a host gone for good leaves the store, and this workflow ends.
         Refused while the host holds reservations (records.forget_worker says whose). An agent that
         says hello later starts the host afresh."""
-        problem = await workflow.execute_activity(c.HOST_FORGET, self.inp.name, result_type=str | None,
+        problem = await workflow.execute_activity(c.HOST_FORGET, HostRef(name=self.inp.name), result_type=str | None,
                                                   **c.STORE_CALL)
         if problem:
             raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
@@ -146,7 +147,7 @@ class HostWorkflow:
     async def _refuse(self, why: str) -> None:
         """A report that does not validate: the host is NOT_READY with the reason (the store's row
         too, so the policy leaves it out), and its replicas hear it as lost."""
-        await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, why], **c.STORE_CALL)
+        await workflow.execute_activity(c.HOST_LOST, HostLost(name=self.inp.name, reason=why), **c.STORE_CALL)
         await self._set("not_ready", why)
         self.report = None  # nothing of the host is watched until a valid report
 
@@ -201,7 +202,7 @@ class HostWorkflow:
             raw = h.result()
         except ActivityError as e:
             why = f"agent stopped answering: {c.cause(e)[1]}"[:1000]
-            await workflow.execute_activity(c.HOST_LOST, args=[self.inp.name, why], **c.STORE_CALL)
+            await workflow.execute_activity(c.HOST_LOST, HostLost(name=self.inp.name, reason=why), **c.STORE_CALL)
             await self._set("not_ready", why)
             self.just_lost = True
             return

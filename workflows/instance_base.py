@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import agent as hp
-    from contracts.control import InstanceInput, InstanceRecord, Timings, host_queue
+    from contracts.control import InstanceInput, InstanceRecord, InstanceRef, Timings, host_queue
     from workflows import common as c
     from workflows.instance_machine import InstanceState
 
@@ -109,7 +109,8 @@ class InstanceBase:
 
     async def _release(self) -> None:
         """Whatever the ledger holds for it is released; it holds no placement and runs nothing."""
-        await workflow.execute_activity(c.RELEASE_PLACEMENT, self.inp.name, **c.STORE_CALL)
+        await workflow.execute_activity(c.RELEASE_PLACEMENT, InstanceRef(instance=self.inp.name), result_type=int,
+                                        **c.STORE_CALL)
         self.s.plan, self.s.pid, self.s.port, self.s.address = None, None, None, None
 
     async def _give_up(self, reason: str) -> None:

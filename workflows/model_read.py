@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts.control import host_queue
+    from contracts.hosts import ModelPaths, ReadersAsk
     from scheduler.estimate_inputs import EstimateInputs, HeaderRequest, ReaderHosts
     from scheduler.spec import ModelSpec
     from contracts import agent as hp
@@ -42,14 +43,15 @@ class ModelRead(InstanceBase):
         req = HeaderRequest(path=path, gguf=spec.source.is_gguf or path.endswith(".gguf"))
         while not s.stop_requested:
             s.woken = False
-            who: ReaderHosts = await workflow.execute_activity(c.MODEL_READERS, self.inp.spec,
+            who: ReaderHosts = await workflow.execute_activity(c.MODEL_READERS, ReadersAsk(spec=self.inp.spec),
                                                                result_type=ReaderHosts, **c.STORE_CALL)
             got = await asyncio.gather(*(self._read_on(h, req) for h in who.hosts))
             answers = dict(zip(who.hosts, got))
             have = [h for h, a in answers.items() if isinstance(a, EstimateInputs)]
             missing = [h for h, a in answers.items() if isinstance(a, tuple) and a[0] in NOT_THERE]
             if have or missing:
-                await workflow.execute_activity(c.RECORD_MODEL_PATHS, args=[path, have, missing], **c.STORE_CALL)
+                await workflow.execute_activity(c.RECORD_MODEL_PATHS, ModelPaths(path=path, present=have, missing=missing),
+                                                **c.STORE_CALL)
             if have:
                 return answers[have[0]]
             bad = [a[1] for a in answers.values() if isinstance(a, tuple) and a[0] == "ModelError"]

@@ -20,6 +20,8 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from contracts.control import DecisionRecord, EstimateRecord, PlaceResult
+    from contracts.placement import EstimateAsk, PlaceAsk
+    from scheduler.estimate_inputs import EstimateInputs
     from scheduler.estimate import needs_files, states_resources
     from scheduler.reasons import pending_text
     from scheduler.spec import ModelSpec
@@ -38,11 +40,11 @@ def pending_reason(d: DecisionRecord, preempted_why: str) -> str:
     """What a replica that does not fit shows while it waits: a quota leads, as it is; otherwise
     the decisive reasons as the PENDING queue says them (scheduler/reasons.py), after the
     preemptor's name when it was preempted."""
-    if d.decision.get("quota"):
-        shown = min(3, d.decision.get("decisive") or 3)  # the decisive reasons lead
+    if d.quota:
+        shown = min(3, d.decisive or 3)  # the decisive reasons lead
         parts = ["; ".join(d.reasons[:shown]) or "no candidate", preempted_why]
     else:
-        parts = [preempted_why, pending_text(d.reasons, d.decision.get("decisive"))]
+        parts = [preempted_why, pending_text(d.reasons, d.decisive)]
     return "; ".join(x for x in parts if x)
 
 
@@ -58,10 +60,9 @@ class PlaceSteps(ModelRead, PreemptSteps):
             inputs = await self._read_model(spec)
             if inputs is None:
                 return False
-        extra = [inputs] if inputs is not None else []
         est: EstimateRecord | None = None
         if not quick:  # a spec that states its resources is costed by the place activity
-            est = await self._estimate(extra)
+            est = await self._estimate(inputs)
             if est is None:
                 return False
         # A replica launched in the task that places it (nothing to download first) is booked
@@ -69,6 +70,7 @@ class PlaceSteps(ModelRead, PreemptSteps):
         then = "starting" if quick and not hub_source(spec) else "scheduled"
         while not s.stop_requested:
             s.woken = False
+            ask = PlaceAsk(instance=name, spec=self.inp.spec, inputs=inputs, then=then)
             try:
                 if quick:
                     # A local activity, run by the worker that runs the workflow task, inside it: the
@@ -76,13 +78,12 @@ class PlaceSteps(ModelRead, PreemptSteps):
                     # idempotent in effect (a re-run that finds the replica booked replaces its ledger
                     # lines in one transaction). A spec costed from files keeps the regular activity:
                     # its estimate may be cached only in the worker that ran the estimate activity.
-                    args = [name, self.inp.spec] + ([None, then] if then != "scheduled" else [])
                     got: PlaceResult = await workflow.execute_local_activity(
-                        c.PLACE_REPLICA, args=args, result_type=PlaceResult,
+                        c.PLACE_REPLICA, ask, result_type=PlaceResult,
                         **c.STORE_LOCAL, summary=f"place {name}")
                 else:
                     got = await workflow.execute_activity(
-                        c.PLACE_REPLICA, args=[name, self.inp.spec, *extra], result_type=PlaceResult,
+                        c.PLACE_REPLICA, ask, result_type=PlaceResult,
                         start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                         summary=f"place {name}")
             except (ActivityError, ApplicationError, TemporalTimeout) as e:  # a local activity's failure arrives unwrapped
@@ -107,17 +108,16 @@ class PlaceSteps(ModelRead, PreemptSteps):
                 inputs = await self._read_model(spec)
                 if inputs is None:
                     return False
-                extra = [inputs]
         return False
 
-    async def _estimate(self, extra: list) -> EstimateRecord | None:
+    async def _estimate(self, inputs: EstimateInputs | None) -> EstimateRecord | None:
         """The model's request; None when stopping (or when the model itself is wrong: ERROR until a
         new spec). A hub that does not answer is asked again with backoff."""
         s = self.s
         tries = 0
         while True:
             h = workflow.start_activity(
-                c.ESTIMATE_MODEL, args=[self.inp.spec, *extra], result_type=EstimateRecord,
+                c.ESTIMATE_MODEL, EstimateAsk(spec=self.inp.spec, inputs=inputs), result_type=EstimateRecord,
                 start_to_close_timeout=c.secs(600), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["ModelError", "InvalidSpec"]))
             await workflow.wait_condition(lambda: h.done() or s.stop_requested)
@@ -146,5 +146,5 @@ class PlaceSteps(ModelRead, PreemptSteps):
         periodic sweep (workflows/queue_sweep.py). It keeps no timer of its own."""
         s = self.s
         await self._record("pending", pending_reason(d, s.preempted_why),
-                           decision={"request": est.summary, "reasons": d.reasons[:20]})
+                           decision=d.pending_row(est.summary))
         await workflow.wait_condition(lambda: s.woken or s.stop_requested)

@@ -18,7 +18,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.control import DecisionRecord, EstimateRecord, PreemptNotice, ReserveResult
+    from contracts.control import DecisionRecord, EstimateRecord, InstanceNames, PreemptNotice, ReserveResult
+    from contracts.placement import PreemptAsk
     from workflows import common as c
     from workflows.instance_base import InstanceBase
 
@@ -46,7 +47,7 @@ class PreemptSteps(InstanceBase):
         s = self.s
         try:
             booked: ReserveResult = await workflow.execute_activity(
-                c.PREEMPT_PLACEMENT, args=[self.inp.name, d], result_type=ReserveResult,
+                c.PREEMPT_PLACEMENT, PreemptAsk(instance=self.inp.name, decision=d), result_type=ReserveResult,
                 start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
                                          non_retryable_error_types=["StaleDecision", "InvalidInput"]))
@@ -59,9 +60,7 @@ class PreemptSteps(InstanceBase):
         names = [v.name for v in d.victims]
         why = f"preempting {', '.join(names)} {d.preempt_why}".rstrip()
         await self._record("scheduled", f"{why}; waiting for them to stop",
-                           decision={"request": est.summary, "strategy": d.strategy, "score": d.score,
-                                     "placement": d.plan.model_dump(mode="json"), "victims": names,
-                                     "preempt_why": d.preempt_why})
+                           decision=d.preempting_row(est.summary))
         notice = PreemptNotice(by=f"{d.tenant}/{self.inp.name}", instance=self.inp.name, why=d.preempt_why)
         for v in names:
             try:
@@ -77,7 +76,8 @@ class PreemptSteps(InstanceBase):
                 await workflow.wait_condition(lambda: s.stop_requested or not (left - s.victims_stopped),
                                               timeout=c.secs(VICTIM_POLL_S))
             except asyncio.TimeoutError:
-                left = set(await workflow.execute_activity(c.VICTIMS_LEFT, sorted(left), result_type=list[str],
-                                                           **c.STORE_CALL))
+                still: InstanceNames = await workflow.execute_activity(
+                    c.VICTIMS_LEFT, InstanceNames(names=sorted(left)), result_type=InstanceNames, **c.STORE_CALL)
+                left = set(still.names)
         await self._record("scheduled", f"{why}; they stopped")
         return True

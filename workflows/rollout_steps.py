@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
 from temporalio import workflow
 
-from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe
+from contracts.control import InstanceNames
+from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe, ReplicaProbes
 from scheduler.bounds import MAX_TEXT, Count, Flag, Name, ShortText, Text
 from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT, Replica, next_step
 from scheduler.spec import ModelSpec
@@ -240,9 +241,9 @@ async def step(wf: Any) -> None:
     r: RolloutState = wf.ro
     cfg = ModelSpec.model_validate(wf.raw).rollout
     now = workflow.now().timestamp()
-    probes = await workflow.execute_activity(ROLLOUT_PROBE, list(wf.instances), result_type=list[ReplicaProbe],
-                                             **c.STORE_CALL)
-    reps = _replicas(r, probes, now)
+    probed: ReplicaProbes = await workflow.execute_activity(
+        ROLLOUT_PROBE, InstanceNames(names=list(wf.instances)), result_type=ReplicaProbes, **c.STORE_CALL)
+    reps = _replicas(r, probed.probes, now)
     live = [n for n in wf.instances if n in reps]
     old = [reps[n] for n in live if r.versions.get(n, 0) != r.version]
     new = [reps[n] for n in live if r.versions.get(n, 0) == r.version]

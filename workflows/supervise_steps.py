@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts.control import HostNews
+    from contracts.drain import DrainAsk
     from contracts import agent as hp
     from workflows import common as c
     from workflows.instance_base import InstanceBase
@@ -122,7 +123,8 @@ class SuperviseSteps(InstanceBase):
             return
         await self._record("draining", f"finishing the requests in flight (at most {limit:g} s)")
         drain = workflow.start_activity(
-            c.DRAIN_INSTANCE, args=[self.inp.name, limit], result_type=int, start_to_close_timeout=c.secs(limit + 60),
+            c.DRAIN_INSTANCE, DrainAsk(instance=self.inp.name, timeout_s=limit), result_type=int,
+            start_to_close_timeout=c.secs(limit + 60),
             heartbeat_timeout=c.CONTROL_HEARTBEAT, retry_policy=RetryPolicy(maximum_attempts=3),
             summary=f"drain {self.inp.name}")
         await workflow.wait_condition(lambda: drain.done() or any(x.done() for x in sups))

@@ -1,0 +1,37 @@
+"""The hosts activities' inputs (activities/hosts.py): a host lost or forgotten, and who holds a
+local model path. (What the host agent itself exchanges with the control plane, its report and
+its task queue, is contracts/host.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from contracts.decision import MAX_WORKERS
+from scheduler.bounds import Name, Path, Text
+
+
+class HostRef(BaseModel):
+    name: Name
+
+
+class HostLost(BaseModel):
+    """The host's watch failed: why (the instances placed there are told it)."""
+
+    name: Name
+    reason: Text = ""
+
+
+class ReadersAsk(BaseModel):
+    """Which hosts to ask to read ``spec``'s local model path (plain JSON, validated as a ModelSpec)."""
+
+    spec: dict[str, Any]
+
+
+class ModelPaths(BaseModel):
+    """Which hosts hold ``path`` and which looked and did not find it."""
+
+    path: Path
+    present: list[Name] = Field([], max_length=MAX_WORKERS)
+    missing: list[Name] = Field([], max_length=MAX_WORKERS)
