@@ -19,9 +19,11 @@ from starlette.routing import Route as Path
 from store import keys
 from gateway import errors
 from gateway.auth import Auth, NoKey
-from gateway.balance import Balancer
+from gateway.balance import Balancer, Prompt
+from gateway.cache_aware import CACHE_AWARE, Knobs
 from gateway.config import GatewaySettings, is_loopback
 from gateway.metrics import Metrics
+from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from gateway.protocol import with_header_timeout
 from gateway.refresh import Refresher
 from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
@@ -31,6 +33,8 @@ from gateway.wake import Waker
 from scheduler.errors import InvalidInput
 
 STALE_S = 30.0  # /healthz fails when the routing table could not be read for this long
+DEBUG = "x-gpuflow-debug"  # a request carrying "route" here gets the routing decision back:
+ROUTE = b"x-gpuflow-route"  # "replica=NAME; matched=M/N blocks; load=L/LIMIT; reason=R" (gateway/cache_aware.py)
 
 
 class BodyTimeout(Exception):
@@ -41,7 +45,8 @@ class Gateway:
     def __init__(self, engine: Engine, settings: GatewaySettings):
         s = self.settings = settings
         self.engine = engine
-        self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s)
+        self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s, routing=s.routing,
+                                 index=PrefixIndex(s.prefix_cache_blocks), knobs=Knobs(slack_min=s.route_slack))
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
         self.limits = Limits()  # per-tenant admission, from the tenants file (refresh.py)
@@ -110,15 +115,26 @@ class Gateway:
         cold = not table.models[name].replicas  # scaled to zero: start one now
         if cold:
             self.waker.poke(name)
-        r = await self._forward(request, t0, tenant, keyed, body, name, data.get("stream") is True)
-        if cold and isinstance(r, Relay):
-            r.cold = True
+        prompt = self._prompt(request, name, data)
+        r = await self._forward(request, t0, tenant, keyed, body, name, data.get("stream") is True, prompt)
+        if isinstance(r, Relay):
+            r.cold = cold
+            if prompt.choice is not None and "route" in request.headers.get(DEBUG, "").lower():
+                r.extra_headers = [(ROUTE, prompt.choice.header().encode("latin-1", "replace"))]
         return r, name
 
-    async def _forward(self, request, t0, tenant, keyed, body, model, stream) -> Response:
+    def _prompt(self, request: Request, model: str, data) -> Prompt:
+        """The request's prompt blocks, hashed only for a deployment routed by cache (an
+        embedding has no prefix cache: nothing to hash)."""
+        s = self.settings
+        if self.balancer.routing_of(model) != CACHE_AWARE or request.scope["path"].endswith("/embeddings"):
+            return Prompt()
+        return Prompt(block_hashes(prompt_text(data, s.max_prompt_chars), s.prefix_block_chars))
+
+    async def _forward(self, request, t0, tenant, keyed, body, model, stream, prompt: Prompt) -> Response:
         watch = Disconnect(request.receive)
         try:
-            r = await forward(self, request, t0, tenant, body, model, stream, watch, keyed)
+            r = await forward(self, request, t0, tenant, body, model, stream, watch, keyed, prompt)
         except asyncio.CancelledError:
             if not watch.fired:
                 raise

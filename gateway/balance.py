@@ -5,7 +5,13 @@ so a retry (its replica failed) keeps the place it had and goes ahead of everyth
 priority that arrived after it. A waiting request keeps the priority it arrived with. A full
 queue refuses a newcomer, unless the last in line has a lower priority than it: that one leaves
 (QueueFull) to make room. Single event loop: no locks; the routing table is swapped whole
-(``swap``), the in-flight counters are this gateway's only state."""
+(``swap``), the in-flight counters and the prefix index are this gateway's only state.
+
+Which replica, among those with a free slot: the deployment's ``routing`` (its spec), else the
+gateway's (``--routing``). ``cache-aware`` (gateway/cache_aware.py) weighs the blocks of the
+request's prompt each replica holds (gateway/prefix_index.py: what this gateway sent it) against
+its load; ``least-outstanding`` is ``pick``. A replica that leaves the table (drained, stopped,
+failed) or comes back at another address leaves the index: its engine's cache is gone."""
 
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from store.serving import Route
+from gateway.cache_aware import CACHE_AWARE, LEAST_OUTSTANDING, Choice, Knobs, choose
+from gateway.prefix_index import PrefixIndex
 from gateway.table import Table
 
 
@@ -51,17 +59,33 @@ def pick(replicas: Iterable[Route], limit: int, in_flight: dict[str, int], bad_u
 
 
 @dataclass(eq=False)
+class Prompt:
+    """What the balancer knows of a request's prompt: its chained block hashes (empty when the
+    deployment is not routed by cache, or the prompt is under one block). The balancer writes
+    here the choice it made (the last attempt's, after a retry)."""
+
+    blocks: tuple[int, ...] = ()
+    choice: Choice | None = None
+
+
+@dataclass(eq=False)
 class Waiter:
     fut: asyncio.Future
     exclude: frozenset[str]
+    prompt: Prompt | None = None
     key: tuple = ()  # (-priority, arrival, sequence): the queue's order
     since: float = field(default_factory=time.monotonic)
 
 
 class Balancer:
-    def __init__(self, queue_timeout_s: float, max_queue: int, bad_s: float, rng: random.Random | None = None):
+    def __init__(self, queue_timeout_s: float, max_queue: int, bad_s: float, rng: random.Random | None = None,
+                 routing: str = CACHE_AWARE, index: PrefixIndex | None = None, knobs: Knobs | None = None):
         self.queue_timeout_s, self.max_queue, self.bad_s = queue_timeout_s, max_queue, bad_s
         self.rng = rng or random.Random()
+        self.routing = routing  # the gateway's default; a deployment's spec may say otherwise
+        self.index = index or PrefixIndex()
+        self.knobs = knobs or Knobs()
+        self.where: dict[str, tuple[str, int]] = {}  # instance -> (address, port) it was indexed at
         self.table = Table({})
         self.in_flight: dict[str, int] = {}  # instance -> requests this gateway has on it
         self.bad_until: dict[str, float] = {}  # instance -> monotonic time it may be tried again
@@ -72,12 +96,26 @@ class Balancer:
         """A new routing table: waiters for a deployment that is gone fail, the others get any
         replica that appeared."""
         self.table = table
+        self._forget_gone(table)
         for name in list(self.queues):
             if name not in table.models:
                 for w in self.queues.pop(name):
                     if not w.fut.done():
                         w.fut.set_exception(UnknownModel(name))
         self.tick()
+
+    def _forget_gone(self, table: Table) -> None:
+        """Replicas not in ``table`` (drained, stopped, failed) or now at another address (a new
+        process) leave the prefix index: the cache the index stood for is gone."""
+        now = {r.instance: (r.address, r.port) for m in table.models.values() for r in m.replicas}
+        for i in [i for i, at in self.where.items() if now.get(i) != at]:
+            self.index.forget(i)
+            del self.where[i]
+        self.index.keep_only(now)
+
+    def routing_of(self, model: str) -> str:
+        m = self.table.models.get(model)
+        return (m.routing if m is not None else None) or self.routing
 
     def tick(self) -> None:
         """Re-dispatch every queue (a bad mark may have expired)."""
@@ -96,18 +134,17 @@ class Balancer:
         return bool(m) and any(r.instance not in exclude for r in m.replicas)
 
     async def acquire(self, model: str, exclude: frozenset[str] = frozenset(), priority: int = 0,
-                      arrival: float | None = None) -> tuple[Route, float]:
+                      arrival: float | None = None, prompt: Prompt | None = None) -> tuple[Route, float]:
         """A replica for one request, counted in flight, and the seconds waited for it. A request
         that waits is queued by ``priority`` (high first), then ``arrival`` (monotonic; default
-        now: a retry passes its first attempt's)."""
+        now: a retry passes its first attempt's). The choice is written to ``prompt``."""
         m = self.table.models.get(model)
         if m is None:
             raise UnknownModel(model)
         q = self.queues.get(model)
         if not q:
-            r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, time.monotonic(), exclude, self.rng)
+            r = self._choose(model, exclude, time.monotonic(), prompt)
             if r is not None:
-                self._take(r)
                 return r, 0.0
         q = self.queues.setdefault(model, [])
         if len(q) >= self.max_queue:
@@ -118,7 +155,7 @@ class Balancer:
             if not last.fut.done():
                 last.fut.set_exception(QueueFull(model))
         now = time.monotonic()
-        w = Waiter(asyncio.get_running_loop().create_future(), exclude,
+        w = Waiter(asyncio.get_running_loop().create_future(), exclude, prompt,
                    (-priority, now if arrival is None else arrival, next(self.seq)), now)
         bisect.insort(q, w, key=lambda x: x.key)  # a retry keeps its place: it already waited its turn
         self._dispatch(model)  # the ones ahead may be retries that cannot take the free replica
@@ -150,8 +187,28 @@ class Balancer:
     def mark_bad(self, r: Route) -> None:
         self.bad_until[r.instance] = time.monotonic() + self.bad_s
 
-    def _take(self, r: Route) -> None:
+    def _choose(self, model: str, exclude: frozenset[str], now: float, prompt: Prompt | None) -> Route | None:
+        """A replica of ``model`` with a free slot, by the model's routing, taken (counted in
+        flight, and its prompt's blocks indexed under it); None when every one is busy."""
+        m = self.table.models[model]
+        blocks = prompt.blocks if prompt is not None else ()
+        if self.routing_of(model) == LEAST_OUTSTANDING:
+            r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, now, exclude, self.rng)
+            c = r and Choice(r, LEAST_OUTSTANDING, 0, len(blocks), self.in_flight.get(r.instance, 0), m.limit)
+            blocks = ()  # not routed by cache: nothing to remember
+        else:
+            c = choose(m.replicas, m.limit, self.in_flight, lambda i: self.index.matched(i, blocks), len(blocks),
+                       self.knobs, self.rng, self.bad_until, now, exclude)
+            r = c and c.route
+        if r is None:
+            return None
         self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
+        if blocks:
+            self.index.insert(r.instance, blocks)
+            self.where[r.instance] = (r.address, r.port)
+        if prompt is not None:
+            prompt.choice = c
+        return r
 
     def _dispatch(self, model: str) -> None:
         q, m = self.queues.get(model), self.table.models.get(model)
@@ -162,11 +219,10 @@ class Balancer:
             if w.fut.done():
                 q.remove(w)
                 continue
-            r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, now, w.exclude, self.rng)
+            r = self._choose(model, w.exclude, now, w.prompt)
             if r is None:
                 if not w.exclude:
                     break  # the ones behind see the same replicas: in order, high priority first
                 continue
             q.remove(w)
-            self._take(r)
             w.fut.set_result(r)

@@ -30,8 +30,10 @@ from typing import Callable, Sequence
 
 from store.serving import Route
 
-PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING = "prefix", "imbalance", "no-prefix", "least-outstanding"
-REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)
+CACHE_AWARE, LEAST_OUTSTANDING = "cache-aware", "least-outstanding"  # the routings (scheduler.spec.Routing)
+ROUTINGS = (CACHE_AWARE, LEAST_OUTSTANDING)
+PREFIX, IMBALANCE, NO_PREFIX = "prefix", "imbalance", "no-prefix"
+REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)  # a least-outstanding deployment's choices say so
 
 
 @dataclass(frozen=True)

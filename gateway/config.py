@@ -9,6 +9,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from gateway.cache_aware import ROUTINGS
 from scheduler.errors import InvalidInput
 
 MiB = 1 << 20
@@ -38,6 +39,12 @@ class GatewaySettings:
     key_cache_s: float = 1.0  # a key's verdict is reused this long (revocation takes effect within ~2 s)
     temporal: object = None  # gpuflow.settings.TemporalSettings: wake autoscalers (gateway/wake.py); None: never
     http_client: str = "aiohttp"  # or "httpx" (bench/bench_gateway.py measured aiohttp faster)
+    routing: str = "cache-aware"  # or "least-outstanding": for deployments whose spec does not say (docs/routing.md)
+    prefix_block_chars: int = 128  # the prefix index's block, in characters of prompt text
+    prefix_cache_blocks: int = 16384  # blocks remembered per replica (LRU): no engine reports its cache to us yet
+    max_prompt_chars: int = 128 * 1024  # of a prompt, hashed for routing at most (the rest is not looked at)
+    route_slack: int = 2  # the guard: a replica more than max(this, limit / 4) requests busier than the least
+    #                       loaded one gets no request for its cached prefix (gateway/cache_aware.py)
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self):
@@ -45,7 +52,12 @@ class GatewaySettings:
                   "header_timeout_s", "body_timeout_s"):
             if not getattr(self, k) > 0:
                 raise InvalidInput(f"gateway setting {k} must be > 0, got {getattr(self, k)}")
-        for k in ("max_queue", "max_body", "max_concurrency", "attempts"):
+        if self.routing not in ROUTINGS:
+            raise InvalidInput(f"gateway setting routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
+        if self.route_slack < 0:
+            raise InvalidInput(f"gateway setting route_slack must be >= 0, got {self.route_slack}")
+        for k in ("max_queue", "max_body", "max_concurrency", "attempts", "prefix_block_chars", "prefix_cache_blocks",
+                  "max_prompt_chars"):
             if getattr(self, k) < 1:
                 raise InvalidInput(f"gateway setting {k} must be >= 1, got {getattr(self, k)}")
 

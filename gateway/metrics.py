@@ -11,6 +11,7 @@ import json
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+RATIOS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 GAPS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
@@ -40,6 +41,18 @@ class Metrics:
                                          "reason (requests_per_s, max_concurrent)", ["tenant", "reason"], registry=r)
         self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage",
                               ["model", "kind"], registry=r)
+        self.prefix_match = Histogram("gpuflow_gateway_prefix_match_ratio", "Of a routed prompt's whole blocks, "
+                                      "the share its replica was thought to hold (prompts of a block or more, "
+                                      "cache-aware deployments)", ["model"], buckets=RATIOS, registry=r)
+        self.route_decisions = Counter("gpuflow_gateway_route_decisions", "Replicas chosen, by model and reason "
+                                       "(prefix, imbalance, no-prefix, least-outstanding; docs/routing.md)",
+                                       ["model", "reason"], registry=r)
+
+    def route(self, model: str, choice) -> None:
+        """One routing decision (gateway/cache_aware.py Choice)."""
+        self.route_decisions.labels(model, choice.reason).inc()
+        if choice.blocks and choice.reason != "least-outstanding":
+            self.prefix_match.labels(model).observe(choice.matched / choice.blocks)
 
     def usage(self, model: str, usage) -> None:
         if not isinstance(usage, dict):

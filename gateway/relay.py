@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from store.serving import Route
 from gateway import errors
-from gateway.balance import QueueFull, QueueTimeout, UnknownModel
+from gateway.balance import Prompt, QueueFull, QueueTimeout, UnknownModel
 from gateway.metrics import SSEWatch
 from gateway.upstream import Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers
 
@@ -60,9 +60,10 @@ class Disconnect:
 
 
 async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, model: str, stream: bool,
-                  watch: Disconnect, keyed: bool = True) -> Response:
+                  watch: Disconnect, keyed: bool = True, prompt: Prompt | None = None) -> Response:
     """Send ``body`` to a replica of ``model``; the answer (a Relay, which then owns the replica's
-    slot and ``watch``), or the error a client should see."""
+    slot and ``watch``), or the error a client should see. ``prompt`` (its blocks) guides the
+    choice of replica, and holds the choice made."""
     bal, s = gw.balancer, gw.settings
     exclude: frozenset[str] = frozenset()
     q = request.scope.get("query_string")
@@ -72,7 +73,7 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
     for attempt in range(s.attempts):
         last = attempt + 1 == s.attempts
         try:
-            route, waited = await bal.acquire(model, exclude, priority, arrival)
+            route, waited = await bal.acquire(model, exclude, priority, arrival, prompt)
         except QueueFull:
             return errors.queue_full(model, bal.depth(model))
         except QueueTimeout:
@@ -80,6 +81,8 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
         except UnknownModel:  # deleted while this request waited: the models the caller may use, no others
             return errors.unknown_model(model, bal.table.allowed(tenant, keyed))
         gw.metrics.queue_wait.labels(model).observe(waited)
+        if prompt is not None and prompt.choice is not None:
+            gw.metrics.route(model, prompt.choice)
         gw.metrics.in_flight.labels(model).inc()
         try:
             resp, first = await _open(gw, route, f"http://{route.address}:{route.port}{path}", headers, body,
@@ -136,13 +139,15 @@ class Relay(Response):
         self.status_code = resp.status
         self.background = None
         self.cold = False  # set by the gateway: the request arrived with no replica (gateway/wake.py)
+        self.extra_headers: list[tuple[bytes, bytes]] = []  # set by the gateway: x-gpuflow-route when asked
         self.admitted = False  # set by the gateway: the tenant's admission (tenant_limits.py) ends with this answer
 
     async def __call__(self, scope, receive, send) -> None:
         m, kept, last_content, n_kept = self.gw.metrics, [], None, 0
         code = str(self.resp.status)
         try:
-            await send({"type": "http.response.start", "status": self.resp.status, "headers": self.resp.headers})
+            await send({"type": "http.response.start", "status": self.resp.status,
+                        "headers": self.resp.headers + self.extra_headers if self.extra_headers else self.resp.headers})
             if self.cold and self.sse is None:
                 m.cold_start.labels(self.model).observe(time.perf_counter() - self.t0)
             chunk = self.first

@@ -1,5 +1,5 @@
-"""The routing table: for each deployment, its RUNNING replicas and the per-replica concurrency
-limit, and which tenants' keys may use it. Built by a pure function from what the store holds
+"""The routing table: for each deployment, its RUNNING replicas, the per-replica concurrency
+limit, its routing (when the spec pins one), and which tenants' keys may use it. Built by a pure function from what the store holds
 (``routes()`` and the deployments' specs); the gateway swaps the whole table at once, never edits
 it.
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from store.serving import Route
+from gateway.cache_aware import ROUTINGS
 from scheduler import params
 from scheduler.errors import InvalidInput
 
@@ -35,6 +36,7 @@ class Model:
     replicas: tuple[Route, ...]
     tenant: str = DEFAULT_TENANT  # the spec's tenant
     shared_with: frozenset[str] = frozenset()  # tenants whose keys may use it besides its own ("*": all)
+    routing: str | None = None  # the spec's routing (cache-aware, least-outstanding); None: the gateway's
 
     @property
     def public(self) -> bool:
@@ -115,6 +117,13 @@ def owner(spec: dict[str, Any]) -> tuple[str, frozenset[str]]:
     return tenant, shared
 
 
+def routing_of(spec: dict[str, Any]) -> str | None:
+    """The spec's ``routing``; anything else (none, or a value the store should never hold) is
+    None: the gateway's default."""
+    r = spec.get("routing")
+    return r if r in ROUTINGS else None
+
+
 def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_limit: int, version: int = 0) -> Table:
     """Every deployment in ``specs`` (active ones) is routable, with or without replicas: a
     request for one with none waits for one. Routes of a deployment not in ``specs`` are left
@@ -123,5 +132,6 @@ def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_lim
     for r in routes:
         if r.deployment in by:
             by[r.deployment].append(r)
-    return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]))
+    return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]),
+                              routing=routing_of(specs[name]))
                   for name, rs in by.items()}, version)

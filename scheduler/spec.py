@@ -50,6 +50,14 @@ class TopologyPolicy(str, Enum):
     SINGLE_NUMA_NODE = "single-numa-node"
 
 
+class Routing(str, Enum):
+    """How a gateway picks a replica for each request (docs/routing.md). It changes no placement
+    decision: the scheduler never reads it."""
+
+    CACHE_AWARE = "cache-aware"  # where the prompt's prefix is cached, within a load guard
+    LEAST_OUTSTANDING = "least-outstanding"
+
+
 class HubFile(Strict):
     repo: str = Field(min_length=1, max_length=256)
     file: str | None = Field(None, max_length=1024)  # may be a glob, e.g. "*Q4_K_M*.gguf"
@@ -189,6 +197,7 @@ class ModelSpec(Strict):
     tenant: str | None = Field(default=None, max_length=NAME_MAX, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
     shared_with: list[Annotated[str, Field(max_length=63)]] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
+    routing: Routing | None = None  # gateway: how requests pick a replica; None: the gateway's --routing
 
     @property
     def tenant_name(self) -> str:

@@ -106,3 +106,93 @@ def test_knobs_are_checked():
         Knobs(slack_min=-1)
     with pytest.raises(ValueError):
         Knobs(slack_frac=1.5)
+
+
+# The balancer with the policy wired in (gateway/balance.py): what it remembers, and forgets.
+
+def table(routes, **spec):
+    from gateway.table import build
+
+    return build(routes, {"m": {"max_concurrency": 8, **spec}}, 4)
+
+
+def blocks(text: str):
+    from gateway.prefix_index import block_hashes
+
+    return block_hashes(text * 64, 16)  # 4 blocks of 16 characters for a 1-character text
+
+
+async def test_the_balancer_sends_a_prefix_back_where_it_went_and_forgets_a_replica_that_left():
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(3))
+    b.swap(table(R))
+    first = Prompt(blocks("x"))
+    r1, _ = await b.acquire("m", prompt=first)
+    b.release(r1, "m")
+    assert (first.choice.reason, first.choice.matched) == (NO_PREFIX, 0)
+    for _ in range(5):  # idle replicas: the prefix goes back every time
+        p = Prompt(blocks("x"))
+        r, _ = await b.acquire("m", prompt=p)
+        b.release(r, "m")
+        assert r == r1 and (p.choice.reason, p.choice.matched, p.choice.blocks) == (PREFIX, 4, 4)
+    b.swap(table([x for x in R if x != r1]))  # r1 drained: it leaves the table, and the index
+    assert b.index.size(r1.instance) == 0
+    b.swap(table(R))  # back (a new replica of the same name): it holds nothing
+    p = Prompt(blocks("x"))
+    await b.acquire("m", prompt=p)
+    assert p.choice.reason == NO_PREFIX
+
+
+async def test_a_replica_at_a_new_address_is_a_new_cache():
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5)
+    b.swap(table(R[:1]))
+    await b.acquire("m", prompt=Prompt(blocks("x")))
+    assert b.index.size("a") == 4
+    b.swap(table([Route("a", "m", "127.0.0.1", 2)]))  # restarted on another port
+    assert b.index.size("a") == 0
+
+
+async def test_a_deployment_pinned_to_least_outstanding_remembers_nothing():
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5)
+    b.swap(table(R, routing="least-outstanding"))
+    p = Prompt(blocks("x"))
+    await b.acquire("m", prompt=p)
+    assert p.choice.reason == "least-outstanding" and b.index.total == 0
+    b2 = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, routing="least-outstanding")
+    b2.swap(table(R, routing="cache-aware"))  # the spec wins over the gateway's default
+    await b2.acquire("m", prompt=Prompt(blocks("x")))
+    assert b2.index.total == 4
+
+
+async def test_a_queued_request_is_routed_by_its_prompt_when_slots_free():
+    import asyncio
+
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=5, max_queue=10, bad_s=5)
+    b.swap(table(R[:2], max_concurrency=1))
+    ra, _ = await b.acquire("m", prompt=Prompt(blocks("x")))
+    rb, _ = await b.acquire("m", prompt=Prompt(blocks("y")))
+    p = Prompt(blocks("y"))
+    waiting = asyncio.create_task(b.acquire("m", prompt=p))
+    await asyncio.sleep(0.01)
+    b.release(ra, "m")  # only the replica holding x is free: the waiter is not held back for its own
+    assert (await waiting)[0] == ra and p.choice.reason == NO_PREFIX
+
+
+def test_the_spec_takes_a_routing_and_nothing_else():
+    from pydantic import ValidationError
+
+    from scheduler.spec import ModelSpec, Routing
+
+    base = {"name": "m", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "x"}
+    assert ModelSpec.model_validate(base).routing is None
+    assert "routing" not in ModelSpec.model_validate(base).model_dump(mode="json", exclude_none=True)
+    assert ModelSpec.model_validate({**base, "routing": "least-outstanding"}).routing is Routing.LEAST_OUTSTANDING
+    with pytest.raises(ValidationError):
+        ModelSpec.model_validate({**base, "routing": "round-robin"})

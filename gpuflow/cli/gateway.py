@@ -42,6 +42,7 @@ def cmd_gateway(a) -> int:
         max_queue=a.max_queue, max_body=a.max_body, max_concurrency=a.max_concurrency,
         connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client,
         header_timeout_s=a.header_timeout, body_timeout_s=a.body_timeout, metrics_key_required=a.metrics_key_required,
+        routing=a.routing, prefix_cache_blocks=a.prefix_cache_blocks, route_slack=a.route_slack,
         temporal=_temporal(a)))
     return 0
 
@@ -99,6 +100,15 @@ def add_commands(sub) -> None:
                         "while no key exists, nobody reads it")
     p.add_argument("--http-client", choices=["aiohttp", "httpx"], default="aiohttp",
                    help="client to the replicas (default aiohttp: faster in bench/bench_gateway.py)")
+    p.add_argument("--routing", choices=["cache-aware", "least-outstanding"], default="cache-aware",
+                   help="how a request picks a replica, for deployments whose spec has no 'routing' (default "
+                        "cache-aware: where its prompt's prefix is cached, within a load guard; docs/routing.md)")
+    p.add_argument("--prefix-cache-blocks", type=int, default=16384,
+                   help="blocks of 128 characters the gateway remembers per replica for cache-aware routing "
+                        "(an LRU; default 16384, about 0.5 M tokens: size it to the engines' prefix caches)")
+    p.add_argument("--route-slack", type=int, default=2,
+                   help="cache-aware routing's guard: a replica more than max(this, limit/4) requests busier "
+                        "than the least loaded one is passed over for its cached prefix (default 2)")
     p.set_defaults(fn=cmd_gateway)
 
     k = sub.add_parser("keys", help="the gateway's API keys: create, list, revoke")
