@@ -1,5 +1,5 @@
-"""Real processes for the gateway's tests and bench: stand-in engines (tests/standin_engine.py)
-and ``gpuflow gateway`` itself, over a real store whose rows are written with the store's own
+"""Real processes for the gateway's tests and bench: stand-in engines (tests/standin_engine.py,
+and tests/standin_cache_engine.py with a prefix cache) and ``gpuflow gateway`` itself, over a real store whose rows are written with the store's own
 functions (no Temporal: the store is all a gateway reads)."""
 
 from __future__ import annotations
@@ -57,6 +57,15 @@ def engine(name: str, token_s: float = 0.005, mode: str = "ok", log: str | None 
     port = free_port()
     return Proc([sys.executable, os.path.join(HERE, "standin_engine.py"), "--port", str(port), "--name", name,
                  "--token-s", str(token_s), "--mode", mode], port, log)
+
+
+def cache_engine(name: str, log: str | None = None, **knobs) -> Proc:
+    """A stand-in with a prefix cache (tests/standin_cache_engine.py); ``knobs`` are its flags
+    (block_chars, cache_blocks, prefill_block_s, token_s)."""
+    port = free_port()
+    flags = [x for k, v in knobs.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    return Proc([sys.executable, os.path.join(HERE, "standin_cache_engine.py"), "--port", str(port), "--name", name,
+                 *flags], port, log)
 
 
 def gateway(url: str, schema: str | None, *args: str, log: str | None = None) -> Proc:
