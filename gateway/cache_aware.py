@@ -6,7 +6,10 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
 1. **Eligible**: below the replica limit, not marked bad, not tried already by this request:
    exactly least-outstanding's set (``balance.pick``), so no replica is ever flooded past its limit.
 2. **Nothing matches** (a new prefix, a prompt shorter than one block, an embedding): least
-   outstanding, ties at random (``balance.pick``'s rule, the same draw). Reason ``no-prefix``.
+   outstanding, ties at random (``balance.pick``'s rule, the same draw). A new prefix of a block
+   or more breaks the tie first by the fewest blocks held (SGLang's "smallest tree"): new prefixes
+   are shared out by cache room, so no replica is handed more of them than its cache holds while
+   another's is empty. Reason ``no-prefix``.
 3. **Guard** (bounded load, in the spirit of SGLang's and AIBrix's imbalance gates): only the
    replicas whose in-flight count is within ``slack`` of the least loaded eligible one are
    candidates, ``slack = max(slack_min, ceil(limit * slack_frac))``. A hot prefix whose replica
@@ -74,9 +77,11 @@ def eligible(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], b
 
 def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], matched: Callable[[str], int],
            blocks: int, knobs: Knobs, rng: random.Random, bad_until: dict[str, float] | None = None,
-           now: float = 0.0, exclude: frozenset[str] = frozenset()) -> Choice | None:
+           now: float = 0.0, exclude: frozenset[str] = frozenset(),
+           held: Callable[[str], int] | None = None) -> Choice | None:
     """The replica for a prompt of ``blocks`` whole blocks, of which replica r holds
-    ``matched(r.instance)`` leading ones; None when no replica is eligible (the request waits)."""
+    ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all); None when no
+    replica is eligible (the request waits)."""
     ok = eligible(replicas, limit, in_flight, bad_until or {}, now, exclude)
     if not ok:
         return None
@@ -85,7 +90,11 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     best_any = max(got)
     if best_any == 0:
         low = min(load)
-        i = rng.choice([i for i, n in enumerate(load) if n == low])
+        least = [i for i, n in enumerate(load) if n == low]
+        if blocks and held is not None and len(least) > 1:
+            room = [held(ok[i].instance) for i in least]
+            least = [i for i, h in zip(least, room) if h == min(room)]
+        i = rng.choice(least)
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
     ceiling = min(load) + knobs.slack(limit)
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]

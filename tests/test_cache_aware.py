@@ -71,6 +71,18 @@ def test_without_a_match_it_is_least_outstanding_draw_for_draw(in_flight, bad, e
         assert c is None or (c.reason, c.matched) == (NO_PREFIX, 0)
 
 
+@pytest.mark.parametrize("blocks,in_flight,held,expect", [
+    (5, {}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # a new prefix, all idle: the replica with the most room
+    (5, {"b": 1}, {"a": 90, "b": 10, "c": 40}, {"c"}),  # b is busier: load first, then room (c 40 < a 90)
+    (5, {}, {"a": 10, "b": 10, "c": 40}, {"a", "b"}),  # equal room: at random
+    (0, {}, {"a": 90, "b": 10, "c": 40}, {"a", "b", "c"}),  # under a block: plain least outstanding
+])
+def test_a_new_prefix_goes_where_there_is_room(blocks, in_flight, held, expect):
+    got = {choose(R, 8, in_flight, lambda i: 0, blocks, Knobs(), random.Random(s), held=held.get).route.instance
+           for s in range(40)}
+    assert got == expect
+
+
 def test_bad_and_excluded_replicas_are_never_chosen_however_much_they_match():
     picked, reasons, _ = run({}, {"a": 10, "b": 9}, bad={"a": 99.0}, exclude=("b",))
     assert picked == {"c"} and reasons == {NO_PREFIX}  # c matches nothing but is the only one left
