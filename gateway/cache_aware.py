@@ -5,20 +5,20 @@ each has in flight. ``balance.py`` calls it; ``docs/routing.md`` explains it.
 The rule, in order (tests/test_cache_aware.py has it as tables):
 1. **Eligible**: below the replica limit, not marked bad, not tried already by this request:
    exactly least-outstanding's set (``balance.pick``), so no replica is ever flooded past its limit.
-2. **Nothing matches** (a new prefix, a prompt shorter than one block, an embedding): least
-   outstanding, ties at random (``balance.pick``'s rule, the same draw). A new prefix of a block
-   or more breaks the tie first by the fewest blocks held (SGLang's "smallest tree"): new prefixes
-   are shared out by cache room, so no replica is handed more of them than its cache holds while
-   another's is empty. Reason ``no-prefix``.
+2. **Under one block** (a short prompt, an embedding): least outstanding, ties at random
+   (``balance.pick``'s rule, the same draw). Reason ``no-prefix``.
 3. **Guard** (bounded load, in the spirit of SGLang's and AIBrix's imbalance gates): only the
    replicas whose in-flight count is within ``slack`` of the least loaded eligible one are
    candidates, ``slack = max(slack_min, ceil(limit * slack_frac))``. A hot prefix whose replica
    runs ahead of the others spills to the least loaded, which then caches it too: the prefix
    spreads over as many replicas as its load needs, and an idle replica is never passed over for
    one more than ``slack`` requests busier (no starving).
-4. **Among the candidates**: the most matched blocks (the least prefill), then the fewest in
-   flight, then at random. Reason ``prefix``; ``imbalance`` when the guard left out a replica
-   that matched more than the chosen one.
+4. **Among the candidates**: the most matched blocks (the least prefill); when none matches (a
+   new prefix), the fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by
+   cache room, so no replica is handed more of them than its cache holds while another's is
+   empty); then the fewest in flight; then at random. Reason ``prefix``; ``no-prefix`` when no
+   replica matched; ``imbalance`` when the guard left out one that matched more than the chosen.
+   With nothing matched and no sizes known, this is least outstanding, draw for draw.
 
 Why a guard and not a weighted cost (Dynamo's ``overlap_weight x prefill + decode``): a gap in
 requests is what an operator can read off the metrics and set, and the rule's choices can be
@@ -88,18 +88,18 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     load = [in_flight.get(r.instance, 0) for r in ok]
     got = [matched(r.instance) if blocks else 0 for r in ok]
     best_any = max(got)
-    if best_any == 0:
+    if blocks == 0:  # under one block: nothing to weigh but load
         low = min(load)
-        least = [i for i, n in enumerate(load) if n == low]
-        if blocks and held is not None and len(least) > 1:
-            room = [held(ok[i].instance) for i in least]
-            least = [i for i, h in zip(least, room) if h == min(room)]
-        i = rng.choice(least)
+        i = rng.choice([i for i, n in enumerate(load) if n == low])
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
     ceiling = min(load) + knobs.slack(limit)
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]
     top = max(got[i] for i in cands)
     cands = [i for i in cands if got[i] == top]
+    if top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
+        room = [held(ok[i].instance) for i in cands]
+        cands = [i for i, h in zip(cands, room) if h == min(room)]
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
-    return Choice(ok[i], PREFIX if top == best_any else IMBALANCE, got[i], blocks, load[i], limit)
+    reason = NO_PREFIX if best_any == 0 else PREFIX if top == best_any else IMBALANCE
+    return Choice(ok[i], reason, got[i], blocks, load[i], limit)

@@ -73,7 +73,8 @@ def test_without_a_match_it_is_least_outstanding_draw_for_draw(in_flight, bad, e
 
 @pytest.mark.parametrize("blocks,in_flight,held,expect", [
     (5, {}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # a new prefix, all idle: the replica with the most room
-    (5, {"b": 1}, {"a": 90, "b": 10, "c": 40}, {"c"}),  # b is busier: load first, then room (c 40 < a 90)
+    (5, {"b": 2}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # b busier, but within the slack (2 <= 0 + 2): room first
+    (5, {"b": 3}, {"a": 90, "b": 10, "c": 40}, {"c"}),  # b 3 > 0 + 2: out; then room (c 40 < a 90)
     (5, {}, {"a": 10, "b": 10, "c": 40}, {"a", "b"}),  # equal room: at random
     (0, {}, {"a": 90, "b": 10, "c": 40}, {"a", "b", "c"}),  # under a block: plain least outstanding
 ])
