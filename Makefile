@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler
+.PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -55,3 +55,8 @@ bench-fleet: $(VENV)/.installed
 
 bench-autoscaler: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_autoscaler.py
+
+# Cache-aware routing against least-outstanding, random and SGLang's rule, through real gateways
+# in front of stand-in engines with a prefix cache (about 3.5 minutes).
+bench-routing: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_routing.py $(BENCH_ARGS)
