@@ -22,6 +22,7 @@ CASES = [
     ({"run_command": "serve --port {port} --v2"},               True),   # the command
     ({"env": {"OMP_NUM_THREADS": "4"}},                         True),   # the environment
     ({"resources": {"vram": 2 * 2**30, "ram": 2**30}},          True),   # the resources
+    ({"routing": "least-outstanding"},                          False),  # the gateways' choice: no replica reads it
     ({"max_concurrency": 8},                                    True),   # anything else runs differently
 ]
 

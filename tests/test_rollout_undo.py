@@ -11,7 +11,6 @@ first one left (as ``kubectl rollout undo``), never to a failure."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from types import SimpleNamespace
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -41,27 +40,32 @@ class Deployment:
         self.raw, self.replicas, self.instances, self.stopping, self.name = raw or spec(v), 1, [], set(), "chat"
         self.dirty = self.recreate = False
         self.ro = ro.state_from(carried)
-        ro.begin(self)
+        ro.begin(self.ro, self.raw)
+
+    def _change(self, new: dict, undo=None) -> None:
+        change = ro.change_spec(self.ro, self.raw, new, ModelSpec.model_validate(new),
+                                ModelSpec.model_validate(self.raw), undo)
+        self.raw, self.recreate = change.raw, self.recreate or change.recreate
 
     def deploy(self, v: str, **kw) -> "Deployment":
-        new = spec(v, **kw)
-        ro.change_spec(self, new, ModelSpec.model_validate(new), ModelSpec.model_validate(self.raw))
+        self._change(spec(v, **kw))
         return self
 
     def finish(self) -> "Deployment":
-        ro.done(self, "1 new replica(s) ready")
+        ro.done(self.ro, "1 new replica(s) ready", set(self.instances) | self.stopping)
         return self
 
     def fail(self) -> "Deployment":
-        ro.roll_back(self, f"rolled back: chat-{self.ro.version} is ERROR")
+        good = ro.roll_back(self.ro, f"rolled back: chat-{self.ro.version} is ERROR")
+        if good is not None:
+            self.raw, self.dirty = good, True
         return self
 
     def undo(self) -> "Deployment":
         to, said = ro.undo_choice(self.ro)
         if to is None:
             raise ValueError(f"nothing to undo to: {said}")
-        new = {**to.raw(), "replicas": self.replicas}
-        ro.change_spec(self, new, ModelSpec.model_validate(new), ModelSpec.model_validate(self.raw), (to, said))
+        self._change({**to.raw(), "replicas": self.replicas}, (to, said))
         return self
 
     @property
@@ -174,7 +178,7 @@ def test_the_rollout_view_shows_the_versions_and_where_undo_goes():
     from gpuflow.cli.rollout import render
 
     d = Deployment("v1").deploy("v2").finish().deploy("v3").fail().finish()
-    v = ro.view(d)
+    v = ro.view(d.ro, d.name, d.replicas, d.instances, d.stopping)
     assert [(h["version"], h["result"], h["reason"]) for h in v["history"]] == [
         (0, "deployed", ""), (1, "good", ""), (2, "rolled back", "chat-2 is ERROR")]
     assert v["undo"]["to"] == 0 and v["can_undo"] and all("spec" not in h for h in v["history"])
@@ -182,7 +186,8 @@ def test_the_rollout_view_shows_the_versions_and_where_undo_goes():
     assert "v2  2025-01-01T00:00:00+00:00  rolled back: chat-2 is ERROR" in text
     assert "v1  2025-01-01T00:00:00+00:00  good  (current)" in text
     assert "undo would go to version 0's spec" in text
-    v = ro.view(Deployment("v1"))
+    d = Deployment("v1")
+    v = ro.view(d.ro, d.name, d.replicas, d.instances, d.stopping)
     assert not v["can_undo"] and "undo: nothing to undo to: no version before version 0 was good" in render(v)
 
 

@@ -22,6 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.placement import ScaleDownAsk
     from contracts.queue import TenantAsk
     from contracts.records import SaveDeployment, StartInstances
+    from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes
+    from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT
     from contracts import agent as hp
     from scheduler.limits import REPLICAS_CEILING, Limits
     from scheduler.spec import ModelSpec
@@ -61,7 +63,7 @@ class ModelDeploymentWorkflow:
         self.limits: Limits | None = None  # the operator's, read by an activity when run starts
         self.fresh = not inp.instances and inp.next_index == 0
         self.ro = ro.state_from(inp.rollout)  # workflows/rollout_steps.py
-        ro.begin(self)  # the versions kept for `gpuflow rollout undo`
+        ro.begin(self.ro, self.raw)  # the versions kept for `gpuflow rollout undo`
         self.checked = False  # the spec passed the control plane's checks (limits, tenant)
 
     @property
@@ -83,7 +85,7 @@ class ModelDeploymentWorkflow:
 
     @workflow.query
     def rollout(self) -> dict:
-        return ro.view(self)
+        return ro.view(self.ro, self.name, self.replicas or 0, self.instances, self.stopping)
 
     async def _applied(self) -> DeploymentView:
         self.asked += 1
@@ -132,7 +134,8 @@ class ModelDeploymentWorkflow:
         await self._within_limits(new.replicas)
         if new.tenant != parse_spec(self.raw).tenant:
             await self._known_tenant(new)
-        ro.change_spec(self, dict(spec), new, parse_spec(self.raw), undo)
+        change = ro.change_spec(self.ro, self.raw, dict(spec), new, parse_spec(self.raw), undo)
+        self.raw, self.recreate = change.raw, self.recreate or change.recreate
         self.dirty, self.replicas = True, new.replicas
         return await self._applied()
 
@@ -197,7 +200,7 @@ class ModelDeploymentWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda: self.dirty or bool(self.ended) or self._may_continue_as_new(),
-                    timeout=ro.timeout(self, self.timings.reconcile_s))
+                    timeout=ro.timeout(self.ro, self.timings.reconcile_s))
             except asyncio.TimeoutError:
                 await self._drop_closed()
             self.dirty = False
@@ -227,7 +230,7 @@ class ModelDeploymentWorkflow:
                 self.recreate = False
                 await self._stop(list(self.instances))
             if self.ro.rolling:
-                await ro.step(self)
+                await self._rollout_step()
             else:
                 await self._scale_up()
                 await self._scale_down()
@@ -237,6 +240,27 @@ class ModelDeploymentWorkflow:
                 workflow.continue_as_new(DeploymentInput(
                     spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
                     next_index=self.next_index, deleting=self.deleting, rollout=self.ro.model_dump()))
+
+    async def _rollout_step(self) -> None:
+        """One step of the running rollout: look at the replicas, let the rollout decide
+        (workflows/rollout_steps.py ``decide``), and do what it says."""
+        now = workflow.now().timestamp()
+        probed: ReplicaProbes = await workflow.execute_activity(
+            ROLLOUT_PROBE, InstanceNames(names=list(self.instances)), result_type=ReplicaProbes, **c.STORE_CALL)
+        s = ro.decide(self.ro, self.raw, self.replicas or 0, self.instances, probed.probes, now)
+        if s.action == START:
+            ro.log_step(self.ro, START, await self._start_new(1), s.reason)
+        elif s.action == STOP:
+            ro.log_step(self.ro, STOP, s.names, s.reason, s.fallback)
+            await self._stop(s.names)
+        elif s.action == DONE:
+            ro.done(self.ro, s.reason, set(self.instances) | set(self.stopping))
+        elif s.action == ROLLBACK:
+            good = ro.roll_back(self.ro, s.reason)
+            if good is not None:  # back to the last good spec: the loop applies it
+                self.raw, self.dirty = good, True
+        else:
+            ro.log_step(self.ro, WAIT, [], s.reason)
 
     def _may_continue_as_new(self) -> bool:
         """Suggested by the server, and nothing in flight: instances being stopped still owe us

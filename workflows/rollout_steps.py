@@ -1,12 +1,14 @@
 """Rolling a deployment's replicas to a new spec, one recorded step per loop pass.
 
 The deployment workflow (workflows/deployment.py) keeps a :class:`RolloutState` (carried across
-continue-as-new) and, while a rollout runs, calls :func:`step` instead of its scale-up/down: look
-at the replicas (activities/rollout_probe.py), ask the pure policy (scheduler/rollout.py) and do
-what it says: start one new-version instance, stop one old one through the workflow's stop path
-(the instance drains first), wait, finish, or roll back to the last good spec. What to do next
-is derived from the instances every time, so a restarted worker that replays the history
-resumes without an extra stop.
+continue-as-new) and, while a rollout runs, takes a rollout step instead of its scale-up/down:
+it looks at the replicas (activities/rollout_probe.py), :func:`decide` asks the pure policy
+(scheduler/rollout.py) over them, and the workflow does what it says: start one new-version
+instance, stop one old one through its stop path (the instance drains first), wait, finish
+(:func:`done`), or roll back to the last good spec (:func:`roll_back`). What to do next is
+derived from the instances every time, so a restarted worker that replays the history resumes
+without an extra stop. Every function here works on the typed state and values it is given
+(none reaches into the workflow); the workflow does the I/O.
 
 The state keeps the last :data:`KEEP_HISTORY` versions, each with its spec and how it ended
 (:class:`Outcome`). ``gpuflow rollout undo`` goes to the newest version older than the current one
@@ -20,10 +22,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
 from temporalio import workflow
 
-from contracts.control import InstanceNames
-from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe, ReplicaProbes
+from contracts.rollout import ReplicaProbe
 from scheduler.bounds import MAX_TEXT, Count, Flag, Name, ShortText, Text
-from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT, Replica, next_step
+from scheduler.rollout import DONE, ROLLBACK, WAIT, Replica, Step, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
 from workflows.inputs import compact, invalid
@@ -35,7 +36,8 @@ KEEP_HISTORY = 10  # versions kept, each with its spec: how far `gpuflow rollout
 KEEP_HISTORY_BYTES = 256 * 1024  # their specs together, as JSON (the state travels in continue-as-new's input)
 GOOD = ("good", "deployed")  # results undo may go back to
 FAILED = ("rolled back", "halted")  # results undo never goes back to
-NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with"}  # changing only these restarts nothing
+NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with",  # changing only these restarts nothing
+           "routing"}  # read by the gateways only (from the deployment's row), never by a replica
 
 
 Spec = Annotated[ModelSpec, PlainSerializer(lambda s: s.model_dump(mode="json", exclude_none=True))]
@@ -99,18 +101,26 @@ def rolls(old: ModelSpec, new: ModelSpec) -> bool:
     return old.model_dump(mode="json", exclude=NO_ROLL) != new.model_dump(mode="json", exclude=NO_ROLL)
 
 
-def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec, undo: tuple[Outcome, str] | None = None) -> None:
-    """Make ``raw`` the deployment's spec: a new version to roll to, unless nothing that runs changed.
-    ``undo``: the version whose spec this is and what undo said (``gpuflow rollout undo``)."""
-    r: RolloutState = wf.ro
+class Change(BaseModel):
+    """What a spec change asks of the deployment: its spec is now ``raw``; ``recreate``: stop every
+    replica now (strategy recreate), the new ones start with the next scale-up."""
+
+    raw: dict[str, Any]
+    recreate: bool = False
+
+
+def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: ModelSpec,
+                undo: tuple[Outcome, str] | None = None) -> Change:
+    """Make ``raw`` the deployment's spec (``current`` is the one it has): a new version to roll to,
+    unless nothing that runs changed. ``undo``: the version whose spec this is and what undo said
+    (``gpuflow rollout undo``)."""
     if not rolls(old, new):
-        wf.raw = raw
         cur = _entry(r, r.version)
         if cur is not None:  # the version's spec as it is now (replicas, autoscaling, ...)
             cur.spec = new
-        return
+        return Change(raw=raw)
     if not r.rolling:  # every replica runs the current spec: it is the good one to fall back on
-        r.good, r.good_version, r.from_version = wf.raw, r.version, r.version
+        r.good, r.good_version, r.from_version = current, r.version, r.version
     cur = _entry(r, r.version)
     r.latest = max(r.latest, r.version) + 1
     if cur is not None and cur.result == "rolling":
@@ -118,30 +128,29 @@ def change_spec(wf: Any, raw: dict, new: ModelSpec, old: ModelSpec, undo: tuple[
     if undo is not None:
         _log(r, "undo", [], f"from version {r.version} to {undo[1]}")
     r.version, r.rolled_back = r.latest, False
-    wf.raw = raw
     recreate = new.rollout.strategy == "recreate"
     _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
     if recreate:
-        wf.recreate, r.rolling, r.good = True, False, None
+        r.rolling, r.good = False, None
         r.status = f"recreated as version {r.version}"
         _log(r, "recreate", [], f"strategy recreate: every replica stopped, version {r.version} started")
-        return
+        return Change(raw=raw, recreate=True)
     r.rolling = True
     r.status = f"rolling from version {r.from_version} to {r.version}"
     _log(r, "begin", [], r.status)
+    return Change(raw=raw)
 
 
 # --- the versions and `gpuflow rollout undo` -------------------------------------------------------
 
-def begin(wf: Any) -> None:
-    """As the workflow starts: a new deployment's history begins with its first spec, deployed
-    without a rollout (a continued run carries its history). A spec that does not validate is
-    left to the workflow's own check, which fails it naming the problem."""
-    r: RolloutState = wf.ro
+def begin(r: RolloutState, raw: dict) -> None:
+    """As the workflow starts: a new deployment's history begins with its first spec (``raw``),
+    deployed without a rollout (a continued run carries its history). A spec that does not
+    validate is left to the workflow's own check, which fails it naming the problem."""
     if r.history:
         return
     try:
-        current = ModelSpec.model_validate(wf.raw)
+        current = ModelSpec.model_validate(raw)
     except ValidationError:
         return
     _add(r, r.version, current, "deployed")
@@ -236,79 +245,68 @@ def _replicas(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[s
     return out
 
 
-async def step(wf: Any) -> None:
-    """One step of the running rollout."""
-    r: RolloutState = wf.ro
-    cfg = ModelSpec.model_validate(wf.raw).rollout
-    now = workflow.now().timestamp()
-    probed: ReplicaProbes = await workflow.execute_activity(
-        ROLLOUT_PROBE, InstanceNames(names=list(wf.instances)), result_type=ReplicaProbes, **c.STORE_CALL)
-    reps = _replicas(r, probed.probes, now)
-    live = [n for n in wf.instances if n in reps]
+def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], probes: list[ReplicaProbe],
+           now: float) -> Step:
+    """The rollout's next step, from a look at its replicas (``probes``, taken at ``now``): the
+    pure policy's (scheduler/rollout.py ``next_step``) over the old and new versions' replicas."""
+    cfg = ModelSpec.model_validate(raw).rollout
+    reps = _replicas(r, probes, now)
+    live = [n for n in instances if n in reps]
     old = [reps[n] for n in live if r.versions.get(n, 0) != r.version]
     new = [reps[n] for n in live if r.versions.get(n, 0) == r.version]
-    s = next_step(cfg, wf.replicas or 0, old, new, now)
-    if s.action == START:
-        names = await wf._start_new(1)
-        _log(r, START, names, s.reason)
-    elif s.action == STOP:
-        _log(r, STOP, s.names, s.reason, s.fallback)
-        await wf._stop(s.names)
-    elif s.action == DONE:
-        done(wf, s.reason)
-    elif s.action == ROLLBACK:
-        roll_back(wf, s.reason)
-    else:
-        _log(r, WAIT, [], s.reason)
+    return next_step(cfg, replicas, old, new, now)
 
 
-def done(wf: Any, reason: str) -> None:
-    """Every replica runs the target and answers: the rollout ends; the version was good."""
-    r: RolloutState = wf.ro
+def done(r: RolloutState, reason: str, keep: set[str]) -> None:
+    """Every replica runs the target and answers: the rollout ends; the version was good. What it
+    kept per replica is kept only for ``keep`` (the deployment's instances and those stopping)."""
     _log(r, DONE, [], reason)
     r.rolling, r.good = False, None
     if not r.rolled_back:
         r.status = f"version {r.version} rolled out"
         _record(r, r.version, "good")
-    _prune(r, wf)
+    _prune(r, keep)
 
 
-def roll_back(wf: Any, reason: str) -> None:
-    """A new replica failed: the last good spec is the target again (its version too), and the
-    failed version is recorded so undo never goes back to it. If the good spec fails as well
-    (or none is known), the rollout halts where it is and keeps what serves."""
-    r: RolloutState = wf.ro
+def roll_back(r: RolloutState, reason: str) -> dict | None:
+    """A new replica failed: the last good spec is the target again (its version too; returned,
+    to become the deployment's spec), and the failed version is recorded so undo never goes back
+    to it. If the good spec fails as well (or none is known), the rollout halts where it is and
+    keeps what serves (None)."""
     _log(r, ROLLBACK, [], reason)
     why = reason.removeprefix("rolled back: ")
     if r.rolled_back or r.good is None:
         r.rolling, r.status = False, f"halted: {why} while rolling back"
         _record(r, r.version, "halted", f"{why} while rolling back")
-        return
+        return None
     _record(r, r.version, "rolled back", why)
-    wf.raw = r.good
     r.version, r.rolled_back, r.status = r.good_version, True, reason
-    wf.dirty = True
+    return r.good
 
 
-def _prune(r: RolloutState, wf: Any) -> None:
-    keep = set(wf.instances) | set(wf.stopping)
+def log_step(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
+    """A step the deployment took (START, STOP, WAIT), in the rollout's log."""
+    _log(r, action, names, reason, fallback)
+
+
+def _prune(r: RolloutState, keep: set[str]) -> None:
     r.versions = {n: v for n, v in r.versions.items() if n in keep}
     r.pending_since = {n: t for n, t in r.pending_since.items() if n in keep}
     r.answering_since = {n: t for n, t in r.answering_since.items() if n in keep}
 
 
-def view(wf: Any) -> dict[str, Any]:
+def view(r: RolloutState, name: str, replicas: int, instances: list[str], stopping: set[str]) -> dict[str, Any]:
     """The ``rollout`` query: progress, old and new counts, the steps."""
-    r: RolloutState = wf.ro
-    new = [n for n in wf.instances if r.versions.get(n, 0) == r.version]
-    old = [n for n in wf.instances if r.versions.get(n, 0) != r.version]
+    new = [n for n in instances if r.versions.get(n, 0) == r.version]
+    old = [n for n in instances if r.versions.get(n, 0) != r.version]
     to, said = undo_choice(r)
-    return {"name": wf.name, "status": r.status or "no rollout yet", "rolling": r.rolling, "version": r.version,
-            "from_version": r.from_version, "desired": wf.replicas or 0, "old": old, "new": new,
-            "stopping": sorted(wf.stopping), "can_undo": to is not None,
+    return {"name": name, "status": r.status or "no rollout yet", "rolling": r.rolling, "version": r.version,
+            "from_version": r.from_version, "desired": replicas, "old": old, "new": new,
+            "stopping": sorted(stopping), "can_undo": to is not None,
             "undo": {"to": to.version if to else None, "says": said}, "steps": list(r.steps),
             "history": [h.model_dump(mode="json", exclude={"spec"}) for h in r.history]}
 
 
-def timeout(wf: Any, reconcile_s: float) -> timedelta:
-    return c.secs(POLL_S if wf.ro.rolling else reconcile_s)
+def timeout(r: RolloutState, reconcile_s: float) -> timedelta:
+    """How long the deployment's loop waits for news: a look every POLL_S while a rollout runs."""
+    return c.secs(POLL_S if r.rolling else reconcile_s)
