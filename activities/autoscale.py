@@ -30,6 +30,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from contracts.ids import DEPLOYMENT_SCALE, autoscaler_id, deployment_id
 from activities import capacity_hook
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
                                  DeploymentRef, Step, StepAsk)
@@ -104,7 +105,7 @@ class AutoscaleActivities:
         return [self.autoscale_step, self.autoscale_apply, self.start_autoscaler]
 
     async def _view(self, name: str) -> DeploymentView | None:
-        h = self.client.get_workflow_handle(f"deployment/{name}")
+        h = self.client.get_workflow_handle(deployment_id(name))
         try:
             if (await h.describe()).status.name != "RUNNING":
                 return None
@@ -116,7 +117,7 @@ class AutoscaleActivities:
     async def start_autoscaler(self, ref: DeploymentRef) -> None:
         deployment = ref.deployment
         await self.client.start_workflow(
-            "AutoscalerWorkflow", AutoscalerInput(deployment=deployment), id=f"autoscaler/{deployment}",
+            "AutoscalerWorkflow", AutoscalerInput(deployment=deployment), id=autoscaler_id(deployment),
             task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"autoscaler of {deployment}")
 
@@ -125,9 +126,9 @@ class AutoscaleActivities:
         """Set the deployment's replicas to ``ask.replicas`` (absolute: applying it twice is applying
         it once); the replicas the deployment then has."""
         deployment, replicas = ask.deployment, ask.replicas
-        h = self.client.get_workflow_handle(f"deployment/{deployment}")
+        h = self.client.get_workflow_handle(deployment_id(deployment))
         try:
-            view = await h.execute_update("scale", replicas, result_type=DeploymentView)
+            view = await h.execute_update(DEPLOYMENT_SCALE, replicas, result_type=DeploymentView)
         except WorkflowUpdateFailedError as e:
             raise ApplicationError(f"scale to {replicas} refused: {e.cause or e}", type="ScaleRefused",
                                    non_retryable=True) from None

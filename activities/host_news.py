@@ -9,7 +9,8 @@ import asyncio
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.control import HOST_NEWS_SIGNAL, HostNews
+from contracts.ids import INSTANCE_HOST_NEWS, instance_id
+from contracts.control import HostNews
 from scheduler.naming import name_problem
 
 AT_ONCE = 32  # signals in flight at a time: a host of a big cluster may hold hundreds of replicas
@@ -29,7 +30,7 @@ async def tell(client: Client, instances: list[str], news: HostNews) -> int:
 
 async def _one(client: Client, name: str, news: HostNews) -> bool:
     try:
-        await client.get_workflow_handle(f"instance/{name}").signal(HOST_NEWS_SIGNAL, news)
+        await client.get_workflow_handle(instance_id(name)).signal(INSTANCE_HOST_NEWS, news)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:  # ended, or never started here
             return False

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts.ids import instance_id
 from activities.record_batch import RecordBatch
 from activities.runner import Runner
 from contracts import activity_names as c
@@ -78,7 +79,7 @@ class RecordActivities:
             for inp in inputs])
         activity.heartbeat()
         await asyncio.gather(*(self.client.start_workflow(
-            "ModelInstanceWorkflow", inp, id=f"instance/{inp.name}",
+            "ModelInstanceWorkflow", inp, id=instance_id(inp.name),
             task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             search_attributes=TypedSearchAttributes([
                 SearchAttributePair(SA_MODEL, str(inp.spec.get("name", ""))),
@@ -97,7 +98,7 @@ class RecordActivities:
                 continue
             activity.heartbeat()
             try:
-                d = await self.client.get_workflow_handle(f"instance/{n}").describe()
+                d = await self.client.get_workflow_handle(instance_id(n)).describe()
                 status = d.status.name if d.status is not None else "UNKNOWN"
             except RPCError as e:
                 if e.status != RPCStatusCode.NOT_FOUND:

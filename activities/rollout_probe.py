@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from contracts.ids import INSTANCE_STATUS, instance_id
 from contracts.control import InstanceNames
 from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe, ReplicaProbes
 
@@ -46,7 +47,7 @@ class RolloutProbe:
         for n in asked.names[:MAX_NAMES]:
             activity.heartbeat()
             try:
-                v = await asyncio.wait_for(self.client.get_workflow_handle(f"instance/{n}").query("status"), QUERY_S)
+                v = await asyncio.wait_for(self.client.get_workflow_handle(instance_id(n)).query(INSTANCE_STATUS), QUERY_S)
             except (RPCError, WorkflowQueryFailedError, asyncio.TimeoutError) as e:
                 out.append(ReplicaProbe(name=n, state="gone", reason=str(e)[:200]))
                 continue

@@ -42,6 +42,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from contracts.ids import INSTANCE_CAPACITY_CHANGED, instance_id
 from activities.estimate_cache import EstimateCache
 from store import records, tenants
 from store.snapshot_cache import SnapshotCache
@@ -288,7 +289,7 @@ class Waker:
             for n in names:
                 _beat()
                 try:
-                    await self.client.get_workflow_handle(f"instance/{n}").signal("capacity_changed")
+                    await self.client.get_workflow_handle(instance_id(n)).signal(INSTANCE_CAPACITY_CHANGED)
                 except RPCError:
                     pass  # ended meanwhile
         finally:

@@ -30,9 +30,6 @@ class PreemptNotice(BaseModel):
         return f"preempted by {self.by} {self.why}".rstrip()
 
 
-HOST_NEWS_SIGNAL = "host_news"  # the control plane to the instances on a host: it was lost, or its agent restarted
-
-
 class HostNews(BaseModel):
     """What the host's watch learned (activities/hosts.py: host_lost, host_seen). ``lost``: the
     agent stopped answering (its supervisors cannot say so themselves: they heartbeat rarely).

@@ -11,6 +11,8 @@ import logging
 import time
 from typing import Callable
 
+from contracts.ids import AUTOSCALER_WAKE, autoscaler_id
+
 log = logging.getLogger("gpuflow.gateway.wake")
 WAKE_EVERY_S = 2.0
 
@@ -41,6 +43,6 @@ class Waker:
                 from gpuflow.runtime import connect
 
                 self.client = await connect(self.temporal, wait_s=5)
-            await self.client.get_workflow_handle(f"autoscaler/{model}").signal("wake")
+            await self.client.get_workflow_handle(autoscaler_id(model)).signal(AUTOSCALER_WAKE)
         except Exception as e:  # noqa: BLE001  no autoscaler, Temporal away: the request still waits
             log.info("could not wake autoscaler/%s: %s", model, e)

@@ -13,6 +13,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 
+from contracts.ids import INSTANCE_STOP
 from contracts.control import CONTROL_QUEUE
 from scheduler.errors import InvalidInput
 
@@ -86,7 +87,7 @@ async def stop_instances_of(client: Client, deployment: str) -> list[str]:
     names = []
     async for w in client.list_workflows(q):
         try:
-            await client.get_workflow_handle(w.id).signal("stop")
+            await client.get_workflow_handle(w.id).signal(INSTANCE_STOP)
             names.append(w.id.split("/", 1)[1])
         except Exception:  # noqa: BLE001  ended meanwhile
             pass

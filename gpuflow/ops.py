@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts.ids import autoscaler_id, deployment_id, host_id, host_logs_id, instance_id
 from contracts.control import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
 from gpuflow import broken
@@ -52,7 +53,7 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     not this client's environment, and its refusal names the limit."""
     _check_replicas(spec.replicas if replicas is None else replicas)
     raw = spec.model_dump(mode="json", exclude_none=True)
-    wid = f"deployment/{spec.name}"
+    wid = deployment_id(spec.name)
     handle = await client.start_workflow(
         ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, timings=timings), id=wid,
         task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -80,7 +81,7 @@ async def _described(handle, missing: str):
 
 
 async def _deployment(client: Client, name: str):
-    handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, f"deployment/{name}")
+    handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, deployment_id(name))
     d = await _described(handle, f"no deployment named {name!r}")
     if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
         try:
@@ -136,7 +137,7 @@ async def delete(client: Client, name: str, wait: bool = False,
 
 
 async def instance(client: Client, name: str) -> InstanceView:
-    h = client.get_workflow_handle_for(ModelInstanceWorkflow.run, f"instance/{name}")
+    h = client.get_workflow_handle_for(ModelInstanceWorkflow.run, instance_id(name))
     try:
         return await broken.query(h, ModelInstanceWorkflow.status)
     except RPCError as e:
@@ -151,7 +152,7 @@ async def download_progress(client: Client, name: str) -> dict[str, Any] | None:
     from contracts.agent import PREPARE_MODEL
 
     try:
-        desc = await client.get_workflow_handle(f"instance/{name}").describe()
+        desc = await client.get_workflow_handle(instance_id(name)).describe()
     except RPCError:
         return None
     for act in desc.raw_description.pending_activities:
@@ -209,7 +210,7 @@ async def autoscalers(client: Client, names: list[str]) -> dict[str, str | None]
     forever, is reported instead of queried: that query hung for about 30 s each."""
 
     async def one(n: str) -> tuple[str, str | None] | None:
-        h = client.get_workflow_handle(f"autoscaler/{n}")
+        h = client.get_workflow_handle(autoscaler_id(n))
         try:
             d = await h.describe()
         except RPCError as e:
@@ -246,14 +247,14 @@ async def forget_host(client: Client, name: str) -> str:
     problem = name_problem(name)
     if problem:
         raise InvalidInput(f"host name {name!r}: {problem}")
-    h = client.get_workflow_handle_for(HostWorkflow.run, f"host/{name}")
+    h = client.get_workflow_handle_for(HostWorkflow.run, host_id(name))
     d = await _described(h, f"no host named {name!r}")
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
                            f"{d.status.name.lower() if d.status else 'gone'}: forgotten, or ended)")
     done = await _update(h, HostWorkflow.forget)
     try:
-        await client.get_workflow_handle(f"host-logs/{name}").terminate(f"host {name} forgotten")
+        await client.get_workflow_handle(host_logs_id(name)).terminate(f"host {name} forgotten")
     except RPCError as e:
         if e.status != RPCStatusCode.NOT_FOUND:
             raise

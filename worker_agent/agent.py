@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
+from contracts.ids import host_id
 from contracts.host import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
 from worker_agent.bookings import LedgerBookings
@@ -50,7 +51,7 @@ def advertised_address(temporal_address: str) -> str:
 
 async def say_hello(client: Client, name: str, report, timings: Timings) -> None:
     await client.start_workflow(
-        "HostWorkflow", HostInput(name=name, timings=timings), id=f"host/{name}", task_queue=CONTROL_QUEUE,
+        "HostWorkflow", HostInput(name=name, timings=timings), id=host_id(name), task_queue=CONTROL_QUEUE,
         start_signal="hello", start_signal_args=[report], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"liveness of host {name}")
 

@@ -15,6 +15,7 @@ from typing import Protocol
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from contracts.ids import host_id
 from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
 
 
@@ -36,7 +37,7 @@ class LedgerBookings:
         self.client, self.host = client, host
 
     async def booked(self, instance: str) -> Booking:
-        handle = self.client.get_workflow_handle(f"host/{self.host}")
+        handle = self.client.get_workflow_handle(host_id(self.host))
         try:
             return await handle.execute_update(BOOKING_UPDATE, BookingQuery(instance=instance), result_type=Booking)
         except (RPCError, WorkflowUpdateFailedError) as e:

@@ -19,6 +19,7 @@ import re
 
 from temporalio import workflow
 
+from contracts.ids import host_logs_id
 from scheduler.errors import InvalidInput
 from contracts.agent import LogChunk, LogRequest
 
@@ -29,7 +30,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # the model spec's name rule 
 
 
 def workflow_id(worker: str) -> str:
-    return f"host-logs/{worker}"
+    return host_logs_id(worker)
 
 
 def log_file(log_dir: str, key: str) -> str:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts.ids import INSTANCE_STATUS, instance_id
 from contracts.search import SA_WORKER
 from scheduler.naming import name_problem
 from contracts.agent import instance_of
@@ -50,7 +51,7 @@ class Orphan:
 
 async def placement_verdict(client: Client, host: str, key: str) -> tuple[str, str]:
     """(verdict, detail) for the process ``key`` on ``host``, from its instance's workflow."""
-    handle = client.get_workflow_handle(f"instance/{instance_of(key)}")
+    handle = client.get_workflow_handle(instance_id(instance_of(key)))
     try:
         desc = await handle.describe()
     except RPCError as e:
@@ -61,7 +62,7 @@ async def placement_verdict(client: Client, host: str, key: str) -> tuple[str, s
     if status != "RUNNING":
         return GONE, f"its instance's workflow ended ({status})"
     try:
-        view = await handle.query("status")
+        view = await handle.query(INSTANCE_STATUS)
     except Exception as e:  # noqa: BLE001  RPCError, a query timeout, WorkflowQueryFailedError: unknown
         return UNKNOWN, f"its workflow did not answer: {e}"
     hosts = [h for h in [view.get("worker"), *view.get("subordinate_workers", [])] if h]

@@ -22,6 +22,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from contracts.ids import AUTOSCALER_VIEW, AUTOSCALER_WAKE, autoscaler_id
     from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, ApplyAsk, AutoscalerInput,
                                      AutoscaleView, Step, StepAsk)
     from workflows import common as c
@@ -48,21 +49,21 @@ class AutoscalerWorkflow:
         self.cold_at: float | None = None  # when a cold start (0 -> 1) was applied, until a replica runs
         self.cold_starts = list(inp.cold_starts)[-10:]
 
-    @workflow.query
+    @workflow.query(name=AUTOSCALER_VIEW)
     def autoscale(self) -> AutoscaleView:
         last = self.last
         return AutoscaleView(deployment=self.deployment, desired=last.target if last and not last.done else None,
                              capacity_blocked=bool(last and last.blocked), blocked_reasons=last.reasons if last else [],
                              ended=self.ended, history=list(self.history), cold_starts=list(self.cold_starts))
 
-    @workflow.signal
+    @workflow.signal(name=AUTOSCALER_WAKE)
     def wake(self) -> None:
         """Decide now (the gateway holds a request for a deployment at zero replicas)."""
         self.woken = True
 
     @workflow.run
     async def run(self, *args: Any) -> AutoscaleView:
-        guards.workflow_id(f"autoscaler/{self.deployment}", f"deployment name {self.deployment!r}")
+        guards.workflow_id(autoscaler_id(self.deployment), f"deployment name {self.deployment!r}")
         while True:
             self.woken = False
             step = await self._step()

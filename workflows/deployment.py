@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, DEPLOYMENT_ROLLOUT, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS, INSTANCE_STOP, deployment_id, instance_id
     from contracts.autoscale import START_AUTOSCALER, DeploymentRef
     from contracts.control import (ClosedInstances, DeploymentInput, DeploymentView, InstanceInput, InstanceNames,
                                    ScaleDownOrder, Timings, host_queue)
@@ -71,7 +72,7 @@ class ModelDeploymentWorkflow:
         return str(self.raw.get("name", ""))
 
     # --- messages -------------------------------------------------------------------------------
-    @workflow.query
+    @workflow.query(name=DEPLOYMENT_STATUS)
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
@@ -83,7 +84,7 @@ class ModelDeploymentWorkflow:
         await workflow.wait_condition(lambda: self.checked)
         return self.status()
 
-    @workflow.query
+    @workflow.query(name=DEPLOYMENT_ROLLOUT)
     def rollout(self) -> dict:
         return ro.view(self.ro, self.name, self.replicas or 0, self.instances, self.stopping)
 
@@ -100,7 +101,7 @@ class ModelDeploymentWorkflow:
         if problem:
             raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
 
-    @workflow.update
+    @workflow.update(name=DEPLOYMENT_SCALE)
     async def scale(self, replicas: int) -> DeploymentView:
         """Set the replica count; answers once the instances to add or stop are chosen."""
         await self._within_limits(replicas)
@@ -169,7 +170,7 @@ class ModelDeploymentWorkflow:
         self.deleting, self.dirty = True, True
         return self.status()
 
-    @workflow.signal
+    @workflow.signal(name=DEPLOYMENT_INSTANCE_ENDED)
     def instance_ended(self, name: str) -> None:
         self.ended.add(name)
 
@@ -180,7 +181,7 @@ class ModelDeploymentWorkflow:
             spec = parse_spec(self.raw)
         except ValueError as e:
             raise ApplicationError(str(e), type="InvalidSpec", non_retryable=True) from None
-        guards.workflow_id(f"deployment/{spec.name}", f"spec name {spec.name!r}")
+        guards.workflow_id(deployment_id(spec.name), f"spec name {spec.name!r}")
         guards.instance_names(spec.name, self.instances)
         if self.replicas is None:
             self.replicas = spec.replicas
@@ -331,6 +332,6 @@ class ModelDeploymentWorkflow:
                 continue
             self.stopping.add(n)
             try:
-                await workflow.get_external_workflow_handle(f"instance/{n}").signal("stop")
+                await workflow.get_external_workflow_handle(instance_id(n)).signal(INSTANCE_STOP)
             except Exception:  # noqa: BLE001  already gone: nothing to stop
                 self.stopping.discard(n)

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from contracts.ids import host_id
     from contracts.host import BookingAsk
     from contracts.control import HostInput, HostReport, HostView, host_queue
     from contracts.hosts import HostLost, HostRef
@@ -120,7 +121,7 @@ class HostWorkflow:
     async def run(self, *args: Any) -> None:
         inp = self.inp
         guards.names(worker=inp.name)
-        guards.workflow_id(f"host/{inp.name}", f"worker name {inp.name!r}")
+        guards.workflow_id(host_id(inp.name), f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
         while True:
             if self.refused is not None:

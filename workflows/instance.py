@@ -32,6 +32,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, INSTANCE_CAPACITY_CHANGED, INSTANCE_HOST_NEWS, INSTANCE_PREEMPT, INSTANCE_STATUS, INSTANCE_STOP, INSTANCE_VICTIM_STOPPED, deployment_id, instance_id
     from contracts.control import HostNews, InstanceInput, InstanceView, PreemptNotice
     from scheduler.naming import name_problem
     from scheduler.spec import ModelSpec
@@ -43,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.instance_machine import InstanceState, backoff  # noqa: F401  (backoff: its old home)
     from workflows.place_steps import PlaceSteps
 
-DEPLOYMENT_ENDED_SIGNAL = "instance_ended"
 
 
 @workflow.defn(name="ModelInstanceWorkflow")
@@ -57,26 +57,26 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         self.s = InstanceState(plan=inp.placement, restarts=inp.restarts, decision=inp.decision)
 
     # --- messages -------------------------------------------------------------------------------
-    @workflow.signal
+    @workflow.signal(name=INSTANCE_STOP)
     def stop(self) -> None:
         self.s.stop_requested = True
 
-    @workflow.signal
+    @workflow.signal(name=INSTANCE_CAPACITY_CHANGED)
     def capacity_changed(self) -> None:
         self.s.woken = True
 
-    @workflow.signal
+    @workflow.signal(name=INSTANCE_PREEMPT)
     def preempt(self, notice: PreemptNotice) -> None:
         """From a preemptor whose booking took this replica's GPUs (untrusted: its names are checked)."""
         if not name_problem(notice.instance) and len(notice.by) <= 300 and len(notice.why) <= 300:
             self.s.preempted = notice
 
-    @workflow.signal
+    @workflow.signal(name=INSTANCE_VICTIM_STOPPED)
     def victim_stopped(self, name: str) -> None:
         if isinstance(name, str) and len(self.s.victims_stopped) < 1000 and not name_problem(name):
             self.s.victims_stopped.add(name)
 
-    @workflow.signal
+    @workflow.signal(name=INSTANCE_HOST_NEWS)
     def host_news(self, news: HostNews) -> None:
         """From the control plane (untrusted: checked): a host of the placement was lost, or its agent
         restarted. Acted on while it supervises."""
@@ -84,7 +84,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
                 and (news.host in self.s.news or len(self.s.news) < 64):
             self.s.news[news.host] = news
 
-    @workflow.query
+    @workflow.query(name=INSTANCE_STATUS)
     def status(self) -> InstanceView:
         s = self.s
         return InstanceView(name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name,
@@ -123,7 +123,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         if spec.name != inp.deployment:
             raise guards.refuse(f"spec name {spec.name!r} does not match deployment {inp.deployment!r}")
         guards.instance_names(inp.deployment, [inp.name])
-        guards.workflow_id(f"instance/{inp.name}", f"instance name {inp.name!r}")
+        guards.workflow_id(instance_id(inp.name), f"instance name {inp.name!r}")
         if (plan is not None or inp.decision is not None) and not workflow.info().continued_run_id:
             # only this workflow's own continue-as-new carries a placement (booked in the ledger by an
             # earlier run): a new run with one in its input was started by somebody else
@@ -203,7 +203,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         s.pid = s.port = s.address = None
         await self._record("deleted")
         try:
-            await workflow.get_external_workflow_handle(f"deployment/{self.inp.deployment}").signal(
-                DEPLOYMENT_ENDED_SIGNAL, self.inp.name)
+            await workflow.get_external_workflow_handle(deployment_id(self.inp.deployment)).signal(
+                DEPLOYMENT_INSTANCE_ENDED, self.inp.name)
         except Exception:  # noqa: BLE001  the deployment may be gone already
             pass

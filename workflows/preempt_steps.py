@@ -18,6 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from contracts.ids import INSTANCE_PREEMPT, INSTANCE_VICTIM_STOPPED, instance_id
     from contracts.control import DecisionRecord, EstimateRecord, InstanceNames, PreemptNotice, ReserveResult
     from contracts.placement import PreemptAsk
     from workflows import common as c
@@ -36,7 +37,7 @@ class PreemptSteps(InstanceBase):
         self.s.preempted_why = n.reason
         await self._record("pending", n.reason)
         try:
-            await workflow.get_external_workflow_handle(f"instance/{n.instance}").signal("victim_stopped",
+            await workflow.get_external_workflow_handle(instance_id(n.instance)).signal(INSTANCE_VICTIM_STOPPED,
                                                                                          self.inp.name)
         except Exception:  # noqa: BLE001  the preemptor may be gone; it also asks the store
             pass
@@ -64,7 +65,7 @@ class PreemptSteps(InstanceBase):
         notice = PreemptNotice(by=f"{d.tenant}/{self.inp.name}", instance=self.inp.name, why=d.preempt_why)
         for v in names:
             try:
-                await workflow.get_external_workflow_handle(f"instance/{v}").signal("preempt", notice)
+                await workflow.get_external_workflow_handle(instance_id(v)).signal(INSTANCE_PREEMPT, notice)
             except Exception:  # noqa: BLE001  ended meanwhile: the store says it holds nothing
                 pass
         left = set(names)

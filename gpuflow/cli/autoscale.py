@@ -11,12 +11,13 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from contracts.ids import AUTOSCALER_VIEW, autoscaler_id
 from scheduler.errors import InvalidInput
 
 
 async def view(client: Client, name: str) -> dict[str, Any] | None:
     try:
-        return await client.get_workflow_handle(f"autoscaler/{name}").query("autoscale")
+        return await client.get_workflow_handle(autoscaler_id(name)).query(AUTOSCALER_VIEW)
     except RPCError:
         return None
 

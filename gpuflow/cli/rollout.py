@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from contracts.ids import DEPLOYMENT_ROLLOUT
 from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from gpuflow.runtime import connect
 
@@ -17,7 +18,7 @@ async def rollout_view(client, name: str) -> dict:
     from gpuflow import ops
 
     h = await ops._deployment(client, name)
-    return await h.query("rollout")
+    return await h.query(DEPLOYMENT_ROLLOUT)
 
 
 def render(v: dict) -> str:

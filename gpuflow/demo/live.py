@@ -11,6 +11,7 @@ import time
 
 import yaml
 
+from contracts.ids import instance_id
 from gpuflow import ops
 from gpuflow.demo import llm as demo_llm
 from gpuflow.render import cluster as render_cluster
@@ -128,7 +129,7 @@ async def _ask(gateway: str) -> None:
 
 async def _all_closed(client, instances: list[str]) -> bool:
     for n in instances:
-        d = await client.get_workflow_handle(f"instance/{n}").describe()
+        d = await client.get_workflow_handle(instance_id(n)).describe()
         if d.status is not None and d.status.name == "RUNNING":
             return False
     return True

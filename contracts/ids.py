@@ -1,0 +1,47 @@
+"""Workflow ids, and the names of the messages each workflow answers: one home for what a
+starter, a signaller or a reader must spell exactly as the workflow does.
+
+A workflow id is ``<kind>/<name>``; the name has passed the name rule (scheduler/naming.py)
+before any id is made from it, and each workflow checks its own id again
+(workflows/guards.py ``workflow_id``)."""
+
+from __future__ import annotations
+
+
+def deployment_id(name: str) -> str:
+    return f"deployment/{name}"
+
+
+def instance_id(name: str) -> str:
+    return f"instance/{name}"
+
+
+def host_id(name: str) -> str:
+    return f"host/{name}"
+
+
+def host_logs_id(name: str) -> str:
+    return f"host-logs/{name}"
+
+
+def autoscaler_id(deployment: str) -> str:
+    return f"autoscaler/{deployment}"
+
+
+# ModelInstanceWorkflow (instance/<name>)
+INSTANCE_STOP = "stop"  # signal: stop the processes, release, end
+INSTANCE_CAPACITY_CHANGED = "capacity_changed"  # signal: a PENDING replica decides again
+INSTANCE_PREEMPT = "preempt"  # signal (PreemptNotice): a preemptor took its GPUs
+INSTANCE_VICTIM_STOPPED = "victim_stopped"  # signal (instance name): a victim's processes stopped
+INSTANCE_HOST_NEWS = "host_news"  # signal (HostNews): a host of its placement was lost or restarted
+INSTANCE_STATUS = "status"  # query -> InstanceView
+
+# ModelDeploymentWorkflow (deployment/<name>)
+DEPLOYMENT_INSTANCE_ENDED = "instance_ended"  # signal (instance name): one of its replicas ended
+DEPLOYMENT_STATUS = "status"  # query -> DeploymentView
+DEPLOYMENT_ROLLOUT = "rollout"  # query: the rollout's state
+DEPLOYMENT_SCALE = "scale"  # update (replicas) -> DeploymentView
+
+# AutoscalerWorkflow (autoscaler/<deployment>)
+AUTOSCALER_WAKE = "wake"  # signal: a request arrived for a deployment at zero
+AUTOSCALER_VIEW = "autoscale"  # query -> AutoscaleView
