@@ -59,12 +59,11 @@ class DrainActivities:
     async def drain_instance(self, ask: DrainAsk) -> int:
         """Wait until the live gateways have no request in flight on ``ask.instance`` (already out
         of the routing table), at most ``ask.timeout_s``; returns the requests left."""
-        instance = ask.instance
-        def ask(fn, *args):  # in the pool, not heartbeating: wait_drained beats at every poll itself
+        def read(fn, *args):  # in the pool, not heartbeating: wait_drained beats at every poll itself
             return self.runner.submit(fn, self.engine, *args)
 
         async def gateways() -> int:
-            return len(await ask(serving.live_gateways))
+            return len(await read(serving.live_gateways))
 
-        return await wait_drained(lambda: ask(serving.in_flight, instance), gateways,
+        return await wait_drained(lambda: read(serving.in_flight, ask.instance), gateways,
                                   lambda n: activity.heartbeat({"in_flight": n}), ask.timeout_s)

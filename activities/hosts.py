@@ -24,7 +24,7 @@ from scheduler.spec import ModelSpec
 from store import ledger, records
 
 
-class HostActivities:
+class HostStateActivities:
     def __init__(self, engine: Engine, reads: Engine, client: Client, runner: Runner,
                  wake: Callable[[], Awaitable[int]]):
         """``reads``: the read-only engine (db.reader); ``wake``: the PENDING queue's wake

@@ -23,7 +23,7 @@ from activities.booking import BookingActivities
 from activities.decider import Decider
 from activities.drain import DrainActivities
 from activities.estimate_cache import EstimateCache
-from activities.hosts import HostActivities
+from activities.hosts import HostStateActivities
 from activities.metrics import ControlMetrics
 from activities.place_batch import place_batches
 from activities.placement import PlacementActivities
@@ -51,7 +51,7 @@ class WorkerSet:
     waker: Waker
     placement: PlacementActivities
     records: RecordActivities
-    hosts: HostActivities
+    hosts: HostStateActivities
     drain: DrainActivities
     queue: QueueActivities
     booking: BookingActivities
@@ -87,7 +87,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         placement=PlacementActivities(engine, runner, estimates, decider, place_batches(decider, engine, runner),
                                       metrics, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
-        hosts=HostActivities(engine, reads, client, runner, waker.wake),
+        hosts=HostStateActivities(engine, reads, client, runner, waker.wake),
         drain=DrainActivities(engine, runner),
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
         booking=BookingActivities(reads, runner),
