@@ -19,7 +19,12 @@ async def test_after_a_temporal_outage_a_host_is_ready_again_at_once(tmp_path):
     """Temporal down for longer than the heartbeat timeout: the host's watch fails when it is back,
     and the host is NOT_READY. Its agent still polls, so the probe that follows at once finds it:
     READY again within seconds, not after host_schedule_to_start_s (30 s here), while its replica
-    stays RUNNING with the same process."""
+    stays RUNNING with the same process.
+
+    The agent is held (SIGSTOP) through the outage and until the host is NOT_READY: a watch whose
+    agent heartbeats again the moment Temporal is back can beat the server's overdue heartbeat
+    timer (on a loaded machine it did), and then nothing fails at all. Held, its watch surely
+    times out; let go, it answers the probe sent at once."""
     import time
 
     from store import records
@@ -30,15 +35,21 @@ async def test_after_a_temporal_outage_a_host_is_ready_again_at_once(tmp_path):
         await ops.deploy(lv.client, spec("calm"), t)
         await lv.wait(lambda: lv.states("calm") == {"calm-0": "running"}, 60, "RUNNING")
         pid = lv.instances("calm")[0].pid
-        lv.stack.temporal.stop()
-        await asyncio.sleep(2 * t.host_heartbeat_s + 1)
-        lv.stack.temporal.start()
+        agent = lv.stack.agents["h1"]
+        agent.send_signal(signal.SIGSTOP)
+        try:
+            lv.stack.temporal.stop()
+            await asyncio.sleep(2 * t.host_heartbeat_s + 1)
+            lv.stack.temporal.start()
+
+            def state() -> str:
+                return {w.name: w.state for w in records.workers(lv.engine)}["h1"]
+
+            await lv.wait(lambda: state() == "not_ready", 30, "h1 NOT_READY (its watch missed its heartbeats)",
+                          every=0.1)
+        finally:
+            agent.send_signal(signal.SIGCONT)
         back = time.monotonic()
-
-        def state() -> str:
-            return {w.name: w.state for w in records.workers(lv.engine)}["h1"]
-
-        await lv.wait(lambda: state() == "not_ready", 30, "h1 NOT_READY (its watch missed its heartbeats)", every=0.1)
         await lv.wait(lambda: state() == "ready", 20, "h1 READY again", every=0.1)
         assert time.monotonic() - back < 20  # the first probe waited 30 s before
         await lv.wait(lambda: lv.states("calm") == {"calm-0": "running"}, 60, "still RUNNING")
