@@ -7,13 +7,22 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    exactly least-outstanding's set (``balance.pick``), so no replica is ever flooded past its limit.
 2. **Under one block** (a short prompt, an embedding): least outstanding, ties at random
    (``balance.pick``'s rule, the same draw). Reason ``no-prefix``.
-3. **Guard** (bounded load, in the spirit of SGLang's and AIBrix's imbalance gates): only the
-   replicas whose in-flight count is within ``slack`` of the least loaded eligible one are
-   candidates, ``slack = max(slack_min, ceil(limit * slack_frac))``. A hot prefix whose replica
-   runs ahead of the others spills to the least loaded, which then caches it too: the prefix
-   spreads over as many replicas as its load needs, and an idle replica is never passed over for
-   one more than ``slack`` requests busier (no starving).
-4. **Among the candidates**: the most matched blocks (the least prefill); when none matches (a
+3. **Guard** (bounded load, in the spirit of SGLang's and AIBrix's imbalance gates): a replica is
+   passed over when it is more than ``slack`` requests busier than the least loaded eligible one,
+   ``slack = max(slack_min, ceil(limit * slack_frac))``: half the limit by default. With that
+   default, such a replica is also more than twice as busy as the least loaded (it is under its
+   limit, so the least loaded is under half of it): the relative gate those routers add holds as
+   well. A hot prefix whose replica runs that far ahead spills to the least loaded, which then
+   caches it too, and a replica at its limit is not eligible at all: the prefix spreads over as
+   many replicas as its load needs. An idle replica is never passed over for one more than
+   ``slack`` busier (no starving). A brief stall (a replica a few requests behind) does not copy a
+   prefix: a copy costs a full prefill and pushes another prefix out of the second replica's
+   cache. With a quarter of the limit as the gap, stalls of 5 requests at a limit of 16 did, and
+   cost the bench its hits.
+4. **A match worth having**: a replica's match counts only when it covers at least ``min_match``
+   of the prompt's blocks (SGLang's ``cache_threshold``, 0.5): a short common header (one system
+   line every customer shares) does not pull every new prompt onto the replica that has it.
+5. **Among the candidates**: the most matched blocks (the least prefill); when none matches (a
    new prefix), the fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by
    cache room, so no replica is handed more of them than its cache holds while another's is
    empty); then the fewest in flight; then at random. Reason ``prefix``; ``no-prefix`` when no
@@ -42,11 +51,12 @@ REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)  # a least-outstandi
 @dataclass(frozen=True)
 class Knobs:
     slack_min: int = 2  # requests: the guard's gap is never under this
-    slack_frac: float = 0.25  # of the replica limit: a replica running 256 at once may be 64 ahead
+    slack_frac: float = 0.5  # of the replica limit: at 16 at once a replica may be 8 ahead, at 256, 128
+    min_match: float = 0.5  # share of the prompt's blocks a match must cover to count (SGLang's cache_threshold)
 
     def __post_init__(self):
-        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1:
-            raise ValueError("cache-aware routing: slack_min >= 0 and 0 <= slack_frac <= 1")
+        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1 or not 0 <= self.min_match <= 1:
+            raise ValueError("cache-aware routing: slack_min >= 0, 0 <= slack_frac <= 1 and 0 <= min_match <= 1")
 
     def slack(self, limit: int) -> int:
         return max(self.slack_min, math.ceil(limit * self.slack_frac))
@@ -86,13 +96,15 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     if not ok:
         return None
     load = [in_flight.get(r.instance, 0) for r in ok]
-    got = [matched(r.instance) if blocks else 0 for r in ok]
+    raw = [matched(r.instance) if blocks else 0 for r in ok]
+    need = max(1, math.ceil(blocks * knobs.min_match))  # fewer matched blocks than this count as none
+    got = [m if m >= need else 0 for m in raw]
     best_any = max(got)
     if blocks == 0:  # under one block: nothing to weigh but load
         low = min(load)
         i = rng.choice([i for i, n in enumerate(load) if n == low])
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
-    ceiling = min(load) + knobs.slack(limit)
+    ceiling = min(load) + knobs.slack(limit)  # the guard: busier than this is passed over
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]
     top = max(got[i] for i in cands)
     cands = [i for i in cands if got[i] == top]
@@ -102,4 +114,4 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
     reason = NO_PREFIX if best_any == 0 else PREFIX if top == best_any else IMBALANCE
-    return Choice(ok[i], reason, got[i], blocks, load[i], limit)
+    return Choice(ok[i], reason, raw[i], blocks, load[i], limit)  # the header shows what it held

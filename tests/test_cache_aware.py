@@ -23,20 +23,28 @@ def run(in_flight, matched, blocks=10, limit=8, knobs=Knobs(), bad=None, exclude
 
 
 @pytest.mark.parametrize("in_flight,matched,limit,expect,reason", [
-    # slack = max(2, ceil(8 * 0.25)) = 2 for limit 8 (Knobs' defaults)
+    # slack = max(2, ceil(8 * 0.5)) = 4 for limit 8; a match counts from ceil(10 * 0.5) = 5 of 10 blocks
     ({}, {"b": 7}, 8, {"b"}, PREFIX),  # idle: the replica holding 7 of 10 blocks
-    ({"b": 2}, {"b": 7}, 8, {"b"}, PREFIX),  # b at 2, least loaded 0: 2 <= 0 + 2, still a candidate
-    ({"b": 3}, {"b": 7}, 8, {"a", "c"}, IMBALANCE),  # 3 > 0 + 2: b is left out, a or c (0 each) take it
-    ({"a": 1, "b": 3, "c": 2}, {"b": 7}, 8, {"b"}, PREFIX),  # least loaded is 1: 3 <= 1 + 2
-    ({"a": 2, "b": 5, "c": 4}, {"b": 7, "c": 3}, 8, {"c"}, IMBALANCE),  # b 5 > 2 + 2; c (4 <= 4) matches 3 > a's 0
-    # a and b hold 4 blocks each, c none and idle: 1 <= 0 + 2, so a and b keep it (equal: at random)
-    ({"a": 1, "b": 1}, {"a": 4, "b": 4}, 8, {"a", "b"}, PREFIX),
-    ({"a": 3, "b": 3}, {"a": 4, "b": 4}, 8, {"c"}, IMBALANCE),  # 3 > 0 + 2: both out, c takes it (and caches it)
-    ({"a": 2, "b": 1}, {"a": 4, "b": 4}, 8, {"b"}, PREFIX),  # equal matches: the fewer in flight
+    ({"b": 4}, {"b": 7}, 8, {"b"}, PREFIX),  # b at 4, least loaded 0: 4 <= 0 + 4, still a candidate
+    ({"b": 5}, {"b": 7}, 8, {"a", "c"}, IMBALANCE),  # 5 > 0 + 4: b is left out, a or c (0 each) take it
+    ({"a": 1, "b": 5, "c": 2}, {"b": 7}, 8, {"b"}, PREFIX),  # least loaded is 1: 5 <= 1 + 4
+    ({"a": 1, "b": 6, "c": 5}, {"b": 7, "c": 6}, 8, {"c"}, IMBALANCE),  # b 6 > 1 + 4; c (5 <= 5) matches 6 > a's 0
+    # a and b hold 6 blocks each, c none and idle: 1 <= 0 + 4, so a and b keep it (equal: at random)
+    ({"a": 1, "b": 1}, {"a": 6, "b": 6}, 8, {"a", "b"}, PREFIX),
+    ({"a": 5, "b": 5}, {"a": 6, "b": 6}, 8, {"c"}, IMBALANCE),  # 5 > 0 + 4: both out, c takes it (and caches it)
+    ({"a": 2, "b": 1}, {"a": 6, "b": 6}, 8, {"b"}, PREFIX),  # equal matches: the fewer in flight
     ({"b": 8}, {"b": 7}, 8, {"a", "c"}, NO_PREFIX),  # b at its limit 8: not eligible; nobody else matches
-    # limit 64: slack = max(2, ceil(64 * 0.25)) = 16; least loaded a at 1: b (50) and c (40) > 1 + 16
+    # the threshold: 4 of 10 blocks < 5 counts as nothing (least outstanding, any of the three); 5 counts
+    ({}, {"b": 4}, 8, {"a", "b", "c"}, NO_PREFIX),
+    ({}, {"b": 5}, 8, {"b"}, PREFIX),
+    ({"b": 1}, {"b": 4, "c": 6}, 8, {"c"}, PREFIX),  # b's 4 is under the threshold: c's 6 is the only match
+    # limit 16 (the bench's): slack = max(2, ceil(16 * 0.5)) = 8; a stall of 5 or 8 keeps its prefixes
+    ({"a": 1, "b": 6, "c": 1}, {"b": 9}, 16, {"b"}, PREFIX),  # 6 <= 1 + 8
+    ({"a": 0, "b": 8, "c": 3}, {"b": 9}, 16, {"b"}, PREFIX),  # 8 <= 0 + 8
+    ({"a": 0, "b": 9, "c": 3}, {"b": 9}, 16, {"a"}, IMBALANCE),  # 9 > 0 + 8: out; a (0) before c (3)
+    # limit 64: slack = max(2, ceil(64 * 0.5)) = 32; least loaded a at 1: b (50) and c (40) > 1 + 32
     ({"a": 1, "b": 50, "c": 40}, {"b": 9, "c": 9}, 64, {"a"}, IMBALANCE),
-    ({"a": 1, "b": 50, "c": 17}, {"b": 9, "c": 9}, 64, {"c"}, PREFIX),  # c: 17 <= 1 + 16
+    ({"a": 1, "b": 50, "c": 33}, {"b": 9, "c": 9}, 64, {"c"}, PREFIX),  # c: 33 <= 1 + 32
 ])
 def test_matched_blocks_against_load(in_flight, matched, limit, expect, reason):
     picked, reasons, none = run(in_flight, matched, limit=limit)
@@ -46,11 +54,18 @@ def test_matched_blocks_against_load(in_flight, matched, limit, expect, reason):
 @pytest.mark.parametrize("knobs,in_flight,expect", [
     (Knobs(slack_min=0, slack_frac=0), {"b": 1}, {"a", "c"}),  # no slack: any gap sends it to the least loaded
     (Knobs(slack_min=5, slack_frac=0), {"b": 5}, {"b"}),  # 5 <= 0 + 5
-    (Knobs(slack_min=0, slack_frac=0.5), {"b": 4}, {"b"}),  # ceil(8 * 0.5) = 4: 4 <= 4
-    (Knobs(slack_min=0, slack_frac=0.5), {"b": 5}, {"a", "c"}),  # 5 > 4
+    (Knobs(slack_min=0, slack_frac=0.25), {"b": 2}, {"b"}),  # ceil(8 * 0.25) = 2: 2 <= 2
+    (Knobs(slack_min=0, slack_frac=0.25), {"b": 3}, {"a", "c"}),  # 3 > 2
+    (Knobs(min_match=0.8), {}, {"a", "b", "c"}),  # b's 7 of 10 < ceil(10 * 0.8) = 8: no match
+    (Knobs(min_match=0), {}, {"b"}),  # any matched block counts
 ])
 def test_the_guard_knobs(knobs, in_flight, expect):
     assert run(in_flight, {"b": 7}, knobs=knobs)[0] == expect
+
+
+def test_the_header_shows_a_match_under_the_threshold_that_did_not_count():
+    c = choose(R, 8, {"a": 1, "c": 1}, lambda i: 2 if i == "b" else 0, 10, Knobs(), random.Random(0), held=lambda i: 0)
+    assert c.route.instance == "b" and (c.reason, c.matched) == (NO_PREFIX, 2)  # b was least loaded anyway
 
 
 @pytest.mark.parametrize("in_flight,bad,exclude,limit", [
@@ -73,8 +88,8 @@ def test_without_a_match_it_is_least_outstanding_draw_for_draw(in_flight, bad, e
 
 @pytest.mark.parametrize("blocks,in_flight,held,expect", [
     (5, {}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # a new prefix, all idle: the replica with the most room
-    (5, {"b": 2}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # b busier, but within the slack (2 <= 0 + 2): room first
-    (5, {"b": 3}, {"a": 90, "b": 10, "c": 40}, {"c"}),  # b 3 > 0 + 2: out; then room (c 40 < a 90)
+    (5, {"b": 4}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # b busier, but within the slack (4 <= 0 + 4): room first
+    (5, {"b": 5}, {"a": 90, "b": 10, "c": 40}, {"c"}),  # b 5 > 0 + 4: out; then room (c 40 < a 90)
     (5, {}, {"a": 10, "b": 10, "c": 40}, {"a", "b"}),  # equal room: at random
     (0, {}, {"a": 90, "b": 10, "c": 40}, {"a", "b", "c"}),  # under a block: plain least outstanding
 ])
@@ -90,19 +105,20 @@ def test_bad_and_excluded_replicas_are_never_chosen_however_much_they_match():
 
 
 def test_no_replica_is_flooded_or_starved_under_a_single_hot_prefix():
-    """300 requests of one prefix, each held while 9 more arrive (about 3 in flight per
-    replica): the prefix spreads, every replica stays within its limit, none is left idle while
-    another is more than ``slack`` ahead."""
+    """300 requests of one prefix, each held while 13 more arrive (14 in flight: more than two
+    replicas take within the slack of an idle third, 2 x (0 + 4) = 8): the prefix spreads to all
+    three, every replica stays within its limit, none is left idle while another is more than
+    ``slack`` ahead."""
     rng, held, in_flight, holders = random.Random(1), [], {}, set()
     for _ in range(300):
         c = choose(R, 8, in_flight, lambda i: 10 if i in holders else 0, 10, Knobs(), rng)
         assert c is not None
         loads = [in_flight.get(r.instance, 0) for r in R]
-        assert c.load <= min(loads) + 2  # the guard: never more than slack ahead of the least loaded
+        assert c.load <= min(loads) + 4  # the guard: never more than slack (4 at limit 8) ahead of the least loaded
         holders.add(c.route.instance)  # what the balancer does: the chosen replica now holds the prefix
         in_flight[c.route.instance] = c.load + 1
         held.append(c.route.instance)
-        if len(held) > 9:  # the oldest finishes
+        if len(held) > 13:  # the oldest finishes
             done = held.pop(0)
             in_flight[done] -= 1
         assert max(in_flight.values()) <= 8

@@ -105,9 +105,10 @@ async def test_the_imbalance_guard_spreads_a_hot_prefix(stack):
         return r.system_fingerprint
 
     first = await one(-1)  # the prefix finds its home
-    served = await asyncio.gather(*(one(i) for i in range(12)))  # 12 at once: 3 on home would put it 3 ahead
+    served = await asyncio.gather(*(one(i) for i in range(12)))  # 12 at once: 5 on home would put it 5 ahead
     assert served.count(first) < 12 and len(set(served)) >= 2, served  # it spilled to other replicas
-    assert served.count(first) >= 3  # home took what the slack (2) allowed before the guard fired
+    # home took what the slack allowed before the guard fired: max(2, ceil(8 / 2)) = 4 ahead, its 5th
+    assert served.count(first) >= 5, served
     assert decisions(g, "chat", "imbalance") > before
 
 

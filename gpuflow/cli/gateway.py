@@ -107,7 +107,7 @@ def add_commands(sub) -> None:
                    help="blocks of 128 characters the gateway remembers per replica for cache-aware routing "
                         "(an LRU; default 16384, about 0.5 M tokens: size it to the engines' prefix caches)")
     p.add_argument("--route-slack", type=int, default=2,
-                   help="cache-aware routing's guard: a replica more than max(this, limit/4) requests busier "
+                   help="cache-aware routing's guard: a replica more than max(this, limit/2) requests busier "
                         "than the least loaded one is passed over for its cached prefix (default 2)")
     p.set_defaults(fn=cmd_gateway)
 
