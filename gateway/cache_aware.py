@@ -19,10 +19,7 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    prefix: a copy costs a full prefill and pushes another prefix out of the second replica's
    cache. With a quarter of the limit as the gap, stalls of 5 requests at a limit of 16 did, and
    cost the bench its hits.
-4. **A match worth having**: a replica's match counts only when it covers at least ``min_match``
-   of the prompt's blocks (SGLang's ``cache_threshold``, 0.5): a short common header (one system
-   line every customer shares) does not pull every new prompt onto the replica that has it.
-5. **Among the candidates**: the most matched blocks (the least prefill); when none matches (a
+4. **Among the candidates**: the most matched blocks (the least prefill); when none matches (a
    new prefix), the fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by
    cache room, so no replica is handed more of them than its cache holds while another's is
    empty); then the fewest in flight; then at random. Reason ``prefix``; ``no-prefix`` when no
@@ -31,7 +28,14 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
 
 Why a guard and not a weighted cost (Dynamo's ``overlap_weight x prefill + decode``): a gap in
 requests is what an operator can read off the metrics and set, and the rule's choices can be
-listed in a table; the cost's weight depends on the model, the GPU and the prompt lengths."""
+listed in a table; the cost's weight depends on the model, the GPU and the prompt lengths.
+
+Why no ``cache_threshold`` (SGLang counts a match only above half the prompt): SGLang's tree is
+unbounded, so a partial match there is a different prompt. This index is an LRU sized to the
+engine's cache that drops a prefix from its tail, as the engine does: a partial match is mostly a
+prefix whose tail aged out, and its replica is still where it is best sent (elsewhere it is a
+full prefill, and one more prefix crowding that cache). A short header every prompt shares ends
+up on every replica, where matches tie and the least loaded wins."""
 
 from __future__ import annotations
 
@@ -52,11 +56,10 @@ REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)  # a least-outstandi
 class Knobs:
     slack_min: int = 2  # requests: the guard's gap is never under this
     slack_frac: float = 0.5  # of the replica limit: at 16 at once a replica may be 8 ahead, at 256, 128
-    min_match: float = 0.5  # share of the prompt's blocks a match must cover to count (SGLang's cache_threshold)
 
     def __post_init__(self):
-        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1 or not 0 <= self.min_match <= 1:
-            raise ValueError("cache-aware routing: slack_min >= 0, 0 <= slack_frac <= 1 and 0 <= min_match <= 1")
+        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1:
+            raise ValueError("cache-aware routing: slack_min >= 0 and 0 <= slack_frac <= 1")
 
     def slack(self, limit: int) -> int:
         return max(self.slack_min, math.ceil(limit * self.slack_frac))
@@ -96,9 +99,7 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     if not ok:
         return None
     load = [in_flight.get(r.instance, 0) for r in ok]
-    raw = [matched(r.instance) if blocks else 0 for r in ok]
-    need = max(1, math.ceil(blocks * knobs.min_match))  # fewer matched blocks than this count as none
-    got = [m if m >= need else 0 for m in raw]
+    got = [matched(r.instance) if blocks else 0 for r in ok]
     best_any = max(got)
     if blocks == 0:  # under one block: nothing to weigh but load
         low = min(load)
@@ -114,4 +115,4 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
     reason = NO_PREFIX if best_any == 0 else PREFIX if top == best_any else IMBALANCE
-    return Choice(ok[i], reason, raw[i], blocks, load[i], limit)  # the header shows what it held
+    return Choice(ok[i], reason, got[i], blocks, load[i], limit)
