@@ -20,7 +20,8 @@ policies; phases are interleaved over ``--rounds`` rounds.
 Printed per policy: TTFT p50/p90/p99, completed requests per second, the engines' cache hit rate
 and its ratio to the ideal (each prefix pinned to one replica: every request but a customer's
 first in a phase hits its whole shared prefix), the load spread (requests on the busiest
-replica / the mean), failures, and the gateway's CPU per request.
+replica / the mean), failures, the gateway's CPU per request, and how often the cache-aware
+guard passed a replica over (``imbalance`` decisions).
 
     make bench-routing   # or: .venv/bin/python bench/bench_routing.py [--seconds 12] [--rounds 2] ..."""
 
@@ -35,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 
 import aiohttp
 
@@ -189,7 +191,8 @@ def summary(res, ideal, seconds, cpu, replicas) -> dict:
 def merge(rows: list[dict]) -> dict:
     """Rounds together: sums where it adds, else the mean (TTFT percentiles: of the rounds' own)."""
     out = {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
-    out["n"], out["failed"] = sum(r["n"] for r in rows), sum(r["failed"] for r in rows)
+    for k in ("n", "failed", "guard"):
+        out[k] = sum(r[k] for r in rows)
     return out
 
 
@@ -197,10 +200,11 @@ def report(results: dict) -> None:
     for kind, by in results.items():
         print(f"\n{kind}")
         print(f"{'policy':<19}{'requests':>9}{'failed':>7}{'req/s':>7}{'TTFT p50':>10}{'p90':>8}{'p99':>8}"
-              f"{'hit':>6}{'/ideal':>8}{'spread':>7}{'gw CPU ms/req':>15}")
+              f"{'hit':>6}{'/ideal':>8}{'spread':>7}{'gw CPU ms/req':>15}{'guard':>7}")
         for pol, m in by.items():
             print(f"{pol:<19}{m['n']:>9}{m['failed']:>7}{m['rps']:>7.2f}{m['p50'] * 1000:>8.0f}ms{m['p90'] * 1000:>6.0f}ms"
-                  f"{m['p99'] * 1000:>6.0f}ms{m['hit']:>6.0%}{m['vs_ideal']:>8.0%}{m['spread']:>7.2f}{m['cpu_ms']:>15.2f}")
+                  f"{m['p99'] * 1000:>6.0f}ms{m['hit']:>6.0%}{m['vs_ideal']:>8.0%}{m['spread']:>7.2f}{m['cpu_ms']:>15.2f}"
+                  f"{m['guard']:>7.0f}")
     sp, np_ = results["shared-prefix"], results["no-prefix"]
     ca, lo = sp["cache-aware"], sp["least-outstanding"]
     checks = [
@@ -277,17 +281,25 @@ def main() -> None:
                 for pol in (POLICIES if rnd % 2 == 0 else POLICIES[::-1]):  # neither order favours one
                     for e in engines:
                         asyncio.run(_reset(e.port))
-                    pid = gateways[pol].p.pid
-                    c0 = cpu_s(pid)
-                    res, took = asyncio.run(phase(f"http://127.0.0.1:{gateways[pol].port}/v1/chat/completions",
-                                                  reqs, a.tokens))
+                    pid, port = gateways[pol].p.pid, gateways[pol].port
+                    c0, g0 = cpu_s(pid), guard_fired(port)
+                    res, took = asyncio.run(phase(f"http://127.0.0.1:{port}/v1/chat/completions", reqs, a.tokens))
                     rows[kind][pol].append(summary(res, ideal, took, cpu_s(pid) - c0, names))
-                    print(f"  round {rnd + 1} {kind:<14}{pol:<18} p90 {rows[kind][pol][-1]['p90'] * 1000:7.0f} ms",
-                          flush=True)
+                    rows[kind][pol][-1]["guard"] = guard_fired(port) - g0
+                    last = rows[kind][pol][-1]
+                    print(f"  round {rnd + 1} {kind:<14}{pol:<18} p90 {last['p90'] * 1000:7.0f} ms, guard fired "
+                          f"{last['guard']:.0f}x", flush=True)
         report({k: {p: merge(v) for p, v in by.items()} for k, by in rows.items()})
     finally:
         for p in list(gateways.values()) + engines:
             p.stop()
+
+
+def guard_fired(port: int) -> float:
+    """The gateway's ``imbalance`` decisions so far: requests the guard sent away from their best
+    match (only the cache-aware gateway makes them)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return gs.metric(r.read().decode(), "gpuflow_gateway_route_decisions_total", reason="imbalance")
 
 
 async def _reset(port: int) -> None:
