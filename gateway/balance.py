@@ -198,7 +198,8 @@ class Balancer:
             blocks = ()  # not routed by cache: nothing to remember
         else:
             c = choose(m.replicas, m.limit, self.in_flight, lambda i: self.index.matched(i, blocks), len(blocks),
-                       self.knobs, self.rng, self.bad_until, now, exclude, self.index.size)
+                       self.knobs, self.rng, self.bad_until, now, exclude, self.index.size,
+                       self.index.home(blocks) if blocks else None)
             r = c and c.route
         if r is None:
             return None

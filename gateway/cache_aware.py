@@ -19,12 +19,15 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    prefix: a copy costs a full prefill and pushes another prefix out of the second replica's
    cache. With a quarter of the limit as the gap, stalls of 5 requests at a limit of 16 did, and
    cost the bench its hits.
-4. **Among the candidates**: the most matched blocks (the least prefill); when none matches (a
-   new prefix), the fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by
-   cache room, so no replica is handed more of them than its cache holds while another's is
-   empty); then the fewest in flight; then at random. Reason ``prefix``; ``no-prefix`` when no
-   replica matched; ``imbalance`` when the guard left out one that matched more than the chosen.
-   With nothing matched and no sizes known, this is least outstanding, draw for draw.
+4. **Among the candidates**: the most matched blocks (the least prefill); when none matches, the
+   prefix's ``home`` (the replica it was last sent to, remembered longer than the blocks: a
+   prefix that aged out of the index goes back where it lived, so prefixes stay shared out as
+   they were); for a new prefix, the fewest blocks held (SGLang's "smallest tree": new prefixes
+   are shared out by cache room, so no replica is handed more of them than its cache holds while
+   another's is empty); then the fewest in flight; then at random. Reason ``prefix``;
+   ``no-prefix`` when no replica matched; ``imbalance`` when the guard left out one that matched
+   more than the chosen. With nothing matched, no home and no sizes known, this is least
+   outstanding, draw for draw.
 
 Why a guard and not a weighted cost (Dynamo's ``overlap_weight x prefill + decode``): a gap in
 requests is what an operator can read off the metrics and set, and the rule's choices can be
@@ -91,10 +94,10 @@ def eligible(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], b
 def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], matched: Callable[[str], int],
            blocks: int, knobs: Knobs, rng: random.Random, bad_until: dict[str, float] | None = None,
            now: float = 0.0, exclude: frozenset[str] = frozenset(),
-           held: Callable[[str], int] | None = None) -> Choice | None:
+           held: Callable[[str], int] | None = None, home: str | None = None) -> Choice | None:
     """The replica for a prompt of ``blocks`` whole blocks, of which replica r holds
-    ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all); None when no
-    replica is eligible (the request waits)."""
+    ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all), last sent to
+    ``home``; None when no replica is eligible (the request waits)."""
     ok = eligible(replicas, limit, in_flight, bad_until or {}, now, exclude)
     if not ok:
         return None
@@ -109,7 +112,10 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]
     top = max(got[i] for i in cands)
     cands = [i for i in cands if got[i] == top]
-    if top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
+    back = [i for i in cands if ok[i].instance == home] if top == 0 else []
+    if back:  # aged out of the index: back where it lived, if the guard allows
+        cands = back
+    elif top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
         room = [held(ok[i].instance) for i in cands]
         cands = [i for i, h in zip(cands, room) if h == min(room)]
     low = min(load[i] for i in cands)

@@ -10,6 +10,10 @@ whole blocks only).
 
 Each replica keeps an LRU of at most ``capacity`` hashes, and the whole index at most
 ``max_total``: everything is bounded (memory, blocks per replica, characters hashed per request).
+Beside it, ``homes`` remembers for longer (``HOME_FACTOR`` times a replica's capacity, in one LRU)
+which replica each block was last sent to: when a prefix has aged out of every replica's LRU (its
+customer was quiet for a while), it goes back where it lived rather than anywhere, so the
+prefixes stay shared out as they were (SGLang's unbounded tree keeps them put the same way).
 The hashes are Python's own (``hash`` of a tuple), salted per process: fast, and never shown to
 anyone or kept across processes."""
 
@@ -22,6 +26,7 @@ BLOCK_CHARS = 128  # AIBrix's block: ~32 tokens of English text
 MAX_PROMPT_CHARS = 128 * 1024  # characters hashed per request, at most (1,024 blocks); the rest is not looked at
 CAPACITY = 16384  # blocks per replica (2 MiB of text, ~0.5 M tokens) when the engine does not say
 MAX_TOTAL = 500_000  # blocks in the whole index (~50 MB of entries), however many replicas
+HOME_FACTOR = 8  # homes: remembered for 8 replicas' worth of blocks (one entry each, whichever replica)
 
 
 def prompt_text(body: Any, limit: int = MAX_PROMPT_CHARS) -> str:
@@ -89,6 +94,8 @@ class PrefixIndex:
         self.capacity, self.max_total = capacity, max_total
         self.replicas: dict[str, OrderedDict[int, None]] = {}
         self.total = 0
+        self.homes: OrderedDict[int, str] = OrderedDict()  # block hash -> the replica it was last sent to
+        self.home_capacity = min(max_total, HOME_FACTOR * capacity)
 
     def matched(self, instance: str, hashes: tuple[int, ...]) -> int:
         """How many leading blocks of ``hashes`` ``instance`` holds. Chained hashes: the first
@@ -121,6 +128,23 @@ class PrefixIndex:
         self.total += len(blocks) - before
         if self.total > self.max_total:
             self._trim()
+        homes = self.homes
+        for h in reversed(hashes[:self.capacity]):
+            homes[h] = instance
+            homes.move_to_end(h)
+        while len(homes) > self.home_capacity:
+            homes.popitem(last=False)
+
+    def home(self, hashes: tuple[int, ...]) -> str | None:
+        """The replica the longest remembered prefix of ``hashes`` was last sent to (None: none
+        is), whether or not that replica's LRU still holds it."""
+        last = None
+        for h in hashes:
+            r = self.homes.get(h)
+            if r is None:
+                break
+            last = r
+        return last
 
     def _trim(self) -> None:
         """Over ``max_total``: the replica holding the most gives up its oldest blocks (one pass
@@ -142,6 +166,8 @@ class PrefixIndex:
         b = self.replicas.pop(instance, None)
         if b:
             self.total -= len(b)
+        if instance in self.homes.values():  # a table change, not a request: a pass over the homes is fine
+            self.homes = OrderedDict((h, i) for h, i in self.homes.items() if i != instance)
 
     def keep_only(self, instances: Iterable[str]) -> None:
         """Every replica not in ``instances`` leaves the index."""

@@ -91,6 +91,21 @@ def test_a_new_prefix_goes_where_there_is_room(blocks, in_flight, held, expect):
     assert got == expect
 
 
+@pytest.mark.parametrize("in_flight,matched,home,expect", [
+    ({}, {}, "c", {"c"}),  # aged out of the index (nothing matched): back to c, though b has the most room
+    ({"c": 4}, {}, "c", {"c"}),  # c busier, within the slack (4 <= 0 + 4): still home
+    ({"c": 5}, {}, "c", {"b"}),  # 5 > 0 + 4: the guard leaves c out; then room (b holds 10, a 90)
+    ({"c": 8}, {}, "c", {"b"}),  # c at its limit 8: not eligible
+    ({}, {"a": 3}, "c", {"a"}),  # a match, however short, comes before a home
+    ({}, {}, "gone", {"b"}),  # a home no longer in the table: room decides
+])
+def test_a_prefix_that_aged_out_of_the_index_goes_home(in_flight, matched, home, expect):
+    held = {"a": 90, "b": 10, "c": 40}
+    got = {choose(R, 8, in_flight, lambda i: matched.get(i, 0), 5, Knobs(), random.Random(s), held=held.get,
+                  home=home).route.instance for s in range(40)}
+    assert got == expect
+
+
 def test_bad_and_excluded_replicas_are_never_chosen_however_much_they_match():
     picked, reasons, _ = run({}, {"a": 10, "b": 9}, bad={"a": 99.0}, exclude=("b",))
     assert picked == {"c"} and reasons == {NO_PREFIX}  # c matches nothing but is the only one left

@@ -91,3 +91,25 @@ def test_forget_and_keep_only():
     assert ix.size("a") == 0 and ix.total == 4
     ix.keep_only({"c"})
     assert set(ix.replicas) == {"c"} and ix.total == 2
+
+
+def test_a_prefix_keeps_its_home_after_it_aged_out_of_the_lru():
+    ix = PrefixIndex(capacity=4)  # homes: 8 x 4 = 32 blocks, whichever replica
+    cust = block_hashes("c" * 16, 4)  # a customer's 4 blocks
+    ix.insert("a", cust)
+    ix.insert("a", block_hashes("x" * 16, 4))  # 4 other blocks push the customer out of a's LRU
+    assert ix.matched("a", cust) == 0 and ix.home(cust) == "a"  # but a is still where it lived
+    longer = cust + block_hashes("c" * 16 + "q" * 8, 4)[4:]  # the customer's prefix and a question
+    assert ix.home(longer) == "a" and ix.home(block_hashes("z" * 16, 4)) is None
+    ix.insert("b", cust[:2])  # its head went to b since: the deepest remembered block says a
+    assert ix.home(cust) == "a" and ix.home(cust[:2]) == "b"
+    ix.forget("a")  # a left: none of its homes stay
+    assert ix.home(cust) == "b" and "a" not in ix.homes.values()
+
+
+def test_homes_are_bounded():
+    ix = PrefixIndex(capacity=2)  # homes: 16 blocks
+    for i in range(10):
+        ix.insert("a", block_hashes(chr(97 + i) * 8, 4))  # 2 blocks each: 20 > 16
+    assert len(ix.homes) == 16 and ix.home(block_hashes("a" * 8, 4)) is None  # the oldest went
+    assert ix.home(block_hashes("j" * 8, 4)) == "a"
