@@ -43,7 +43,7 @@ class GatewaySettings:
     prefix_block_chars: int = 128  # the prefix index's block, in characters of prompt text
     prefix_cache_blocks: int = 16384  # blocks remembered per replica (LRU): no engine reports its cache to us yet
     max_prompt_chars: int = 128 * 1024  # of a prompt, hashed for routing at most (the rest is not looked at)
-    route_slack: int = 2  # the guard: a replica more than max(this, limit / 4) requests busier than the least
+    route_slack: int = 2  # the guard: a replica more than max(this, limit / 2) requests busier than the least
     #                       loaded one gets no request for its cached prefix (gateway/cache_aware.py)
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
