@@ -12,13 +12,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from scheduler.bounds import Count, CpuText, Indexes, Lines, MAX_ITEMS, Name, ShortText, Text
 from scheduler.cluster import Claim, Subordinate
 from scheduler.limits import MAX_GPUS
 
-Figure = Annotated[int, Field(ge=0, le=2**63)]  # bytes, layers, tokens: the estimate's own figures
+FIGURE_MAX = 2**63
+
+
+def clip_figure(v: object) -> object:
+    """A figure the estimate computed from a model file (a hostile header can make one vast) is
+    cut to FIGURE_MAX rather than refused: refused, the decision that carries it would fail its
+    activity on every retry (bounds never refuse what our own code wrote; scheduler/bounds.py)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return max(-FIGURE_MAX, min(v, FIGURE_MAX))
+    return v
+
+
+Figure = Annotated[int, BeforeValidator(clip_figure), Field(ge=-FIGURE_MAX, le=FIGURE_MAX)]  # bytes, layers, tokens
 Score = Annotated[float, Field(le=1e9)]
 MAX_WORKERS = 100_000  # workers one decision saw (a filter's removed list, the snapshot's generations)
 MAX_CANDIDATES = 100  # candidates listed (activities/decider.py keeps the best TOP_CANDIDATES)
@@ -49,7 +61,7 @@ class RequestSummary(BaseModel):
     """scheduler/summary.py ``request_summary``: a GGUF file's figures, or a flat request's."""
 
     kind: Literal["gguf", "flat"]
-    architecture: ShortText | None = None  # gguf
+    architecture: Text | None = None  # gguf: the file's own name for it, clipped like any text it brings
     layers: Figure | None = None
     context_size: Figure | None = None
     full_offload_vram: Figure | None = None

@@ -20,6 +20,7 @@ from contracts import control as cp
 from contracts import drain, hosts, placement, queue, records
 from contracts.host import BookingAsk
 from contracts import host as ch
+from scheduler.bounds import MAX_TEXT
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from contracts import agent as hp
@@ -125,3 +126,21 @@ def model_problems(model: type[BaseModel], seen: set) -> list[str]:
 @pytest.mark.parametrize("model", INPUTS, ids=lambda m: m.__name__)
 def test_every_field_of_every_input_is_bounded(model):
     assert model_problems(model, set()) == []
+
+
+# What our own code computes from a model file is clipped, never refused: refused, the decision that
+# carries it would fail the estimate or place activity on every retry, and the replica would wait
+# forever instead of hearing about its file. A hostile GGUF header names the architecture and sets
+# the dimensions the figures come from.
+@pytest.mark.parametrize("field, value, kept", [
+    ("architecture", "a" * 5000, lambda v: v.startswith("a" * 100) and len(v) <= MAX_TEXT),  # cut to MAX_TEXT
+    ("full_offload_vram", 2**70, lambda v: v == 2**63),   # 2^70 bytes: cut to 2^63
+    ("context_size", 2**64 - 1, lambda v: v == 2**63),    # a uint64 read as is
+    ("layers", 40, lambda v: v == 40),                    # an ordinary figure passes as it is
+])
+def test_a_model_files_figures_are_clipped_not_refused(field, value, kept):
+    from contracts.decision import DecisionRecord, RequestSummary
+
+    s = RequestSummary.model_validate({"kind": "gguf", field: value})
+    assert kept(getattr(s, field))
+    DecisionRecord(scheduled=False, request=s)  # the record that carries it validates too
