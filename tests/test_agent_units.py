@@ -11,7 +11,7 @@ from scheduler.errors import InvalidInput
 from scheduler.units import GiB
 from worker_agent.inventory import from_file
 from worker_agent.processes import build_argv, visibility_env
-from workflows.instance import backoff
+from workflows.instance_machine import backoff
 
 
 @pytest.mark.parametrize("command,port,path,gpus,argv", [

@@ -33,15 +33,21 @@ NO_IO = {"aiohttp", "httpx", "requests", "urllib3", "sqlalchemy", "sqlmodel", "p
          "sqlite3", "temporalio.client", "temporalio.worker", "temporalio.service", "socket", "subprocess"}
 
 
-def imported(path: pathlib.Path) -> set[str]:
-    """The top-level packages of ours that ``path`` imports, wherever the import stands."""
-    tops = set()
+def import_names(path: pathlib.Path) -> set[str]:
+    """Every dotted name ``path`` imports, wherever the import stands: ``import a.b`` gives a.b;
+    ``from a import b`` gives a, and a.b (b may be a module)."""
+    names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            tops |= {a.name.split(".")[0] for a in node.names}
+            names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            tops.add(node.module.split(".")[0])
-    return tops & OURS
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def imported(path: pathlib.Path) -> set[str]:
+    """The top-level packages of ours that ``path`` imports."""
+    return {n.split(".")[0] for n in import_names(path)} & OURS
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -55,19 +61,9 @@ def modules() -> dict[str, pathlib.Path]:
 
 
 def imports_of(path: pathlib.Path, known: dict[str, pathlib.Path]) -> tuple[set[str], set[str]]:
-    """(modules of ours, other modules) that ``path`` imports, wherever the import stands. ``from a
-    import b`` imports a, and a.b too where that is a module of ours."""
-    ours, other = set(), set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        else:
-            continue
-        for n in names:
-            (ours if n.split(".")[0] in OURS else other).add(n)
-    return {n for n in ours if n in known}, other
+    """(modules of ours, other names) that ``path`` imports (import_names)."""
+    names = import_names(path)
+    return {n for n in names if n in known}, {n for n in names if n.split(".")[0] not in OURS}
 
 
 def reach(start: str, known: dict[str, pathlib.Path]) -> tuple[set[str], set[str]]:
@@ -164,9 +160,7 @@ def test_workflow_modules_import_nothing_that_does_io():
     wrong = {}
     for p in sorted((ROOT / "workflows").rglob("*.py")):
         tree = ast.parse(p.read_text(), str(p))
-        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
-        bad = sorted(m for m in names if m.split(".")[0] not in WORKFLOW_IMPORTS | OURS)
+        bad = sorted(m for m in import_names(p) if m.split(".")[0] not in WORKFLOW_IMPORTS | OURS)
         clock = sorted({f"{ast.unparse(n.func)}()" for n in ast.walk(tree) if isinstance(n, ast.Call)
                         and isinstance(n.func, ast.Attribute) and n.func.attr in CLOCK_CALLS
                         and ast.unparse(n.func.value) != "workflow"})

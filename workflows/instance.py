@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import instance_machine as m
     from workflows.host_steps import HostSteps
     from workflows.inputs import one_input
-    from workflows.instance_machine import InstanceState, backoff  # noqa: F401  (backoff: its old home)
+    from workflows.instance_machine import InstanceState
     from workflows.place_steps import PlaceSteps
 
 

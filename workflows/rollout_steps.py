@@ -126,18 +126,18 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     if cur is not None and cur.result == "rolling":
         _record(r, cur.version, "replaced", f"version {r.latest} came before its rollout finished")
     if undo is not None:
-        _log(r, "undo", [], f"from version {r.version} to {undo[1]}")
+        log_step(r, "undo", [], f"from version {r.version} to {undo[1]}")
     r.version, r.rolled_back = r.latest, False
     recreate = new.rollout.strategy == "recreate"
     _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
     if recreate:
         r.rolling, r.good = False, None
         r.status = f"recreated as version {r.version}"
-        _log(r, "recreate", [], f"strategy recreate: every replica stopped, version {r.version} started")
+        log_step(r, "recreate", [], f"strategy recreate: every replica stopped, version {r.version} started")
         return Change(raw=raw, recreate=True)
     r.rolling = True
     r.status = f"rolling from version {r.from_version} to {r.version}"
-    _log(r, "begin", [], r.status)
+    log_step(r, "begin", [], r.status)
     return Change(raw=raw)
 
 
@@ -217,7 +217,8 @@ def _now() -> str:
     return workflow.now().isoformat(timespec="seconds")
 
 
-def _log(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
+def log_step(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
+    """A step of the rollout, in its log (a WAIT repeating the last one is not logged again)."""
     last = r.steps[-1] if r.steps else None
     if action == WAIT and last and last["action"] == WAIT and last["reason"] == reason:
         return
@@ -260,7 +261,7 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
 def done(r: RolloutState, reason: str, keep: set[str]) -> None:
     """Every replica runs the target and answers: the rollout ends; the version was good. What it
     kept per replica is kept only for ``keep`` (the deployment's instances and those stopping)."""
-    _log(r, DONE, [], reason)
+    log_step(r, DONE, [], reason)
     r.rolling, r.good = False, None
     if not r.rolled_back:
         r.status = f"version {r.version} rolled out"
@@ -273,7 +274,7 @@ def roll_back(r: RolloutState, reason: str) -> dict | None:
     to become the deployment's spec), and the failed version is recorded so undo never goes back
     to it. If the good spec fails as well (or none is known), the rollout halts where it is and
     keeps what serves (None)."""
-    _log(r, ROLLBACK, [], reason)
+    log_step(r, ROLLBACK, [], reason)
     why = reason.removeprefix("rolled back: ")
     if r.rolled_back or r.good is None:
         r.rolling, r.status = False, f"halted: {why} while rolling back"
@@ -282,11 +283,6 @@ def roll_back(r: RolloutState, reason: str) -> dict | None:
     _record(r, r.version, "rolled back", why)
     r.version, r.rolled_back, r.status = r.good_version, True, reason
     return r.good
-
-
-def log_step(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
-    """A step the deployment took (START, STOP, WAIT), in the rollout's log."""
-    _log(r, action, names, reason, fallback)
 
 
 def _prune(r: RolloutState, keep: set[str]) -> None:
