@@ -11,16 +11,15 @@ from typing import Awaitable, Callable
 from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 
 from activities import host_news
 from activities.host_estimate import readers, record_paths
+from activities.placement import valid_spec
 from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.control import HostNews, HostReport
 from contracts.hosts import HostLost, HostRef, ModelPaths, ReadersAsk
 from scheduler.estimate_inputs import ReaderHosts
-from scheduler.spec import ModelSpec
 from store import ledger, records
 
 
@@ -64,11 +63,7 @@ class HostStateActivities:
     @activity.defn(name=c.MODEL_READERS)
     async def model_readers(self, ask: ReadersAsk) -> ReaderHosts:
         """The hosts to ask to read a local model path (scheduler/model_readers.py), and why the others were not."""
-        try:
-            spec = ModelSpec.model_validate(ask.spec)
-        except ValueError as e:
-            raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
-        return await self.runner.run(readers, self.engine, spec)
+        return await self.runner.run(readers, self.engine, valid_spec(ask.spec))
 
     @activity.defn(name=c.RECORD_MODEL_PATHS)
     async def record_model_paths(self, paths: ModelPaths) -> None:

@@ -35,6 +35,7 @@ PLACE_TRIES = 3  # decisions the place activity makes while the ledger refuses i
 
 
 def valid_spec(raw: dict) -> ModelSpec:
+    """``raw`` as a ModelSpec; one that does not validate fails the activity for good (its fault)."""
     try:
         return ModelSpec.model_validate(raw)
     except ValueError as e:
