@@ -25,7 +25,7 @@ from contracts.control import Timings  # noqa: E402
 from store import db, records  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
-from gpuflow.ports import free_port  # noqa: E402
+from gpuflow.ports import server_port  # noqa: E402
 from gpuflow.runtime import connect  # noqa: E402
 from gpuflow.settings import TemporalSettings  # noqa: E402
 from scheduler.spec import ModelSpec  # noqa: E402
@@ -76,7 +76,7 @@ async def placements(lv_engine, client, n: int, per_deployment: int, a_timeout: 
 async def main(a) -> None:
     tmp = tempfile.mkdtemp(prefix="gpuflow-bench-")
     if True:
-        stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None,
+        stack = Stack(os.path.join(tmp, "gpuflow"), port=server_port(), ui_port=None,
                       env={f"GPUFLOW_TIMINGS__{k.upper()}": str(v) for k, v in T.model_dump().items()})
         engine = db.make_engine(f"sqlite:///{os.path.join(stack.data_dir, 'gpuflow.db')}")
         db.init_db(engine)

@@ -35,7 +35,7 @@ from store.tables import InstanceRow  # noqa: E402
 from bench_control_plane import ceiling, pct  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
-from gpuflow.ports import free_port  # noqa: E402
+from gpuflow.ports import server_port  # noqa: E402
 from gpuflow.runtime import connect  # noqa: E402
 from gpuflow.settings import TemporalSettings  # noqa: E402
 from scheduler.spec import ModelSpec  # noqa: E402
@@ -146,7 +146,7 @@ async def main(a) -> None:
     if a.database_url:  # the store on PostgreSQL, in a schema of this run's own
         schema, drop = pg_schema(a.database_url)
         env["GPUFLOW_DATABASE_SCHEMA"] = schema
-    stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env=env, database_url=a.database_url)
+    stack = Stack(os.path.join(tmp, "gpuflow"), port=server_port(), ui_port=None, env=env, database_url=a.database_url)
     writer = db.make_engine(stack.database_url, schema=schema)
     db.init_db(writer)
     print(f"store: {'PostgreSQL, schema ' + schema if schema else 'SQLite'}; {a.servers} control-plane worker(s)")

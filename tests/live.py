@@ -17,7 +17,7 @@ import yaml
 from contracts.control import Timings
 from store import db, records
 from gpuflow.dev import Stack
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from gpuflow.runtime import connect
 from gpuflow.settings import TemporalSettings
 from scheduler.spec import ModelSpec
@@ -54,7 +54,7 @@ class Live:
         env = {**timings_env(t), **(env or {})}
         if schema:
             env["GPUFLOW_DATABASE_SCHEMA"] = schema
-        self.stack = Stack(os.path.join(tmp, "gpuflow"), port=free_port(), ui_port=None, env=env,
+        self.stack = Stack(os.path.join(tmp, "gpuflow"), port=server_port(), ui_port=None, env=env,
                            database_url=database_url)
         url = database_url or f"sqlite:///{os.path.join(self.stack.data_dir, 'gpuflow.db')}"
         self.engine = db.make_engine(url, schema=schema)

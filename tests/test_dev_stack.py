@@ -9,13 +9,13 @@ import subprocess
 import sys
 import time
 
-from gpuflow.ports import free_port
+from gpuflow.ports import free_port, server_port
 from worker_agent.processes import ProcessTable, pid_alive
 
 
 def test_dev_demo_then_ctrl_c_stops_everything(tmp_path):
     data = tmp_path / "dev"
-    port, ui = free_port(), free_port()
+    port, ui = server_port(), server_port()
     p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--demo", "--data-dir", str(data),
                           "--port", str(port), "--ui-port", str(ui), "--gateway-port", str(free_port()),
                           "--agent-name", "devlocal"],
@@ -92,9 +92,9 @@ def test_dev_serves_a_real_gguf_out_of_the_box(tmp_path, smollm2):
     import json
     import urllib.request
 
-    port, data = free_port(), tmp_path / "dev"
+    port, data = server_port(), tmp_path / "dev"
     p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--data-dir", str(data), "--port", str(port),
-                          "--ui-port", str(free_port()), "--gateway-port", str(free_port()), "--agent-name", "box"],
+                          "--ui-port", str(server_port()), "--gateway-port", str(free_port()), "--agent-name", "box"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out = _read_until(p, "gpuflow dev is up", 120)
