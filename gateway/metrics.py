@@ -83,6 +83,7 @@ class SSEWatch:
     def __init__(self):
         self.tail = b""
         self.usage = None
+        self.done = False  # the stream's closing ``data: [DONE]`` went by
 
     def feed(self, data: bytes) -> int:
         """How many events that carry content ``data`` completed."""
@@ -93,7 +94,10 @@ class SSEWatch:
             if not line.startswith(b"data:"):
                 continue
             payload = line[5:].strip()
-            if not payload or payload == b"[DONE]":
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            if not payload:
                 continue
             try:
                 ev = json.loads(payload)

@@ -136,6 +136,8 @@ class Relay(Response):
         ctype = next((v for k, v in resp.headers if k == b"content-type"), b"")
         self.sse = SSEWatch() if stream or ctype.startswith(b"text/event-stream") else None
         self.keep = ctype.startswith(b"application/json") and self.sse is None
+        length = next((v for k, v in resp.headers if k == b"content-length"), None)
+        self.length = int(length) if length is not None and length.isdigit() else None
         self.status_code = resp.status
         self.background = None
         self.cold = False  # set by the gateway: the request arrived with no replica (gateway/wake.py)
@@ -143,7 +145,7 @@ class Relay(Response):
         self.admitted = False  # set by the gateway: the tenant's admission (tenant_limits.py) ends with this answer
 
     async def __call__(self, scope, receive, send) -> None:
-        m, kept, last_content, n_kept = self.gw.metrics, [], None, 0
+        m, kept, last_content, n_kept, sent = self.gw.metrics, [], None, 0, 0
         code = str(self.resp.status)
         try:
             await send({"type": "http.response.start", "status": self.resp.status,
@@ -168,6 +170,7 @@ class Relay(Response):
                     kept.append(chunk)
                     n_kept += len(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                sent += len(chunk)
                 chunk = await self.resp.chunk()
             self.watch.stop()  # from here a disconnect is the normal end
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -175,7 +178,10 @@ class Relay(Response):
             if not self.watch.fired:
                 raise
             asyncio.current_task().uncancel()
-            code = "499"  # the client went away: the replica's connection is closed, its work stops
+            # the client went away: the replica's connection is closed, its work stops. A client that
+            # had the whole answer may hang up before the replica's end (the openai client closes a
+            # stream at its [DONE]): that answer was served
+            code = code if self.complete(sent) else "499"
         except UpstreamError as e:
             # bytes have reached the client: the failure is not hidden, the connection ends unfinished
             code = "504" if isinstance(e, IdleTimeout) else "502"
@@ -191,6 +197,13 @@ class Relay(Response):
             m.requests.labels(self.model, self.tenant, code).inc()
             m.duration.labels(self.model).observe(time.perf_counter() - self.t0)
             self._usage(kept)
+
+    def complete(self, sent: int) -> bool:
+        """Whether the client has been sent the whole answer: a stream's ``[DONE]``, or every byte
+        its content-length announced."""
+        if self.sse is not None and self.sse.done:
+            return True
+        return self.length is not None and sent >= self.length
 
     def _usage(self, kept: list[bytes]) -> None:
         usage = self.sse.usage if self.sse is not None else None

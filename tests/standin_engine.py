@@ -1,9 +1,10 @@
 """A stand-in inference server speaking the OpenAI API (a real process, for the gateway's tests
 and bench): ``--token-s`` per generated token, ``max_tokens`` tokens (default 4), streaming or
-not, with ``usage``; ``--mode error`` answers 500, ``--mode hang`` never answers. Every answer
+not, with ``usage``; ``--mode error`` answers 500, ``--mode hang`` never answers, ``--mode linger``
+keeps a stream open for 2 s after its ``[DONE]``. Every answer
 names the replica (``system_fingerprint`` and the ``x-replica`` header).
 
-    python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang]"""
+    python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang|linger]"""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def make_app(name: str, token_s: float, mode: str) -> Starlette:
         base = {"id": f"cmpl-{name}-{time.monotonic_ns()}", "created": int(time.time()), "model": body.get("model"),
                 "system_fingerprint": name}
         if body.get("stream"):
-            return StreamingResponse(_stream(base, n, chat, token_s, usage, body), media_type="text/event-stream",
+            return StreamingResponse(_stream(base, n, chat, token_s, usage, body, 2.0 if mode == "linger" else 0.0),
+                                     media_type="text/event-stream",
                                      headers=hdr)
         await asyncio.sleep(token_s * n)
         text = "".join(f"tok{i} " for i in range(n))
@@ -70,7 +72,7 @@ def make_app(name: str, token_s: float, mode: str) -> Starlette:
                              Route("/health", health)])
 
 
-async def _stream(base, n, chat, token_s, usage, body):
+async def _stream(base, n, chat, token_s, usage, body, linger_s: float):
     obj = "chat.completion.chunk" if chat else "text_completion"
     if chat:
         yield _event({**base, "object": obj, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
@@ -82,6 +84,8 @@ async def _stream(base, n, chat, token_s, usage, body):
     if (body.get("stream_options") or {}).get("include_usage"):
         yield _event({**base, "object": obj, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
+    if linger_s:
+        await asyncio.sleep(linger_s)
 
 
 def _event(d) -> bytes:
@@ -94,7 +98,7 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--name", default="standin")
     p.add_argument("--token-s", type=float, default=0.005)
-    p.add_argument("--mode", choices=["ok", "error", "hang"], default="ok")
+    p.add_argument("--mode", choices=["ok", "error", "hang", "linger"], default="ok")
     a = p.parse_args()
     uvicorn.run(make_app(a.name, a.token_s, a.mode), host=a.host, port=a.port, log_level="warning", access_log=False,
                 loop="uvloop", http="httptools", timeout_graceful_shutdown=2)  # a hung request does not hold SIGTERM

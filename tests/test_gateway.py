@@ -69,6 +69,30 @@ def test_openai_client_plain_streaming_models_and_errors(store, procs, tmp_path)
     assert gs.metric(m, "gpuflow_gateway_in_flight", model="chat") == 0
 
 
+def test_a_stream_the_client_closes_at_its_done_is_served_and_one_cut_short_is_499(sqlite_store, procs, tmp_path):
+    # The openai client closes a stream at its [DONE]; an engine may end its response later. The
+    # answer was whole: counted 200. A client that leaves before the [DONE] is counted 499.
+    url, schema, engine = sqlite_store
+    e = gs.engine("slow-end", mode="linger")  # the replica keeps each stream open 2 s after [DONE]
+    procs.append(e)
+    gs.deploy(engine, "chat")
+    gs.running(engine, "chat-0", "chat", e.port)
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "chat", 1)
+    c = client(g)
+    for _ in range(3):  # the openai client reads to [DONE], then closes the connection
+        chunks = list(c.chat.completions.create(model="chat", messages=MSG, max_tokens=3, stream=True))
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == "tok0 tok1 tok2 "
+    with httpx.stream("POST", f"http://127.0.0.1:{g.port}/v1/chat/completions",
+                      json={"model": "chat", "messages": MSG, "max_tokens": 50, "stream": True}) as r:
+        next(r.iter_lines())  # the first event only, then away
+    gs.wait_for(lambda: gs.metric(scrape(g), "gpuflow_gateway_in_flight", model="chat") == 0, 10, "every stream ended")
+    m = scrape(g)
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="200") == 3
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="499") == 1
+
+
 async def test_two_replicas_share_the_load_and_a_killed_one_loses_no_request(sqlite_store, procs, tmp_path):
     url, schema, engine = sqlite_store
     a, b = gs.engine("ra", token_s=0.01), gs.engine("rb", token_s=0.01)
