@@ -72,8 +72,8 @@ def llama_cpp_options(params: list[str], base: LlamaCppOptions) -> tuple[LlamaCp
         o = replace(o, cache_type_k=v.lower())
     if (v := find(params, "--cache-type-v", "-ctv")) is not None:
         o = replace(o, cache_type_v=v.lower())
-    if has(params, "--flash-attn", "-fa", "--flash-attention"):
-        o = replace(o, flash_attention=True)
+    if (v := find(params, "--flash-attn", "-fa")) is not None:  # on/off/auto (auto costed as off: more memory)
+        o = replace(o, flash_attention=v.lower() in ("on", "enabled", "true", "1"))
     if has(params, "--no-mmap"):
         o = replace(o, mmap=False)
     if has(params, "--no-kv-offload", "-nkvo"):
@@ -88,8 +88,8 @@ def user_tensor_split(params: list[str]) -> list[float] | None:
     v = find(params, "--tensor-split", "-ts")
     if v is None:
         return None
-    try:
-        return [float(x) for x in v.split(",")]
+    try:  # llama-server splits on ',' or '/' (3,1 or 3/1)
+        return [float(x) for x in v.replace("/", ",").split(",") if x]
     except ValueError:
         raise InvalidInput(f"backend parameter --tensor-split must be comma-separated numbers, got {v!r}") from None
 

@@ -127,8 +127,10 @@ VARIANTS = [  # and variants of them
     ("llama.cpp", ["-hfd", "evil/d"], "-hfd", True),
     ("llama.cpp", ["-hf", "evil/m"], "-hf", True),
     ("llama.cpp", ["--spec-draft-hf", "evil/d"], "--spec-draft-hf", True),
-    ("llama.cpp", ["--lora", "mmproj.gguf,OUT/x.gguf"], "--lora", False),  # the second of a comma list
-    ("llama.cpp", ["--chat-template-file", "secret.txt"], "--chat-template-file", False),
+    # the second of a comma list (and at deploy: llama-cpp-python takes one LoRA file)
+    ("llama.cpp", ["--lora", "mmproj.gguf,OUT/x.gguf"], "--lora", True),
+    # at deploy: llama-cpp-python has no --chat-template-file (the agent alone would refuse its file)
+    ("llama.cpp", ["--chat-template-file", "secret.txt"], "--chat-template-file", True),
     ("llama.cpp", ["-md", "http://evil.example/d.gguf"], "-md", True),
     ("llama.cpp", ["--media-path", "/"], "--media-path", True),  # clients would read the host's files
 ]

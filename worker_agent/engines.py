@@ -8,6 +8,7 @@ booked from it) is kept instead of ours.
 | vllm | vllm serve PATH --served-model-name M --host ADDR --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
 | llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
+| llama.cpp (--llama-cpp-python PY) | PY -m llama_cpp.server --model PATH ... (flags translated) | --n_gpu_layers, --tensor_split |
 | custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} |
 
 Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each subordinate's
@@ -33,7 +34,7 @@ import shutil
 from dataclasses import dataclass, replace
 
 from scheduler import params
-from scheduler.engine_flags import check_flags
+from scheduler.engine_flags import check_flags, llama_cpp_python
 from scheduler.errors import InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec_env import env_problems
@@ -215,11 +216,12 @@ def llama_cpp_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str
 
 def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
     """llama.cpp through llama-cpp-python's OpenAI-compatible server (same placement, its own
-    flag names; llama-server's -c/--ctx-size become --n_ctx)."""
-    u = list(req.backend_parameters)
-    for i, t in enumerate(u[:-1]):
-        if t in ("-c", "--ctx-size"):
-            u[i] = "--n_ctx"
+    flag names: scheduler/engine_flags/llama_cpp_python.py turns -c 2048 and --ctx-size=2048 into
+    --n_ctx 2048, -fa on into --flash_attn true...). A flag it has none for (one an operator
+    allowed past validation) is refused here, before the engine starts."""
+    u, problems = llama_cpp_python.translate(list(req.backend_parameters), cfg.allow_engine_flags)
+    if problems:
+        raise LaunchRefused("; ".join(problems))
     split = req.tensor_split if req.tensor_split and len(req.tensor_split) > 1 else None
     return ([cfg.llama_cpp_python, "-m", "llama_cpp.server", "--model", _need_model(req), "--host", cfg.host,
              "--port", str(port)]

@@ -37,14 +37,24 @@ At spec validation no host is known: files are checked lexically (no '..' out of
 folder; absolute paths are the agent's to judge), and the operator's flags are the control
 plane's. The agent checks again, with its own --allow-engine-flag and its files.
 
-Python engines read '_' as '-' and take any unambiguous prefix of a long flag; only exact
-spellings are on the lists, so an abbreviation is refused (naming the flag it abbreviates when
-that is owned or a placement input). ``--flag value`` and ``--flag=value`` are both read;
-negative numbers are values.
+vLLM and llama-server read '_' as '-' in long flags (SGLang does not: there '--tp_size' is refused
+naming '--tp-size'); vLLM and SGLang (argparse) take any unambiguous prefix of a long flag. Only
+full spellings are on the lists, so an abbreviation is refused at validation, naming the flag it
+abbreviates: gpuflow reads flags (``scheduler/params.py``) only as written in full, and reading an
+abbreviation as its flag would need each engine version's whole flag list to know what a prefix
+means. The flags gpuflow reads (PLACEMENT_INPUTS, llama.cpp's ESTIMATE_INPUTS) pass only in the
+spellings gpuflow reads: every one llama-server documents (-c and --ctx-size, -np and --parallel,
+-ngl, --gpu-layers and --n-gpu-layers, -ts and --tensor-split, -fa and --flash-attn...), not their
+'_' forms. ``--flag value`` and ``--flag=value`` are both read; negative numbers are values.
+
+llama.cpp specs are also checked against llama-cpp-python's server (``llama_cpp_python.py``): an
+agent may serve llama.cpp models with it, and it has its own names (--n_ctx for --ctx-size); a
+flag it has no equivalent for is refused at validation, never at the engine's start.
 """
 
 from __future__ import annotations
 
+from scheduler.engine_flags import llama_cpp_python
 from scheduler.engine_flags.check import ENGINES, OPERATOR_FLAG, Checked, check_flags, normal, refused
 from scheduler.engine_flags.kinds import lexical
 
@@ -78,8 +88,14 @@ def operator_flags() -> tuple[str, ...]:
 
 
 def spec_flag_problems(backend: str, params: list, extra: tuple[str, ...] | None = None) -> list[str]:
-    """Why these backend_parameters are refused at spec validation (no host known)."""
-    return check_flags(backend, params, operator_flags() if extra is None else extra, lexical).problems
+    """Why these backend_parameters are refused at spec validation (no host known). A llama.cpp
+    spec may run on llama-cpp-python's server too, so each of its flags must have an equivalent
+    there (``llama_cpp_python.py``), unless an operator added the flag."""
+    extra = operator_flags() if extra is None else extra
+    checked = check_flags(backend, params, extra, lexical)
+    if backend == "llama.cpp":
+        return checked.problems + llama_cpp_python.translate(checked.params, extra, lifted=extra)[1]
+    return checked.problems
 
 
 def _flags(backend: str, params: list) -> list[tuple[str, str]]:

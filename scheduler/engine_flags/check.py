@@ -36,8 +36,12 @@ def is_flag(word: str) -> bool:
 
 
 def normal(backend: str, written: str) -> str:
-    """The flag as the engine reads it: '_' is '-' in long flags (vLLM and llama-server do it;
-    SGLang would refuse the '_' form, so reading it as '-' only refuses more)."""
+    """The flag as the engine reads it: '_' is '-' in long flags where the engine does that (vLLM
+    and llama-server); SGLang's plain argparse refuses the '_' form, so it stays as written (and
+    is refused as no flag of the list, naming the spelling to write)."""
+    rules = ENGINES.get(backend)
+    if rules is not None and not rules.UNDERSCORE:
+        return written
     return "--" + written[2:].replace("_", "-") if written.startswith("--") else written
 
 
@@ -60,10 +64,28 @@ def refused(backend: str, written: str) -> str | None:
     if (f := _abbreviates(rules, name, rules.NETWORK)) is not None:
         return (f"backend_parameters: {written!r}{'' if f == written else f' ({f})'} makes the engine fetch from the "
                 "network; gpuflow brings the model's files itself, so this is refused on every host")
-    if name not in rules.PLACEMENT_INPUTS and (f := _abbreviates(rules, name, rules.PLACEMENT_INPUTS)) is not None:
+    reads = rules.PLACEMENT_INPUTS + rules.ESTIMATE_INPUTS
+    if name not in reads and (f := _abbreviates(rules, name, reads)) is not None:
         return (f"backend_parameters: {written!r} abbreviates {f}; write {f} in full (gpuflow reads it to book "
                 "the placement)")
+    if name in reads and written != name:
+        return (f"backend_parameters: {written!r} is {backend}'s other spelling of {name}; write {name} (gpuflow reads "
+                "that spelling to book the placement)")
     return None
+
+
+def unlisted(backend: str, written: str, name: str) -> str:
+    """Why a flag off the list is refused: an abbreviation of a listed flag (argparse engines take
+    a long flag's unambiguous prefix; gpuflow judges only full spellings), SGLang's '_' form of a
+    listed flag, or no listed flag at all."""
+    rules = ENGINES[backend]
+    if (f := _abbreviates(rules, name, rules.ALLOW)) is not None and f != name:
+        return (f"backend_parameters: {written!r} abbreviates {f}; write {f} in full ({backend} reads a prefix as "
+                "the flag it starts, gpuflow checks flags only by their full names)")
+    dashed = "--" + written[2:].replace("_", "-") if written.startswith("--") else written
+    if dashed != written and dashed in rules.ALLOW:
+        return f"backend_parameters: {written!r}: {backend} reads only {dashed} (with '-', not '_'); write {dashed}"
+    return f"backend_parameters: {written!r} is not a {backend} flag a spec may pass; {WIDEN}"
 
 
 def _values(rules, rule: Flag | None, params: list[str], i: int) -> tuple[list[str], int]:
@@ -101,7 +123,7 @@ def check_flags(backend: str, params: list, extra=(), resolve: Resolve = lexical
         rule = rules.ALLOW.get(name)
         why = refused(backend, written)
         if why is None and rule is None and name not in extra:
-            why = f"backend_parameters: {written!r} is not a {backend} flag a spec may pass; {WIDEN}"
+            why = unlisted(backend, written, name)
         if why is not None or rule is None:  # refused, or an operator's: its values are not ours to type
             values, i = ([], i) if eq else _values(rules, None, params, i)
             if why is not None:

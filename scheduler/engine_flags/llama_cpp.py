@@ -20,11 +20,17 @@ from scheduler.engine_flags.kinds import (INT_, NAME_, NUMBER_, NUMBERS_, PATH, 
 
 ARGPARSE = False
 
+UNDERSCORE = True  # reads --a_b as --a-b
+
 OWNED = ("-m", "--model", "--host", "--port", "-a", "--alias", "--rpc", "--path", "--log-file", "--slot-save-path",
          "--models-dir", "--models-preset", "--reuse-port", "--no-host",
          # llama-cpp-python's spellings (an agent may serve llama.cpp models with it)
          "--model_alias", "--n_gpu_layers", "--tensor_split", "--rpc_servers", "--config_file")
 PLACEMENT_INPUTS = ("-ngl", "--gpu-layers", "--n-gpu-layers", "--tensor-split", "-ts")
+# what the estimator reads (scheduler/params.py llama_cpp_options), in every spelling llama-server documents
+ESTIMATE_INPUTS = ("-c", "--ctx-size", "-np", "--parallel", "-b", "--batch-size", "-ub", "--ubatch-size", "-ctk",
+                   "--cache-type-k", "-ctv", "--cache-type-v", "-fa", "--flash-attn", "--no-mmap", "-nkvo",
+                   "--no-kv-offload", "--swa-full")
 NETWORK = ("-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hfd", "-hfrd", "--hf-repo-draft",
            "-hft", "--hf-token", "-dr", "--docker-repo",
            "-mmu", "--mmproj-url", "--spec-draft-hf", "--mcp-servers-config", "--mcp-servers-json")

@@ -15,6 +15,9 @@ from scheduler.engine_flags.kinds import (CODE_SWITCH, INT_, NAME_, NUMBER_, PAT
 
 ARGPARSE = True  # plain argparse: any unambiguous prefix of a long flag is taken
 
+UNDERSCORE = False  # argparse as is: --a_b is not --a-b
+ESTIMATE_INPUTS: tuple[str, ...] = ()  # beyond PLACEMENT_INPUTS, none is read by gpuflow
+
 OWNED = ("--host", "--port", "--model-path", "--model", "--served-model-name", "--config", "--dist-init-addr",
          "--nccl-init-addr", "--nnodes", "--node-rank", "--base-gpu-id", "--gpu-id-step", "--download-dir")
 PLACEMENT_INPUTS = ("--tp-size", "--tensor-parallel-size", "--tp", "--pp-size", "--pipeline-parallel-size", "--dp-size",

@@ -18,6 +18,9 @@ from scheduler.engine_flags.kinds import (CODE_SWITCH, INT_, NAME_, NUMBER_, PAT
 
 ARGPARSE = True  # '_' reads as '-', and argparse takes any unambiguous prefix of a long flag
 
+UNDERSCORE = True  # reads --a_b as --a-b
+ESTIMATE_INPUTS: tuple[str, ...] = ()  # beyond PLACEMENT_INPUTS, none is read by gpuflow
+
 OWNED = ("--host", "--port", "--uds", "--model", "--served-model-name", "--config", "--headless",
          "--distributed-executor-backend", "--data-parallel-address", "--data-parallel-rpc-port",
          "--kv-cache-memory-bytes", "--kv-cache-memory", "--allowed-local-media-path", "--download-dir")
