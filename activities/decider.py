@@ -3,8 +3,8 @@ tenant's verdict, one decision at a time.
 
 ``Decider`` is shared by every call that decides (the place activity's batches:
 activities/placement.py, activities/place_batch.py), so its lock keeps them in one line: each decision sees the placements handed out before it (SnapshotCache.assume),
-whichever path made them. ``decision_record`` is the record a decision leaves in the workflow's
-history (contracts/decision.py; the store keeps its short summary)."""
+whichever path made them. The policy itself is ``decision_inputs.run_policy``, on the inputs kept
+for each decision (``keeper``: activities/decision_keeper.py), so that it can be re-run later."""
 
 from __future__ import annotations
 
@@ -14,45 +14,27 @@ import time
 from sqlalchemy.engine import Engine
 
 from activities import tenancy
+from activities.decision_inputs import DecisionInputs, run_policy
+from activities.decision_keeper import DecisionKeeper
 from activities.metrics import ControlMetrics
 from contracts.control import ScaleDownOrder
-from contracts.decision import CandidateView, DecisionRecord, FilterView, PlacementPlan, RequestSummary
+from contracts.decision import DecisionRecord
 from scheduler import scale_down
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
-from scheduler.summary import request_summary
 from store.snapshot_cache import SnapshotCache
-
-TOP_CANDIDATES = 10
-
-
-def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
-    """The policy's Decision as the record keeps it: each part typed (contracts/decision.py), the
-    best TOP_CANDIDATES candidates listed (by rounded score, ties in the policy's order)."""
-    plan = None
-    if d.placement is not None:
-        p = d.placement
-        plan = PlacementPlan(worker=p.worker, gpu_indexes=list(p.gpu_indexes),
-                             claim=p.claim.model_dump(exclude_none=True),
-                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates],
-                             cpus=p.cpus, numa_nodes=p.numa_nodes)
-    return DecisionRecord(
-        scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score, reasons=list(d.reasons),
-        request=RequestSummary.model_validate(request_summary(req)),
-        placement=CandidateView.model_validate(d.placement.to_dict(with_scores=False)) if d.placement else None,
-        candidates=[CandidateView.model_validate(c.to_dict()) for c in d.top(TOP_CANDIDATES)],
-        candidates_total=len(d.candidates), filters=[FilterView.model_validate(f.to_dict()) for f in d.filters],
-        decisive=d.decisive, workers_seen=workers, generations=gens)
 
 
 class Decider:
     def __init__(self, engine: Engine, reads: Engine, snapshots: SnapshotCache, policy: PolicyConfig,
-                 metrics: ControlMetrics):
-        """``reads``: the read-only engine (db.reader) for what a batch reads before the lock."""
+                 metrics: ControlMetrics, keeper: DecisionKeeper | None = None):
+        """``reads``: the read-only engine (db.reader) for what a batch reads before the lock;
+        ``keeper``: where each decision's inputs are kept (None: not kept)."""
         self.engine, self.reads, self.snapshots, self.policy, self.metrics = engine, reads, snapshots, policy, metrics
+        self.keeper = keeper
         self.deciding = threading.Lock()  # one decision at a time: each sees the placements handed out before it
 
     def decide(self, instance: str, spec: ModelSpec, req: Request) -> DecisionRecord:
@@ -97,16 +79,22 @@ class Decider:
         recs: list[DecisionRecord | GpuflowError] = []
         mine: set[str] = set()  # placed by this batch: booked with it, not only assumed
         grouped: dict[str, DecisionRecord] = {}  # decided with an earlier replica of its deployment that preempts
+        kept: dict[str, tuple[DecisionInputs, list[DecisionRecord]]] = {}  # the inputs of each record returned
         with self.deciding:
             for k, (instance, spec, req) in enumerate(asks):
                 t = time.perf_counter()
                 try:
-                    rec = grouped.pop(instance) if instance in grouped else \
-                        self._decide_locked(instance, spec, req, who[spec.name], mine)
+                    if instance in grouped:
+                        rec = grouped.pop(instance)
+                    else:
+                        rec, inp = self._decide_locked(instance, spec, req, who[spec.name], mine)
+                        kept[instance] = (inp, [rec])
                     rest = [n for n, s2, r2 in asks[k + 1:] if n not in grouped and s2 == spec and r2 == req] \
                         if rec.victims else []
                     if rest:  # the replicas of its deployment in this batch preempt together (tenancy/group.py)
-                        rec, more = self._decide_group_locked([instance, *rest], spec, req, who[spec.name])
+                        inp, group = self._decide_group_locked([instance, *rest], spec, req, who[spec.name])
+                        rec, more = group[0], dict(zip(inp.names[1:], group[1:]))
+                        kept[instance] = (inp, group)
                         grouped.update(more)
                 except GpuflowError as e:
                     recs.append(e)
@@ -117,22 +105,28 @@ class Decider:
                 if rec.places_outright:
                     mine.add(instance)
                 recs.append(rec)
+        if self.keeper is not None:  # outside the lock: the inputs are immutable views
+            for inp, group in kept.values():
+                self.keeper.keep(inp, group)
         return recs
 
-    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who, mine: set[str]) -> DecisionRecord:
+    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who,
+                       mine: set[str]) -> tuple[DecisionRecord, DecisionInputs]:
         """On the snapshot with every placement assumed; when that does not place the replica, on
         the store's with only ``mine`` assumed (the batch's own, booked in its transaction): the
-        others may yet fail to book."""
-        def on(snap: ClusterSnapshot, gens: dict[str, int]) -> DecisionRecord:
-            adm, owners = tenancy.decide_with_tenants(self.engine, snap, spec, req, instance, self.policy, who)
-            return tenancy.amend(decision_record(adm.decision, req, len(snap.workers), gens), adm, owners, snap, spec)
+        others may yet fail to book. The record, and the inputs it was decided on."""
+        tf, owners = who
+
+        def on(snap: ClusterSnapshot, gens: dict[str, int]) -> tuple[DecisionRecord, DecisionInputs]:
+            inp = DecisionInputs(snap, spec, req, tf, owners, [instance], self.policy, gens)
+            return run_policy(inp)[0], inp
 
         snap, base, gens = self.snapshots.current()
-        rec = on(snap, gens)
+        rec, inp = on(snap, gens)
         if not rec.places_outright and base is not None and not set(self.snapshots.assumed()) <= mine:
-            rec = on(self.snapshots.current(only=mine)[0], gens)  # what is only assumed may fail (preemptions stay)
+            rec, inp = on(self.snapshots.current(only=mine)[0], gens)  # what is only assumed may fail (preemptions stay)
         self._assume(instance, spec, rec)
-        return rec
+        return rec, inp
 
     def _assume(self, instance: str, spec: ModelSpec, rec: DecisionRecord) -> None:
         """A placement handed out (a preemption with its victims) is assumed taken by the next decisions."""
@@ -142,15 +136,14 @@ class Decider:
             self.snapshots.forget(instance)
 
     def _decide_group_locked(self, names: list[str], spec: ModelSpec, req: Request,
-                             who) -> tuple[DecisionRecord, dict[str, DecisionRecord]]:
+                             who) -> tuple[DecisionInputs, list[DecisionRecord]]:
         """``names`` (replicas of one deployment, the first preempting) decided together; the
-        first's record, and the others' by name."""
+        inputs, and the records in the order of ``names``."""
         for n in names:
             self.snapshots.forget(n)
         snap, _, gens = self.snapshots.current()
-        adms, owners = tenancy.decide_group(self.engine, snap, spec, req, names, self.policy, who)
-        recs = [tenancy.amend(decision_record(a.decision, req, len(snap.workers), gens), a, owners, snap, spec)
-                for a in adms]
+        inp = DecisionInputs(snap, spec, req, who[0], who[1], list(names), self.policy, gens)
+        recs = run_policy(inp)
         for n, r in zip(names, recs):
             self._assume(n, spec, r)
-        return recs[0], dict(zip(names[1:], recs[1:]))
+        return inp, recs

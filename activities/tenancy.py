@@ -14,12 +14,9 @@ from sqlmodel import Session
 from contracts.control import DecisionRecord, PlacementPlan, PreemptNotice, Victim
 from store import tenants
 from scheduler.cluster import ClusterSnapshot
-from scheduler.policy_config import PolicyConfig
-from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.admit import Admission, admit, may_preempt
+from scheduler.tenancy.admit import Admission, may_preempt
 from scheduler.tenancy.config import TenantsFile
-from scheduler.tenancy.group import admit_group
 from scheduler.tenancy.preemption import Owners
 
 
@@ -30,22 +27,6 @@ def owners_of(bind: Engine | Session, spec: ModelSpec) -> tuple[TenantsFile, Own
     if may_preempt(spec, tf, o):
         o = Owners(o.tenant_of, o.priority_of, tenants.booked_since(bind))
     return tf, o
-
-
-def decide_with_tenants(bind: Engine | Session, snap: ClusterSnapshot, spec: ModelSpec, req: Request,
-                        instance: str, policy: PolicyConfig,
-                        owners: tuple[TenantsFile, Owners] | None = None) -> tuple[Admission, Owners]:
-    """``owners``: owners_of(bind, spec), when the caller read it already (outside its lock)."""
-    tf, o = owners or owners_of(bind, spec)
-    return admit(snap, spec, req, tf, o, instance, policy), o
-
-
-def decide_group(bind: Engine | Session, snap: ClusterSnapshot, spec: ModelSpec, req: Request, names: list[str],
-                 policy: PolicyConfig, owners: tuple[TenantsFile, Owners] | None = None) -> tuple[list[Admission], Owners]:
-    """Replicas of one deployment decided together (scheduler/tenancy/group.py): a preemption
-    for every one that needs it, the group's victims minimal together."""
-    tf, o = owners or owners_of(bind, spec)
-    return admit_group(snap, spec, req, tf, o, names, policy), o
 
 
 def plan_of(i) -> PlacementPlan:

@@ -22,6 +22,7 @@ from activities.autoscale import AutoscaleActivities
 from activities.booking import BookingActivities
 from activities.decider import Decider
 from activities.drain import DrainActivities
+from activities.decision_keeper import DecisionKeeper
 from activities.estimate_cache import EstimateCache
 from activities.hosts import HostStateActivities
 from activities.metrics import ControlMetrics
@@ -67,11 +68,12 @@ class WorkerSet:
 def control_activities(engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
                        metrics: ControlMetrics | None = None, hub_cache: str | None = None,
                        hf_endpoint: str | None = None, limits: Limits | None = None,
-                       pending_recheck_s: float = 600.0, capacity_hook: str | None = None) -> WorkerSet:
+                       pending_recheck_s: float = 600.0, capacity_hook: str | None = None,
+                       keep_days: float = 30.0) -> WorkerSet:
     """The activities of one control-plane worker. ``threads``: the blocking pool's size;
     ``hub_cache``/``hf_endpoint``: where hub headers are read for an estimate;
     ``pending_recheck_s``: the PENDING queue's sweep period; ``capacity_hook``: the command the
-    autoscaler calls with unmet demand."""
+    autoscaler calls with unmet demand; ``keep_days``: how long decisions' inputs are kept (0: none)."""
     reads = db.reader(engine)  # read-only transactions: on SQLite, beside the writers (store/db.py)
     limits = limits or Limits()
     metrics = metrics or ControlMetrics()
@@ -79,7 +81,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
     runner = Runner(threads)
     estimates = EstimateCache(hub_cache, hf_endpoint, limits.estimate_timeout_s)
     snapshots = SnapshotCache()  # refreshed incrementally by each decision
-    decider = Decider(engine, reads, snapshots, policy, metrics)
+    decider = Decider(engine, reads, snapshots, policy, metrics, DecisionKeeper(engine, keep_days) if keep_days else None)
     waker = Waker(engine, client, snapshots, estimates, policy, runner.run)
     rows = RecordBatch(lambda recs: runner.submit(store_records.record_instances, engine, recs))  # group commit
     return WorkerSet(

@@ -34,6 +34,7 @@ Figure = Annotated[int, BeforeValidator(clip_figure), Field(ge=-FIGURE_MAX, le=F
 Score = Annotated[float, Field(le=1e9)]
 MAX_WORKERS = 100_000  # workers one decision saw (a filter's removed list, the snapshot's generations)
 MAX_CANDIDATES = 100  # candidates listed (activities/decider.py keeps the best TOP_CANDIDATES)
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # a SHA-256, in hex
 
 
 class PlacementPlan(BaseModel):
@@ -141,6 +142,7 @@ class DecisionRecord(BaseModel):
     tenant: Name = "default"  # the deployment's tenant, as the store had it
     victims: list[Victim] = Field([], max_length=MAX_GPUS * 4)  # placed by preempting these (scheduler/tenancy/preemption.py)
     preempt_why: Text = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
+    inputs: Digest | None = None  # what the policy saw, kept in the store under this digest (store/decision_log.py)
 
     @property
     def places_outright(self) -> bool:
@@ -171,7 +173,8 @@ class DecisionRecord(BaseModel):
                 "strategy": self.strategy, "score": self.score, "reasons": list(self.reasons),
                 "request": self.request_text(), "decision": decision, "workers_seen": self.workers_seen,
                 "generations": dict(self.generations), "tenant": self.tenant,
-                "victims": [v.model_dump(mode="json") for v in self.victims], "preempt_why": self.preempt_why}
+                "victims": [v.model_dump(mode="json") for v in self.victims], "preempt_why": self.preempt_why,
+                "inputs": self.inputs}
 
     # --- what the store keeps in the instance's row (InstanceRecord.decision) -------------------
     def booked_row(self, request: str) -> dict[str, Any]:

@@ -73,7 +73,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
     acts = control_activities(engine, client, settings.scheduler, metrics=metrics,
                               hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
                               limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s,
-                              capacity_hook=settings.capacity_hook)
+                              capacity_hook=settings.capacity_hook, keep_days=settings.decision_retention_days)
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
     runner = RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()

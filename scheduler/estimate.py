@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from scheduler.errors import InvalidInput, ModelFileError
 from scheduler.gguf.estimate import LlamaCppOptions, estimate_items, gpustack_options
-from scheduler.gguf.model import load_model
+from scheduler.gguf.model import GGUFModel, load_model
 from scheduler.estimate_inputs import EstimateInputs, decode_header
 from scheduler.gguf.reader import GGUFHeader, read_header
 from scheduler.hf import claims
@@ -30,13 +30,19 @@ def gguf_request(path: str, params: list[str], base: LlamaCppOptions | None = No
 def gguf_request_from_header(header: GGUFHeader, params: list[str], base: LlamaCppOptions | None = None) -> GGUFRequest:
     model = load_model(header)
     opts, gpu_layers = llama_cpp_options(params, base or gpustack_options())
-    items = estimate_items(model, replace(opts, gpu_layers=-1), step=1)
-    items[0] = zero_vram(items[0])
+    items = gguf_items(model, opts)
     total = items[-1].offload_layers
     if gpu_layers is not None and (gpu_layers < 0 or gpu_layers > total):
         gpu_layers = total
     return GGUFRequest(model=model, options=opts, items=items, gpu_layers=gpu_layers,
                        user_tensor_split=user_tensor_split(params))
+
+
+def gguf_items(model: GGUFModel, opts: LlamaCppOptions) -> list:
+    """The estimate for every offload count (items[0]: none, with no VRAM; items[-1]: full)."""
+    items = estimate_items(model, replace(opts, gpu_layers=-1), step=1)
+    items[0] = zero_vram(items[0])
+    return items
 
 
 def _flat_from_files(spec: ModelSpec, path: str) -> FlatRequest:

@@ -137,6 +137,10 @@ def cmd_status(a) -> int:
 
 def cmd_explain(a) -> int:
     s = settings_from(a)
+    if a.history or a.replay or a.snapshot:
+        from gpuflow.cli.explain import cmd_audit
+
+        return cmd_audit(a, s)
 
     async def go():
         from gpuflow.serving_view import open_store, pending_reason
@@ -297,11 +301,26 @@ def add_commands(sub) -> None:
     p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_status, temporal=True)
 
-    p = sub.add_parser("explain", help="the recorded placement decision of an instance")
+    p = sub.add_parser("explain", help="the recorded placement decision of an instance; --replay: would this build "
+                                       "decide the same; --history: a deployment's decisions")
     temporal_flags(p)
-    p.add_argument("instance")
+    p.add_argument("instance", help="an instance (a deployment, with --history)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--data-dir", help="where the store's SQLite file is, for a PENDING instance's current reason")
+    p.add_argument("--replay", action="store_true",
+                   help="re-run the decision with this build's policy on the inputs the control plane kept, and "
+                        "say whether it decides the same (exit 0) or differently (exit 1, with the differences)")
+    p.add_argument("--decision", metavar="INPUTS", help="with --replay/--snapshot: the decision whose inputs' digest "
+                                                        "starts so (from --history; default: the latest)")
+    p.add_argument("--snapshot", metavar="FILE", help="write the cluster the decision saw as a cluster file (and "
+                                                      "its spec beside it), for 'gpuflow schedule --cluster FILE'")
+    p.add_argument("--with-settings", action="store_true",
+                   help="with --replay: the scorer weights of this process's settings (GPUFLOW_SCHEDULER__*), not "
+                        "the recorded ones: would a change of weights decide differently")
+    p.add_argument("--history", action="store_true", help="the deployment's decisions over time, each with its "
+                                                          "inputs' digest")
+    p.add_argument("--limit", type=int, default=200, help="with --history: the last this many (default 200)")
+    p.add_argument("--data-dir", help="where the store's SQLite file is, for a PENDING instance's current reason "
+                                      "and the kept decisions (--replay, --history)")
     p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_explain, temporal=True)
 

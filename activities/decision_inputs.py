@@ -1,0 +1,255 @@
+"""What a placement decision saw, and the policy run on it: the same code decides (activities/decider.py)
+and replays a decision later (``gpuflow explain --replay``, bench/replay_all.py).
+
+``DecisionInputs`` is everything the pure policy reads: the snapshot (workers, instances, model
+files, with the placements the decider assumed laid over it), the spec and its request, the
+tenants file and the owners, the replica's name (or its group's, for replicas that preempt
+together), the policy's weights and the worker generations. ``run_policy`` turns them into the
+decision records.
+
+Kept content-addressed (``Encoder``): the snapshot's rows are cut into chunks at rows whose name's
+hash says so (so one row added or changed changes one chunk, never shifts the others), each chunk
+keyed by the SHA-256 of its rows' digests; the other parts are blobs keyed by their own SHA-256. A
+decision is then a small manifest of digests, and consecutive decisions share nearly all chunks.
+A row's digest is remembered by the row object itself: the snapshot cache hands the same objects to
+decision after decision, so only the rows that changed are serialized again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from activities import tenancy
+from contracts.decision import CandidateView, DecisionRecord, FilterView, PlacementPlan, RequestSummary
+from scheduler import request_codec
+from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
+from scheduler.errors import InvalidInput
+from scheduler.policy_config import PolicyConfig
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+from scheduler.summary import request_summary
+from scheduler.tenancy.admit import admit
+from scheduler.tenancy.config import TenantsFile
+from scheduler.tenancy.group import admit_group
+from scheduler.tenancy.preemption import Owners
+
+TOP_CANDIDATES = 10
+VERSION = 1
+WORKERS_PER_CHUNK = 4  # on average: a worker row (its GPUs and links) is a few KB
+ROWS_PER_CHUNK = 16  # instances and model files
+
+
+@dataclass
+class DecisionInputs:
+    snapshot: ClusterSnapshot
+    spec: ModelSpec
+    request: Request
+    tenants: TenantsFile
+    owners: Owners
+    names: list[str]  # the replica decided, or the replicas of one deployment decided together (in order)
+    policy: PolicyConfig
+    gens: dict[str, int]  # worker -> generation the snapshot reflects
+
+
+def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
+    """The policy's Decision as the record keeps it: each part typed (contracts/decision.py), the
+    best TOP_CANDIDATES candidates listed (by rounded score, ties in the policy's order)."""
+    plan = None
+    if d.placement is not None:
+        p = d.placement
+        plan = PlacementPlan(worker=p.worker, gpu_indexes=list(p.gpu_indexes),
+                             claim=p.claim.model_dump(exclude_none=True),
+                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates],
+                             cpus=p.cpus, numa_nodes=p.numa_nodes)
+    return DecisionRecord(
+        scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score, reasons=list(d.reasons),
+        request=RequestSummary.model_validate(request_summary(req)),
+        placement=CandidateView.model_validate(d.placement.to_dict(with_scores=False)) if d.placement else None,
+        candidates=[CandidateView.model_validate(c.to_dict()) for c in d.top(TOP_CANDIDATES)],
+        candidates_total=len(d.candidates), filters=[FilterView.model_validate(f.to_dict()) for f in d.filters],
+        decisive=d.decisive, workers_seen=workers, generations=gens)
+
+
+def run_policy(inp: DecisionInputs) -> list[DecisionRecord]:
+    """The records of ``inp.names``, in order: each replica's admission (scheduler/tenancy/admit.py;
+    replicas of one deployment that preempt together: group.py) as the record keeps it."""
+    snap, spec, req = inp.snapshot, inp.spec, inp.request
+    if len(inp.names) == 1:
+        adms = [admit(snap, spec, req, inp.tenants, inp.owners, inp.names[0], inp.policy)]
+    else:
+        adms = admit_group(snap, spec, req, inp.tenants, inp.owners, inp.names, inp.policy)
+    return [tenancy.amend(decision_record(a.decision, req, len(snap.workers), inp.gens), a, inp.owners, snap, spec)
+            for a in adms]
+
+
+def differences(recorded: DecisionRecord, now: DecisionRecord) -> list[str]:
+    """Where ``now`` differs from ``recorded`` (the digest aside), as 'field: was -> now' lines;
+    [] when it is the same decision."""
+    a, b = recorded.model_dump(mode="json", exclude={"inputs"}), now.model_dump(mode="json", exclude={"inputs"})
+    out: list[str] = []
+    _diff("", a, b, out)
+    return out
+
+
+def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            _diff(f"{path}.{k}" if path else str(k), a.get(k), b.get(k), out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(f"{path}[{i}]", x, y, out)
+    elif a != b:
+        out.append(f"{path}: {_short(a)} -> {_short(b)}")
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v)
+    return s if len(s) <= 200 else s[:197] + "..."
+
+
+# --- kept content-addressed ----------------------------------------------------------------------
+
+def _canon(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _starts_chunk(name: str, every: int) -> bool:
+    return zlib.crc32(name.encode()) % every == 0
+
+
+@dataclass
+class Encoded:
+    """A decision's inputs kept: its manifest (digest and bytes), and the blobs it names that the
+    encoder had not handed out before (digest -> bytes, uncompressed)."""
+
+    digest: str
+    manifest: bytes
+    blobs: dict[str, bytes]
+
+
+class Encoder:
+    """DecisionInputs as a manifest of digests (``encode``), remembering each row's and part's
+    digest by the object itself, and which blobs it handed out already (``known``; forgotten past
+    ``max_known``, and then handed out again: storing one twice is harmless)."""
+
+    def __init__(self, max_rows: int = 200_000, max_known: int = 500_000):
+        self._memo: dict[int, tuple[object, bytes, bytes]] = {}  # id(obj) -> (obj, sha256, json)
+        self.known: set[str] = set()
+        self.max_rows, self.max_known = max_rows, max_known
+
+    def _of(self, obj: object, dump: Callable[[object], bytes]) -> tuple[bytes, bytes]:
+        hit = self._memo.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1], hit[2]
+        data = dump(obj)
+        d = hashlib.sha256(data).digest()
+        if len(self._memo) >= self.max_rows:
+            self._memo.clear()
+        self._memo[id(obj)] = (obj, d, data)  # the object is held: its id is not reused meanwhile
+        return d, data
+
+    def _blob(self, obj: object, dump: Callable[[object], bytes], out: dict[str, bytes]) -> str:
+        d, data = self._of(obj, dump)
+        h = d.hex()
+        self._hand_out(h, lambda: data, out)
+        return h
+
+    def _chunks(self, rows: Iterable, every: int, out: dict[str, bytes]) -> list[str]:
+        """Rows cut where a row's name starts a chunk; each chunk's digest is the SHA-256 of its
+        rows' digests, its bytes the rows' JSON one per line."""
+        digests: list[str] = []
+        cur: list[tuple[bytes, bytes]] = []
+
+        def close():
+            h = hashlib.sha256(b"".join(d for d, _ in cur)).hexdigest()
+            part = list(cur)
+            self._hand_out(h, lambda: b"\n".join(x for _, x in part), out)
+            digests.append(h)
+
+        for r in rows:
+            name = r.name if hasattr(r, "name") else f"{r.worker}\0{r.source}"
+            if cur and _starts_chunk(name, every):
+                close()
+                cur = []
+            cur.append(self._of(r, _model_json))
+        if cur:
+            close()
+        return digests
+
+    def _hand_out(self, h: str, data: Callable[[], bytes], out: dict[str, bytes]) -> None:
+        if h in self.known:
+            return
+        if len(self.known) >= self.max_known:
+            self.known.clear()
+        self.known.add(h)
+        out[h] = data()
+
+    def encode(self, inp: DecisionInputs) -> Encoded:
+        out: dict[str, bytes] = {}
+        snap = inp.snapshot
+        manifest = {
+            "v": VERSION, "names": list(inp.names),
+            "workers": self._chunks(snap.workers, WORKERS_PER_CHUNK, out),
+            "instances": self._chunks(snap.instances, ROWS_PER_CHUNK, out),
+            "files": self._chunks(snap.model_files, ROWS_PER_CHUNK, out),
+            "spec": self._blob(inp.spec, _model_json, out),
+            "request": self._blob(inp.request, lambda r: _canon(request_codec.encode(r)), out),
+            "tenants": self._blob(inp.tenants, _model_json, out),
+            "owners": self._blob(inp.owners, _owners_json, out),
+            "policy": self._blob(inp.policy, _model_json, out),
+            "gens": self._blob(inp.gens, _canon, out)}
+        data = _canon(manifest)
+        return Encoded(hashlib.sha256(data).hexdigest(), data, out)
+
+
+def _model_json(m) -> bytes:
+    return m.model_dump_json().encode()
+
+
+def _owners_json(o: Owners) -> bytes:
+    return _canon({"tenant_of": o.tenant_of, "priority_of": o.priority_of, "started_at": o.started_at})
+
+
+def decode(manifest: bytes, blob: Callable[[str], bytes]) -> DecisionInputs:
+    """The inputs a manifest names; ``blob(digest)`` gives a blob's bytes (KeyError: not kept).
+    Each chunk and blob is checked against its digest; a part that does not decode raises
+    InvalidInput naming it."""
+    try:
+        m = json.loads(manifest)
+        if m.get("v") != VERSION:
+            raise InvalidInput(f"decision inputs of version {m.get('v')!r}; this gpuflow reads version {VERSION}")
+
+        def part(h: str) -> bytes:
+            data = blob(h)
+            if hashlib.sha256(data).hexdigest() != h:
+                raise InvalidInput(f"kept blob {h[:12]} does not match its digest")
+            return data
+
+        def rows(hs: list[str], cls):
+            out = []
+            for h in hs:
+                lines = blob(h).split(b"\n")
+                if hashlib.sha256(b"".join(hashlib.sha256(x).digest() for x in lines)).hexdigest() != h:
+                    raise InvalidInput(f"kept chunk {h[:12]} does not match its digest")
+                out += [cls.model_validate_json(x) for x in lines]
+            return out
+
+        snap = ClusterSnapshot(workers=rows(m["workers"], Worker), instances=rows(m["instances"], Instance),
+                               model_files=rows(m["files"], ModelFile))
+        o = json.loads(part(m["owners"]))
+        return DecisionInputs(
+            snapshot=snap, spec=ModelSpec.model_validate_json(part(m["spec"])),
+            request=request_codec.decode(json.loads(part(m["request"]))),
+            tenants=TenantsFile.model_validate_json(part(m["tenants"])),
+            owners=Owners(dict(o["tenant_of"]), dict(o["priority_of"]), dict(o["started_at"])),
+            names=[str(n) for n in m["names"]], policy=PolicyConfig.model_validate_json(part(m["policy"])),
+            gens={str(k): int(v) for k, v in json.loads(part(m["gens"])).items()})
+    except KeyError as e:
+        raise InvalidInput(f"the kept decision inputs lack {e.args[0]!r} (pruned, or never written)") from None
+    except ValueError as e:
+        if isinstance(e, InvalidInput):
+            raise
+        raise InvalidInput(f"the kept decision inputs do not decode: {e}") from None

@@ -1,0 +1,113 @@
+"""Keeps each placement decision's inputs in the store (store/decision_log.py), off the decisions'
+path: ``keep`` encodes them (activities/decision_inputs.py: the digest goes into the record at
+once) and queues the write; a thread writes what is queued in one transaction every
+``every_s``, and prunes past the retention (``keep_days``) once an hour.
+
+A write that fails is logged and dropped: a decision never waits on, or fails for, its audit copy
+(``gpuflow explain --replay`` then says the inputs were not kept). ``bytes_written`` and
+``encode_s`` count what keeping costs (bench/bench_fleet.py prints them)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+
+from sqlalchemy.engine import Engine
+
+from activities.decision_inputs import DecisionInputs, Encoder
+from contracts.decision import DecisionRecord
+from store import decision_log
+
+log = logging.getLogger("gpuflow.decisions")
+PRUNE_EVERY_S = 3600.0
+
+
+class DecisionKeeper:
+    def __init__(self, engine: Engine, keep_days: float = 30.0, every_s: float = 0.2):
+        self.engine, self.keep_days, self.every_s = engine, keep_days, every_s
+        self.encoder = Encoder()
+        self._encoding = threading.Lock()
+        self._lock = threading.Condition()
+        self._blobs: dict[str, bytes] = {}
+        self._rows: list[tuple[DecisionRecord, str, str, str]] = []  # (record, digest, instance, deployment)
+        self._busy = False
+        self._stop = False
+        self.bytes_written = 0
+        self.decisions = 0
+        self.encode_s = 0.0
+        self.failures = 0
+        self._pruned_at = 0.0
+        self._thread = threading.Thread(target=self._run, name="decision-keeper", daemon=True)
+        self._thread.start()
+
+    def keep(self, inputs: DecisionInputs, recs: list[DecisionRecord]) -> str:
+        """Encode ``inputs``, give each of ``recs`` (the records of ``inputs.names``) the digest,
+        and queue them to be written; the digest."""
+        t = time.perf_counter()
+        with self._encoding:
+            enc = self.encoder.encode(inputs)
+        self.encode_s += time.perf_counter() - t
+        for r in recs:
+            r.inputs = enc.digest
+        with self._lock:
+            self._blobs.update(enc.blobs)
+            self._blobs[enc.digest] = enc.manifest
+            self._rows += [(r, enc.digest, n, inputs.spec.name) for r, n in zip(recs, inputs.names)]
+            self._lock.notify()
+        return enc.digest
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until everything queued before now is written (tests, benches, shutdown)."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            self._lock.notify()
+            while (self._rows or self._blobs or self._busy) and time.monotonic() < end:
+                self._lock.wait(0.05)
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            self._stop = True
+            self._lock.notify()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._rows and not self._blobs and not self._stop:
+                    self._lock.wait(self.every_s)
+                if self._stop and not self._rows and not self._blobs:
+                    return
+                blobs, rows = self._blobs, self._rows
+                self._blobs, self._rows = {}, []
+                self._busy = bool(blobs or rows)
+            try:
+                if blobs or rows:
+                    self._write(blobs, rows)
+                if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
+                    self._pruned_at = time.monotonic()
+                    n, b = decision_log.prune(self.engine, self.keep_days)
+                    if n:
+                        log.info("decisions: %d older than %g days pruned, %d blobs with them", n, self.keep_days, b)
+            except Exception as e:  # noqa: BLE001  (an audit copy lost is logged, never fatal)
+                self.failures += 1
+                self.encoder.known.clear()  # what was not written must be handed out again
+                log.warning("decisions: %d not kept: %s: %s", len(rows), type(e).__name__, e)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+            time.sleep(self.every_s / 4)  # let a burst gather into one transaction
+
+    def _write(self, blobs: dict[str, bytes], rows: list[tuple[DecisionRecord, str, str, str]]) -> None:
+        out = []
+        for rec, digest, instance, deployment in rows:
+            data = zlib.compress(rec.model_dump_json().encode(), 6)
+            self.bytes_written += len(data)
+            out.append(decision_log.DecisionRow(digest=digest, instance=instance, deployment=deployment,
+                                                outcome=decision_log.outcome_of(rec), reason=decision_log.reason_of(rec)[:500],
+                                                record=data))
+        self.bytes_written += decision_log.write(self.engine, blobs, out)
+        self.decisions += len(rows)

@@ -1,0 +1,39 @@
+"""Text for ``gpuflow explain --replay`` and ``--history`` (gpuflow/cli/explain.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def outcome(rec) -> str:
+    """A decision in one line: where it placed the replica (and whom it preempts), or why not."""
+    if rec.scheduled and rec.plan is not None:
+        where = f"{rec.plan.worker} GPU {','.join(map(str, rec.plan.gpu_indexes)) or '-'}"
+        score = f" (score {rec.score:.2f})" if rec.score is not None else ""
+        victims = f", preempting {', '.join(v.name for v in rec.victims)}" if rec.victims else ""
+        return f"placed on {where}{score}{victims}"
+    return "not placed: " + (rec.reasons[0] if rec.reasons else "no reason recorded")
+
+
+def replay(r: dict[str, Any]) -> str:
+    head = (f"{r['instance']}: decision of {r['at']} (inputs {r['inputs'][:12]}, {r['workers']} hosts, "
+            f"{r['instances']} replicas)")
+    if r["same"]:
+        return f"{head}\nsame decision: {r['now']}"
+    lines = [head, "different decision:", f"  recorded: {r['recorded']}", f"  now:      {r['now']}"]
+    shown = r["differences"][:40]
+    lines += [f"  {d}" for d in shown]
+    if len(r["differences"]) > len(shown):
+        lines.append(f"  ... and {len(r['differences']) - len(shown)} more")
+    return "\n".join(lines)
+
+
+def history(deployment: str, rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return f"no decisions kept for {deployment}"
+    lines = [f"{'WHEN':<26} {'REPLICA':<24} {'OUTCOME':<11} {'INPUTS':<12} WHERE / WHY"]
+    for r in rows:
+        lines.append(f"{r['at'][:26]:<26} {r['instance'][:24]:<24} {r['outcome']:<11} {r['inputs'][:12]:<12} "
+                     f"{r['reason'][:120]}")
+    lines.append("replay one: gpuflow explain REPLICA --replay --decision INPUTS")
+    return "\n".join(lines)
