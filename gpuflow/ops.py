@@ -90,8 +90,23 @@ async def _deployment(client: Client, name: str):
             why = getattr(e.cause, "message", None) or str(e.cause)
             raise InvalidInput(f"deployment {name!r} failed: {why[:1000]}") from None
     if d.status is None or d.status.name != "RUNNING":
-        raise InvalidInput(f"deployment {name!r} is {d.status.name.lower() if d.status else 'gone'}")
+        raise InvalidInput(f"no deployment named {name!r}: " + ENDED.get(d.status.name if d.status else "", "it is gone"))
     return handle
+
+
+ENDED = {"COMPLETED": "it was deleted",  # a deployment's workflow completes only when it is deleted
+         "TERMINATED": "its workflow was terminated (a broken deployment's delete, or by hand)",
+         "CANCELED": "its workflow was cancelled", "TIMED_OUT": "its workflow timed out"}
+
+
+async def current(client: Client, name: str) -> DeploymentView | None:
+    """The running deployment ``name`` as it is now; None when there is none (never deployed,
+    deleted, failed)."""
+    try:
+        h = await _deployment(client, name)
+    except InvalidInput:
+        return None
+    return await broken.query(h, ModelDeploymentWorkflow.status)
 
 
 def _check_replicas(replicas: int) -> None:
@@ -199,7 +214,10 @@ async def status(client: Client, name: str | None = None,
             insts = await bounded([_instance_row(client, i) for i in listed])
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
                             "backend": view.spec.get("backend"), "instances": insts})
-    return {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
+    st = {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
+    from gpuflow.usage_view import with_usage  # each replica's measured memory, from its hosts' reports
+
+    return await with_usage(client, st, _host)
 
 
 async def autoscalers(client: Client, names: list[str]) -> dict[str, str | None]:
@@ -297,8 +315,12 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
     v = await instance(client, name)
     if v.decision is None:
         return {"instance": name, "state": v.state, "reason": v.reason, "decision": None}
+    from gpuflow.usage_view import with_usage
+
+    row = {"name": name, "state": v.state, "worker": v.worker, "subordinate_workers": v.subordinate_workers}
+    await with_usage(client, {"deployments": [{"instances": [row]}]}, _host)  # its measured memory, if reported
     return {"instance": name, "state": v.state, "worker": v.worker, "gpu_indexes": v.gpu_indexes,
-            **v.decision.summary()}  # the JSON explain has always shown (contracts/decision.py)
+            **v.decision.summary(), **({"vram": row["vram"]} if "vram" in row else {})}  # as explain has always shown
 
 
 async def log_host(client: Client, name: str) -> str:
@@ -306,12 +328,17 @@ async def log_host(client: Client, name: str) -> str:
     (instance@part: an rpc-server, a Ray node) the worker that runs that part."""
     from contracts.agent import instance_of
 
+    from gpuflow.instance_logs import last_host
+
     base = instance_of(name)
     v = await instance(client, base)
     worker = v.parts.get(name) if base != name else v.worker
+    if worker is None:  # ended or given up: its log stays on the host that last ran it
+        worker = await last_host(client, name)
     if worker is None:
         if base == name:
-            raise InvalidInput(f"instance {base} is not placed on a host ({v.state})")
+            raise InvalidInput(f"instance {base} was never launched on a host ({v.state}{': ' + v.reason if v.reason else ''}), "
+                               "so it has no log")
         raise InvalidInput(f"{base} has no part {name} (its parts: {', '.join(sorted(v.parts)) or 'none'})")
     return worker
 

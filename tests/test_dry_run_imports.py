@@ -1,5 +1,6 @@
 """`gpuflow schedule` for a spec that states its resources, with no GPUFLOW_ variable set, imports
-only what it uses: not transformers (no config to read), not pydantic-settings (the defaults need
+only what it uses: not transformers (no config to read; nor for a vLLM model whose local
+config.json answers alone, scheduler/hf/config.py), not pydantic-settings (the defaults need
 no environment parsing, gpuflow/policy_env.py), not the Temporal SDK (no cluster to ask). Each of
 them costs a large part of the command's time on a big cluster file (bench/bench_schedule_cli.py
 prints the figures); this checks which modules load, not how long they take."""
@@ -39,4 +40,19 @@ def run(*args: str, **extra_env: str) -> list[str]:
 def test_schedule_imports_only_what_it_uses(extra_env, loaded):
     code, *modules = run("schedule", "--cluster", CLUSTER, "--model", os.path.join(EXAMPLES, "model-custom.yaml"),
                          **extra_env)
+    assert code == "0" and modules == loaded
+
+
+@pytest.mark.parametrize("model_type, loaded", [
+    ("qwen2", []),  # every key stated: the standard library reads the file
+    ("deepseek_v3", ["transformers"]),  # a type whose defaults only transformers knows: AutoConfig
+])
+def test_schedule_reads_a_local_config_without_transformers_where_the_file_answers(tmp_path, model_type, loaded):
+    from gpuflow.demo.synthetic import llama_like_hf
+
+    model = llama_like_hf(str(tmp_path / "m"), layers=28, hidden=3584, ff=18944, heads=28, kv_heads=4, vocab=152064,
+                          max_pos=32768, arch="Qwen2ForCausalLM", model_type=model_type)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"name: m\nsource: {{local_path: {model}}}\nbackend: vllm\n")
+    code, *modules = run("schedule", "--cluster", CLUSTER, "--model", str(spec), HF_HUB_OFFLINE="1")
     assert code == "0" and modules == loaded

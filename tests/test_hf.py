@@ -1,6 +1,7 @@
 """Hugging Face estimation: config, safetensors headers, KV per token, GPUStack's claims."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,8 @@ def test_qwen_7b_from_files(qwen7b_dir):
     weights, files = directory_weight_bytes(qwen7b_dir)
     assert weights == 15_231_233_024 and len(files) == 4
     p = load_parameters(qwen7b_dir)
-    assert p.source == "autoconfig"
+    assert p.source == "config.json"  # a qwen2 config stating every key: read without transformers
+    assert replace(load_parameters(qwen7b_dir, transformers=True), source="config.json") == p  # as AutoConfig reads it
     assert (p.num_layers, p.num_attention_heads, p.num_kv_heads, p.head_dim) == (28, 28, 4, 128)
     # R13: 2 * 28 layers * 4 kv heads * 128 * 2 B = 57,344 B per token
     assert claims.kv_bytes_per_token(p) == 57_344

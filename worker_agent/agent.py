@@ -24,10 +24,12 @@ from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
 from worker_agent.log_reader import logs_workflow, open_reader
+from worker_agent.memory_probe import ClaimShare, MemoryProbe, NvmlProbe
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
 from worker_agent.model_header import ModelHeaders
 from worker_agent.processes import ProcessTable
 from worker_agent.reconcile import stop_orphans
+from worker_agent.usage import UsageBook
 
 # The SDK sends an activity's heartbeats at most once per min(0.8 x its heartbeat timeout, this
 # cap), and the cap is 60 s by default: a supervisor, whose timeout is long (supervise_heartbeat_s,
@@ -75,15 +77,36 @@ async def reconcile_every(client: Client, name: str, table: ProcessTable, interv
             print(f"gpuflow agent {name}: orphan check failed: {type(e).__name__}: {e}", flush=True)
 
 
+async def sample_every(book: UsageBook, table: ProcessTable, interval_s: float, name: str = "") -> None:
+    """Measure every replica's memory each ``interval_s`` (liveness_s) while the agent serves; a
+    failed round is logged and the next one tried."""
+    while True:
+        try:
+            await asyncio.to_thread(book.sample, table.records())
+        except Exception as e:  # noqa: BLE001  a driver hiccup: the next round tries again
+            print(f"gpuflow agent {name}: memory sample failed: {type(e).__name__}: {e}", flush=True)
+        await asyncio.sleep(interval_s)
+
+
+def usage_book(timings: Timings, inventory_file: str | None, probe: MemoryProbe | None) -> UsageBook | None:
+    """The agent's book of measured memory (None when liveness_s is 0: nothing is sampled). A host
+    of simulated GPUs has no driver to ask: its VRAM use is the claim times 0.9 (memory_probe.py)."""
+    if timings.liveness_s <= 0:
+        return None
+    return UsageBook(probe or (ClaimShare() if inventory_file else NvmlProbe()))
+
+
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,
                     labels: dict[str, str] | None = None, stop: asyncio.Event | None = None,
                     max_instances: int = 64, engines: EngineConfig | None = None,
                     serve_metrics: Callable | None = None, address: str = "127.0.0.1",
                     hub: HubConfig | None = None, table: ProcessTable | None = None,
-                    serving: Callable[[str], None] | None = None) -> None:
+                    serving: Callable[[str], None] | None = None, memory_probe: MemoryProbe | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's.
-    ``serving`` is told the line that says the agent serves (default: printed)."""
+    ``serving`` is told the line that says the agent serves (default: printed). ``memory_probe``
+    measures each replica's memory every liveness_s (default: NVML, or the claim's share on
+    simulated GPUs)."""
     from scheduler.naming import check_name, path_in
 
     table = table or ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
@@ -98,16 +121,17 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable).model_copy(
             update={"boot": boot})
     probe()  # a bad inventory file fails here, before anything is registered
+    book = usage_book(timings, inventory_file, memory_probe)
     metrics = None
     if serve_metrics:
         health = (lambda: {}) if inventory_file else gpu_health  # simulated GPUs have no sensors
-        metrics = AgentMetrics(name, probe, table, health=health)
+        metrics = AgentMetrics(name, probe, table, health=health, usage=book)
         serve_metrics(metrics.registry, engine_metrics_proxy(table, address))
     counter = metrics.orphans if metrics else None
     await reap_orphans(client, name, table, counter=counter)
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, bookings=LedgerBookings(client, name), engines=engines, metrics=metrics,
-                          address=address, hub=hub)
+                          address=address, hub=hub, usage=book)
     headers = ModelHeaders(name, acts.engines.model_roots)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       workflows=[logs_workflow(host_queue(name), table.log_dir)],
@@ -123,7 +147,10 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         (serving or (lambda line: print(line, flush=True)))(
             f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})")
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
+        sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name)) if book else None
         try:
             await (stop or asyncio.Event()).wait()
         finally:
             check.cancel()
+            if sampler is not None:
+                sampler.cancel()

@@ -1,9 +1,16 @@
 """Model hyper-parameters from a local Hugging Face directory's ``config.json``.
 
-``transformers.AutoConfig`` is used offline (``local_files_only``) so the values are the ones
-the engines will see (computed ``head_dim``, defaults); when transformers does not know the
-architecture the raw JSON is read instead, as GPUStack falls back. Multimodal configs nest the
-language model under ``text_config``/``llm_config``.
+The values must be the ones the engines will see (transformers' computed ``head_dim`` and
+defaults). Where the file alone says them, it is read with the standard library (importing
+transformers costs 1-2 s of a dry run): a text-only model of a type in ``PLAIN`` whose file
+states, as integers, every key read here that its transformers config class would otherwise
+fill in with a default (``REQUIRED``, plus the type's own: Qwen3's and Gemma's ``head_dim``
+defaults to 128/256 rather than hidden / heads; an MoE type's expert count). Everything else
+goes through ``transformers.AutoConfig`` offline (``local_files_only``): another model type, a
+key left to its default, nested configs (``text_config``, ``llm_config``, ``thinker_config``,
+``vision_config``: sub-config classes fill theirs), ``auto_map`` (remote code). When
+transformers does not know the architecture the raw JSON is read instead, as GPUStack falls
+back. tests/test_hf_config_parity.py checks both readings agree for each type in ``PLAIN``.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ class ModelParameters:
     kv_lora_rank: int | None = None  # MLA
     qk_rope_head_dim: int | None = None
     num_experts: int = 0
-    source: str = "autoconfig"  # or "config.json" when transformers did not know the model
+    source: str = "autoconfig"  # or "config.json": read from the file alone (it answered, or transformers did not know it)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -54,6 +61,25 @@ def _raw(model_dir: str) -> dict:
     if not isinstance(cfg, dict):
         raise ModelFileError(path, "top level is not a JSON object")
     return cfg
+
+
+REQUIRED = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size",
+            "max_position_embeddings")
+# model_type -> the keys beyond REQUIRED its file must state (their class defaults differ from ours)
+PLAIN: dict[str, tuple[str, ...]] = {
+    "llama": (), "mistral": (), "qwen2": (), "phi3": (), "starcoder2": (),
+    "qwen3": ("head_dim",), "gemma": ("head_dim",), "gemma2": ("head_dim",),
+    "mixtral": ("num_local_experts",), "qwen2_moe": ("num_experts",), "qwen3_moe": ("head_dim", "num_experts"),
+}
+NESTED = ("text_config", "llm_config", "thinker_config", "vision_config", "auto_map")
+
+
+def file_alone_answers(raw: dict) -> bool:
+    """Whether transformers would add nothing to what this config.json states (see the module's doc)."""
+    extra = PLAIN.get(raw.get("model_type"))  # type: ignore[arg-type]
+    if extra is None or any(k in raw for k in NESTED):
+        return False
+    return all(isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) for k in REQUIRED + extra)
 
 
 def _autoconfig(model_dir: str) -> dict | None:
@@ -86,9 +112,11 @@ def _num(cfg: dict, *keys: str, default=0):
     return default
 
 
-def load_parameters(model_dir: str) -> ModelParameters:
+def load_parameters(model_dir: str, transformers: bool | None = None) -> ModelParameters:
+    """``transformers``: None reads the file alone where it answers (``file_alone_answers``),
+    else with AutoConfig; True always asks AutoConfig (the parity tests)."""
     raw = _raw(model_dir)
-    auto = _autoconfig(model_dir)
+    auto = _autoconfig(model_dir) if transformers or not file_alone_answers(raw) else None
     cfg = auto or raw
     text = _text(cfg)
     raw_text = _text(raw)
