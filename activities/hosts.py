@@ -1,5 +1,5 @@
 """The host activities (task queue ``gpuflow-control``; the host workflow and the estimate call
-them): a host's report recorded, a host lost or forgotten, the instances placed there told what
+them): a host's report recorded, a host lost or forgotten, its replicas' measured memory recorded, the instances placed there told what
 its watch learned (activities/host_news.py), and the local model paths the GPU hosts read for
 an estimate (activities/host_estimate.py). Each takes one input (contracts/hosts.py, or the
 host's HostReport)."""
@@ -19,8 +19,9 @@ from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.control import HostNews, HostReport
 from contracts.hosts import HostLost, HostRef, ModelPaths, ReadersAsk
+from contracts.usage import RECORD_USAGE, UsageBatch
 from scheduler.estimate_inputs import ReaderHosts
-from store import ledger, records
+from store import ledger, records, usage
 
 
 class HostStateActivities:
@@ -31,7 +32,8 @@ class HostStateActivities:
         self.engine, self.reads, self.client, self.runner, self.wake = engine, reads, client, runner, wake
 
     def all(self) -> list:
-        return [self.host_seen, self.host_lost, self.host_forget, self.model_readers, self.record_model_paths]
+        return [self.host_seen, self.host_lost, self.host_forget, self.model_readers, self.record_model_paths,
+                self.record_usage]
 
     @activity.defn(name=c.HOST_SEEN)
     async def host_seen(self, report: HostReport) -> None:
@@ -59,6 +61,12 @@ class HostStateActivities:
         """An operator forgets a host that is gone for good: its row leaves the store (None), or
         the reason it may not yet (records.forget_worker)."""
         return await self.runner.run(records.forget_worker, self.engine, host.name)
+
+    @activity.defn(name=RECORD_USAGE)
+    async def record_usage(self, batch: UsageBatch) -> int:
+        """One host's measured memory per replica, in one transaction (store/usage.py); a local
+        activity of the host workflow, run on each of its watch's returns that carries figures."""
+        return await self.runner.run(usage.record, self.engine, batch)
 
     @activity.defn(name=c.MODEL_READERS)
     async def model_readers(self, ask: ReadersAsk) -> ReaderHosts:

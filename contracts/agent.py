@@ -67,6 +67,13 @@ class LaunchRequest(BaseModel):
     # stops the process with stop_instance, and it also cancels a supervisor to replace it, after an
     # agent restart or a lost host's return), or, when True, stop the process too.
     stop_on_cancel: bool = False
+    # What the ledger booked for this instance on this host (a server's request; helpers carry none),
+    # and what the figures belong to: the agent reports each replica's measured memory against it
+    # (contracts/usage.py). Empty from a workflow that predates them: the use is still measured.
+    vram_claim: dict[Annotated[int, Field(ge=0, le=MAX_GPUS)], Annotated[int, Field(ge=0, le=MAX_BYTES)]] = \
+        Field({}, max_length=MAX_GPUS)
+    ram_claim: int = Field(0, ge=0, le=MAX_BYTES)
+    source: Annotated[str, Field(max_length=MAX_TEXT)] = ""  # the model's source key (hf:..., local:...)
 
     @property
     def key(self) -> str:

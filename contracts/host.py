@@ -2,7 +2,7 @@
 queues' names, the workflows' timings, the host's report and the host workflow's input. Plain
 pydantic models (no I/O); contracts/control.py re-exports them for the control plane. Fields are
 added with defaults, never removed, so running histories stay decodable. Imports only
-``scheduler``."""
+``scheduler`` and contracts/usage.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
 from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S
@@ -70,11 +71,14 @@ class HostReport(BaseModel):
     simulated: bool = False
     agent_version: str = Field("", max_length=64)
     boot: str = Field("", max_length=64)  # one agent run's id: a hello with a new one is an agent restart
+    # each replica's measured memory (contracts/usage.py), sampled every liveness_s; carried on the
+    # watch's return, not part of the inventory (the fingerprint leaves it out). None: not sampled
+    usage: list[ReplicaUse] | None = Field(None, max_length=MAX_REPLICAS)
 
     def fingerprint(self) -> str:
         import hashlib
 
-        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot"}).encode()).hexdigest()[:16]
+        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage"}).encode()).hexdigest()[:16]
 
 
 class HostInput(BaseModel):

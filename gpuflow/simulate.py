@@ -9,6 +9,10 @@ file given, so it reports itself ``simulated``.
 power: its activities stop heartbeating and never answer, its worker stops polling, and its
 servers stop answering. (The command appends HOST to DATA_DIR/simulate/kill and sends SIGUSR1 to
 the simulator whose pid DATA_DIR/simulate/fleet.json names.) Ctrl-C stops every host cleanly.
+
+Each simulated replica reports a measured memory of its claim times ``--vram-use-ratio`` (default
+0.9; above 1 rehearses replicas that outgrow their claims), so ``gpuflow status`` shows VRAM used
+against claimed as a real host's NVML figures would (worker_agent/memory_probe.py ClaimShare).
 """
 
 from __future__ import annotations
@@ -122,7 +126,7 @@ def fleet_file(data_dir: str) -> str:
     return os.path.join(data_dir, "simulate", "fleet.json")
 
 
-def check_args(hosts: int, prefix: str, start_delay: float, fail_rate: float) -> None:
+def check_args(hosts: int, prefix: str, start_delay: float, fail_rate: float, vram_use_ratio: float = 0.9) -> None:
     if hosts < 1:
         raise InvalidInput(f"--hosts must be at least 1, got {hosts}")
     if not PREFIX.match(prefix):
@@ -131,17 +135,20 @@ def check_args(hosts: int, prefix: str, start_delay: float, fail_rate: float) ->
         raise InvalidInput(f"--start-delay must be >= 0 seconds, got {start_delay:g}")
     if not 0 <= fail_rate <= 1:
         raise InvalidInput(f"--fail-rate is a share between 0 and 1, got {fail_rate:g}")
+    if not 0 <= vram_use_ratio <= 4:
+        raise InvalidInput(f"--vram-use-ratio is the share of its claim a replica uses, 0 to 4, got {vram_use_ratio:g}")
 
 
 async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: str, hosts: int, prefix: str = "sim",
                     start_delay: float = 0.5, fail_rate: float = 0.0, stop: asyncio.Event | None = None,
-                    seed: int | None = None, started: asyncio.Event | None = None) -> None:
+                    seed: int | None = None, started: asyncio.Event | None = None, vram_use_ratio: float = 0.9) -> None:
     """Serve ``hosts`` simulated hosts until ``stop``; SIGUSR1 reads DATA_DIR/simulate/kill."""
     from worker_agent.agent import run_agent
     from worker_agent.engines import EngineConfig
     from worker_agent.inventory import discover
+    from worker_agent.memory_probe import ClaimShare
 
-    check_args(hosts, prefix, start_delay, fail_rate)
+    check_args(hosts, prefix, start_delay, fail_rate, vram_use_ratio)
     _raise_file_limit()  # every simulated server is a listening socket of this process
     discover(f"{prefix}-0", inventory)  # a bad inventory file fails here, before any host starts
     rng = random.Random(seed)
@@ -163,7 +170,8 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
         h.task = asyncio.ensure_future(run_agent(
             hc, h.name, data_dir, timings, inventory, {"simulator": prefix}, stop=h.stop, table=h.table,
             serve_metrics=lambda registry, extra: None, address="127.0.0.1",
-            engines=EngineConfig(allow_custom=True), serving=serving))  # nothing is executed: argv is only logged
+            engines=EngineConfig(allow_custom=True), serving=serving,  # nothing is executed: argv is only logged
+            memory_probe=ClaimShare(vram_use_ratio)))
     with open(fleet_file(data_dir), "w") as f:
         json.dump({"pid": os.getpid(), "hosts": sorted(fleet)}, f)
 
@@ -240,12 +248,12 @@ def cmd_simulate(a) -> int:
         return 0
     if a.hosts is None or not a.inventory:
         raise InvalidInput("gpuflow simulate needs --hosts N and --inventory FILE (or --kill HOST)")
-    check_args(a.hosts, a.name_prefix, a.start_delay, a.fail_rate)
+    check_args(a.hosts, a.name_prefix, a.start_delay, a.fail_rate, a.vram_use_ratio)
 
     async def go():
         client = await connect(s.temporal, wait_s=30)
         await run_fleet(client, s.data_dir, s.timings, a.inventory, a.hosts, a.name_prefix, a.start_delay,
-                        a.fail_rate, stop=until_signalled(), seed=a.seed)
+                        a.fail_rate, stop=until_signalled(), seed=a.seed, vram_use_ratio=a.vram_use_ratio)
 
     return run_command(go())
 
@@ -261,6 +269,8 @@ def add_command(sub) -> None:
     p.add_argument("--start-delay", type=float, default=0.5, help="seconds until a launched server answers (0.5)")
     p.add_argument("--fail-rate", type=float, default=0.0, help="share of launches that fail (0..1, default 0)")
     p.add_argument("--seed", type=int, help="random seed for --fail-rate")
+    p.add_argument("--vram-use-ratio", type=float, default=0.9,
+                   help="each replica's simulated VRAM use, as a share of its claim (default 0.9; >1: over its claim)")
     p.add_argument("--kill", metavar="HOST", help="make HOST of the running simulator (same --data-dir) vanish")
     p.add_argument("--data-dir")
     p.set_defaults(fn=cmd_simulate, temporal=True)

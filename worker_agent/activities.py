@@ -30,6 +30,7 @@ from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused
                                      needs_port)
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
+from worker_agent.usage import UsageBook
 
 
 def _valid(check, *args) -> None:
@@ -103,7 +104,8 @@ def _dist_port(argv: list[str]) -> int | None:
 class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport], *, bookings: Bookings,
                  stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
-                 metrics: AgentMetrics | None = None, address: str = "127.0.0.1", hub: HubConfig | None = None):
+                 metrics: AgentMetrics | None = None, address: str = "127.0.0.1", hub: HubConfig | None = None,
+                 usage: UsageBook | None = None):
         self.name, self.table, self.discover = name, table, discover
         self.bookings = bookings  # the ledger, asked before any process starts (bookings.py)
         self.hub = hub or HubConfig(cache_dir=os.path.join(os.path.dirname(table.run_dir), "models"))
@@ -112,6 +114,7 @@ class HostActivities:
         if self.engines.model_roots:  # what this agent downloaded is allowed too
             self.engines = replace(self.engines, model_roots=(*self.engines.model_roots, self.hub.cache_dir))
         self.metrics = metrics
+        self.usage = usage  # each replica's measured memory (usage.py): carried on the watch's return
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
@@ -120,15 +123,18 @@ class HostActivities:
     @activity.defn(name=p.WATCH_HOST)
     async def watch_host(self, known: str) -> HostReport:
         """Heartbeat while the inventory stays as ``known`` (its fingerprint); return the new
-        report as soon as it differs, or after the schedule-to-close budget runs low."""
+        report as soon as it differs, or after the schedule-to-close budget runs low, or when the
+        replicas' measured memory is news (usage.py); the report carries that memory."""
         info = activity.info()
         deadline = time.monotonic() + (info.start_to_close_timeout.total_seconds() * 0.8
                                        if info.start_to_close_timeout else 300)
         every = _beat_every()
         while True:
             report = await asyncio.to_thread(self.discover)
-            if report.fingerprint() != known or time.monotonic() > deadline:
-                return report
+            if self.usage is not None:
+                self.usage.gpu_names = {g.index: g.name for g in report.gpus}
+            if report.fingerprint() != known or time.monotonic() > deadline or (self.usage and self.usage.due()):
+                return report.model_copy(update={"usage": self.usage.report()}) if self.usage else report
             activity.heartbeat(report.fingerprint())
             await asyncio.sleep(every)
 
@@ -211,6 +217,8 @@ class HostActivities:
                 raise ApplicationError(f"cannot start {argv[0]!r}: {e.strerror}", type="LaunchFailed",
                                        non_retryable=True) from None
         dist = _dist_port(rec.argv)
+        if self.usage is not None:
+            self.usage.watch(req)
         if not req.wait_ready:
             return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                                   address=self.address, dist_port=dist, binding=bound)
@@ -274,6 +282,8 @@ class HostActivities:
         rec = self.table.find(key)
         if rec is None:
             return p.ExitReport(reason=f"{what}the process is not running on this host")
+        if self.usage is not None:
+            self.usage.watch(req)  # an adopted process (a new agent run) is measured against its claim again
         # Each heartbeat the SDK sends is a write of the workflow's state on the Temporal server;
         # at 1,500 replicas, one a minute each was 25 writes/s for a cluster at rest. Called every
         # quarter of the timeout, the first one after that quarter (the start counts), and sent

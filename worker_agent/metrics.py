@@ -1,5 +1,9 @@
 """The agent's Prometheus series: GPU memory as discovered, instance processes it supervises,
-and launch counters."""
+each replica's measured memory against its claim (usage.py), and launch counters.
+
+The replica series carry an ``instance`` label (the gpuflow instance, e.g. web-0): Prometheus
+would rename it exported_instance beside its own target label, so the agents' scrape job keeps
+it with ``honor_labels: true`` (deploy/prometheus)."""
 
 from __future__ import annotations
 
@@ -10,12 +14,14 @@ from prometheus_client.core import GaugeMetricFamily
 
 from contracts.host import HostReport
 from worker_agent.processes import ProcessTable
+from worker_agent.usage import UsageBook
 
 
 class HostCollector:
     def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable,
-                 health: Callable[[], dict[int, tuple[float, float]]] | None = None):
+                 health: Callable[[], dict[int, tuple[float, float]]] | None = None, usage: UsageBook | None = None):
         self.name, self.discover, self.table, self.health = name, discover, table, health
+        self.usage = usage
 
     def collect(self):
         total = GaugeMetricFamily("gpuflow_agent_gpu_vram_total_bytes", "GPU memory.", labels=["host", "gpu", "simulated"])
@@ -43,12 +49,33 @@ class HostCollector:
             util.add_metric([self.name, str(idx)], u)
             temp.add_metric([self.name, str(idx)], t)
         yield from (total, used, foreign, procs, util, temp)
+        yield from self._replicas()
+
+    def _replicas(self):
+        """Each replica's last sample: VRAM used, its peak and claim per GPU; RSS."""
+        used = GaugeMetricFamily("gpuflow_instance_vram_used_bytes", "GPU memory a replica's processes hold "
+                                 "(NVML per process; simulated: the claim times --vram-use-ratio).",
+                                 labels=["host", "instance", "gpu"])
+        peak = GaugeMetricFamily("gpuflow_instance_vram_peak_bytes", "The most GPU memory seen held by a replica.",
+                                 labels=["host", "instance", "gpu"])
+        claimed = GaugeMetricFamily("gpuflow_instance_vram_claimed_bytes", "GPU memory the ledger booked for a "
+                                    "replica.", labels=["host", "instance", "gpu"])
+        rss = GaugeMetricFamily("gpuflow_instance_rss_bytes", "Resident memory of a replica's process tree.",
+                                labels=["host", "instance"])
+        for r in (self.usage.latest if self.usage else {}).values():
+            for g in r.gpus:
+                labels = [self.name, r.instance, str(g.index)]
+                used.add_metric(labels, g.used)
+                peak.add_metric(labels, g.peak)
+                claimed.add_metric(labels, g.claimed)
+            rss.add_metric([self.name, r.instance], r.rss)
+        yield from (used, peak, claimed, rss)
 
 
 class AgentMetrics:
     def __init__(self, name: str, discover: Callable[[], HostReport], table: ProcessTable,
                  registry: CollectorRegistry | None = None,
-                 health: Callable[[], dict[int, tuple[float, float]]] | None = None):
+                 health: Callable[[], dict[int, tuple[float, float]]] | None = None, usage: UsageBook | None = None):
         self.registry = r = registry or CollectorRegistry()
         self.launches = Counter("gpuflow_agent_launches", "Instance processes started or adopted.",
                                 ["host", "backend", "adopted"], registry=r)
@@ -58,7 +85,7 @@ class AgentMetrics:
                              "leads to a restart).", ["host", "backend"], registry=r)
         self.orphans = Counter("gpuflow_agent_orphans_stopped", "Processes stopped because their instance was gone "
                                "or placed on another host (why: gone | elsewhere).", ["host", "why"], registry=r)
-        r.register(HostCollector(name, discover, table, health))
+        r.register(HostCollector(name, discover, table, health, usage))
 
 
 def engine_metrics_proxy(table: ProcessTable, address: str = "127.0.0.1") -> Callable[[str], tuple[int, bytes] | None]:

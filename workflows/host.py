@@ -5,7 +5,9 @@ the host READY, then keeps a ``watch_host`` activity running on the host's own q
 heartbeats it, and it returns when the inventory changes. A missed heartbeat (or nobody polling
 the queue) fails the activity: the host is recorded NOT_READY until the agent says hello again
 or answers one of the probes sent to its queue meanwhile.
-Every READY/inventory change wakes PENDING instances (in the host_seen activity). An operator
+Every READY/inventory change wakes PENDING instances (in the host_seen activity). The watch's
+report also carries each replica's measured memory (contracts/usage.py): kept as the host's
+latest report (its ``status`` query answers it) and written to the store in one batch. An operator
 forgets a host that is gone for good with the ``forget`` update (``gpuflow hosts forget``): its row
 leaves the store and the workflow ends."""
 
@@ -27,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.hosts import HostLost, HostRef
     from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
     from contracts import agent as hp
+    from contracts.usage import RECORD_USAGE, UsageBatch
     from workflows import common as c
     from workflows import guards
     from workflows.inputs import compact, one_input
@@ -210,5 +213,21 @@ class HostWorkflow:
         report, why = checked_report(raw, self.inp.name)
         if report is None:
             await self._refuse(why)
-        elif report is not None and report.fingerprint() != known:
+            return
+        if report.usage is not None:
+            await self._record_usage(report)
+        if report.fingerprint() != known:
             self.greeting = report
+        elif report.usage is not None:
+            self.report = report  # the same inventory with the replicas' latest memory: the status query shows it
+
+    async def _record_usage(self, report: HostReport) -> None:
+        """The replicas' measured memory into the store, one batch per report (store/usage.py). Best
+        effort: a store that does not answer costs these figures, and the next report brings newer."""
+        try:
+            await workflow.execute_local_activity(
+                RECORD_USAGE, UsageBatch(host=self.inp.name, replicas=report.usage or []),
+                start_to_close_timeout=c.secs(30),
+                retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=c.secs(1)))
+        except ActivityError:
+            pass

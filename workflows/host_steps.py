@@ -49,7 +49,8 @@ class HostSteps(SuperviseSteps):
                                 vram_utilization=claim.vram_utilization, distributed=bool(plan.subordinates),
                                 liveness_s=t.liveness_s, liveness_failures=t.liveness_failures,
                                 cpu_pinning=wants_pinning(spec), cpus=plan.cpus, numa_nodes=plan.numa_nodes,
-                                stop_on_cancel=False)  # stopped by stop_instance, not by a supervisor's cancel
+                                stop_on_cancel=False,  # stopped by stop_instance, not by a supervisor's cancel
+                                vram_claim=dict(claim.vram), ram_claim=claim.ram, source=spec.source.key)
 
     async def _launch(self, worker: str, req: hp.LaunchRequest, sts: float) -> hp.LaunchResult:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuflow.render import usage
 from scheduler.units import gib
 
 
@@ -81,14 +82,17 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
         out.append(f"  instances: {counts(d['instances'])}")
         if summary:
             continue
-        out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} REASON")
+        out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} "
+                   f"{'VRAM USED/CLAIMED':<17} REASON")
         for i in d["instances"]:
             gpus = ",".join(map(str, i.get("gpu_indexes") or [])) or "-"
             worker = "+".join([i.get("worker") or "-", *i.get("subordinate_workers", [])])
             reason = i.get("reason") or ""
             if i.get("download"):
                 reason = f"{reason}: {progress(i['download'])}"
-            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} {reason}")
+            reason = "; ".join(x for x in (usage.warning(i.get("vram")), reason) if x)  # over its claim, said first
+            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} "
+                       f"{usage.column(i.get('vram')):<17} {reason}")
     if not st["deployments"]:
         out.append("no deployments")
     out += [f"gateway: {u}" for u in st.get("gateways", [])]

@@ -1,11 +1,13 @@
 """``gpuflow explain INSTANCE`` in words: the request in GiB, the placement with its strategy and
-scores, or, for a replica not placed, the decisive reasons first (scheduler/reasons.py); then each
-filter's verdict and the best candidates. ``--json`` gives the recorded decision whole."""
+scores, or, for a replica not placed, the decisive reasons first (scheduler/reasons.py); then the
+memory its hosts measured against its claim (render/usage.py); then each filter's verdict and the
+best candidates. ``--json`` gives the recorded decision whole."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpuflow.render import usage
 from gpuflow.render.dryrun import _table
 from scheduler.summary import summary_text
 from scheduler.units import gib
@@ -77,7 +79,7 @@ def explain(d: dict[str, Any]) -> str:
         placed, reasons = None, list(d.get("reasons") or dec.get("reasons") or [])
         lines.append(f"not placed, because (decided on {d.get('workers_seen', '?')} worker(s)):")
         lines.extend(f"  - {r}" for r in reasons[:dec.get("decisive") or len(reasons)])
-    return "\n".join(lines + _filters(dec) + _candidates(dec, placed))
+    return "\n".join(lines + usage.lines(d.get("vram")) + _filters(dec) + _candidates(dec, placed))
 
 
 def _chosen(dec: dict[str, Any], placed: dict[str, Any]) -> dict[str, Any] | None:

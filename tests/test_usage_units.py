@@ -1,0 +1,140 @@
+"""Measured memory per replica, the agent's side: the process tree, NVML's per-process list over
+it (the in-memory NVML of test_inventory_nvml.py, over real processes), the simulated share of
+the claim, the book's latest and peak, and when a figure is news for the watch to carry."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from contracts.agent import LaunchRequest
+from contracts.usage import GpuUse, ReplicaUse
+from scheduler.units import GiB, MiB
+from tests.test_inventory_nvml import FakeNVML
+from worker_agent.memory_probe import ClaimShare, NvmlProbe, Proc, ProcInfo, read_procs, trees
+from worker_agent.processes import ProcessTable, Record
+from worker_agent.usage import UsageBook, moved, worth_reporting
+
+
+def test_a_tree_is_the_leader_its_session_and_their_descendants():
+    procs = {
+        100: ProcInfo(ppid=1, session=100, rss=1),    # the leader (its own session)
+        101: ProcInfo(ppid=100, session=100, rss=1),  # its worker
+        102: ProcInfo(ppid=101, session=102, rss=1),  # the worker's child, which left the session: a descendant
+        103: ProcInfo(ppid=1, session=100, rss=1),    # re-parented to init, still in the session
+        200: ProcInfo(ppid=1, session=200, rss=1),    # another replica
+        300: ProcInfo(ppid=1, session=300, rss=1),    # a stranger
+    }
+    assert trees({"a-0": 100, "b-0": 200, "gone-0": 999}, procs) == {"a-0": {100, 101, 102, 103}, "b-0": {200}}
+
+
+@pytest.mark.parametrize("a, b, news", [
+    (8 * GiB, 8 * GiB + 64 * MiB, False),   # 64 MiB: not more than max(64 MiB, 8 GiB / 16 = 512 MiB)
+    (8 * GiB, 8 * GiB + 600 * MiB, True),   # 600 MiB > 8.59 GiB / 16 = 550 MiB
+    (0, 60 * MiB, False),                   # a small model's first MiBs: under 64 MiB
+    (0, 100 * MiB, True),                   # 100 MiB > 64 MiB
+    (1 * GiB, 0, True),                     # gone to nothing
+])
+def test_a_move_is_news_past_a_sixteenth_and_64_MiB(a, b, news):
+    assert moved(a, b) is news
+
+
+def use(name: str, used: int, claimed: int = 10 * GiB, rss: int = GiB) -> ReplicaUse:
+    return ReplicaUse(instance=name, gpus=[GpuUse(index=0, used=used, peak=used, claimed=claimed)], rss=rss,
+                      measured="nvml")
+
+
+@pytest.mark.parametrize("last, now, news", [
+    (None, {}, False),                                                   # nothing runs, nothing said yet
+    (None, {"a": use("a", 9 * GiB)}, True),                              # the first figures
+    ({"a": use("a", 9 * GiB)}, {"a": use("a", 9 * GiB + 100 * MiB)}, False),  # 100 MiB < 9.1 GiB / 16
+    ({"a": use("a", 9 * GiB)}, {"a": use("a", 4 * GiB)}, True),          # loading or shrinking: 5 GiB moved
+    ({"a": use("a", 9 * GiB)}, {"a": use("a", 9 * GiB), "b": use("b", 1)}, True),  # a replica came
+    ({"a": use("a", 9 * GiB), "b": use("b", 1)}, {"a": use("a", 9 * GiB)}, True),  # one went
+    ({"a": use("a", 10 * GiB - 100 * MiB)}, {"a": use("a", 10 * GiB + 100 * MiB)}, True),  # 200 MiB, but over its 10 GiB claim
+    ({"a": use("a", 9 * GiB, rss=GiB)}, {"a": use("a", 9 * GiB, rss=3 * GiB)}, True),  # RSS moved 2 GiB
+])
+def test_the_watch_returns_early_only_for_news(last, now, news):
+    assert worth_reporting(last, now) is news
+
+
+def test_simulated_use_is_the_claim_times_the_ratio():
+    """10 GiB claimed on GPU 0 and 6 GiB on GPU 1 at 0.9: 9 and 5.4 GiB; RSS 2 GiB x 0.9 (a simulator's
+    pid is no real process)."""
+    held = ClaimShare(0.9)([Proc("s-0", 10_000_001, {0: 10 * GiB, 1: 6 * GiB}, 2 * GiB)])["s-0"]
+    assert held.gpus == {0: int(10 * GiB * 0.9), 1: int(6 * GiB * 0.9)} and held.measured == "simulated"
+    assert held.rss == int(2 * GiB * 0.9)
+    with pytest.raises(ValueError, match="between 0 and 4"):
+        ClaimShare(5)
+
+
+async def test_nvml_per_process_counts_the_replicas_children_and_not_strangers(tmp_path):
+    """Card 0 lists the leader (6 GiB), its child (3 GiB) and this test's own pid (5 GiB, a stranger);
+    card 1 lists the child (1 GiB). The replica holds 6 + 3 = 9 GiB on card 0 and 1 GiB on card 1;
+    its RSS is the tree's (both processes: more than either alone)."""
+    table = ProcessTable(str(tmp_path))
+    code = "import subprocess, time; c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); time.sleep(60)"
+    rec = table.start("m-0", [sys.executable, "-c", code], {}, None)
+    try:
+        for _ in range(100):
+            text = open(table.log_path("m-0")).read().split("\n", 1)[1].strip()
+            if text:
+                break
+            await asyncio.sleep(0.05)
+        child = int(text)
+        nvml = FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 14 * GiB,
+                          "procs": [(rec.pid, 6 * GiB), (child, 3 * GiB), (os.getpid(), 5 * GiB)]},
+                         {"name": "H100", "total": 80 * GiB, "used": GiB, "procs": [(child, GiB)]}])
+        held = NvmlProbe(nvml)([Proc("m-0", rec.pid, {0: 10 * GiB})])["m-0"]
+        assert held.gpus == {0: 9 * GiB, 1: GiB} and held.measured == "nvml"
+        tree = read_procs()
+        assert held.rss >= tree[rec.pid].rss + tree[child].rss > 0
+        assert nvml.open == 0  # NVML shut down after each sample
+
+        # no per-process list on any card (some containers): RSS only, VRAM unknown
+        blind = NvmlProbe(FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 0}]))([Proc("m-0", rec.pid)])["m-0"]
+        assert blind.gpus is None and blind.measured == "none" and blind.rss > 0
+    finally:
+        await table.stop("m-0", 2)
+
+
+def test_the_book_keeps_the_latest_and_the_peak_per_replica():
+    """Samples of 4, 9 and 7 GiB on a 10 GiB claim: latest 7, peak 9. A helper (instance@rpc0) on
+    the same host adds its use to its instance's but no claim; a replica that stopped leaves."""
+    figures = iter([{"w-0": 4 * GiB, "w-0@rpc0": GiB}, {"w-0": 9 * GiB, "w-0@rpc0": GiB}, {"w-0": 7 * GiB, "w-0@rpc0": GiB}])
+
+    class Seq:  # the probe seam, answering a scripted figure per sample
+        def __call__(self, procs):
+            from worker_agent.memory_probe import Held
+
+            now = next(figures)
+            return {p.key: Held({0: now[p.key]}, 2 * GiB, "nvml") for p in procs}
+
+    book = UsageBook(Seq(), clock=lambda: 1000.0)
+    book.gpu_names = {0: "NVIDIA H100 80GB HBM3"}
+    req = LaunchRequest(instance="w-0", model="w", backend="llama.cpp", gpu_indexes=[0], vram_claim={0: 10 * GiB},
+                        ram_claim=GiB, source="huggingface:Qwen/Qwen2-0.5B-GGUF:q4.gguf", backend_parameters=["-c", "4096"])
+    book.watch(req)
+    book.watch(req.model_copy(update={"role": "rpc-server", "part": "rpc0"}))
+    recs = [Record("w-0", 11, 8000, [], ""), Record("w-0@rpc0", 12, 8001, [], "")]
+    assert book.report() is None and not book.due()  # nothing sampled yet: nothing to say
+    for _ in range(3):
+        book.sample(recs)
+    (r,) = book.report()
+    assert (r.vram_used, r.vram_peak, r.vram_claimed) == (8 * GiB, 10 * GiB, 10 * GiB)  # 7 + 1, 9 + 1, the server's claim
+    assert (r.rss, r.ram_claimed, r.gpu_model, r.backend, r.parameters) == (
+        4 * GiB, GiB, "NVIDIA H100 80GB HBM3", "llama.cpp", "-c 4096")  # 2 GiB RSS each
+    assert not book.due()  # just carried
+    book.probe = lambda procs: {}
+    book.sample([])
+    assert book.due() and book.report() == []  # the replica is gone: news, and nothing to report
+
+
+def test_what_crosses_temporal_is_bounded():
+    from contracts.usage import UsageBatch
+    from tests.test_bounds import model_problems
+
+    assert model_problems(UsageBatch, set()) == []

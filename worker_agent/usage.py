@@ -1,0 +1,122 @@
+"""The agent's book of measured memory per replica: sampled every ``liveness_s`` through the probe
+(worker_agent/memory_probe.py), the latest figures and the peak kept per replica, and handed to
+the host's watch (activities.watch_host), which carries them to the control plane on its return.
+
+Carried on the existing report, not a new message: the watch returns early only when a figure
+moved enough to matter (``worth_reporting``: a replica came or went, a card's use moved by more
+than a sixteenth and 64 MiB, a replica went over its claim or back); otherwise the figures ride
+the watch's regular return (every 0.8 x host_watch_s). A replica whose use holds still, as a
+loaded engine's does, costs no message of its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from contracts.agent import LaunchRequest, instance_of
+from contracts.usage import GpuUse, ReplicaUse
+from worker_agent.memory_probe import MemoryProbe, Proc
+from worker_agent.processes import Record
+
+MiB = 2**20
+NOISE = 64 * MiB  # a move smaller than this (or than a sixteenth) is allocator noise, not news
+
+
+def moved(a: int, b: int) -> bool:
+    """True when ``b`` differs from ``a`` by more than max(64 MiB, a sixteenth of the larger)."""
+    return abs(a - b) > max(NOISE, max(a, b) // 16)
+
+
+def over(r: ReplicaUse) -> bool:
+    return any(g.claimed and g.used > g.claimed for g in r.gpus)
+
+
+def worth_reporting(last: dict[str, ReplicaUse] | None, now: dict[str, ReplicaUse]) -> bool:
+    """Whether ``now`` is news against what the watch ``last`` carried (None: nothing yet)."""
+    if last is None:
+        return bool(now)
+    if set(last) != set(now):
+        return True
+    for name, r in now.items():
+        was = last[name]
+        cards = {g.index: g.used for g in r.gpus}
+        before = {g.index: g.used for g in was.gpus}
+        if set(cards) != set(before) or over(r) != over(was) or moved(was.rss, r.rss):
+            return True
+        if any(moved(before[i], cards[i]) for i in cards):
+            return True
+    return False
+
+
+class UsageBook:
+    def __init__(self, probe: MemoryProbe, clock: Callable[[], float] = time.time):
+        self.probe, self.clock = probe, clock
+        self.requests: dict[str, LaunchRequest] = {}  # process key -> the request that launched or adopted it
+        self.gpu_names: dict[int, str] = {}  # GPU index -> model, from the host's last inventory
+        self.latest: dict[str, ReplicaUse] = {}  # instance -> its figures on this host
+        self.sampled = False
+        self.reported: dict[str, ReplicaUse] | None = None  # what the watch last carried
+        self._lock = threading.Lock()  # samples run in a thread; the watch reads from the event loop
+
+    def watch(self, req: LaunchRequest) -> None:
+        """A process of this host's to measure against its request's claim (launched or adopted)."""
+        self.requests[req.key] = req
+
+    def sample(self, records: list[Record]) -> dict[str, ReplicaUse]:
+        """Measure every process the table runs; keep the latest figures and each replica's peak."""
+        procs = []
+        for rec in records:
+            req = self.requests.get(rec.instance)
+            claim = req if req is not None and req.role == "server" else None  # helpers carry no claim
+            procs.append(Proc(rec.instance, rec.pid, dict(claim.vram_claim) if claim else {},
+                              claim.ram_claim if claim else 0))
+        held = self.probe(procs)
+        now = self.clock()
+        by_instance: dict[str, ReplicaUse] = {}
+        for p in procs:
+            h = held.get(p.key)
+            if h is None:
+                continue
+            name = instance_of(p.key)
+            r = by_instance.get(name) or self._blank(name, p.key, now, h.measured)
+            cards = {g.index: g for g in r.gpus}
+            for i in sorted(set(h.gpus or {}) | set(p.vram_claim)):
+                g = cards.setdefault(i, GpuUse(index=i))
+                g.used += (h.gpus or {}).get(i, 0)
+                g.claimed += p.vram_claim.get(i, 0)
+            r.gpus = sorted(cards.values(), key=lambda g: g.index)
+            r.rss += h.rss
+            r.ram_claimed += p.ram_claim
+            by_instance[name] = r
+        with self._lock:
+            for name, r in by_instance.items():
+                r.gpu_model = next((self.gpu_names[g.index] for g in r.gpus if g.index in self.gpu_names), "")
+                was = self.latest.get(name)
+                peaks = {g.index: g.peak for g in was.gpus} if was else {}
+                for g in r.gpus:
+                    g.peak = max(g.used, peaks.get(g.index, 0))
+                r.rss_peak = max(r.rss, was.rss_peak if was else 0)
+            self.latest, self.sampled = by_instance, True
+            for key in [k for k in self.requests if k not in {p.key for p in procs}]:
+                del self.requests[key]  # its process is gone from the table
+        return by_instance
+
+    def _blank(self, name: str, key: str, at: float, measured: str) -> ReplicaUse:
+        req = self.requests.get(name) or self.requests.get(key)
+        return ReplicaUse(instance=name, measured=measured, at=at, source=req.source if req else "",
+                          backend=req.backend if req else "",
+                          parameters=" ".join(req.backend_parameters)[:4096] if req else "")
+
+    def due(self) -> bool:
+        """The watch should return now: the figures are news (worth_reporting)."""
+        with self._lock:
+            return self.sampled and worth_reporting(self.reported, self.latest)
+
+    def report(self) -> list[ReplicaUse] | None:
+        """What the watch carries now (None before the first sample); remembered as reported."""
+        with self._lock:
+            if not self.sampled:
+                return None
+            self.reported = {k: v.model_copy(deep=True) for k, v in self.latest.items()}
+            return [self.latest[k] for k in sorted(self.latest)]
