@@ -50,4 +50,9 @@ def pending_text(reasons: list[str], decisive: int | None) -> str:
     decisive reasons, at most three. The instance workflow (workflows/place_steps.py) and the
     PENDING queue (tenancy/queue.py, written by every wake) both say it this way, so a replica's
     reason reads the same whoever judged it last."""
-    return "unschedulable: " + ("; ".join(reasons[:min(3, decisive or 3)]) or "no candidate")
+    return "unschedulable: " + (join(reasons[:min(3, decisive or 3)]) or "no candidate")
+
+
+def join(reasons: list[str]) -> str:
+    """Reasons on one line, '; ' between them: each one's closing full stop goes (it read '.;')."""
+    return "; ".join(r.rstrip().removesuffix(".") for r in reasons)

@@ -23,7 +23,7 @@ from worker_agent.capabilities import runnable_backends, with_backends
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
-from worker_agent.log_reader import logs_workflow, open_reader
+from worker_agent.log_reader import KEEP_LOGS, logs_workflow, open_reader, prune_table_logs
 from worker_agent.memory_probe import ClaimShare, MemoryProbe, NvmlProbe
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
 from worker_agent.model_header import ModelHeaders
@@ -66,13 +66,15 @@ async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grac
     return [o.key for o in await stop_orphans(client, name, table, stop_grace_s, counter)]
 
 
-async def reconcile_every(client: Client, name: str, table: ProcessTable, interval_s: float, counter=None) -> None:
-    """The orphan check, every ``interval_s`` while the agent serves; a failed round is logged and
-    the next one tried."""
+async def reconcile_every(client: Client, name: str, table: ProcessTable, interval_s: float, counter=None,
+                          keep_logs: int = KEEP_LOGS) -> None:
+    """The orphan check, every ``interval_s`` while the agent serves, then the logs beyond
+    ``keep_logs`` ended instances are dropped; a failed round is logged and the next one tried."""
     while True:
         await asyncio.sleep(interval_s)
         try:
             await reap_orphans(client, name, table, counter=counter)
+            prune_table_logs(table, keep_logs)
         except Exception as e:  # noqa: BLE001  the server away, say: the next round tries again
             print(f"gpuflow agent {name}: orphan check failed: {type(e).__name__}: {e}", flush=True)
 
@@ -101,7 +103,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     max_instances: int = 64, engines: EngineConfig | None = None,
                     serve_metrics: Callable | None = None, address: str = "127.0.0.1",
                     hub: HubConfig | None = None, table: ProcessTable | None = None,
-                    serving: Callable[[str], None] | None = None, memory_probe: MemoryProbe | None = None) -> None:
+                    serving: Callable[[str], None] | None = None, memory_probe: MemoryProbe | None = None,
+                    keep_logs: int = KEEP_LOGS) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's.
     ``serving`` is told the line that says the agent serves (default: printed). ``memory_probe``
@@ -129,6 +132,7 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         serve_metrics(metrics.registry, engine_metrics_proxy(table, address))
     counter = metrics.orphans if metrics else None
     await reap_orphans(client, name, table, counter=counter)
+    prune_table_logs(table, keep_logs)  # the logs of the last keep_logs instances that ended here stay
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, bookings=LedgerBookings(client, name), engines=engines, metrics=metrics,
                           address=address, hub=hub, usage=book)
@@ -146,7 +150,8 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         engines_found = ", ".join(report.backends or []) or "none"
         (serving or (lambda line: print(line, flush=True)))(
             f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})")
-        check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter))
+        check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter,
+                                                    keep_logs))
         sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name)) if book else None
         try:
             await (stop or asyncio.Event()).wait()

@@ -16,6 +16,7 @@ from gpuflow.render import cluster as render_cluster
 from gpuflow.runtime import connect
 from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from scheduler.errors import InvalidInput
+from worker_agent.log_reader import KEEP_LOGS
 
 
 def cmd_server(a) -> int:
@@ -64,21 +65,55 @@ def cmd_agent(a) -> int:
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
                         hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
-                                      hf_endpoint=s.hf_endpoint))
+                                      hf_endpoint=s.hf_endpoint), keep_logs=a.keep_logs)
 
     return run_command(go())
 
 
 def cmd_deploy(a) -> int:
+    """Deploy, say what changed (stdout) and warn of what the change undoes or replaces (stderr);
+    with --wait, the verdict's exit code (gpuflow/deploy_wait.py)."""
+    from gpuflow import deploy_report, deploy_wait
+
     s = settings_from(a)
     spec = files.load_spec(a.spec)
+    if a.timeout is not None and not a.wait:
+        raise InvalidInput("--timeout goes with --wait")
 
     async def go():
         client = await connect(s.temporal)
-        view = await ops.deploy(client, spec, s.timings, a.replicas)
-        print(f"deployment {view.name}: {view.replicas} replica(s) wanted; workflow deployment/{view.name}")
+        before = await ops.current(client, spec.name)
+        n, source = deploy_report.replicas_to_apply("replicas" in spec.model_fields_set, spec.replicas, a.replicas,
+                                                    before.replicas if before else None)
+        new = spec.model_copy(update={"replicas": n})
+        view = await ops.deploy(client, new, s.timings, n)
+        raw = new.model_dump(mode="json", exclude_none=True)
+        said = deploy_report.report(view.name, before and {"spec": before.spec, "replicas": before.replicas},
+                                    raw, view.replicas, source, before is not None and _rolls(before.spec, new))
+        for line in said.warnings:
+            print(line, file=sys.stderr, flush=True)
+        print("\n".join(said.said), flush=True)
+        if not a.wait:
+            return 0
+        v = await deploy_wait.wait(client, view.name, a.timeout or WAIT_S,
+                                   lambda line: print(line, file=sys.stderr, flush=True))
+        print("\n".join(v.lines), file=sys.stdout if v.code == 0 else sys.stderr, flush=True)
+        return v.code
 
     return run_command(go())
+
+
+WAIT_S = 300.0  # deploy --wait's default --timeout
+
+
+def _rolls(old_raw: dict, new) -> bool:
+    from scheduler.spec import ModelSpec
+    from workflows.rollout_steps import rolls
+
+    try:
+        return rolls(ModelSpec.model_validate(old_raw), new)
+    except ValueError:  # the running spec no longer validates here: a change, as the workflow sees it
+        return True
 
 
 def cmd_scale(a) -> int:
@@ -121,6 +156,10 @@ def cmd_status(a) -> int:
         known = store_states(store) if a.summary and store is not None else None
         st = await ops.status(client, a.name, known_states=known)
         st = add_reasons(add_serving(st, store, per_instance=not a.summary), store)
+        if not a.summary:  # the last lines of each ERROR replica's log, read on its host
+            from gpuflow.status_logs import error_tails
+
+            st = await error_tails(client, st)
         # one line per autoscaled deployment: queried only where its autoscaler can answer now, a
         # broken one (say, started by hand with a garbage input) reported at once with the reason
         asked = await ops.autoscalers(client, [d["name"] for d in st["deployments"] if not d.get("broken")])
@@ -191,7 +230,8 @@ def cmd_logs(a) -> int:
         worker = await ops.log_host(client, a.instance)
         chunk = await ops.read_log(client, a.instance, offset=-a.bytes, worker=worker)
         if not chunk.found:
-            raise InvalidInput(f"instance {a.instance} has no log on its host yet")
+            raise InvalidInput(f"host {worker} has no log of {a.instance}: not started yet, or dropped (an agent keeps "
+                               f"the logs of the last --keep-logs instances that ended there)")
         while True:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
@@ -211,10 +251,26 @@ def cmd_logs(a) -> int:
         return 0
 
 
+def _count(v: str) -> int:
+    if not v.isdigit() or int(v) > 1_000_000:
+        raise argparse.ArgumentTypeError(f"a whole number from 0 to 1000000, got {v!r}")
+    return int(v)
+
+
 def _positive(v: str) -> int:
     if not v.isdigit() or int(v) < 1:
         raise argparse.ArgumentTypeError(f"a number of bytes >= 1, got {v!r}")
     return int(v)
+
+
+def _seconds(v: str) -> float:
+    try:
+        f = float(v)
+    except ValueError:
+        f = -1.0
+    if not 0 < f <= 86400:
+        raise argparse.ArgumentTypeError(f"seconds, more than 0 and at most 86400, got {v!r}")
+    return f
 
 
 def add_commands(sub) -> None:
@@ -270,6 +326,9 @@ def add_commands(sub) -> None:
     p.add_argument("--hf-endpoint",
                    help="a Hugging Face mirror (default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
     p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
+    p.add_argument("--keep-logs", type=_count, default=KEEP_LOGS, metavar="N",
+                   help=f"keep the logs of the last N instances that ended on this host, for 'gpuflow logs' "
+                        f"(default {KEEP_LOGS}; a running instance's log is always kept)")
     p.add_argument("--model-root", action="append",
                    help="a directory model files may come from (repeatable); paths outside every root are refused")
     p.set_defaults(fn=cmd_agent, temporal=True)
@@ -277,7 +336,12 @@ def add_commands(sub) -> None:
     p = sub.add_parser("deploy", help="create or update a deployment from a model spec")
     temporal_flags(p)
     p.add_argument("spec", help="model spec (YAML or JSON)")
-    p.add_argument("--replicas", type=int)
+    p.add_argument("--replicas", type=int, help="the replica count (default: the file's replicas; a file that "
+                                                 "names none keeps a running deployment's count)")
+    p.add_argument("--wait", action="store_true",
+                   help="return once every replica is RUNNING (exit 0), one is ERROR (1) or cannot be placed (3)")
+    p.add_argument("--timeout", type=_seconds, help=f"with --wait: give up after this many seconds, exit 1 "
+                                                    f"(default {WAIT_S:g})")
     p.set_defaults(fn=cmd_deploy, temporal=True)
 
     p = sub.add_parser("scale", help="change a deployment's replicas")

@@ -93,6 +93,7 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
             reason = "; ".join(x for x in (usage.warning(i.get("vram")), reason) if x)  # over its claim, said first
             out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} "
                        f"{usage.column(i.get('vram')):<17} {reason}")
+            out += [f"  {'':<20} | {line}" for line in i.get("log_tail") or []]  # an ERROR replica's log, its end
     if not st["deployments"]:
         out.append("no deployments")
     out += [f"gateway: {u}" for u in st.get("gateways", [])]

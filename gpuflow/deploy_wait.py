@@ -1,0 +1,82 @@
+"""``gpuflow deploy --wait``: look at the deployment until it is done, and say how it ended.
+
+``judge`` is the rule, pure, over what ``gpuflow status`` shows (the deployment's instances) and
+the ``rollout`` query; ``wait`` asks Temporal once a second and prints a progress line on stderr
+whenever the counts change. Exit codes, as ``gpuflow schedule``'s:
+
+- 1: a replica is ERROR (its reason; a replica whose engine fails at start is ERROR between its
+  restarts), or the rollout to this spec was rolled back or halted, or ``--timeout`` passed;
+- 3: a replica waits PENDING because no host can take it (``unschedulable: ...``, the decisive
+  reasons) or its tenant's quota is full (``quota: ...``);
+- 0: every wanted replica is RUNNING, no rollout is under way and no old replica is left.
+
+The first verdict that holds decides, in that order: a failure is reported even while another
+replica waits for room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gpuflow.render.cluster import counts
+
+WAITING = ("unschedulable", "quota:")  # a PENDING reason that says no placement can be made now
+
+
+@dataclass
+class Verdict:
+    code: int | None  # None: not done yet
+    lines: list[str]
+
+
+def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
+    """The verdict on one deployment row of ``ops.status`` and its rollout view."""
+    insts = dep.get("instances", [])
+    failed = [i for i in insts if i["state"] == "error"]
+    if failed:
+        return Verdict(1, [f"{i['name']}: ERROR: {i.get('reason') or 'no reason recorded'}" for i in failed])
+    if rollout and rollout.get("status") in ("rolled back", "halted"):
+        last = (rollout.get("history") or [{}])[-1]
+        return Verdict(1, [f"deployment {dep['name']}: its rollout was {rollout['status']}"
+                           + (f": {last.get('reason')}" if last.get("reason") else "")])
+    stuck = [i for i in insts if i["state"] == "pending" and (i.get("reason") or "").startswith(WAITING)]
+    if stuck:
+        return Verdict(3, [f"{i['name']}: PENDING: {i['reason']}" for i in stuck])
+    busy = rollout is not None and (rollout.get("rolling") or rollout.get("old") or rollout.get("stopping"))
+    if not busy and len(insts) == dep["replicas"] and all(i["state"] == "running" for i in insts):
+        return Verdict(0, [f"deployment {dep['name']}: {dep['replicas']} of {dep['replicas']} replica(s) RUNNING"])
+    return Verdict(None, [progress_line(dep, rollout)])
+
+
+def progress_line(dep: dict[str, Any], rollout: dict[str, Any] | None) -> str:
+    roll = " (rolling)" if rollout and rollout.get("rolling") else ""
+    return f"deployment {dep['name']}: {counts(dep.get('instances', []))} of {dep['replicas']} wanted{roll}"
+
+
+async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], every_s: float = 1.0) -> Verdict:
+    """Ask until ``judge`` decides or ``timeout_s`` passes; ``say`` gets each new progress line."""
+    from contracts.ids import DEPLOYMENT_ROLLOUT, deployment_id
+    from gpuflow import broken, ops
+
+    deadline, last = time.monotonic() + timeout_s, None
+    while True:
+        dep = (await ops.status(client, name))["deployments"][0]
+        if dep.get("broken"):
+            return Verdict(1, [f"deployment {name}: BROKEN: {dep['broken']}"])
+        h = client.get_workflow_handle(deployment_id(name))
+        try:
+            rollout = await broken.query(h, DEPLOYMENT_ROLLOUT)
+        except Exception:  # noqa: BLE001  judged without it; the next look asks again
+            rollout = {"rolling": True}
+        v = judge(dep, rollout)
+        if v.code is not None:
+            return v
+        if v.lines[0] != last:
+            say(v.lines[0])
+            last = v.lines[0]
+        if time.monotonic() > deadline:
+            return Verdict(1, [f"deployment {name}: not done within {timeout_s:g} s: {last}"])
+        await asyncio.sleep(every_s)

@@ -1,0 +1,54 @@
+"""Where a replica's log is once it holds no placement, and the last lines of a failed one's.
+
+A replica that gave up (ERROR: the spec's fault) or ended (deleted, scaled away) holds no
+placement, so its status names no worker; its log is still on the host that ran it, kept there
+until the agent's ``--keep-logs`` retention drops it (worker_agent/log_reader.py). That host is
+read off the instance workflow's own history: the task queue of the last launch of that process
+(``gpuflow-host-<worker>``), else the placement its run was continued with. Reading a history is
+one call to Temporal and changes nothing.
+
+The last lines of a failed replica's log in ``gpuflow status``: gpuflow/status_logs.py.
+"""
+
+from __future__ import annotations
+
+from temporalio.client import Client
+
+from contracts.agent import LAUNCH_INSTANCE, instance_of
+from contracts.host import host_queue
+from contracts.ids import instance_id
+
+QUEUE_PREFIX = host_queue("")
+TAIL_LINES = 5
+
+
+def host_of_queue(queue: str) -> str | None:
+    return queue[len(QUEUE_PREFIX):] or None if queue.startswith(QUEUE_PREFIX) else None
+
+
+async def last_host(client: Client, key: str) -> str | None:
+    """The host of the last launch of process ``key`` (an instance, or instance@part) in its
+    instance workflow's latest run; else the worker of the placement that run started with."""
+    handle = client.get_workflow_handle(instance_id(instance_of(key)))
+    conv = client.data_converter
+    found = started = None
+    async for ev in handle.fetch_history_events():
+        if ev.HasField("workflow_execution_started_event_attributes"):
+            args = await conv.decode(ev.workflow_execution_started_event_attributes.input.payloads)
+            plan = (args[0] or {}).get("placement") if args and isinstance(args[0], dict) else None
+            started = plan.get("worker") if isinstance(plan, dict) else None
+        elif ev.HasField("activity_task_scheduled_event_attributes"):
+            a = ev.activity_task_scheduled_event_attributes
+            if a.activity_type.name != LAUNCH_INSTANCE:
+                continue
+            args = await conv.decode(a.input.payloads)
+            req = args[0] if args and isinstance(args[0], dict) else {}
+            part = req.get("part") or ""
+            if (f"{req.get('instance')}@{part}" if part else req.get("instance")) == key:
+                found = host_of_queue(a.task_queue.name) or found
+    return found or (started if key == instance_of(key) else None)
+
+
+def tail_lines(text: str, n: int = TAIL_LINES) -> list[str]:
+    """The last ``n`` lines of a log's end, gpuflow's own '--- gpuflow:' markers left out."""
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("--- gpuflow")][-n:]

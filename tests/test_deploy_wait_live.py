@@ -1,0 +1,74 @@
+"""``gpuflow deploy --wait`` against a live stack (Temporal dev server, a control-plane worker, one
+agent with simulated GPUs, real processes), as a user runs it with ``--address`` only: exit 0 when
+every replica is RUNNING, 3 when one cannot be placed (the decisive reasons, no '.;'), 1 when one
+is ERROR (its reason). Then the failed replica's log through ``gpuflow logs`` and under its reason
+in ``gpuflow status``, the log of the same replica once deleted, what ``status`` says of a deleted
+deployment, and what deploy says of the replica count after ``gpuflow scale`` (issue 26)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.live import Live, cli, spec
+
+FAIL = "python3 -c \"import sys; print('engine: refusing to start', flush=True); sys.exit(3)\""
+
+
+def spec_file(tmp_path, name: str, drop: tuple[str, ...] = (), **kw) -> str:
+    raw = {k: v for k, v in spec(name, **kw).model_dump(mode="json", exclude_none=True).items() if k not in drop}
+    p = tmp_path / f"{name}-{len(drop)}.json"
+    p.write_text(json.dumps(raw))
+    return str(p)
+
+
+async def test_deploy_wait_exit_codes_and_the_logs_of_the_failed(tmp_path):
+    lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
+    try:
+        # 0: both replicas (5 GiB each) RUNNING; progress on stderr, the verdict on stdout
+        echo = spec_file(tmp_path, "echo", vram_gib=5, replicas=2)
+        out = cli(lv, "deploy", echo, "--wait", "--timeout", "50")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.splitlines() == ["deployment echo: created, 2 replica(s) wanted (the file)",
+                                           "deployment echo: 2 of 2 replica(s) RUNNING"], out.stdout
+        assert "deployment echo: " in out.stderr  # at least one progress line
+
+        # the file names replicas: 2. Scaled to 3 by hand, the same file takes it back to 2, loudly
+        assert cli(lv, "scale", "echo", "3").returncode == 0
+        out = cli(lv, "deploy", echo)
+        assert out.returncode == 0 and out.stdout.strip() == "deployment echo: replicas 3 -> 2 from the file", out
+        assert "was scaled to 3 since its last deploy" in out.stderr, out.stderr
+        # a file without replicas keeps the count the deployment has (kubectl apply's rule)
+        assert cli(lv, "scale", "echo", "3").returncode == 0
+        out = cli(lv, "deploy", spec_file(tmp_path, "echo", drop=("replicas",), vram_gib=5))
+        assert out.stdout.strip() == "deployment echo: nothing changed (3 replica(s))", out
+        # a changed command rolls the replicas: warned
+        out = cli(lv, "deploy", spec_file(tmp_path, "echo", drop=("replicas",), vram_gib=5,
+                                         command="python3 -m http.server {port} --bind {host} --directory /"))
+        assert "deployment echo: spec changed (run_command)" in out.stdout and "a rolling upgrade" in out.stderr, out
+
+        # 3: 200 GiB fits no GPU of 24 GiB; the decisive reasons, their full stops not run into '; '
+        out = cli(lv, "deploy", spec_file(tmp_path, "huge", vram_gib=200), "--wait", "--timeout", "50")
+        assert out.returncode == 3, out.stdout + out.stderr
+        assert "huge-0: PENDING: unschedulable: " in out.stderr and ".;" not in out.stderr, out.stderr
+
+        # 1: the engine exits at start; its reason carries the log's last line
+        out = cli(lv, "deploy", spec_file(tmp_path, "bad", vram_gib=1, command=FAIL), "--wait", "--timeout", "50")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "bad-0: ERROR: exited with code 3 while starting: engine: refusing to start" in out.stderr, out.stderr
+
+        # the failed replica's log, read on its host; and under its reason in status
+        out = cli(lv, "logs", "bad-0")
+        assert out.returncode == 0 and "engine: refusing to start" in out.stdout, out
+        out = cli(lv, "status")
+        lines = out.stdout.splitlines()
+        at = next(k for k, ln in enumerate(lines) if ln.strip().startswith("bad-0"))
+        assert lines[at + 1].strip() == "| engine: refusing to start", out.stdout
+
+        # deleted, its log is still on h1 (the agent keeps the last --keep-logs ended instances')
+        assert cli(lv, "delete", "bad", "--wait").returncode == 0
+        out = cli(lv, "logs", "bad-0")
+        assert out.returncode == 0 and "engine: refusing to start" in out.stdout, out
+        out = cli(lv, "status", "bad")
+        assert out.returncode == 2 and "no deployment named 'bad': it was deleted" in out.stderr, out
+    finally:
+        lv.close()
