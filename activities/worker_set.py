@@ -7,7 +7,7 @@ its settings (``gpuflow server``: gpuflow/server.py), with the shared pieces eac
 | ``EstimateCache`` | requests costed on this worker | placement, the wake, the autoscaler |
 | ``SnapshotCache`` | the cluster snapshot, refreshed incrementally | the Decider, the wake |
 | ``Decider`` | the policy with tenancy; its lock: one decision at a time | placement (and its batches) |
-| ``Waker`` | the PENDING queue's wake, one at a time | placement, records, hosts, queue |
+| ``Waker`` | the PENDING queue's wake, one at a time | placement, records, hosts, queue, cluster |
 | ``RecordBatch`` | the instance rows' group commit | records |
 """
 
@@ -20,6 +20,7 @@ from temporalio.client import Client
 
 from activities.autoscale import AutoscaleActivities
 from activities.booking import BookingActivities
+from activities.cluster import ClusterActivities
 from activities.decider import Decider
 from activities.drain import DrainActivities
 from activities.decision_keeper import DecisionKeeper
@@ -58,11 +59,12 @@ class WorkerSet:
     booking: BookingActivities
     rollout: RolloutProbe
     autoscale: AutoscaleActivities
+    cluster: ClusterActivities  # the cluster workflow's (workflows/cluster.py)
 
     def all(self) -> list:
         """Every activity, for the worker's ``activities=``."""
         return [fn for group in (self.placement, self.records, self.hosts, self.drain, self.queue, self.booking,
-                                 self.rollout, self.autoscale) for fn in group.all()]
+                                 self.rollout, self.autoscale, self.cluster) for fn in group.all()]
 
 
 def control_activities(engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
@@ -94,4 +96,5 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
         booking=BookingActivities(reads, runner),
         rollout=RolloutProbe(client),
-        autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook))
+        autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook),
+        cluster=ClusterActivities(engine, reads, runner, estimates, policy, waker.wake))

@@ -2,7 +2,9 @@
 
 Writes a 1,000-worker cluster (8 GPUs each, two instances per worker) as JSON and as YAML, and
 runs `python -m gpuflow schedule` on each with a spec that states its resources (no model files
-to read). Prints the median wall time of each, of a bare `python -c pass`, and the difference.
+to read), and on the JSON file with a vLLM spec whose local folder holds a Qwen2.5-7B-shaped
+config.json and safetensors headers ("json+hf": read with the standard library, not
+transformers, scheduler/hf/config.py). Prints the median wall time of each, of a bare `python -c pass`, and the difference.
 Also prints whether the run imported transformers (it must not). The JSON file is timed twice:
 as the environment runs Python (this machine sets PYTHONDONTWRITEBYTECODE, so the project's own
 modules compile on every run) and with bytecode cached ("+pyc"), as an installed gpuflow runs. Noisy on a loaded machine:
@@ -28,6 +30,21 @@ backend: custom
 run_command: "my-server --port {port}"
 resources: {vram: 30 GiB, ram: 8 GiB}
 """
+
+
+HF_SPEC = """name: qwen
+source: {{local_path: {path}}}
+backend: vllm
+"""
+
+
+def hf_model(tmp: str) -> str:
+    """A Qwen2.5-7B-shaped folder: config.json and 4 sparse safetensors shards (headers only)."""
+    sys.path.insert(0, ROOT)
+    from gpuflow.demo.synthetic import llama_like_hf
+
+    return llama_like_hf(os.path.join(tmp, "qwen"), layers=28, hidden=3584, ff=18944, heads=28, kv_heads=4,
+                         vocab=152064, max_pos=32768, arch="Qwen2ForCausalLM", model_type="qwen2", bias=True, shards=4)
 
 
 def cluster(n: int) -> dict:
@@ -93,10 +110,14 @@ def main() -> None:
     roots = {"this": ROOT, **({"compare": a.compare} if a.compare else {})}
     # "+pyc": the project's modules from bytecode, as an installed (non-editable) gpuflow runs;
     # the plain rows compile them on every run where PYTHONDONTWRITEBYTECODE is set.
-    runs = [(kind, "", os.environ) for kind in paths]
-    runs.insert(1, ("json", "+pyc", cached_env(tmp)))
-    for kind, note, env in runs:
-        args = ["schedule", "--cluster", paths[kind], "--model", spec]
+    hf_spec = os.path.join(tmp, "hf-spec.yaml")
+    with open(hf_spec, "w") as f:
+        f.write(HF_SPEC.format(path=hf_model(tmp)))
+    runs = [(kind, "", os.environ, spec) for kind in paths]
+    runs.insert(1, ("json", "+pyc", cached_env(tmp), spec))
+    runs.append(("json", "+hf", {**os.environ, "HF_HUB_OFFLINE": "1"}, hf_spec))
+    for kind, note, env, model in runs:
+        args = ["schedule", "--cluster", paths[kind], "--model", model]
         for label, root in roots.items():
             if note:
                 timed([py, "-m", "gpuflow", *args], 1, root, env)  # writes the bytecode

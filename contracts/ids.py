@@ -45,3 +45,14 @@ DEPLOYMENT_SCALE = "scale"  # update (replicas) -> DeploymentView
 # AutoscalerWorkflow (autoscaler/<deployment>)
 AUTOSCALER_WAKE = "wake"  # signal: a request arrived for a deployment at zero
 AUTOSCALER_VIEW = "autoscale"  # query -> AutoscaleView
+
+# ClusterWorkflow (cluster): the cluster's configuration, changed only through its updates
+# (workflows/cluster.py; payloads in contracts/cluster.py)
+CLUSTER_ID = "cluster"
+CLUSTER_APPLY_TENANTS = "apply_tenants"  # update (the tenants file) -> TenantsApplied
+CLUSTER_CREATE_KEY = "create_key"  # update (KeyAdd: id, tenant, name, salt, hash; never the secret) -> KeyView
+CLUSTER_REVOKE_KEY = "revoke_key"  # update (KeyRevoke: the key's id) -> KeyView
+CLUSTER_KEYS = "keys"  # update (Page) -> KeysPage: read through the control plane
+CLUSTER_TENANTS = "tenants"  # update (Page) -> TenantsPage
+CLUSTER_QUEUE = "queue"  # update (Page) -> QueuePage
+CLUSTER_SERVING = "serving"  # update (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons

@@ -21,13 +21,15 @@ from gpuflow.metrics_http import parse_address, sdk_runtime, serve
 from gpuflow.runtime import connect, ensure_search_attributes
 from gpuflow.settings import Settings
 from workflows.autoscaler import AutoscalerWorkflow
+from workflows.cluster import ClusterWorkflow
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
 from workflows.queue_sweep import SWEEP_ID, QueueSweepWorkflow
 
 log = logging.getLogger("gpuflow.server")
-WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow, QueueSweepWorkflow]
+WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow, QueueSweepWorkflow,
+             ClusterWorkflow]
 # The sandbox re-imports every module a workflow imports (and that is not passed through) for each
 # new workflow run: at a burst that was a third of this process's CPU, most of it compiling
 # gpuflow's workflow modules again. They hold no state between runs and make no calls the sandbox
@@ -51,6 +53,14 @@ async def start_sweep(client) -> None:
     await client.start_workflow(QueueSweepWorkflow.run, id=SWEEP_ID, task_queue=CONTROL_QUEUE,
                                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                                 static_summary="the PENDING queue's periodic sweep")
+
+
+async def start_cluster(client) -> None:
+    """The cluster workflow (workflows/cluster.py): one per cluster, the door every configuration
+    change and every read of the store goes through; a server that finds it running keeps it."""
+    from gpuflow.cluster_client import start
+
+    await start(client)
 
 
 def until_signalled() -> asyncio.Event:
@@ -86,6 +96,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
         print(f"gpuflow server: serving {CONTROL_QUEUE} at {settings.temporal.address}"
               + (f"; metrics on http://{addr[0]}:{addr[1]}/metrics" if addr else ""), flush=True)
         await start_sweep(client)
+        await start_cluster(client)
         if ready:
             ready.set()
         await stop.wait()

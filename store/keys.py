@@ -4,7 +4,11 @@ secret is 32 random bytes, so a fast hash is enough: nobody guesses 256 bits, an
 two stores from sharing hashes.
 
 A key reads ``gpuflow-<id>-<secret>``; the id is the row's primary key, so a lookup reads one
-row. Revoked keys stay (revoked_at set) and keep failing."""
+row. Revoked keys stay (revoked_at set) and keep failing.
+
+A key is made where it is asked for (``new_key``: the CLI), and only its id, salt and hash are
+sent to the control plane, which stores them (``add``; the cluster workflow's ``create_key``
+update): the secret is never in a Temporal history nor in the store."""
 
 from __future__ import annotations
 
@@ -19,11 +23,13 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
+from contracts.cluster import KEY_NAME, KEY_TENANT, KeyAdd
 from store.tables import utcnow
 from scheduler.errors import InvalidInput
 
 PREFIX = "gpuflow"
-TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+TENANT = re.compile(KEY_TENANT)
+NAME = re.compile(KEY_NAME)
 KEY = re.compile(r"^gpuflow-([0-9a-f]{12})-([A-Za-z0-9_-]{43})$")
 
 
@@ -51,34 +57,62 @@ def _digest(salt: str, secret: str) -> str:
     return hmac.new(bytes.fromhex(salt), secret.encode(), hashlib.sha256).hexdigest()
 
 
-def create(engine: Engine, tenant: str, name: str = "") -> tuple[str, KeyInfo]:
-    """A new key for ``tenant``: (the key, to show once; its stored description)."""
+def new_key(tenant: str, name: str = "") -> tuple[str, KeyAdd]:
+    """A new key for ``tenant``, made here: (the key, to show once; what the store keeps of it).
+    Refused, naming the problem, when the tenant or the name breaks the rule."""
     if not TENANT.match(tenant):
         raise InvalidInput(f"tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
-    if len(name) > 200:
-        raise InvalidInput("key name: at most 200 characters")
+    if not NAME.match(name):
+        raise InvalidInput(f"key name {name[:60]!r}: at most 200 letters, digits, spaces and . , : ; @ / ( ) ' + = # & - _")
     kid, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
-    row = ApiKeyRow(id=kid, tenant=tenant, name=name, salt=salt, hash=_digest(salt, secret))
+    return f"{PREFIX}-{kid}-{secret}", KeyAdd(id=kid, tenant=tenant, name=name, salt=salt, hash=_digest(salt, secret))
+
+
+def add(engine: Engine, k: KeyAdd) -> KeyInfo:
+    """Store a key made by ``new_key``. An id already taken is refused (a key is never replaced)."""
     with Session(engine) as s:
+        if s.get(ApiKeyRow, k.id) is not None:
+            raise InvalidInput(f"an API key with id {k.id!r} exists already; make a new key")
+        row = ApiKeyRow(id=k.id, tenant=k.tenant, name=k.name, salt=k.salt, hash=k.hash)
         s.add(row)
         s.commit()
         s.refresh(row)
-        return f"{PREFIX}-{kid}-{secret}", _info(row)
+        return _info(row)
+
+
+def create(engine: Engine, tenant: str, name: str = "") -> tuple[str, KeyInfo]:
+    """A new key for ``tenant``, stored here (offline use, tests): (the key, to show once; its
+    stored description)."""
+    key, k = new_key(tenant, name)
+    return key, add(engine, k)
+
+
+def key_id(key_or_id: str) -> str:
+    """The id of a key given whole (``gpuflow-<id>-<secret>``) or by its id: what a revocation
+    sends, so the secret of a key revoked by pasting it never leaves this process."""
+    m = KEY.match(key_or_id)
+    return m.group(1) if m else key_or_id
 
 
 def _info(r: ApiKeyRow) -> KeyInfo:
     return KeyInfo(id=r.id, tenant=r.tenant, name=r.name, created_at=r.created_at, revoked_at=r.revoked_at)
 
 
-def list_keys(engine: Engine) -> list[KeyInfo]:
+def list_keys(engine: Engine, offset: int = 0, limit: int | None = None) -> list[KeyInfo]:
+    """Keys by tenant, then age; ``offset``/``limit``: one page of them."""
     with Session(engine) as s:
-        return [_info(r) for r in s.exec(select(ApiKeyRow).order_by(ApiKeyRow.tenant, ApiKeyRow.created_at))]
+        q = select(ApiKeyRow).order_by(ApiKeyRow.tenant, ApiKeyRow.created_at, ApiKeyRow.id).offset(offset)
+        return [_info(r) for r in s.exec(q if limit is None else q.limit(limit))]
 
 
-def revoke(engine: Engine, key_id: str) -> KeyInfo:
+def count(engine: Engine) -> int:
+    with Session(engine) as s:
+        return int(s.exec(select(func.count()).select_from(ApiKeyRow)).one())
+
+
+def revoke(engine: Engine, key: str) -> KeyInfo:
     """Revoke by id (the 12 hex digits after ``gpuflow-``, or the whole key). Idempotent."""
-    m = KEY.match(key_id)
-    kid = m.group(1) if m else key_id
+    kid = key_id(key)
     with Session(engine) as s:
         row = s.get(ApiKeyRow, kid)
         if row is None:

@@ -149,13 +149,16 @@ def cmd_status(a) -> int:
     async def go():
         from gpuflow.serving_view import add_reasons, add_serving, open_store, store_states
 
-        store = open_store(s, bool(a.database_url or a.data_dir))
+        # the store itself only when named (offline use); otherwise the control plane reads it
+        store = open_store(s, True) if a.database_url or a.data_dir else None
         from gpuflow.cli.autoscale import add_status
+        from gpuflow.cluster_client import add_serving as add_serving_through
 
         client = await connect(s.temporal)
         known = store_states(store) if a.summary and store is not None else None
         st = await ops.status(client, a.name, known_states=known)
-        st = add_reasons(add_serving(st, store, per_instance=not a.summary), store)
+        st = (add_reasons(add_serving(st, store, per_instance=not a.summary), store) if store is not None
+              else await add_serving_through(client, st, per_instance=not a.summary))
         if not a.summary:  # the last lines of each ERROR replica's log, read on its host
             from gpuflow.status_logs import error_tails
 
@@ -361,8 +364,10 @@ def add_commands(sub) -> None:
     p.add_argument("name", nargs="?", help="one deployment (without it: every deployment, the gateways and the hosts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--summary", action="store_true", help="counts by state, not a row per instance and host")
-    p.add_argument("--data-dir", help="where the store's SQLite file is, for in-flight counts and gateways")
-    p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
+    p.add_argument("--data-dir", help="offline use: read in-flight counts, gateways and PENDING reasons from the "
+                                      "store's SQLite file in this directory, not through the control plane")
+    p.add_argument("--database-url", help="offline use: read them from this store (a SQLAlchemy URL), not through "
+                                          "the control plane")
     p.set_defaults(fn=cmd_status, temporal=True)
 
     p = sub.add_parser("explain", help="the recorded placement decision of an instance; --replay: would this build "

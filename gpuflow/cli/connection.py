@@ -45,3 +45,30 @@ def temporal_flags(p: argparse.ArgumentParser) -> None:
 def run_command(coro) -> int:
     """Run a command's coroutine; its result (or 0) is the exit code."""
     return asyncio.run(coro) or 0
+
+
+OFFLINE_HELP = ("offline use: work on the store directly instead of through the control plane at --address "
+                "(nothing is validated or audited by Temporal); ")
+
+
+def offline_flags(p: argparse.ArgumentParser) -> None:
+    """--data-dir/--database-url on a command that otherwise goes through the control plane."""
+    g = p.add_argument_group("offline (the store itself, without the control plane)")
+    g.add_argument("--data-dir", help=OFFLINE_HELP + "the SQLite file gpuflow.db in this directory")
+    g.add_argument("--database-url", help=OFFLINE_HELP + "this SQLAlchemy URL (e.g. postgresql://...)")
+
+
+def offline(a) -> bool:
+    """The command was given a store (--data-dir/--database-url): it works on it, offline."""
+    return bool(getattr(a, "data_dir", None) or getattr(a, "database_url", None))
+
+
+def open_offline_store(a):
+    """The store named by --data-dir/--database-url, its tables made if missing."""
+    from store import db
+
+    s = Settings()
+    s = s.model_copy(update={k: getattr(a, k) for k in ("data_dir", "database_url") if getattr(a, k, None)})
+    engine = db.make_engine(s.store_url(), schema=s.database_schema)
+    db.init_db(engine)
+    return engine

@@ -1,23 +1,19 @@
 """The CLI's serving commands: ``gpuflow gateway`` (the OpenAI-compatible endpoint) and
-``gpuflow keys create|list|revoke`` (its API keys)."""
+``gpuflow keys create|list|revoke`` (its API keys, through the control plane at --address; offline
+on the store with --data-dir/--database-url)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from gpuflow.cli.connection import temporal_flags
-from gpuflow.settings import Settings
+from gpuflow.cli.connection import offline, offline_flags, run_command, settings_from, temporal_flags
 
 
 def _store(a):
-    from store import db
+    from gpuflow.cli.connection import open_offline_store
 
-    s = Settings()
-    s = s.model_copy(update={k: getattr(a, k) for k in ("data_dir", "database_url") if getattr(a, k, None)})
-    engine = db.make_engine(s.store_url(), schema=s.database_schema)
-    db.init_db(engine)
-    return engine
+    return open_offline_store(a)
 
 
 def _store_flags(p: argparse.ArgumentParser) -> None:
@@ -47,27 +43,59 @@ def cmd_gateway(a) -> int:
     return 0
 
 
-def cmd_keys(a) -> int:
+def _print_keys(rows, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([k.model_dump() for k in rows], indent=2))
+        return
+    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}STATE")
+    for k in rows:
+        print(f"{k.id:<14}{k.tenant:<20}{k.name[:23]:<24}{k.created_at[:19].replace('T', ' '):<22}"
+              + ("revoked" if k.revoked_at else "active"))
+
+
+def _keys_offline(a) -> int:
+    from activities.cluster_reads import key_view
     from store import keys
 
     engine = _store(a)
     if a.keys_command == "create":
         key, info = keys.create(engine, a.tenant, a.name or "")
-        print(f"API key {info.id} for tenant {info.tenant} (shown once; only its salted hash is stored):\n{key}")
+        _print_created(key, key_view(info))
     elif a.keys_command == "list":
-        rows = keys.list_keys(engine)
-        if a.json:
-            print(json.dumps([{"id": k.id, "tenant": k.tenant, "name": k.name, "created_at": k.created_at.isoformat(),
-                               "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None} for k in rows], indent=2))
-        else:
-            print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}STATE")
-            for k in rows:
-                print(f"{k.id:<14}{k.tenant:<20}{k.name[:23]:<24}{k.created_at:%Y-%m-%d %H:%M:%S}   "
-                      + ("revoked" if k.revoked_at else "active"))
+        _print_keys([key_view(k) for k in keys.list_keys(engine)], a.json)
     else:
-        info = keys.revoke(engine, a.key_id)
-        print(f"API key {info.id} (tenant {info.tenant}) revoked")
+        _print_revoked(key_view(keys.revoke(engine, a.key_id)))
     return 0
+
+
+def _print_created(key: str, k) -> None:
+    print(f"API key {k.id} for tenant {k.tenant} (shown once; only its salted hash is stored):\n{key}")
+
+
+def _print_revoked(k) -> None:
+    print(f"API key {k.id} (tenant {k.tenant}) revoked")
+
+
+def cmd_keys(a) -> int:
+    """Through the control plane (the cluster workflow's updates, gpuflow/cluster_client.py): the
+    key is made here and only its salted hash travels. Offline with --data-dir/--database-url."""
+    if offline(a):
+        return _keys_offline(a)
+    from gpuflow import cluster_client as cl
+    from gpuflow.runtime import connect
+
+    s = settings_from(a)
+
+    async def go():
+        client = await connect(s.temporal)
+        if a.keys_command == "create":
+            _print_created(*await cl.create_key(client, a.tenant, a.name or ""))
+        elif a.keys_command == "list":
+            _print_keys(await cl.list_keys(client), a.json)
+        else:
+            _print_revoked(await cl.revoke_key(client, a.key_id))
+
+    return run_command(go())
 
 
 def add_commands(sub) -> None:
@@ -121,5 +149,6 @@ def add_commands(sub) -> None:
     r = ks.add_parser("revoke", help="revoke a key (its id from 'keys list', or the key itself)")
     r.add_argument("key_id")
     for q in (c, lst, r):
-        _store_flags(q)
-        q.set_defaults(fn=cmd_keys)
+        temporal_flags(q)
+        offline_flags(q)
+        q.set_defaults(fn=cmd_keys, temporal=True)

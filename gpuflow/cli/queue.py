@@ -1,31 +1,17 @@
-"""``gpuflow queue [--json]``: the PENDING queue as the control plane's next wake sees it, read
-from the store: each replica's position, tenant, priorities, deployment, how long it has waited
-and why (quota, does not fit, held back for X, StrictFIFO behind X). The verdicts are the wake's
-own (activities/wake_queue.py), computed here on a fresh snapshot. A spec that states its
-resources is costed here; one costed from model files shows the instance's own last reason."""
+"""``gpuflow queue [--json]``: the PENDING queue as the control plane's next wake sees it: each
+replica's position, tenant, priorities, deployment, how long it has waited and why (quota, does
+not fit, held back for X, StrictFIFO behind X). The verdicts are the wake's own
+(activities/wake_queue.py), computed by the control plane on a fresh snapshot, with the requests
+its decisions costed (gpuflow/cluster_client.py). Offline (--data-dir/--database-url) they are
+computed here: a spec that states its resources is costed, one costed from model files shows the
+instance's own last reason."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 
-from gpuflow.cli.gateway import _store, _store_flags
-
-
-def rows(verdict, now: datetime) -> list[dict]:
-    from activities.wake_queue import current
-
-    out = []
-    for pos, r in enumerate(verdict.order, 1):
-        why = current(r.reason, verdict.reason(r.instance))  # what the wake records (wake_queue.current)
-        if r.instance in verdict.unknown:
-            why = f"request not costed here; its last decision: {r.reason or 'none yet'}"
-        elif r.instance in verdict.wake.woken:
-            why = "fits now: the next wake places it"
-        out.append({"position": pos, "instance": r.instance, "tenant": r.tenant, "tenant_priority": r.tenant_priority,
-                    "priority": r.priority, "deployment": r.deployment, "queued_at": r.queued_at.isoformat(),
-                    "waiting_s": round(max(0.0, (now - r.queued_at).total_seconds()), 1), "reason": why})
-    return out
+from gpuflow.cli.connection import offline, offline_flags, open_offline_store, run_command, settings_from, temporal_flags
 
 
 def _age(s: float) -> str:
@@ -44,27 +30,45 @@ def text(lines: list[dict], queueing: str) -> str:
     return "\n".join(out)
 
 
-def cmd_queue(a) -> int:
-    from store.snapshot import load_snapshot
+def _offline(a) -> tuple[str, list[dict]]:
+    from activities.cluster_reads import queue_rows
     from activities.wake_queue import judge, read
     from gpuflow.settings import Settings
     from scheduler.estimate import estimate_request, states_resources
+    from store.snapshot import load_snapshot
 
-    engine = _store(a)
+    engine = open_offline_store(a)
 
     def stated(spec):  # resources stated: nothing to read; otherwise unknown here
         return estimate_request(spec) if states_resources(spec) else None
 
     q = read(engine)
     v = judge(q, load_snapshot(engine), stated, Settings().scheduler)
-    lines = rows(v, datetime.now(timezone.utc))
-    print(json.dumps({"queueing": q.tenants.queueing, "queue": lines}, indent=2) if a.json
-          else text(lines, q.tenants.queueing))
-    return 0
+    return q.tenants.queueing, queue_rows(v, datetime.now(timezone.utc))
+
+
+def _show(queueing: str, lines: list[dict], as_json: bool) -> None:
+    print(json.dumps({"queueing": queueing, "queue": lines}, indent=2) if as_json else text(lines, queueing))
+
+
+def cmd_queue(a) -> int:
+    if offline(a):
+        _show(*_offline(a), a.json)
+        return 0
+    from gpuflow import cluster_client as cl
+    from gpuflow.runtime import connect
+
+    s = settings_from(a)
+
+    async def go():
+        _show(*await cl.queue(await connect(s.temporal)), a.json)
+
+    return run_command(go())
 
 
 def add_commands(sub) -> None:
     p = sub.add_parser("queue", help="the PENDING queue: each replica's position, tenant, priority and why it waits")
-    _store_flags(p)
+    temporal_flags(p)
+    offline_flags(p)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_queue)
+    p.set_defaults(fn=cmd_queue, temporal=True)

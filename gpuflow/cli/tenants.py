@@ -1,15 +1,15 @@
-"""``gpuflow tenants apply FILE`` (the tenants file, kept in the store) and ``gpuflow tenants
-[--json]``: each tenant's use against its guarantee and limit (scheduler/tenancy/config.py)."""
+"""``gpuflow tenants apply FILE`` (the tenants file, validated and kept by the control plane) and
+``gpuflow tenants [--json]``: each tenant's use against its guarantee and limit
+(scheduler/tenancy/config.py). Both go through the cluster workflow at --address
+(gpuflow/cluster_client.py); --data-dir/--database-url work on the store itself, offline."""
 
 from __future__ import annotations
 
 import json
 
 from gpuflow import files
-from gpuflow.cli.gateway import _store, _store_flags
-from scheduler.tenancy.admission import borrowing
-from scheduler.tenancy.config import RESOURCES, Tenant, TenantsFile
-from scheduler.tenancy.usage import Usage
+from gpuflow.cli.connection import offline, offline_flags, open_offline_store, run_command, settings_from, temporal_flags
+from scheduler.tenancy.config import TenantsFile
 from scheduler.units import GiB
 
 
@@ -17,21 +17,6 @@ def _amount(r: str, v: int | None) -> str:
     if v is None:
         return "-"
     return str(v) if r == "gpus" else f"{v / GiB:.1f} GiB"
-
-
-def rows(tf: TenantsFile, used: dict[str, Usage], pending: dict[str, int]) -> list[dict]:
-    """One line per tenant (the file's, then ``default``, then any holding capacity unnamed)."""
-    names = [t.name for t in tf.tenants] + sorted(({"default"} | set(used) | set(pending)) - {t.name for t in tf.tenants})
-    out = []
-    for n in names:
-        t: Tenant = tf.get(n) or Tenant(name=n)
-        u = used.get(n, Usage())
-        out.append({"tenant": n, "priority": t.priority, "borrowing": borrowing(t, u) and bool(t.guarantee.named()),
-                    "pending": pending.get(n, 0),
-                    "requests_per_s": t.requests_per_s, "max_concurrent": t.max_concurrent,
-                    **{r: {"used": getattr(u, r), "guarantee": getattr(t.guarantee, r), "limit": getattr(t.limit, r)}
-                       for r in RESOURCES}})
-    return out
 
 
 def text(lines: list[dict], queueing: str) -> str:
@@ -45,43 +30,60 @@ def text(lines: list[dict], queueing: str) -> str:
     return "\n".join(out)
 
 
-def _refresh_reasons(engine) -> int:
-    """The PENDING replicas' reasons under the new file (activities/wake_queue.judge_and_record), for
-    specs that state their resources (a spec costed from files keeps its own until its next wake)."""
-    from store.snapshot import load_snapshot
-    from activities.wake_queue import judge_and_record
+def applied(done) -> str:
+    names = ", ".join(done.tenants) + (f", and {done.count - len(done.tenants):,} more" if done.count > len(done.tenants) else "")
+    return (f"tenants file applied (version {done.version}): {names or 'no tenants'}; queueing {done.queueing}"
+            + (f"; {done.reasons} waiting replica(s) given the new reason" if done.reasons else ""))
+
+
+def _offline(a, tf: TenantsFile | None) -> int:
+    from activities import cluster_reads as r
     from gpuflow.settings import Settings
     from scheduler.estimate import estimate_request, states_resources
+    from store import tenants
 
-    return judge_and_record(engine, load_snapshot(engine),
-                            lambda spec: estimate_request(spec) if states_resources(spec) else None,
-                            Settings().scheduler)[1]
+    engine = open_offline_store(a)
+    if tf is not None:  # a spec that states its resources is costed here; others keep their reason
+        print(applied(r.apply_tenants(engine, tf, lambda spec: estimate_request(spec) if states_resources(spec) else None,
+                                      Settings().scheduler)))
+        return 0
+    have = tenants.load(engine)
+    _show(have.queueing, r.tenant_rows(have, tenants.usage(engine), tenants.pending_by_tenant(engine)), a.json)
+    return 0
+
+
+def _show(queueing: str, rows: list[dict], as_json: bool) -> None:
+    print(json.dumps({"queueing": queueing, "tenants": rows}, indent=2) if as_json else text(rows, queueing))
 
 
 def cmd_tenants(a) -> int:
-    from store import tenants
+    tf = files.load(a.file, TenantsFile) if getattr(a, "tenants_command", None) == "apply" else None
+    if offline(a):
+        return _offline(a, tf)
+    from gpuflow import cluster_client as cl
+    from gpuflow.runtime import connect
 
-    engine = _store(a)
-    if getattr(a, "tenants_command", None) == "apply":
-        tf = files.load(a.file, TenantsFile)
-        v = tenants.apply(engine, tf)
-        moved = _refresh_reasons(engine)
-        print(f"tenants file applied (version {v}): {', '.join(t.name for t in tf.tenants) or 'no tenants'}; "
-              f"queueing {tf.queueing}" + (f"; {moved} waiting replica(s) given the new reason" if moved else ""))
-        return 0
-    tf = tenants.load(engine)
-    lines = rows(tf, tenants.usage(engine), tenants.pending_by_tenant(engine))
-    print(json.dumps({"queueing": tf.queueing, "tenants": lines}, indent=2) if a.json else text(lines, tf.queueing))
-    return 0
+    s = settings_from(a)
+
+    async def go():
+        client = await connect(s.temporal)
+        if tf is not None:
+            print(applied(await cl.apply_tenants(client, tf)))
+        else:
+            _show(*await cl.tenants(client), a.json)
+
+    return run_command(go())
 
 
 def add_commands(sub) -> None:
     p = sub.add_parser("tenants", help="tenants: GPU guarantees and limits (apply FILE), and each one's use")
-    _store_flags(p)
+    temporal_flags(p)
+    offline_flags(p)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_tenants)
+    p.set_defaults(fn=cmd_tenants, temporal=True)
     ts = p.add_subparsers(dest="tenants_command")
     ap = ts.add_parser("apply", help="apply a tenants file (YAML or JSON); replaces the one applied before")
     ap.add_argument("file")
-    _store_flags(ap)
-    ap.set_defaults(fn=cmd_tenants)
+    temporal_flags(ap)
+    offline_flags(ap)
+    ap.set_defaults(fn=cmd_tenants, temporal=True)

@@ -193,7 +193,7 @@ def cmd_dev(a) -> int:
         if code or (a.demo and a.exit_after_demo):
             return code
         if not a.demo:
-            print(f"status: gpuflow status --address {stack.temporal.address} --data-dir {stack.data_dir}", flush=True)
+            print(f"status: gpuflow status --address {stack.temporal.address}", flush=True)
         print("gpuflow dev is up; Ctrl-C stops every process it started.", flush=True)
         while True:
             time.sleep(3600)

@@ -1,0 +1,116 @@
+"""What the cluster workflow's reads and the tenants file's apply do in the store, one function
+each, in blocking code: the control plane's activities run them (activities/cluster.py) and so
+do the CLI's offline commands (``--data-dir``/``--database-url``), so a page reads the same
+either way.
+
+A read answers one page of rows (contracts/cluster.py ``Page``, at most ``PAGE_MAX``) and the
+total: an answer stays small in the history whatever the cluster's size, and the CLI asks page
+after page."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Callable
+
+from sqlalchemy import func
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from activities.wake_queue import current, judge, judge_and_record, read
+from contracts.cluster import KeysPage, KeyView, Page, QueuePage, ServingAsk, ServingView, TenantsApplied, TenantsPage
+from store import keys, serving, tenants
+from store.snapshot import load_snapshot
+from store.tables import InstanceRow, utcnow
+from scheduler.policy_config import PolicyConfig
+from scheduler.request import Request
+from scheduler.spec import ModelSpec
+from scheduler.tenancy.admission import borrowing
+from scheduler.tenancy.config import RESOURCES, Tenant, TenantsFile
+from scheduler.tenancy.usage import Usage
+
+RequestOf = Callable[[ModelSpec], Request | None]
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def key_view(k: keys.KeyInfo) -> KeyView:
+    return KeyView(id=k.id, tenant=k.tenant, name=k.name, created_at=_iso(k.created_at), revoked_at=_iso(k.revoked_at))
+
+
+def keys_page(engine: Engine, page: Page) -> KeysPage:
+    return KeysPage(keys=[key_view(k) for k in keys.list_keys(engine, page.offset, page.limit)], total=keys.count(engine))
+
+
+def tenant_rows(tf: TenantsFile, used: dict[str, Usage], pending: dict[str, int]) -> list[dict]:
+    """One line per tenant (the file's, then ``default``, then any holding capacity unnamed)."""
+    names = [t.name for t in tf.tenants] + sorted(({"default"} | set(used) | set(pending)) - {t.name for t in tf.tenants})
+    out = []
+    for n in names:
+        t: Tenant = tf.get(n) or Tenant(name=n)
+        u = used.get(n, Usage())
+        out.append({"tenant": n, "priority": t.priority, "borrowing": borrowing(t, u) and bool(t.guarantee.named()),
+                    "pending": pending.get(n, 0),
+                    "requests_per_s": t.requests_per_s, "max_concurrent": t.max_concurrent,
+                    **{r: {"used": getattr(u, r), "guarantee": getattr(t.guarantee, r), "limit": getattr(t.limit, r)}
+                       for r in RESOURCES}})
+    return out
+
+
+def tenants_page(engine: Engine, page: Page) -> TenantsPage:
+    tf = tenants.load(engine)
+    rows = tenant_rows(tf, tenants.usage(engine), tenants.pending_by_tenant(engine))
+    return TenantsPage(queueing=tf.queueing, rows=rows[page.offset:page.offset + page.limit], total=len(rows))
+
+
+def apply_tenants(engine: Engine, tf: TenantsFile, request_of: RequestOf, policy: PolicyConfig | None) -> TenantsApplied:
+    """Store ``tf`` (store/tenants.py ``apply``: whole, or refused naming the problem), then give
+    the PENDING replicas their reasons under it (activities/wake_queue.judge_and_record), for the
+    specs ``request_of`` can cost; a spec it cannot keeps its own until its next wake."""
+    v = tenants.apply(engine, tf)
+    moved = judge_and_record(engine, load_snapshot(engine), request_of, policy)[1]
+    names = [t.name for t in tf.tenants]
+    return TenantsApplied(version=v, tenants=names[:20], count=len(names), queueing=tf.queueing, reasons=moved)
+
+
+def queue_rows(verdict, now: datetime) -> list[dict]:
+    """The queue's lines in order: position, who, how long it has waited and why (the wake's
+    own verdicts, activities/wake_queue.py)."""
+    out = []
+    for pos, r in enumerate(verdict.order, 1):
+        why = current(r.reason, verdict.reason(r.instance))  # what the wake records (wake_queue.current)
+        if r.instance in verdict.unknown:
+            why = f"request not costed here; its last decision: {r.reason or 'none yet'}"
+        elif r.instance in verdict.wake.woken:
+            why = "fits now: the next wake places it"
+        out.append({"position": pos, "instance": r.instance, "tenant": r.tenant, "tenant_priority": r.tenant_priority,
+                    "priority": r.priority, "deployment": r.deployment, "queued_at": r.queued_at.isoformat(),
+                    "waiting_s": round(max(0.0, (now - r.queued_at).total_seconds()), 1), "reason": why})
+    return out
+
+
+def queue_page(engine: Engine, page: Page, request_of: RequestOf, policy: PolicyConfig | None,
+               now: datetime) -> QueuePage:
+    q = read(engine)
+    rows = queue_rows(judge(q, load_snapshot(engine), request_of, policy), now)
+    return QueuePage(queueing=q.tenants.queueing, rows=rows[page.offset:page.offset + page.limit], total=len(rows))
+
+
+def serving_view(engine: Engine, ask: ServingAsk, live_s: float = serving.LIVE_S) -> ServingView:
+    """The live gateways, what they have in flight on each instance ``ask`` names (those with
+    none are left out), and the store's reason of each of them that is PENDING."""
+    since = utcnow() - timedelta(seconds=live_s)
+    names = list(dict.fromkeys(ask.instances))
+    with Session(engine) as s:
+        gateways = [g.url for g in s.exec(select(serving.GatewayRow).where(serving.GatewayRow.updated_at >= since)
+                                          .order_by(serving.GatewayRow.id))]
+        load = serving.GatewayLoadRow
+        flying = s.exec(select(load.instance, func.sum(load.in_flight))
+                        .join(serving.GatewayRow, serving.GatewayRow.id == load.gateway)
+                        .where(load.instance.in_(names), serving.GatewayRow.updated_at >= since)
+                        .group_by(load.instance)).all() if names else []
+        reasons = s.exec(select(InstanceRow.name, InstanceRow.reason)
+                         .where(InstanceRow.name.in_(names), InstanceRow.state == "pending")).all() if names else []
+    return ServingView(gateways=gateways, in_flight={n: int(c) for n, c in flying if c},
+                       reasons={n: r for n, r in reasons if r})

@@ -1,0 +1,108 @@
+"""What crosses Temporal for the cluster workflow (workflows/cluster.py, id ``cluster``): the
+operator's changes to the cluster's configuration (the tenants file, API keys and their
+revocation) and the reads that go through the control plane (keys, tenants, the PENDING queue,
+and what ``gpuflow status`` adds about serving). Update names are in contracts/ids.py; the
+activities that do the I/O are activities/cluster.py's, registered under the names below.
+
+Every field is checked against an allowlist: anyone who can reach Temporal can send these. A key
+crosses as its public id, its salt and the salted hash of its secret (store/keys.py's scheme,
+computed by the client): the secret itself has no field here, so it can reach no history."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.naming import NAME_MAX, NAME_PATTERN
+
+# activity names (task queue gpuflow-control)
+APPLY_TENANTS = "cluster_apply_tenants"
+ADD_KEY = "cluster_add_key"
+REVOKE_KEY = "cluster_revoke_key"
+READ_KEYS = "cluster_read_keys"
+READ_TENANTS = "cluster_read_tenants"
+READ_QUEUE = "cluster_read_queue"
+READ_SERVING = "cluster_read_serving"
+
+KEY_ID = r"^[0-9a-f]{12}$"  # the public part of a key: gpuflow-<id>-<secret>
+KEY_TENANT = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# a key's description: letters and digits of any script, spaces and everyday punctuation
+KEY_NAME = r"^[\w .,:;@/()'+=#&-]{0,200}$"
+PAGE_MAX = 500  # rows one read answers; the CLI asks page after page (each page one update)
+SERVING_MAX = 500  # instances one serving read names
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KeyAdd(Message):
+    """A new key as the client made it: the secret stays with the client."""
+
+    id: Annotated[str, Field(pattern=KEY_ID)]
+    tenant: Annotated[str, Field(pattern=KEY_TENANT)]
+    name: Annotated[str, Field(pattern=KEY_NAME)] = ""
+    salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # 16 random bytes, hex
+    hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # HMAC-SHA-256(salt, secret), hex
+
+
+class KeyRevoke(Message):
+    id: Annotated[str, Field(pattern=KEY_ID)]
+
+
+class KeyView(Message):
+    """A key as it is listed: never the secret, nor its hash."""
+
+    id: str
+    tenant: str
+    name: str = ""
+    created_at: str  # ISO 8601, UTC
+    revoked_at: str | None = None
+
+
+class Page(Message):
+    offset: int = Field(0, ge=0, le=10_000_000)
+    limit: int = Field(PAGE_MAX, ge=1, le=PAGE_MAX)
+
+
+class KeysPage(Message):
+    keys: list[KeyView] = []
+    total: int = 0
+
+
+class TenantsApply(Message):
+    """The tenants file as JSON; the workflow's validator reads it as a TenantsFile."""
+
+    file: dict[str, Any]
+
+
+class TenantsApplied(Message):
+    version: int
+    tenants: list[str] = []  # the file's tenant names (at most the first 20)
+    count: int = 0  # how many the file names
+    queueing: str = "BestEffortFIFO"
+    reasons: int = 0  # waiting replicas whose reason changed under the new file
+
+
+class TenantsPage(Message):
+    queueing: str = "BestEffortFIFO"
+    rows: list[dict[str, Any]] = []  # gpuflow/cli/tenants.py's rows
+    total: int = 0
+
+
+class QueuePage(Message):
+    queueing: str = "BestEffortFIFO"
+    rows: list[dict[str, Any]] = []  # gpuflow/cli/queue.py's rows
+    total: int = 0
+
+
+class ServingAsk(Message):
+    instances: list[Annotated[str, Field(pattern=NAME_PATTERN, max_length=NAME_MAX)]] = Field(
+        [], max_length=SERVING_MAX)
+
+
+class ServingView(Message):
+    gateways: list[str] = []  # the live gateways' base URLs
+    in_flight: dict[str, int] = {}  # instance -> requests the live gateways have in flight on it
+    reasons: dict[str, str] = {}  # PENDING instance -> its current reason, as the store keeps it

@@ -1,0 +1,115 @@
+"""The client side of the cluster workflow (workflows/cluster.py): what ``gpuflow keys``,
+``tenants``, ``queue`` and ``status`` send through Temporal, so ``--address`` (with TLS / an API
+key) is all they need. A key is made here and only its salted hash is sent (store/keys.py
+``new_key``); a key given whole to revoke is cut to its id here."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any, Awaitable, Callable
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+
+from contracts import cluster as cc
+from contracts.control import CONTROL_QUEUE
+from contracts.ids import CLUSTER_ID
+from gpuflow import ops
+from scheduler.errors import InvalidInput
+from scheduler.tenancy.config import TenantsFile
+from store import keys
+from workflows.cluster import ClusterWorkflow
+
+
+async def start(client: Client) -> WorkflowHandle:
+    """The cluster workflow's handle, started if it is not running."""
+    return await client.start_workflow(ClusterWorkflow.run, id=CLUSTER_ID, task_queue=CONTROL_QUEUE,
+                                       id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                                       static_summary="the cluster's configuration: tenants file, API keys")
+
+
+async def _ask(client: Client, update, arg: Any) -> Any:
+    return await ops._update(await start(client), update, arg)
+
+
+async def create_key(client: Client, tenant: str, name: str = "") -> tuple[str, cc.KeyView]:
+    """A new key for ``tenant``: (the key, to show once; the control plane's record of it)."""
+    key, k = keys.new_key(tenant, name)
+    return key, await _ask(client, ClusterWorkflow.create_key, k)
+
+
+async def revoke_key(client: Client, key_or_id: str) -> cc.KeyView:
+    kid = keys.key_id(key_or_id)
+    if not re.match(cc.KEY_ID, kid):
+        raise InvalidInput("give a key's id (12 hex digits, as 'gpuflow keys list' shows it) or the whole key "
+                           "(gpuflow-<id>-<secret>)")
+    return await _ask(client, ClusterWorkflow.revoke_key, cc.KeyRevoke(id=kid))
+
+
+async def apply_tenants(client: Client, tf: TenantsFile) -> cc.TenantsApplied:
+    return await _ask(client, ClusterWorkflow.apply_tenants, cc.TenantsApply(file=tf.model_dump(mode="json", exclude_none=True)))
+
+
+async def _pages(read: Callable[[cc.Page], Awaitable[Any]], rows_of: Callable[[Any], list]) -> tuple[Any, list]:
+    """Every row, page after page: (the first page, for what it says besides its rows; the rows)."""
+    first = page = await read(cc.Page())
+    rows = list(rows_of(page))
+    while rows_of(page) and len(rows) < page.total:
+        page = await read(cc.Page(offset=len(rows)))
+        rows += rows_of(page)
+    return first, rows
+
+
+async def list_keys(client: Client) -> list[cc.KeyView]:
+    return (await _pages(lambda p: _ask(client, ClusterWorkflow.keys, p), lambda pg: pg.keys))[1]
+
+
+async def tenants(client: Client) -> tuple[str, list[dict]]:
+    """(the queueing mode, one row per tenant)."""
+    first, rows = await _pages(lambda p: _ask(client, ClusterWorkflow.tenants, p), lambda pg: pg.rows)
+    return first.queueing, rows
+
+
+async def queue(client: Client) -> tuple[str, list[dict]]:
+    """(the queueing mode, the PENDING queue's rows in order)."""
+    first, rows = await _pages(lambda p: _ask(client, ClusterWorkflow.queue, p), lambda pg: pg.rows)
+    return first.queueing, rows
+
+
+async def serving(client: Client, instances: list[str]) -> cc.ServingView:
+    """The live gateways, the requests in flight and the PENDING reasons of ``instances``, asked
+    in batches of ``SERVING_MAX``."""
+    out = cc.ServingView()
+    for i in range(0, max(len(instances), 1), cc.SERVING_MAX):
+        v = await _ask(client, ClusterWorkflow.serving, cc.ServingAsk(instances=instances[i:i + cc.SERVING_MAX]))
+        out = cc.ServingView(gateways=v.gateways, in_flight={**out.in_flight, **v.in_flight},
+                             reasons={**out.reasons, **v.reasons})
+    return out
+
+
+STATUS_WAIT_S = 15.0  # status shows what Temporal knows even when no control-plane worker answers
+
+
+async def add_serving(client: Client, st: dict[str, Any], per_instance: bool = True) -> dict[str, Any]:
+    """``st`` (ops.status's dict) with what the control plane reads from the store, as
+    gpuflow/serving_view.py adds it on a machine that opens the store itself: ``gateways``, and,
+    with ``per_instance``, each instance's ``in_flight`` and a PENDING instance's current reason.
+    ``gateways_error`` says why not when the control plane does not answer."""
+    names = [i["name"] for d in st["deployments"] for i in d.get("instances", [])] if per_instance else []
+    try:
+        view = await asyncio.wait_for(serving(client, names), STATUS_WAIT_S)
+    except (InvalidInput, RPCError) as e:
+        st["gateways_error"] = f"the control plane did not answer: {e}"
+        return st
+    except asyncio.TimeoutError:
+        st["gateways_error"] = f"the control plane did not answer within {STATUS_WAIT_S:g} s (is gpuflow server running?)"
+        return st
+    st["gateways"] = view.gateways
+    for d in st["deployments"] if per_instance else []:
+        for i in d.get("instances", []):
+            i["in_flight"] = view.in_flight.get(i["name"], 0)
+            if i.get("state") == "pending" and view.reasons.get(i["name"]):
+                i["reason"] = view.reasons[i["name"]]
+    return st
