@@ -23,8 +23,13 @@ $(VENV)/.installed: pyproject.toml
 	      | awk '/^ *\[ *[0-9]+(%|\/[0-9]+)\]|Building wheel|Successfully|[Ee]rror/ {print; fflush()}' \
 	      && mkdir -p $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).tmp/llama_cpp_python-*.whl $(LLAMA_WHEELS)/; }; \
 	  $(VENV)/bin/pip install --quiet "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VER)-*.whl | head -1)[server]"; }
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	@# PYTHONWARNINGS: setuptools' editable install warns, in a banner, of folders named like the package
+	@# (a UserWarning from the build backend, which pip passes on even with --quiet); nothing to act on here
+	PYTHONWARNINGS=ignore::UserWarning $(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
+	@echo
+	@echo "installed: gpuflow and temporal are in $(VENV)/bin. To type them as the README does, run once per shell:"
+	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\""
 
 .PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a

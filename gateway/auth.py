@@ -1,6 +1,7 @@
 """Who is asking: ``Authorization: Bearer K`` names a tenant through its API key. While no key
-was ever created the gateway is open (every request is tenant ``anonymous``, and may use every
-model); once one exists, every request needs a valid one, and its tenant decides which models it
+was ever created the gateway is open (every request is tenant ``default``, and may use every
+model; its limits, its queue priority and its metrics are ``default``'s, as the README says);
+once one exists, every request needs a valid one, and its tenant decides which models it
 may use (gateway/table.py). Verdicts are cached ``key_cache_s`` (one store read per key per
 second at most), so a revocation takes effect within about two seconds."""
 
@@ -13,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from store import keys
 
-ANONYMOUS = "anonymous"
+ANONYMOUS = "default"  # an open gateway's tenant: gateway.table.DEFAULT_TENANT, tenant_limits.DEFAULT
 MAX_CACHED = 10_000
 
 
@@ -34,7 +35,7 @@ class Auth:
     async def caller(self, authorization: str | None) -> tuple[str, bool]:
         """(the caller's tenant, whether a key named it); NoKey when the request must be refused.
         An open gateway's requests are ``(ANONYMOUS, False)``: they may use every model, while a
-        key whose tenant happens to be called ``anonymous`` is (``anonymous``, True), no more."""
+        key of tenant ``default`` is (``default``, True): ``default``'s models and those shared, no more."""
         if not self.required:
             return ANONYMOUS, False
         if not authorization:

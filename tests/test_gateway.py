@@ -57,7 +57,7 @@ def test_openai_client_plain_streaming_models_and_errors(store, procs, tmp_path)
 
     m = scrape(g)
     # 4 answered by chat (chat plain, chat stream, completion, embeddings), each once
-    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", tenant="anonymous", code="200") == 4
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", tenant="default", code="200") == 4
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="", code="404") == 1
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="", code="400") == 2
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="", code="200") == listed + 1  # /v1/models

@@ -51,7 +51,7 @@ PUBLIC = ["a-all", "def", "pub"]
     ("default", True, PUBLIC),  # default's key: its own (shared with all anyway), no other tenant's
     ("anonymous", True, PUBLIC),  # a key whose tenant is called "anonymous" is no open gateway
     ("*", True, PUBLIC),  # "*" in shared_with is no tenant's name
-    ("anonymous", False, sorted(SPECS)),  # an open gateway (no key exists): every model
+    ("default", False, sorted(SPECS)),  # an open gateway (no key exists; gateway.auth.ANONYMOUS): every model
 ])
 def test_the_models_a_tenant_may_use(tenant, keyed, want):
     t = build([r("a-chat-0", "a-chat"), r("b-chat-0", "b-chat")], SPECS, 4)

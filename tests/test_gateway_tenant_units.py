@@ -14,6 +14,7 @@ from gateway import errors
 from gateway.balance import Balancer
 from gateway.table import build
 from gateway.tenant_limits import MAX_CONCURRENT as MC, REQUESTS_PER_S as RPS, Limits, Refusal, Rule, rules_of
+from gateway.auth import ANONYMOUS
 from scheduler.tenancy.config import TenantsFile
 
 RULES = {
@@ -47,7 +48,7 @@ OK = None
         (0.1, "dev", OK),  # another tenant is not affected
     ], id="max_concurrent"),
     pytest.param([  # an open gateway's requests are tenant default (1 a second)
-        (0.0, "anonymous", OK), (0.0, "anonymous", ("default", RPS, 1.0)), (0.0, "default", (RPS, 1.0)),
+        (0.0, ANONYMOUS, OK), (0.0, ANONYMOUS, ("default", RPS, 1.0)), (0.0, "default", (RPS, 1.0)),
     ], id="anonymous-is-default"),
     pytest.param([(0.0, "team-x", OK)] * 50, id="unnamed-tenant-unlimited"),
 ])

@@ -158,10 +158,34 @@ def fresh_demo_dir(path: str) -> None:
     open(os.path.join(path, DEMO_MARK), "w").close()
 
 
+def start_line(data_dir: str, demo: bool) -> str:
+    """What the stack keeps, said first: the demo starts empty every run; ``gpuflow dev`` keeps
+    its keys, tenants, deployments and workflow history in its data dir across runs."""
+    if demo:
+        return (f"the demo starts empty: {data_dir} was cleared (keys, tenants, deployments, history). "
+                f"To keep state across runs, use 'gpuflow dev' (data kept in "
+                f"{os.path.join(default_data_dir(), 'dev')}, or --data-dir DIR)")
+    return f"data: {data_dir} (kept across runs: keys, tenants, deployments, workflow history)"
+
+
+def path_hint() -> str | None:
+    """The line that puts this install's commands on PATH, when ``gpuflow`` is not found there."""
+    import shutil
+
+    here = os.path.dirname(sys.executable)
+    if shutil.which("gpuflow") or not os.path.exists(os.path.join(here, "gpuflow")):
+        return None
+    return f"gpuflow is not on PATH; the commands below need, in each shell:  export PATH=\"{here}:$PATH\""
+
+
 def cmd_dev(a) -> int:
     data_dir = a.data_dir or os.path.join(default_data_dir(), "demo" if a.demo else "dev")
     if a.demo:
         fresh_demo_dir(data_dir)
+    print(start_line(data_dir, a.demo), flush=True)
+    hint = path_hint()
+    if hint:
+        print(hint, flush=True)
     flags = list(getattr(a, "allow_engine_flag", None) or ())  # one operator here: the control plane allows them too
     stack = Stack(data_dir, port=a.port, ui_port=a.ui_port, metrics_defaults=True,
                   env={"GPUFLOW_ALLOW_ENGINE_FLAGS": json.dumps(flags)} if flags else None)
