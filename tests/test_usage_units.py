@@ -138,3 +138,15 @@ def test_what_crosses_temporal_is_bounded():
     from tests.test_bounds import model_problems
 
     assert model_problems(UsageBatch, set()) == []
+
+
+def test_the_dashboard_plots_each_replicas_use_against_its_claim():
+    """The series it plots are exported (tests/test_dashboard.py checks every one against the registries)."""
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "deploy", "grafana", "gpuflow.json")) as f:
+        exprs = " ".join(t["expr"] for p in json.load(f)["panels"] for t in p["targets"])
+    assert "gpuflow_instance_vram_used_bytes" in exprs and "gpuflow_instance_vram_claimed_bytes" in exprs
+    with open(os.path.join(root, "deploy", "prometheus", "prometheus.yml")) as f:
+        assert "honor_labels: true" in f.read()  # the replica's own "instance" label is kept
