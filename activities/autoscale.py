@@ -24,12 +24,14 @@ import json
 import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
 from prometheus_client import CollectorRegistry
 from sqlalchemy.engine import Engine
+from sqlmodel import Session
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from contracts import ui_text
 from contracts.ids import DEPLOYMENT_SCALE, autoscaler_id, deployment_id
 from activities import capacity_hook
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
@@ -41,6 +43,7 @@ from activities.estimate_cache import EstimateCache
 from activities.runner import Runner
 from contracts.control import CONTROL_QUEUE, DeploymentView
 from store import serving
+from store.tables import DeploymentRow
 from store.snapshot import load_snapshot
 from scheduler.autoscale.fit import demand, fit
 from scheduler.autoscale.histogram import delta, merge
@@ -116,10 +119,12 @@ class AutoscaleActivities:
     @activity.defn(name=START_AUTOSCALER)
     async def start_autoscaler(self, ref: DeploymentRef) -> None:
         deployment = ref.deployment
+        spec = await self.runner.run(_saved_spec, self.engine, deployment)
         await self.client.start_workflow(
             "AutoscalerWorkflow", AutoscalerInput(deployment=deployment), id=autoscaler_id(deployment),
             task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"autoscaler of {deployment}")
+            static_summary=f"autoscaler of {deployment}",
+            static_details=ui_text.autoscaler_details((spec or {}).get("autoscaling")))
 
     @activity.defn(name=AUTOSCALE_APPLY)
     async def autoscale_apply(self, ask: ApplyAsk) -> int:
@@ -217,3 +222,10 @@ class AutoscaleActivities:
 
     def _count(self, deployment: str, desired: int, direction: str, rule: str, blocked: bool) -> None:
         self.metrics.observe(deployment, desired, direction, rule, blocked)
+
+
+def _saved_spec(engine: Engine, deployment: str) -> dict | None:
+    """The deployment's spec as the store saved it (its deployment workflow saves it first)."""
+    with Session(engine) as s:
+        row = s.get(DeploymentRow, deployment)
+        return dict(row.spec) if row is not None else None

@@ -17,7 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts.ids import instance_id
 from activities.record_batch import RecordBatch
 from activities.runner import Runner
-from contracts import activity_names as c
+from contracts import activity_names as c, ui_text
 from contracts.control import CONTROL_QUEUE, ClosedInstance, ClosedInstances, InstanceNames, InstanceRecord
 from contracts.records import SaveDeployment, StartInstances
 from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
@@ -84,7 +84,8 @@ class RecordActivities:
             search_attributes=TypedSearchAttributes([
                 SearchAttributePair(SA_MODEL, str(inp.spec.get("name", ""))),
                 SearchAttributePair(SA_DEPLOYMENT, inp.deployment), SearchAttributePair(SA_STATE, "PENDING")]),
-            static_summary=f"replica {inp.name} of {inp.deployment}") for inp in inputs))
+            static_summary=f"replica {inp.name} of {inp.deployment}",
+            static_details=ui_text.instance_details(inp.spec, inp.deployment)) for inp in inputs))
 
     @activity.defn(name=c.CLOSED_WORKFLOWS)
     async def closed_workflows(self, asked: InstanceNames) -> ClosedInstances:

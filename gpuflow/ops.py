@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts import ui_text
 from contracts.ids import autoscaler_id, deployment_id, host_id, host_logs_id, instance_id
 from contracts.control import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
@@ -57,7 +58,8 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     handle = await client.start_workflow(
         ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, timings=timings), id=wid,
         task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=f"deployment of {spec.name} ({spec.backend.value})")
+        static_summary=f"deployment of {spec.name} ({spec.backend.value})",
+        static_details=ui_text.deployment_details(raw, replicas))
     try:
         view = await _update(handle, ModelDeploymentWorkflow.accepted)
     except Exception:  # noqa: BLE001  refused by the control plane's checks: its reason, if it failed

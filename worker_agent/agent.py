@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
+from contracts import ui_text
 from contracts.ids import host_id
 from contracts.host import CONTROL_QUEUE, HostInput, Timings, host_queue
 from worker_agent.activities import HostActivities
@@ -55,7 +56,7 @@ async def say_hello(client: Client, name: str, report, timings: Timings) -> None
     await client.start_workflow(
         "HostWorkflow", HostInput(name=name, timings=timings), id=host_id(name), task_queue=CONTROL_QUEUE,
         start_signal="hello", start_signal_args=[report], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=f"liveness of host {name}")
+        static_summary=f"liveness of host {name}", static_details=ui_text.host_details(report))
 
 
 async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0,

@@ -22,6 +22,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from contracts import ui_text
     from contracts.ids import AUTOSCALER_VIEW, AUTOSCALER_WAKE, autoscaler_id
     from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, ApplyAsk, AutoscalerInput,
                                      AutoscaleView, Step, StepAsk)
@@ -122,3 +123,4 @@ class AutoscalerWorkflow:
 
     def _keep(self, rec: dict) -> None:
         self.history = (self.history + [rec])[-HISTORY:]
+        workflow.set_current_details(ui_text.autoscaler_current(rec))  # the Temporal UI's view of its last step

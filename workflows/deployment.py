@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.records import SaveDeployment, StartInstances
     from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes
     from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT
-    from contracts import agent as hp
+    from contracts import agent as hp, ui_text
     from scheduler.limits import REPLICAS_CEILING, Limits
     from scheduler.spec import ModelSpec
     from workflows import common as c
@@ -208,6 +208,7 @@ class ModelDeploymentWorkflow:
             target = self.asked
             self._absorb_ended()
             state = "deleting" if self.deleting else "active"
+            self._show(state)
             now = (state, self.replicas, tuple(sorted(self.raw.items(), key=str)))
             if saved != now:
                 saved = now
@@ -236,11 +237,17 @@ class ModelDeploymentWorkflow:
                 await self._scale_up()
                 await self._scale_down()
             self.applied = max(self.applied, target)
+            self._show(state)
             if self._may_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(DeploymentInput(
                     spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
                     next_index=self.next_index, deleting=self.deleting, rollout=self.ro.model_dump()))
+
+    def _show(self, state: str) -> None:
+        """Its current details in the Temporal UI (contracts/ui_text.py)."""
+        workflow.set_current_details(ui_text.deployment_current(state, self.raw, self.replicas or 0,
+                                                                len(self.instances), self.ro.rolling))
 
     async def _rollout_step(self) -> None:
         """One step of the running rollout: look at the replicas, let the rollout decide

@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from contracts import ui_text
     from contracts.ids import host_id
     from contracts.host import BookingAsk
     from contracts.control import HostInput, HostReport, HostView, host_queue
@@ -119,6 +120,9 @@ class HostWorkflow:
     async def _set(self, state: str, reason: str = "") -> None:
         self.state, self.since, self.reason = state, workflow.now().isoformat(), reason
         workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
+        # the Temporal UI's current details: the state, and the GPUs the last report named
+        workflow.set_current_details(ui_text.host_current(state, reason)
+                                     + ("\n" + ui_text.host_details(self.report) if self.report is not None else ""))
 
     @workflow.run
     async def run(self, *args: Any) -> None:

@@ -13,7 +13,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import agent as hp
+    from contracts import agent as hp, ui_text
     from contracts.control import InstanceInput, InstanceRecord, InstanceRef, Timings, host_queue
     from workflows import common as c
     from workflows.instance_machine import InstanceState
@@ -50,6 +50,7 @@ class InstanceBase:
         self.s.recorded = self._row_key(state, reason)
         if attributes:
             self._attributes(state)
+        self._show()
 
     def _row_key(self, state: str, reason: str) -> tuple:
         """What a record of ``state`` would write now: a record equal to the last one is skipped."""
@@ -71,6 +72,7 @@ class InstanceBase:
         key = self._row_key(state, reason)
         if key == s.recorded and decision is None and file_state is None:
             s.state, s.reason = state, reason
+            self._show()
             return
         s.recorded = key
         self._attributes(state)
@@ -87,6 +89,13 @@ class InstanceBase:
         # each state before the next step's activity starts.
         await workflow.execute_local_activity(c.RECORD_INSTANCE, rec, **c.STORE_LOCAL)
         s.state, s.reason = state, reason
+        self._show()
+
+    def _show(self) -> None:
+        """Its current details in the Temporal UI: state, reason, host, GPUs, claim (contracts/ui_text.py)."""
+        s = self.s
+        workflow.set_current_details(ui_text.instance_current(s.state, s.reason, s.plan, s.restarts,
+                                                              s.decision.inputs if s.decision else None))
 
     # --- hosts and the ledger -------------------------------------------------------------------
     def _host_timeouts(self, worker: str, sts: float) -> dict:
