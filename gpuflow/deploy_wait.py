@@ -53,7 +53,9 @@ def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
 
 def progress_line(dep: dict[str, Any], rollout: dict[str, Any] | None) -> str:
     roll = " (rolling)" if rollout and rollout.get("rolling") else ""
-    return f"deployment {dep['name']}: {counts(dep.get('instances', []))} of {dep['replicas']} wanted{roll}"
+    insts = dep.get("instances", [])
+    have = counts(insts) if insts else "no replica made yet"
+    return f"deployment {dep['name']}: {have} of {dep['replicas']} wanted{roll}"
 
 
 async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], every_s: float = 1.0) -> Verdict:

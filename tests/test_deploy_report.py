@@ -77,6 +77,7 @@ NOFIT = pending_text(["No workers meet the resource requirements.", "The largest
     (row(("pending", "quota: tenant poc uses 2 of its 2 GPUs (this replica needs 1)")), IDLE, 3,
      "m-0: PENDING: quota: tenant poc uses 2 of its 2 GPUs (this replica needs 1)"),
     (row(("pending", "")), IDLE, None, "deployment m: PENDING 1 of 1 wanted"),  # not decided yet
+    (row(replicas=2), IDLE, None, "deployment m: no replica made yet of 2 wanted"),  # just created
     # ERROR beats a replica waiting for room: the failure is the news
     (row(("pending", NOFIT), ("error", "exited with code 3 while starting: engine: refusing to start")), IDLE, 1,
      "m-1: ERROR: exited with code 3 while starting: engine: refusing to start"),
