@@ -113,3 +113,13 @@ async def add_serving(client: Client, st: dict[str, Any], per_instance: bool = T
             if i.get("state") == "pending" and view.reasons.get(i["name"]):
                 i["reason"] = view.reasons[i["name"]]
     return st
+
+
+async def pending_reason(client: Client, instance: str) -> str | None:
+    """The store's current reason of a PENDING ``instance`` (``gpuflow explain``'s "waiting now"),
+    read through the control plane; None when it has none or the control plane does not answer."""
+    try:
+        view = await asyncio.wait_for(serving(client, [instance]), STATUS_WAIT_S)
+    except (InvalidInput, RPCError, asyncio.TimeoutError):
+        return None
+    return view.reasons.get(instance)

@@ -1,0 +1,81 @@
+"""The cluster workflow's door, without a server: what its validators refuse (the update is then
+rejected and nothing enters the history; tests/test_one_address_live.py checks that on a real
+one), and the key scheme split between the client that makes a key and the store that checks it."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts import cluster as cc
+from store import keys
+from scheduler.errors import InvalidInput
+from workflows.cluster import one, tenants_file
+
+GOOD = {"id": "0123456789ab", "tenant": "team-a", "name": "ci job", "salt": "0" * 32, "hash": "f" * 64}
+
+
+@pytest.mark.parametrize("args, why", [
+    ((), "create_key takes one KeyAdd JSON object"),  # no input
+    ((GOOD, GOOD), "create_key takes one KeyAdd JSON object"),  # two
+    (("gpuflow-0123456789ab-secret",), "create_key takes one KeyAdd JSON object"),  # a bare string
+    (({**GOOD, "secret": "s3cr3t"},), "secret: Extra inputs are not permitted"),  # the secret has no field
+    (({**GOOD, "id": "0123456789AB"},), "id: String should match pattern"),  # 12 lowercase hex digits only
+    (({**GOOD, "id": "0123456789a"},), "id: String should match pattern"),  # 11 digits
+    (({**GOOD, "hash": "f" * 63},), "hash: String should match pattern"),  # a SHA-256 is 64 hex digits
+    (({**GOOD, "salt": "g" * 32},), "salt: String should match pattern"),  # hex only
+    (({**GOOD, "tenant": "../etc"},), "tenant: String should match pattern"),  # starts with a letter or digit
+    (({**GOOD, "tenant": "a" * 65},), "tenant: String should match pattern"),  # 64 at most
+    (({**GOOD, "name": "x\n[fake log line]"},), "name: String should match pattern"),  # no control characters
+    (({**GOOD, "name": "x" * 201},), "name: String should match pattern"),  # 200 at most
+])
+def test_a_bad_key_is_refused_by_the_validator_naming_the_field(args, why):
+    with pytest.raises(ValueError, match=why.replace("[", r"\[")):
+        one(args, cc.KeyAdd, "create_key")
+
+
+@pytest.mark.parametrize("args, model, why", [
+    (({"id": "gpuflow-0123456789ab-" + "s" * 43},), cc.KeyRevoke, "id: String should match pattern"),  # never a whole key
+    (({"offset": -1},), cc.Page, "offset: Input should be greater than or equal to 0"),
+    (({"limit": cc.PAGE_MAX + 1},), cc.Page, "limit: Input should be less than or equal to 500"),  # PAGE_MAX = 500
+    (({"instances": ["a"] * (cc.SERVING_MAX + 1)},), cc.ServingAsk, "instances: List should have at most 500"),
+    (({"instances": ["../x"]},), cc.ServingAsk, "instances.0: String should match pattern"),
+])
+def test_reads_and_revocations_are_bounded_and_checked(args, model, why):
+    with pytest.raises(ValueError, match=why):
+        one(args, model, "update")
+
+
+@pytest.mark.parametrize("file, why", [
+    ({"tenants": [{"name": "Team A"}]}, "tenants.0.name: String should match pattern"),  # the tenants file's own rule
+    ({"tenants": [{"name": "a", "limits": {"gpus": 1}}]}, "tenants.0.limits: Extra inputs are not permitted"),
+    ({"tenants": [{"name": "a", "guarantee": {"gpus": 4}, "limit": {"gpus": 2}}]}, "guarantee gpus 4 is above its limit 2"),
+    ({"queueing": "Random"}, "queueing: Input should be 'BestEffortFIFO' or 'StrictFIFO'"),
+])
+def test_a_bad_tenants_file_is_refused_by_the_validator(file, why):
+    with pytest.raises(ValueError, match=why):
+        tenants_file(({"file": file},))
+
+
+def test_a_good_tenants_file_passes():
+    tf = tenants_file(({"file": {"tenants": [{"name": "a", "limit": {"vram": "2 GiB"}}]}},))
+    assert tf.get("a").limit.vram == 2 * 2**30  # "2 GiB" = 2 x 1024^3 bytes
+
+
+def test_a_key_made_by_the_client_is_honoured_by_the_store_that_only_got_its_hash(store):
+    _, _, engine = store
+    key, sent = keys.new_key("team-a", "ci job")
+    secret = key.split("-", 2)[2]
+    assert secret not in sent.model_dump_json()  # what crosses Temporal: id, tenant, name, salt, hash
+    assert cc.KeyAdd.model_validate(sent.model_dump()) == sent  # and it passes the validator's model
+    keys.add(engine, sent)
+    assert keys.tenant_of(engine, key) == "team-a"  # the gateway's check, on the hash alone
+    with pytest.raises(InvalidInput, match="exists already"):  # a key is never replaced
+        keys.add(engine, sent.model_copy(update={"tenant": "team-b"}))
+    assert keys.tenant_of(engine, key) == "team-a"
+    assert keys.key_id(key) == sent.id and keys.key_id(sent.id) == sent.id
+
+
+@pytest.mark.parametrize("tenant, name", [("-a", ""), ("a", "x\ny"), ("a", "x" * 201)])
+def test_the_client_refuses_a_key_it_could_not_send(tenant, name):
+    with pytest.raises(InvalidInput):
+        keys.new_key(tenant, name)
