@@ -5,7 +5,8 @@ once) and queues the write; a thread writes what is queued in one transaction ev
 
 A write that fails is logged and dropped: a decision never waits on, or fails for, its audit copy
 (``gpuflow explain --replay`` then says the inputs were not kept). ``bytes_written`` and
-``encode_s`` count what keeping costs (bench/bench_fleet.py prints them)."""
+``encode_s`` count what keeping costs; with ``metrics`` (ControlMetrics), so do the control
+plane's gpuflow_decision_inputs_* series (bench/bench_fleet.py prints them)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ PRUNE_EVERY_S = 3600.0
 
 
 class DecisionKeeper:
-    def __init__(self, engine: Engine, keep_days: float = 30.0, every_s: float = 0.2):
-        self.engine, self.keep_days, self.every_s = engine, keep_days, every_s
+    def __init__(self, engine: Engine, keep_days: float = 30.0, every_s: float = 0.2, metrics=None):
+        self.engine, self.keep_days, self.every_s, self.metrics = engine, keep_days, every_s, metrics
         self.encoder = Encoder()
         self._encoding = threading.Lock()
         self._lock = threading.Condition()
@@ -48,7 +49,10 @@ class DecisionKeeper:
         t = time.perf_counter()
         with self._encoding:
             enc = self.encoder.encode(inputs)
-        self.encode_s += time.perf_counter() - t
+        took = time.perf_counter() - t
+        self.encode_s += took
+        if self.metrics is not None:
+            self.metrics.kept_encode_seconds.inc(took)
         for r in recs:
             r.inputs = enc.digest
         with self._lock:
@@ -105,9 +109,12 @@ class DecisionKeeper:
         out = []
         for rec, digest, instance, deployment in rows:
             data = zlib.compress(rec.model_dump_json().encode(), 6)
-            self.bytes_written += len(data)
             out.append(decision_log.DecisionRow(digest=digest, instance=instance, deployment=deployment,
                                                 outcome=decision_log.outcome_of(rec), reason=decision_log.reason_of(rec)[:500],
                                                 record=data))
-        self.bytes_written += decision_log.write(self.engine, blobs, out)
+        written = sum(len(r.record) for r in out) + decision_log.write(self.engine, blobs, out)
+        self.bytes_written += written
         self.decisions += len(rows)
+        if self.metrics is not None:
+            self.metrics.kept_bytes.inc(written)
+            self.metrics.kept_decisions.inc(len(rows))

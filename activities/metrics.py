@@ -75,5 +75,14 @@ class ControlMetrics:
         self.preemptions = Counter(
             "gpuflow_preemptions", "Replicas preempted: their GPUs moved to a replica of ``tenant`` in one ledger "
             "transaction (scheduler/tenancy/preemption.py).", ["tenant", "victim_tenant"], registry=r)
+        self.kept_decisions = Counter(
+            "gpuflow_decision_inputs_kept", "Decisions whose inputs were written to the store "
+            "(activities/decision_keeper.py).", registry=r)
+        self.kept_bytes = Counter(
+            "gpuflow_decision_inputs_bytes", "Bytes written to the store for decisions' inputs (new compressed "
+            "chunks and records; chunks seen before cost nothing).", registry=r)
+        self.kept_encode_seconds = Counter(
+            "gpuflow_decision_inputs_encode_seconds", "CPU time spent encoding decisions' inputs (digests of the "
+            "changed rows, the manifest).", registry=r)
         if engine is not None:
             r.register(StoreCollector(engine))

@@ -22,8 +22,8 @@ from activities.autoscale import AutoscaleActivities
 from activities.booking import BookingActivities
 from activities.cluster import ClusterActivities
 from activities.decider import Decider
-from activities.drain import DrainActivities
 from activities.decision_keeper import DecisionKeeper
+from activities.drain import DrainActivities
 from activities.estimate_cache import EstimateCache
 from activities.hosts import HostStateActivities
 from activities.metrics import ControlMetrics
@@ -83,7 +83,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
     runner = Runner(threads)
     estimates = EstimateCache(hub_cache, hf_endpoint, limits.estimate_timeout_s)
     snapshots = SnapshotCache()  # refreshed incrementally by each decision
-    decider = Decider(engine, reads, snapshots, policy, metrics, DecisionKeeper(engine, keep_days) if keep_days else None)
+    decider = Decider(engine, reads, snapshots, policy, metrics, DecisionKeeper(engine, keep_days, metrics=metrics) if keep_days else None)
     waker = Waker(engine, client, snapshots, estimates, policy, runner.run)
     rows = RecordBatch(lambda recs: runner.submit(store_records.record_instances, engine, recs))  # group commit
     return WorkerSet(

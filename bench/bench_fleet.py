@@ -10,7 +10,9 @@ placements/s to RUNNING and their ratio to the trivial one-activity workflow cei
 the same run (bench/trivial_workflow.py), p50/p95 PENDING -> RUNNING, the mean and p95 of
 gpuflow_decision_seconds over the burst (from the control plane's /metrics), and the RSS of the
 Temporal server, the control-plane worker and the simulator, and the CPU each (and this bench,
-which polls the store) used during the burst. Asserts nothing. On a loaded
+which polls the store) used during the burst, and what keeping each decision's inputs cost (bytes
+written and encoding time per decision; --decision-retention-days 0 keeps none, to compare the
+placement rate without it). Asserts nothing. On a loaded
 machine, compare the ratios of one run, and run smaller (--hosts 20 --bursts 100,200)."""
 
 from __future__ import annotations
@@ -104,6 +106,27 @@ def decision_hists(addrs: list[str]) -> tuple[float, float, list[tuple[float, fl
     return sum(p[0] for p in parts), sum(p[1] for p in parts), buckets
 
 
+def kept(addrs: list[str]) -> dict[str, float]:
+    """The gpuflow_decision_inputs_* counters (activities/decision_keeper.py), summed over the workers."""
+    out = {"kept": 0.0, "bytes": 0.0, "encode_s": 0.0}
+    names = {"gpuflow_decision_inputs_kept_total": "kept", "gpuflow_decision_inputs_bytes_total": "bytes",
+             "gpuflow_decision_inputs_encode_seconds_total": "encode_s"}
+    for a in addrs:
+        for ln in urllib.request.urlopen(f"http://{a}/metrics", timeout=10).read().decode().splitlines():
+            k = ln.split(" ")[0]
+            if k in names:
+                out[names[k]] += float(ln.split()[-1])
+    return out
+
+
+def kept_delta(a: dict[str, float], b: dict[str, float]) -> str:
+    n = b["kept"] - a["kept"]
+    if n <= 0:
+        return "decisions' inputs: none kept (GPUFLOW_DECISION_RETENTION_DAYS=0)"
+    return (f"decisions' inputs kept: {n:.0f}, {(b['bytes'] - a['bytes']) / n / 1024:.1f} KiB and "
+            f"{(b['encode_s'] - a['encode_s']) / n * 1000:.2f} ms of encoding per decision")
+
+
 def hist_delta(a, b) -> str:
     n = b[1] - a[1]
     if n <= 0:
@@ -142,7 +165,7 @@ async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, time
 async def main(a) -> None:
     tmp = tempfile.mkdtemp(prefix="gpuflow-fleet-")
     schema = drop = None
-    env = {**os.environ, **ENV}
+    env = {**os.environ, **ENV, "GPUFLOW_DECISION_RETENTION_DAYS": str(a.decision_retention_days)}
     if a.database_url:  # the store on PostgreSQL, in a schema of this run's own
         schema, drop = pg_schema(a.database_url)
         env["GPUFLOW_DATABASE_SCHEMA"] = schema
@@ -176,14 +199,17 @@ async def main(a) -> None:
                  **{("control-plane worker" + (f" {k}" if a.servers > 1 else "")): p.pid for k, p in enumerate(servers)},
                  "simulator": sim.pid}
         for k, n in enumerate(int(x) for x in a.bursts.split(",")):
-            h0 = decision_hists(metrics)
+            h0, k0 = decision_hists(metrics), kept(metrics)
             c0 = {name: cpu_s(pid) for name, pid in {**procs, "this bench": os.getpid()}.items()}
             r = await burst(engine, client, f"b{k}", n)
             h1 = decision_hists(metrics)
+            await asyncio.sleep(1)  # the keeper writes every 0.2 s
+            k1 = kept(metrics)
             used = {name: cpu_s(pid) - c0[name] for name, pid in {**procs, "this bench": os.getpid()}.items()}
             print(f"burst of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
                   f"ratio to ceiling {r['per_s'] / ceil:.2f}")
             print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
+            print(f"  {kept_delta(k0, k1)}")
             print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
             print(f"  CPU during the burst ({r['wall']:.1f} s): " + ", ".join(
                 f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
@@ -210,6 +236,8 @@ if __name__ == "__main__":
     ap.add_argument("--bursts", default="500,1000")
     ap.add_argument("--servers", type=int, default=1, help="control-plane worker processes")
     ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
+    ap.add_argument("--decision-retention-days", type=float, default=30,
+                    help="the control plane's setting; 0: no decision's inputs kept (to measure what keeping costs)")
     ap.add_argument("--database-url", help="the store on this PostgreSQL (a fresh schema, dropped at the end), "
                     "as several control-plane workers run at scale; default a SQLite file")
     asyncio.run(main(ap.parse_args()))

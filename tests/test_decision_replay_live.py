@@ -74,6 +74,21 @@ async def test_every_kept_decision_replays_to_the_same_decision(tmp_path):
         out = explain(lv, placed.instance, "--replay", "--decision", placed.digest[:16], "--with-settings",
                       env={"GPUFLOW_SCHEDULER__PLACEMENT": "0"})
         assert out.returncode == 1 and "different decision" in out.stdout and "score" in out.stdout, out.stdout
+        # bench/replay_all.py: every decision of the store the same under this build; a changed
+        # scorer weight reports each placing decision it would change (the refusal stays the same)
+        bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "replay_all.py")
+        every = subprocess.run([sys.executable, bench, "--data-dir", lv.stack.data_dir], capture_output=True,
+                               text=True, timeout=120)
+        assert every.returncode == 0 and f"{len(rows)} decisions replayed" in every.stdout, every.stdout + every.stderr
+        assert f"{len(rows)} the same, 0 different" in every.stdout
+        changed = subprocess.run([sys.executable, bench, "--data-dir", lv.stack.data_dir, "--set", "placement=0",
+                                  "--json"], capture_output=True, text=True, timeout=120)
+        report = json.loads(changed.stdout)
+        placing = [r for r in rows if r.outcome == "placed"]
+        assert changed.returncode == 1 and report["different"] == len(placing) and report["failed"] == 0
+        assert {d["instance"] for d in report["decisions"]} == {r.instance for r in placing}
+        assert all(any(x.startswith("score:") for x in d["differences"]) for d in report["decisions"])
+
         # nothing is lost for a name with no kept decision: it is named
         out = explain(lv, "nope-0", "--replay")
         assert out.returncode == 2 and "nope-0" in out.stderr
