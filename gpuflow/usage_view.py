@@ -7,6 +7,7 @@ Each instance row gains ``vram``: {used, peak, claimed, rss, rss_peak, measured,
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable
 
 from contracts.ids import host_id
@@ -53,7 +54,13 @@ async def with_usage(client, st: dict[str, Any], host_view: Callable[[Any, str],
     for a whole-cluster status; for one deployment, the hosts its replicas run on are asked."""
     hosts = st.get("hosts")
     if not hosts:
-        views = [await host_view(client, host_id(w)) for w in workers_of(st["deployments"])]
+        gate = asyncio.Semaphore(32)  # as ops.bounded: a deployment over 100 hosts asks 32 at a time
+
+        async def one(w: str):
+            async with gate:
+                return await host_view(client, host_id(w))
+
+        views = await asyncio.gather(*(one(w) for w in workers_of(st["deployments"])))
         hosts = [v.model_dump(mode="json") for v in views]
     attach(st["deployments"], hosts)
     return st
