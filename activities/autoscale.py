@@ -33,7 +33,8 @@ from temporalio.service import RPCError
 
 from contracts import ui_text
 from contracts.ids import DEPLOYMENT_SCALE, autoscaler_id, deployment_id
-from activities import capacity_hook
+from activities import autoscale_inputs, capacity_hook
+from activities.decision_keeper import DecisionKeeper
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
                                  DeploymentRef, Step, StepAsk)
 from activities.autoscale_metrics import AutoscalerMetrics
@@ -97,11 +98,12 @@ def _keep_s(spec: ModelSpec) -> float:
 
 class AutoscaleActivities:
     def __init__(self, engine: Engine, client: Client, runner: Runner, estimates: EstimateCache,
-                 policy: PolicyConfig, registry: CollectorRegistry, capacity_hook_cmd: str | None = None):
+                 policy: PolicyConfig, registry: CollectorRegistry, capacity_hook_cmd: str | None = None,
+                 keeper: DecisionKeeper | None = None):
         """``estimates``: the worker's estimate cache (the dry run costs a spec as the decisions
         did); ``registry``: where the autoscaler's series go (the control plane's, ControlMetrics)."""
         self.engine, self.client, self.runner, self.hook = engine, client, runner, capacity_hook_cmd
-        self.estimates, self.policy = estimates, policy
+        self.estimates, self.policy, self.keeper = estimates, policy, keeper  # keeper: where steps' inputs are kept
         self.metrics = AutoscalerMetrics(registry)
 
     def all(self) -> list:
@@ -186,7 +188,11 @@ class AutoscaleActivities:
         carry.keep(now, _keep_s(spec))
         current = view.replicas
         starting = max(0, current - len(routes))
-        d, carry.policy = decide(cfg, carry.samples, current, starting, now, carry.policy)
+        before = carry.policy
+        d, carry.policy = decide(cfg, carry.samples, current, starting, now, before)
+        if self.keeper is not None and autoscale_inputs.worth_keeping(d):  # replayable (gpuflow explain --replay)
+            self.keeper.keep_step(deployment, autoscale_inputs.encode(cfg, carry.samples, current, starting, now, before),
+                                  autoscale_inputs.decision_of(d), d.direction, d.reason)
         target, outcome, blocked, reasons = d.desired, None, False, []
         if d.direction == UP and d.delta > 0:
             target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)

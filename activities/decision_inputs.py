@@ -88,7 +88,12 @@ def run_policy(inp: DecisionInputs) -> list[DecisionRecord]:
 def differences(recorded: DecisionRecord, now: DecisionRecord) -> list[str]:
     """Where ``now`` differs from ``recorded`` (the digest aside), as 'field: was -> now' lines;
     [] when it is the same decision."""
-    a, b = recorded.model_dump(mode="json", exclude={"inputs"}), now.model_dump(mode="json", exclude={"inputs"})
+    return dict_differences(recorded.model_dump(mode="json", exclude={"inputs"}),
+                            now.model_dump(mode="json", exclude={"inputs"}))
+
+
+def dict_differences(a: Any, b: Any) -> list[str]:
+    """Where JSON-like ``b`` differs from ``a``, as 'path: was -> now' lines."""
     out: list[str] = []
     _diff("", a, b, out)
     return out

@@ -10,6 +10,8 @@ plane's gpuflow_decision_inputs_* series (bench/bench_fleet.py prints them)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
@@ -33,6 +35,7 @@ class DecisionKeeper:
         self._lock = threading.Condition()
         self._blobs: dict[str, bytes] = {}
         self._rows: list[tuple[DecisionRecord, str, str, str]] = []  # (record, digest, instance, deployment)
+        self._steps: list[tuple[str, str, dict, str, str]] = []  # autoscaler steps: (digest, deployment, decision, outcome, reason)
         self._busy = False
         self._stop = False
         self.bytes_written = 0
@@ -62,12 +65,22 @@ class DecisionKeeper:
             self._lock.notify()
         return enc.digest
 
+    def keep_step(self, deployment: str, inputs: bytes, decision: dict, outcome: str, reason: str) -> str:
+        """An autoscaler step (activities/autoscale_inputs.py): its inputs as one blob, its decision
+        as the record; the digest."""
+        digest = hashlib.sha256(inputs).hexdigest()
+        with self._lock:
+            self._blobs[digest] = inputs
+            self._steps.append((digest, deployment, decision, outcome, reason))
+            self._lock.notify()
+        return digest
+
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything queued before now is written (tests, benches, shutdown)."""
         end = time.monotonic() + timeout
         with self._lock:
             self._lock.notify()
-            while (self._rows or self._blobs or self._busy) and time.monotonic() < end:
+            while (self._rows or self._steps or self._blobs or self._busy) and time.monotonic() < end:
                 self._lock.wait(0.05)
 
     def close(self) -> None:
@@ -80,16 +93,16 @@ class DecisionKeeper:
     def _run(self) -> None:
         while True:
             with self._lock:
-                if not self._rows and not self._blobs and not self._stop:
+                if not self._rows and not self._steps and not self._blobs and not self._stop:
                     self._lock.wait(self.every_s)
-                if self._stop and not self._rows and not self._blobs:
+                if self._stop and not self._rows and not self._steps and not self._blobs:
                     return
-                blobs, rows = self._blobs, self._rows
-                self._blobs, self._rows = {}, []
-                self._busy = bool(blobs or rows)
+                blobs, rows, steps = self._blobs, self._rows, self._steps
+                self._blobs, self._rows, self._steps = {}, [], []
+                self._busy = bool(blobs or rows or steps)
             try:
-                if blobs or rows:
-                    self._write(blobs, rows)
+                if blobs or rows or steps:
+                    self._write(blobs, rows, steps)
                 if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
                     self._pruned_at = time.monotonic()
                     n, b = decision_log.prune(self.engine, self.keep_days)
@@ -105,8 +118,12 @@ class DecisionKeeper:
                     self._lock.notify_all()
             time.sleep(self.every_s / 4)  # let a burst gather into one transaction
 
-    def _write(self, blobs: dict[str, bytes], rows: list[tuple[DecisionRecord, str, str, str]]) -> None:
-        out = []
+    def _write(self, blobs: dict[str, bytes], rows: list[tuple[DecisionRecord, str, str, str]],
+               steps: list[tuple[str, str, dict, str, str]] = ()) -> None:
+        out = [decision_log.DecisionRow(kind="autoscale", digest=digest, instance=deployment, deployment=deployment,
+                                        outcome=outcome, reason=reason[:500],
+                                        record=zlib.compress(json.dumps(decision).encode(), 6))
+               for digest, deployment, decision, outcome, reason in steps]
         for rec, digest, instance, deployment in rows:
             data = zlib.compress(rec.model_dump_json().encode(), 6)
             out.append(decision_log.DecisionRow(digest=digest, instance=instance, deployment=deployment,
@@ -114,7 +131,7 @@ class DecisionKeeper:
                                                 record=data))
         written = sum(len(r.record) for r in out) + decision_log.write(self.engine, blobs, out)
         self.bytes_written += written
-        self.decisions += len(rows)
+        self.decisions += len(out)
         if self.metrics is not None:
             self.metrics.kept_bytes.inc(written)
-            self.metrics.kept_decisions.inc(len(rows))
+            self.metrics.kept_decisions.inc(len(out))

@@ -96,5 +96,6 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
         booking=BookingActivities(reads, runner),
         rollout=RolloutProbe(client),
-        autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook),
+        autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook,
+                                      decider.keeper),
         cluster=ClusterActivities(engine, reads, runner, estimates, policy, waker.wake))

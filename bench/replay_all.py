@@ -1,11 +1,12 @@
-"""Replay every decision a store kept with this build's policy, and report the ones it decides
-differently: a policy change (code, or weights) shows what it would have changed before it ships.
+"""Replay every decision a store kept with this build's policy (placements, refusals, preemptions
+and autoscaler steps), and report the ones it decides differently: a policy change (code, or
+weights) shows what it would have changed before it ships.
 
     python bench/replay_all.py --data-dir DIR | --database-url URL [--with-settings] [--set KEY=VALUE ...]
         [--limit N] [--json]
 
-``--with-settings`` replays with this process's scorer weights (GPUFLOW_SCHEDULER__*) instead of
-the recorded ones; ``--set placement=0`` changes one weight on top (repeatable). Prints one line per
+``--with-settings`` replays placements with this process's scorer weights (GPUFLOW_SCHEDULER__*)
+instead of the recorded ones; ``--set placement=0`` changes one weight on top (repeatable). Prints one line per
 decision that differs (replica, when, recorded outcome, outcome now, the first differences), then
 the counts and the replay rate. Exit 0 when every decision replays the same, 1 when some differ,
 2 when some could not be replayed (their inputs pruned or unreadable)."""
@@ -20,9 +21,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from activities.decision_inputs import DecisionInputs, decode, differences, run_policy  # noqa: E402
+from activities import autoscale_inputs  # noqa: E402
+from activities.decision_inputs import DecisionInputs, decode, dict_differences, differences, run_policy  # noqa: E402
 from contracts.decision import DecisionRecord  # noqa: E402
-from gpuflow.render.replay import outcome  # noqa: E402
+from gpuflow.render.replay import outcome, step  # noqa: E402
 from gpuflow.settings import Settings  # noqa: E402
 from scheduler.errors import GpuflowError  # noqa: E402
 from scheduler.policy_config import PolicyConfig  # noqa: E402
@@ -61,25 +63,29 @@ def main() -> int:
         if a.limit and k >= a.limit:
             break
         try:
-            inp = cache.get(row.digest) or decode(decision_log.blob(engine, row.digest),
-                                                  lambda d: decision_log.blob(engine, d))
-            cache = {row.digest: inp}
-            if policy is not None:
-                inp.policy = policy
-            now = run_policy(inp)[inp.names.index(row.instance)]
+            if row.kind == "autoscale":  # an autoscaler step (activities/autoscale_inputs.py)
+                was, now = decision_log.record_of(row), autoscale_inputs.replay(decision_log.blob(engine, row.digest))
+                diff, texts = dict_differences(was, now), (step(was), step(now))
+            else:
+                inp = cache.get(row.digest) or decode(decision_log.blob(engine, row.digest),
+                                                      lambda d: decision_log.blob(engine, d))
+                cache = {row.digest: inp}
+                if policy is not None:
+                    inp.policy = policy
+                now = run_policy(inp)[inp.names.index(row.instance)]
+                recorded = DecisionRecord.model_validate(decision_log.record_of(row))
+                diff, texts = differences(recorded, now), (outcome(recorded), outcome(now))
         except (KeyError, ValueError, GpuflowError) as e:
             failed += 1
-            out.append({"instance": row.instance, "at": row.at.isoformat(), "inputs": row.digest,
+            out.append({"instance": row.instance, "kind": row.kind, "at": row.at.isoformat(), "inputs": row.digest,
                         "error": f"{type(e).__name__}: {e}"})
             continue
-        recorded = DecisionRecord.model_validate(decision_log.record_of(row))
-        diff = differences(recorded, now)
         if not diff:
             same += 1
             continue
         differ += 1
-        out.append({"instance": row.instance, "at": row.at.isoformat(), "inputs": row.digest,
-                    "recorded": outcome(recorded), "now": outcome(now), "differences": diff})
+        out.append({"instance": row.instance, "kind": row.kind, "at": row.at.isoformat(), "inputs": row.digest,
+                    "recorded": texts[0], "now": texts[1], "differences": diff})
     took = time.perf_counter() - t0
     total = same + differ + failed
     if a.json:

@@ -7,7 +7,8 @@ bench/replay_all.py replay them).
   Written once, shared by every decision that saw them.
 - ``gpuflow_decisions``: one row per replica decided: when, which replica, the outcome, its
   decisive reason, the manifest's digest (the record in the workflow history carries the same
-  digest) and the record itself (compressed), to compare a replay against.
+  digest) and the record itself (compressed), to compare a replay against; and one per autoscaler
+  step that voted or moved (kind ``autoscale``: its inputs one blob, its decision the record).
 
 ``prune`` keeps the last ``keep_days`` and, always, the newest decision that placed each replica the
 store still shows; then it drops the blobs no kept decision names."""
@@ -39,12 +40,13 @@ class DecisionBlobRow(SQLModel, table=True):
 class DecisionRow(SQLModel, table=True):
     __tablename__ = "gpuflow_decisions"
     id: int | None = Field(default=None, primary_key=True)
-    digest: str = Field(index=True, max_length=64)  # the manifest's: the inputs
-    instance: str = Field(index=True)
+    kind: str = "placement"  # placement | autoscale (activities/autoscale_inputs.py)
+    digest: str = Field(index=True, max_length=64)  # the inputs': a placement's manifest, an autoscaler step's blob
+    instance: str = Field(index=True)  # the replica decided; an autoscaler step: its deployment
     deployment: str = Field(index=True)
-    outcome: str = ""  # placed | preempting | refused | over_quota
+    outcome: str = ""  # placed | preempting | refused | over_quota; an autoscaler step: up | down | hold
     reason: str = ""  # the decisive reason (refused), or where it went
-    record: bytes = Field(sa_column=Column(LargeBinary, nullable=False))  # zlib of the DecisionRecord's JSON
+    record: bytes = Field(sa_column=Column(LargeBinary, nullable=False))  # zlib of the DecisionRecord's JSON (a step's decision)
     at: datetime = Field(default_factory=utcnow, index=True)
 
 
@@ -172,9 +174,13 @@ def prune(engine: Engine, keep_days: float, now: datetime | None = None) -> tupl
     if not drop:
         return 0, 0
     with Session(engine) as s:
-        kept = set(s.exec(select(DecisionRow.digest).distinct()))
-    named = set(kept)
-    for d in kept:
+        kept = list(s.exec(select(DecisionRow.kind, DecisionRow.digest).distinct()))
+    named: set[str] = set()
+    for kind, d in kept:
+        if kind != "placement":
+            named.add(d)
+            continue
+        named.add(d)
         try:
             named |= _manifest_names(blob(engine, d))
         except KeyError:

@@ -137,3 +137,30 @@ def test_the_store_keeps_decisions_and_prunes_past_the_retention(store):
     still = decision_log.latest(engine, "m-1")
     decode(decision_log.blob(engine, still.digest), lambda d: decision_log.blob(engine, d))  # every part still there
     keeper.close()
+
+
+def test_an_autoscaler_step_is_kept_and_replays_the_same(store):
+    # queue 8 >= 8 and TPOT 121 ms > 120 ms over two 15 s samples (with histograms): up by 1, 2 -> 3;
+    # kept (it voted), replayed from the store to the same decision, votes and reason included
+    from activities import autoscale_inputs
+    from gpuflow.cli.explain import replay
+    from scheduler.autoscale.policy import PolicyState, decide
+    from tests.test_autoscale_policy import cfg, s
+
+    engine = store[2]
+    hist = [s(0, 8.0, 0.121, p95=2.0), s(15, 8.0, 0.121, p95=2.0)]
+    d, _ = decide(cfg(), hist, current=2, starting=0, now=15, state=PolicyState())
+    assert d.desired == 3 and autoscale_inputs.worth_keeping(d)
+    data = autoscale_inputs.encode(cfg(), hist, 2, 0, 15, PolicyState())
+    assert autoscale_inputs.replay(data) == autoscale_inputs.decision_of(d)
+    keeper = DecisionKeeper(engine, every_s=0.01)
+    keeper.keep_step("web", data, autoscale_inputs.decision_of(d), d.direction, d.reason)
+    keeper.flush()
+    r = replay(engine, "web", None)
+    assert r["same"] and r["kind"] == "autoscale" and r["now"].startswith("up to 3 replica(s) by queue_tpot")
+    # a hold with every rule content is not worth keeping: it happens every interval
+    calm = [s(0, 4.0, 0.09), s(15, 4.0, 0.09)]
+    assert not autoscale_inputs.worth_keeping(decide(cfg(), calm, current=2, starting=0, now=15)[0])
+    with pytest.raises(InvalidInput, match="do not decode"):
+        autoscale_inputs.replay(b'{"v": 1, "config": {}}')
+    keeper.close()

@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from activities.decision_inputs import DecisionInputs, decode, differences, run_policy
+from activities import autoscale_inputs
+from activities.decision_inputs import DecisionInputs, decode, dict_differences, differences, run_policy
 from contracts.decision import DecisionRecord
 from gpuflow.render import replay as render_replay
 from scheduler.errors import InvalidInput
@@ -46,6 +47,8 @@ def replay(engine: Engine, instance: str, recorded: DecisionRecord | None, diges
         if recorded is not None and recorded.inputs is None:
             raise InvalidInput(f"{instance}'s decision was made before gpuflow kept decisions' inputs: nothing to replay")
         raise InvalidInput(f"no kept decision of {instance}" + (f" with inputs {want[:12]}" if want else ""))
+    if row.kind == "autoscale":
+        return _replay_step(engine, row)
     if recorded is None or (digest and recorded.inputs != row.digest):
         recorded = DecisionRecord.model_validate(decision_log.record_of(row))
     inp = load(engine, row.digest)
@@ -54,10 +57,26 @@ def replay(engine: Engine, instance: str, recorded: DecisionRecord | None, diges
     if policy is not None:
         inp.policy = policy
     now = run_policy(inp)[inp.names.index(instance)]
-    return {"instance": instance, "inputs": row.digest, "at": row.at.isoformat(), "names": inp.names,
-            "same": not differences(recorded, now), "differences": differences(recorded, now),
+    diff = differences(recorded, now)
+    return {"instance": instance, "kind": "placement", "inputs": row.digest, "at": row.at.isoformat(),
+            "names": inp.names, "same": not diff, "differences": diff,
             "recorded": render_replay.outcome(recorded), "now": render_replay.outcome(now),
-            "workers": len(inp.snapshot.workers), "instances": len(inp.snapshot.instances)}
+            "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas"}
+
+
+def _replay_step(engine: Engine, row: decision_log.DecisionRow) -> dict[str, Any]:
+    """An autoscaler step re-run on its kept inputs (activities/autoscale_inputs.py)."""
+    try:
+        data = decision_log.blob(engine, row.digest)
+    except KeyError:
+        raise InvalidInput(f"the inputs {row.digest[:12]} of {row.deployment}'s autoscaler step are not kept "
+                           "(pruned past the retention)") from None
+    recorded, now = decision_log.record_of(row), autoscale_inputs.replay(data)
+    diff = dict_differences(recorded, now)
+    return {"instance": row.instance, "kind": "autoscale", "inputs": row.digest, "at": row.at.isoformat(),
+            "names": [row.deployment], "same": not diff, "differences": diff,
+            "recorded": render_replay.step(recorded), "now": render_replay.step(now),
+            "saw": f"{len(json.loads(data).get('samples', []))} samples"}
 
 
 def write_snapshot(engine: Engine, digest: str, path: str) -> tuple[str, str]:
@@ -73,7 +92,9 @@ def write_snapshot(engine: Engine, digest: str, path: str) -> tuple[str, str]:
 
 
 def history(engine: Engine, deployment: str, limit: int) -> list[dict[str, Any]]:
-    return [{"at": r.at.isoformat(), "instance": r.instance, "outcome": r.outcome, "reason": r.reason,
+    """The deployment's kept decisions, oldest first: placements, refusals (the decisive reason),
+    preemptions and autoscaler steps."""
+    return [{"at": r.at.isoformat(), "kind": r.kind, "instance": r.instance, "outcome": r.outcome, "reason": r.reason,
              "inputs": r.digest} for r in decision_log.history(engine, deployment, limit)]
 
 

@@ -15,9 +15,14 @@ def outcome(rec) -> str:
     return "not placed: " + (rec.reasons[0] if rec.reasons else "no reason recorded")
 
 
+def step(d: dict[str, Any]) -> str:
+    """An autoscaler step in one line (activities/autoscale_inputs.decision_of)."""
+    return f"{d.get('direction', '?')} to {d.get('desired', '?')} replica(s) by {d.get('rule', '?')}: {d.get('reason', '')}"
+
+
 def replay(r: dict[str, Any]) -> str:
-    head = (f"{r['instance']}: decision of {r['at']} (inputs {r['inputs'][:12]}, {r['workers']} hosts, "
-            f"{r['instances']} replicas)")
+    what = "autoscaler step" if r.get("kind") == "autoscale" else "decision"
+    head = f"{r['instance']}: {what} of {r['at']} (inputs {r['inputs'][:12]}, {r['saw']})"
     if r["same"]:
         return f"{head}\nsame decision: {r['now']}"
     lines = [head, "different decision:", f"  recorded: {r['recorded']}", f"  now:      {r['now']}"]
@@ -31,9 +36,11 @@ def replay(r: dict[str, Any]) -> str:
 def history(deployment: str, rows: list[dict[str, Any]]) -> str:
     if not rows:
         return f"no decisions kept for {deployment}"
-    lines = [f"{'WHEN':<26} {'REPLICA':<24} {'OUTCOME':<11} {'INPUTS':<12} WHERE / WHY"]
+    lines = [f"{'WHEN':<26} {'REPLICA':<24} {'OUTCOME':<14} {'INPUTS':<12} WHERE / WHY"]
     for r in rows:
-        lines.append(f"{r['at'][:26]:<26} {r['instance'][:24]:<24} {r['outcome']:<11} {r['inputs'][:12]:<12} "
-                     f"{r['reason'][:120]}")
-    lines.append("replay one: gpuflow explain REPLICA --replay --decision INPUTS")
+        who = "(autoscaler)" if r.get("kind") == "autoscale" else r["instance"][:24]
+        outcome = f"scale {r['outcome']}" if r.get("kind") == "autoscale" else r["outcome"]
+        lines.append(f"{r['at'][:26]:<26} {who:<24} {outcome:<14} {r['inputs'][:12]:<12} {r['reason'][:120]}")
+    lines.append(f"replay one: gpuflow explain REPLICA --replay --decision INPUTS (an autoscaler step: "
+                 f"gpuflow explain {deployment} --replay --decision INPUTS)")
     return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""What an autoscaler step's policy saw (scheduler/autoscale/policy.py ``decide``), kept beside the
+placement decisions (store/decision_log.py, kind ``autoscale``) so the step can be re-run: the
+autoscaling block, the samples in its windows, the replicas (current, starting), ``now`` and the
+policy's state. ``decision_of`` is what a replay compares: the desired count, the direction, the
+deciding rule, the reason and each rule's vote.
+
+A step is kept when it did something or a rule voted (direction up or down, or the count moved):
+a hold with every rule content happens every interval and is in the autoscaler's own history."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from activities.autoscale_state import sample_in, sample_out, state_in
+from scheduler.autoscale.config import Autoscaling
+from scheduler.autoscale.policy import HOLD, Decision, PolicyState, decide
+from scheduler.autoscale.signals import Sample
+from scheduler.errors import InvalidInput
+
+VERSION = 1
+
+
+def worth_keeping(d: Decision) -> bool:
+    return d.direction != HOLD or d.desired != d.current or any(v.direction for v in d.votes)
+
+
+def encode(cfg: Autoscaling, samples: list[Sample], current: int, starting: int, now: float,
+           state: PolicyState) -> bytes:
+    return json.dumps({"v": VERSION, "config": cfg.model_dump(mode="json"), "samples": [sample_out(s) for s in samples],
+                       "current": current, "starting": starting, "now": now, "state": asdict(state)},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def decision_of(d: Decision) -> dict[str, Any]:
+    return {"desired": d.desired, "direction": d.direction, "rule": d.rule, "reason": d.reason,
+            "votes": [asdict(v) for v in d.votes]}
+
+
+def replay(data: bytes) -> dict[str, Any]:
+    """The step re-run on its kept inputs: ``decision_of`` its Decision. A part that does not
+    decode raises InvalidInput naming it."""
+    try:
+        m = json.loads(data)
+        if m.get("v") != VERSION:
+            raise InvalidInput(f"autoscaler inputs of version {m.get('v')!r}; this gpuflow reads version {VERSION}")
+        d, _ = decide(Autoscaling.model_validate(m["config"]), [sample_in(s) for s in m["samples"]],
+                      int(m["current"]), int(m["starting"]), float(m["now"]), state_in(m["state"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise InvalidInput(f"the kept autoscaler inputs do not decode: {type(e).__name__}: {e}") from None
+    return decision_of(d)
