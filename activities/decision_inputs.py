@@ -141,7 +141,8 @@ class Encoder:
     ``max_known``, and then handed out again: storing one twice is harmless)."""
 
     def __init__(self, max_rows: int = 200_000, max_known: int = 500_000):
-        self._memo: dict[int, tuple[object, bytes, bytes]] = {}  # id(obj) -> (obj, sha256, json)
+        self._memo: dict[int, tuple[object, bytes, bytes, bool]] = {}  # id(obj) -> (obj, sha256, json, starts a chunk)
+        self._chunk_memo: dict[bytes, str] = {}  # a chunk's rows' digests -> its digest
         self.known: set[str] = set()
         self.max_rows, self.max_known = max_rows, max_known
 
@@ -153,7 +154,7 @@ class Encoder:
         d = hashlib.sha256(data).digest()
         if len(self._memo) >= self.max_rows:
             self._memo.clear()
-        self._memo[id(obj)] = (obj, d, data)  # the object is held: its id is not reused meanwhile
+        self._memo[id(obj)] = (obj, d, data, False)  # the object is held: its id is not reused meanwhile
         return d, data
 
     def _blob(self, obj: object, dump: Callable[[object], bytes], out: dict[str, bytes]) -> str:
@@ -164,22 +165,38 @@ class Encoder:
 
     def _chunks(self, rows: Iterable, every: int, out: dict[str, bytes]) -> list[str]:
         """Rows cut where a row's name starts a chunk; each chunk's digest is the SHA-256 of its
-        rows' digests, its bytes the rows' JSON one per line."""
+        rows' digests, its bytes the rows' JSON one per line. A row's digest, JSON and whether it
+        starts a chunk are remembered with the row (one lookup per row per decision)."""
         digests: list[str] = []
-        cur: list[tuple[bytes, bytes]] = []
+        cur: list[tuple] = []
+        memo, rows_memo = self._memo, self._chunk_memo
 
         def close():
-            h = hashlib.sha256(b"".join(d for d, _ in cur)).hexdigest()
-            part = list(cur)
-            self._hand_out(h, lambda: b"\n".join(x for _, x in part), out)
+            key = b"".join(x[1] for x in cur)
+            h = rows_memo.get(key)
+            if h is None:
+                h = hashlib.sha256(key).hexdigest()
+                if len(rows_memo) >= self.max_rows // 8:
+                    rows_memo.clear()
+                rows_memo[key] = h
+            if h not in self.known:
+                part = list(cur)
+                self._hand_out(h, lambda: b"\n".join(x[2] for x in part), out)
             digests.append(h)
 
         for r in rows:
-            name = r.name if hasattr(r, "name") else f"{r.worker}\0{r.source}"
-            if cur and _starts_chunk(name, every):
+            hit = memo.get(id(r))
+            if hit is None or hit[0] is not r:
+                data = _model_json(r)
+                name = r.name if hasattr(r, "name") else f"{r.worker}\0{r.source}"
+                hit = (r, hashlib.sha256(data).digest(), data, _starts_chunk(name, every))
+                if len(memo) >= self.max_rows:
+                    memo.clear()
+                memo[id(r)] = hit  # the object is held: its id is not reused meanwhile
+            if cur and hit[3]:
                 close()
                 cur = []
-            cur.append(self._of(r, _model_json))
+            cur.append(hit)
         if cur:
             close()
         return digests
