@@ -185,11 +185,15 @@ def cmd_explain(a) -> int:
         return cmd_audit(a, s)
 
     async def go():
+        from gpuflow import cluster_client
         from gpuflow.serving_view import open_store, pending_reason
 
-        d = await ops.explain(await connect(s.temporal), a.instance)
-        now = pending_reason(open_store(s, bool(a.database_url or a.data_dir)), a.instance) \
-            if d.get("state") == "pending" else None
+        client = await connect(s.temporal)
+        d = await ops.explain(client, a.instance)
+        now = None
+        if d.get("state") == "pending":  # the store itself only when named (offline use), else through the control plane
+            now = pending_reason(open_store(s, True), a.instance) if a.database_url or a.data_dir \
+                else await cluster_client.pending_reason(client, a.instance)
         if now:  # what status and queue show: the queue keeps it current
             d["now"] = now
         from gpuflow.render.explain import explain

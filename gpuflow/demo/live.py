@@ -105,7 +105,7 @@ async def scenario(stack, gateway: str | None = None, llm: str | None = None) ->
     print()
     if first:
         print(f"why {first} is where it is:  gpuflow explain {first} --address {stack.temporal.address}")
-    print(f"the cluster again:  gpuflow status --address {stack.temporal.address} --data-dir {stack.data_dir}")
+    print(f"the cluster again:  gpuflow status --address {stack.temporal.address}")
     print(f"Temporal UI:  {stack.temporal.ui or '(disabled)'}   (filter: GpuflowModel = 'chat-8b')")
     print(f"Temporal:     {stack.temporal.address}   data: {stack.data_dir}")
     return 0
