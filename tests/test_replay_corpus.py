@@ -74,6 +74,7 @@ def test_the_corpus_covers_every_scenario_and_workflow_type(corpus):
         for t in ("ModelDeploymentWorkflow", "ModelInstanceWorkflow", "HostWorkflow"):
             assert per[(s, t)] >= 1, (s, t)
     assert per[("autoscale", "AutoscalerWorkflow")] == 1
+    assert per[("config", "ClusterWorkflow")] >= 1  # its updates: tenants, a key made and revoked, reads
     assert per[("preemption", "ModelDeploymentWorkflow")] == 2  # the preemptor's tenant and the victim's
     assert per[("host_loss", "HostWorkflow")] == 2
 

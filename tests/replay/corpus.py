@@ -11,9 +11,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HISTORIES = os.path.join(HERE, "histories")  # this build's, re-recorded after an intended change
 RELEASES = os.path.join(HERE, "releases")  # releases/<version>/: a released build's, kept while its runs may be open
 # one per scenario of issue 29: each brings up its own stack (scenarios.py)
-SCENARIOS = ("deploy", "scale", "rollout", "preemption", "host_loss", "autoscale")
+SCENARIOS = ("deploy", "scale", "rollout", "preemption", "host_loss", "autoscale", "config")
 WORKFLOW_TYPES = ("ModelDeploymentWorkflow", "ModelInstanceWorkflow", "HostWorkflow", "AutoscalerWorkflow",
-                  "QueueSweepWorkflow")
+                  "QueueSweepWorkflow", "ClusterWorkflow")
 SEP = "__"  # neither a scenario nor a recorded workflow id holds it: the recorder refuses one that does
 
 

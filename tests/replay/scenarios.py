@@ -8,7 +8,8 @@ later. Small on purpose: the histories are committed (a few replicas, tests/live
 - rollout: a spec change rolled surge-first onto a spare GPU, then ``rollout undo`` back.
 - preemption: a tenant with a guarantee takes a GPU back from a lower-priority borrower.
 - host_loss: a host dies with its processes; its replica goes UNREACHABLE and moves.
-- autoscale: an ``autoscaling`` block whose min_replicas the autoscaler applies, and a few steps."""
+- autoscale: an ``autoscaling`` block whose min_replicas the autoscaler applies, and a few steps.
+- config: the cluster workflow's updates (tenants applied, a key made and revoked) and reads."""
 
 from __future__ import annotations
 
@@ -111,6 +112,22 @@ async def autoscale(lv: Live) -> None:
     raise AssertionError(f"the autoscaler took fewer than 4 steps: {v}")
 
 
+async def config(lv: Live) -> None:
+    """The cluster workflow's updates: the tenants file applied, a key made, listed and revoked,
+    and the reads an operator makes through it (queue, tenants), beside one replica."""
+    from gpuflow import cluster_client
+
+    await cluster_client.apply_tenants(lv.client, TenantsFile.model_validate(
+        {"tenants": [{"name": "team-a", "limit": {"gpus": 1}}]}))
+    await ops.deploy(lv.client, spec("conf", tenant="team-a"), T)
+    await lv.wait(lambda: running(lv, "conf") == ["conf-0"], 60, "conf-0 RUNNING")
+    key, made = await cluster_client.create_key(lv.client, "team-a", "replay")
+    assert [k.id for k in await cluster_client.list_keys(lv.client)] == [made.id]
+    await cluster_client.revoke_key(lv.client, key)
+    await cluster_client.queue(lv.client)
+    await cluster_client.tenants(lv.client)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "deploy": Scenario({"h1": [24, 24]}, deploy),
     "scale": Scenario({"h1": [24, 24]}, scale),
@@ -118,4 +135,5 @@ SCENARIOS: dict[str, Scenario] = {
     "preemption": Scenario({"h1": [24, 24]}, preemption),
     "host_loss": Scenario({"h1": [24], "h2": [24]}, host_loss),
     "autoscale": Scenario({"h1": [24, 24]}, autoscale),
+    "config": Scenario({"h1": [24]}, config),
 }
