@@ -80,7 +80,7 @@ def instance_current(state: str, reason: str, plan: Any, restarts: int, inputs: 
     if restarts:
         out.append(f"**restarts** {restarts}")
     if inputs:
-        out.append(f"**decision inputs** {code(inputs[:16])} (gpuflow explain --replay)")
+        out.append(f"**decision inputs** {code(inputs[:16])} ({code('gpuflow explain --replay')})")
     return _lines(out)
 
 
