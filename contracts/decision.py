@@ -34,7 +34,7 @@ Figure = Annotated[int, BeforeValidator(clip_figure), Field(ge=-FIGURE_MAX, le=F
 Score = Annotated[float, Field(le=1e9)]
 MAX_WORKERS = 100_000  # workers one decision saw (a filter's removed list, the snapshot's generations)
 MAX_CANDIDATES = 100  # candidates listed (activities/decider.py keeps the best TOP_CANDIDATES)
-Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # a SHA-256, in hex
+Digest = Annotated[str, Field(max_length=64, pattern=r"^[0-9a-f]{64}$")]  # a SHA-256, in hex
 
 
 class PlacementPlan(BaseModel):
