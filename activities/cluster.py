@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import cluster_reads as r
+from activities import decision_replay
 from activities.estimate_cache import EstimateCache
 from activities.runner import Runner
 from activities.wake_queue import known_request
@@ -34,7 +35,7 @@ class ClusterActivities:
 
     def all(self) -> list:
         return [self.apply_tenants, self.add_key, self.revoke_key, self.read_keys, self.read_tenants,
-                self.read_queue, self.read_serving]
+                self.read_queue, self.read_serving, self.read_audit]
 
     def _request(self, spec):
         return known_request(self.estimates, spec)
@@ -77,3 +78,12 @@ class ClusterActivities:
     @activity.defn(name=cc.READ_SERVING)
     async def read_serving(self, ask: cc.ServingAsk) -> cc.ServingView:
         return await self._store(r.serving_view, self.reads, ask)
+
+    @activity.defn(name=cc.READ_AUDIT)
+    async def read_audit(self, ask: cc.AuditAsk) -> cc.AuditView:
+        """A kept decision replayed with this worker's build (and, ``with_settings``, its weights),
+        compared with the store's copy of its record; or a deployment's kept decisions."""
+        if ask.history:
+            return cc.AuditView(rows=await self._store(decision_replay.history, self.reads, ask.name, ask.limit))
+        return cc.AuditView(replay=await self._store(decision_replay.replay, self.reads, ask.name, None,
+                                                     ask.decision or None, self.policy if ask.with_settings else None))

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from activities import autoscale_inputs  # noqa: E402
 from activities.decision_inputs import DecisionInputs, decode, dict_differences, differences, run_policy  # noqa: E402
 from contracts.decision import DecisionRecord  # noqa: E402
-from gpuflow.render.replay import outcome, step  # noqa: E402
+from activities.decision_replay import outcome, step  # noqa: E402
 from gpuflow.settings import Settings  # noqa: E402
 from scheduler.errors import GpuflowError  # noqa: E402
 from scheduler.policy_config import PolicyConfig  # noqa: E402

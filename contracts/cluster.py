@@ -24,6 +24,7 @@ READ_KEYS = "cluster_read_keys"
 READ_TENANTS = "cluster_read_tenants"
 READ_QUEUE = "cluster_read_queue"
 READ_SERVING = "cluster_read_serving"
+READ_AUDIT = "cluster_read_audit"
 
 KEY_ID = r"^[0-9a-f]{12}$"  # the public part of a key: gpuflow-<id>-<secret>
 KEY_TENANT = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -106,3 +107,20 @@ class ServingView(Message):
     gateways: list[str] = []  # the live gateways' base URLs
     in_flight: dict[str, int] = {}  # instance -> requests the live gateways have in flight on it
     reasons: dict[str, str] = {}  # PENDING instance -> its current reason, as the store keeps it
+
+
+class AuditAsk(Message):
+    """``gpuflow explain NAME --replay | --history`` through the control plane."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=NAME_MAX)]  # an instance; a deployment (history, steps)
+    history: bool = False
+    limit: int = Field(200, ge=1, le=1000)
+    decision: Annotated[str, Field(pattern=r"^[0-9a-f]{0,64}$", max_length=64)] = ""  # a kept digest's start
+    with_settings: bool = False  # replay with the worker's own weights, not the recorded ones
+
+
+class AuditView(Message):
+    """A replay (activities/decision_replay.replay's dict), or ``rows`` of a history."""
+
+    replay: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = Field([], max_length=1000)

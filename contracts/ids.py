@@ -56,3 +56,4 @@ CLUSTER_KEYS = "keys"  # update (Page) -> KeysPage: read through the control pla
 CLUSTER_TENANTS = "tenants"  # update (Page) -> TenantsPage
 CLUSTER_QUEUE = "queue"  # update (Page) -> QueuePage
 CLUSTER_SERVING = "serving"  # update (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons
+CLUSTER_AUDIT = "audit"  # update (AuditAsk) -> AuditView: a kept decision replayed, or a deployment's decisions

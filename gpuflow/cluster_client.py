@@ -115,6 +115,17 @@ async def add_serving(client: Client, st: dict[str, Any], per_instance: bool = T
     return st
 
 
+async def audit(client: Client, name: str, history: bool, limit: int, decision: str,
+                with_settings: bool) -> dict[str, Any]:
+    """``gpuflow explain --replay/--history`` through the control plane: the replay's dict, or
+    {"rows": [...]} for a history."""
+    if decision and not re.match(r"^[0-9a-f]{1,64}$", decision):
+        raise InvalidInput(f"--decision {decision[:80]!r}: give the start of a kept inputs' digest (hex, from --history)")
+    v = await _ask(client, ClusterWorkflow.audit, cc.AuditAsk(name=name, history=history, limit=min(limit, 1000),
+                                                             decision=decision, with_settings=with_settings))
+    return {"rows": v.rows} if history else dict(v.replay or {})
+
+
 async def pending_reason(client: Client, instance: str) -> str | None:
     """The store's current reason of a PENDING ``instance`` (``gpuflow explain``'s "waiting now"),
     read through the control plane; None when it has none or the control plane does not answer."""

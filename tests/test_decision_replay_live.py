@@ -16,10 +16,12 @@ from store import decision_log
 from tests.live import FAST, Live, cli, spec
 
 
-def explain(lv: Live, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def explain(lv: Live, *args: str, env: dict[str, str] | None = None, offline: bool = False) -> subprocess.CompletedProcess:
+    """``gpuflow explain ARGS --address A``: through the control plane; ``offline``: on the store
+    itself (--data-dir), replayed by this process."""
+    store = ["--data-dir", lv.stack.data_dir] if offline else []
     return subprocess.run([sys.executable, "-m", "gpuflow", "explain", *args, "--address", lv.stack.temporal.address,
-                           "--data-dir", lv.stack.data_dir], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+                           *store], capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
 async def test_every_kept_decision_replays_to_the_same_decision(tmp_path):
@@ -47,23 +49,28 @@ async def test_every_kept_decision_replays_to_the_same_decision(tmp_path):
             rec = (await ops.instance(lv.client, name)).decision
             assert rec.inputs == decision_log.latest(lv.engine, name).digest
 
-        # every kept decision, the refused one too, replays to the same decision
+        # every kept decision, the refused one too, replays to the same decision: through the
+        # control plane (--address alone), and on the store itself
         for r in rows:
-            out = explain(lv, r.instance, "--replay", "--decision", r.digest[:16])
-            assert out.returncode == 0 and "same decision" in out.stdout, (r.instance, out.stdout, out.stderr)
-        # the latest of an instance (no --decision): against its workflow's own record
-        out = explain(lv, "web-0", "--replay", "--json")
+            for offline in (False, True):
+                out = explain(lv, r.instance, "--replay", "--decision", r.digest[:16], offline=offline)
+                assert out.returncode == 0 and "same decision" in out.stdout, (r.instance, out.stdout, out.stderr)
+        # the latest of an instance (no --decision): offline, against its workflow's own record
+        out = explain(lv, "web-0", "--replay", "--json", offline=True)
         assert out.returncode == 0 and json.loads(out.stdout)["same"] is True
 
-        hist = explain(lv, "web", "--history", "--json")
-        listed = json.loads(hist.stdout)
-        assert hist.returncode == 0 and [x["inputs"] for x in listed] == [r.digest for r in rows if r.deployment == "web"]
+        for offline in (False, True):
+            hist = explain(lv, "web", "--history", "--json", offline=offline)
+            listed = json.loads(hist.stdout)
+            assert hist.returncode == 0 and [x["inputs"] for x in listed] == [r.digest for r in rows
+                                                                              if r.deployment == "web"]
         text = explain(lv, "web", "--history").stdout
         assert "placed" in text and "--replay --decision" in text
+        assert "--data-dir" in explain(lv, "web-0", "--snapshot", str(tmp_path / "x.json")).stderr  # needs the store
 
         # the cluster the decision saw, as a file the dry run reads
         snap = str(tmp_path / "seen.json")
-        out = explain(lv, "web-0", "--snapshot", snap)
+        out = explain(lv, "web-0", "--snapshot", snap, offline=True)
         assert out.returncode == 0 and os.path.exists(snap), out.stderr
         dry = subprocess.run([sys.executable, "-m", "gpuflow", "schedule", "--cluster", snap, "--model",
                               str(tmp_path / "seen.spec.json"), "--json"], capture_output=True, text=True, timeout=60)
@@ -72,7 +79,7 @@ async def test_every_kept_decision_replays_to_the_same_decision(tmp_path):
         # other weights (this process's settings, --with-settings) decide differently: exit 1, named
         placed = next(r for r in rows if r.outcome == "placed")
         out = explain(lv, placed.instance, "--replay", "--decision", placed.digest[:16], "--with-settings",
-                      env={"GPUFLOW_SCHEDULER__PLACEMENT": "0"})
+                      env={"GPUFLOW_SCHEDULER__PLACEMENT": "0"}, offline=True)
         assert out.returncode == 1 and "different decision" in out.stdout and "score" in out.stdout, out.stdout
         # bench/replay_all.py: every decision of the store the same under this build; a changed
         # scorer weight reports each placing decision it would change (the refusal stays the same)
@@ -90,8 +97,9 @@ async def test_every_kept_decision_replays_to_the_same_decision(tmp_path):
         assert all(any(x.startswith("score:") for x in d["differences"]) for d in report["decisions"])
 
         # nothing is lost for a name with no kept decision: it is named
-        out = explain(lv, "nope-0", "--replay")
-        assert out.returncode == 2 and "nope-0" in out.stderr
+        for offline in (False, True):
+            out = explain(lv, "nope-0", "--replay", offline=offline)
+            assert out.returncode == 2 and "nope-0" in out.stderr, out.stderr
         assert cli(lv, "status").returncode == 0
     finally:
         lv.close()

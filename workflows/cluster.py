@@ -141,3 +141,20 @@ class ClusterWorkflow:
     @serving.validator
     def _check_serving(self, *args: Any) -> None:
         one(args, cc.ServingAsk, ids.CLUSTER_SERVING)
+
+    @workflow.update(name=ids.CLUSTER_AUDIT)
+    async def audit(self, *args: Any) -> cc.AuditView:
+        """A kept decision replayed by a control-plane worker, or a deployment's kept decisions
+        (``gpuflow explain --replay/--history``): an activity, as a replay may take a moment."""
+        ask = one(args, cc.AuditAsk, ids.CLUSTER_AUDIT)
+        try:
+            return await workflow.execute_activity(cc.READ_AUDIT, ask, result_type=cc.AuditView,
+                                                   summary=f"{'history' if ask.history else 'replay'} of {ask.name}",
+                                                   **c.STORE_CALL)
+        except ActivityError as e:
+            kind, message = c.cause(e)
+            raise ApplicationError(message, type=kind, non_retryable=True) from None
+
+    @audit.validator
+    def _check_audit(self, *args: Any) -> None:
+        one(args, cc.AuditAsk, ids.CLUSTER_AUDIT)

@@ -5,21 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def outcome(rec) -> str:
-    """A decision in one line: where it placed the replica (and whom it preempts), or why not."""
-    if rec.scheduled and rec.plan is not None:
-        where = f"{rec.plan.worker} GPU {','.join(map(str, rec.plan.gpu_indexes)) or '-'}"
-        score = f" (score {rec.score:.2f})" if rec.score is not None else ""
-        victims = f", preempting {', '.join(v.name for v in rec.victims)}" if rec.victims else ""
-        return f"placed on {where}{score}{victims}"
-    return "not placed: " + (rec.reasons[0] if rec.reasons else "no reason recorded")
-
-
-def step(d: dict[str, Any]) -> str:
-    """An autoscaler step in one line (activities/autoscale_inputs.decision_of)."""
-    return f"{d.get('direction', '?')} to {d.get('desired', '?')} replica(s) by {d.get('rule', '?')}: {d.get('reason', '')}"
-
-
 def replay(r: dict[str, Any]) -> str:
     what = "autoscaler step" if r.get("kind") == "autoscale" else "decision"
     head = f"{r['instance']}: {what} of {r['at']} (inputs {r['inputs'][:12]}, {r['saw']})"
