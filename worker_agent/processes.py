@@ -208,13 +208,15 @@ class ProcessTable:
         return self.returncode(pid) is None
 
     def tail(self, instance: str, lines: int = 5) -> str:
+        """The last ``lines`` lines the latest start wrote (a failed start's reason): the log keeps
+        every start's output, each after a ``--- gpuflow: starting`` line; earlier ones are left out."""
         try:
             with open(self.log_path(instance), "rb") as f:
                 f.seek(max(0, os.path.getsize(self.log_path(instance)) - 4096))
                 text = f.read().decode(errors="replace")
         except OSError:
             return ""
-        return " | ".join(ln for ln in text.strip().splitlines()[-lines:] if not ln.startswith("--- gpuflow"))
+        return " | ".join(latest_run(text)[-lines:])
 
     def signal_group(self, pid: int, sig: int) -> None:
         try:
@@ -245,3 +247,11 @@ class ProcessTable:
             os.unlink(self._pidfile(instance))
         except FileNotFoundError:
             pass
+
+
+def latest_run(text: str) -> list[str]:
+    """The non-empty lines of ``text`` (a log's end) after its last ``--- gpuflow`` marker: what the
+    latest start wrote."""
+    out = text.strip().splitlines()
+    last = max((i for i, ln in enumerate(out) if ln.startswith("--- gpuflow")), default=-1)
+    return [ln for ln in out[last + 1:] if ln.strip()]
