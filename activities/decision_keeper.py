@@ -75,6 +75,17 @@ class DecisionKeeper:
             self._lock.notify()
         return digest
 
+    def prune(self, now=None) -> tuple[int, int]:
+        """Drop what is past the retention (store/decision_log.prune); (decisions, blobs) dropped.
+        A blob dropped may be one the encoder took for stored: every part is handed out again."""
+        n, b = decision_log.prune(self.engine, self.keep_days, now)
+        if b:
+            with self._encoding:
+                self.encoder.known.clear()
+        if n:
+            log.info("decisions: %d older than %g days pruned, %d blobs with them", n, self.keep_days, b)
+        return n, b
+
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything queued before now is written (tests, benches, shutdown)."""
         end = time.monotonic() + timeout
@@ -105,9 +116,7 @@ class DecisionKeeper:
                     self._write(blobs, rows, steps)
                 if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
                     self._pruned_at = time.monotonic()
-                    n, b = decision_log.prune(self.engine, self.keep_days)
-                    if n:
-                        log.info("decisions: %d older than %g days pruned, %d blobs with them", n, self.keep_days, b)
+                    self.prune()
             except Exception as e:  # noqa: BLE001  (an audit copy lost is logged, never fatal)
                 self.failures += 1
                 self.encoder.known.clear()  # what was not written must be handed out again

@@ -136,6 +136,15 @@ def test_the_store_keeps_decisions_and_prunes_past_the_retention(store):
     assert dropped == 2 and [r.instance for r in decision_log.history(engine, "m")] == ["m-1"]
     still = decision_log.latest(engine, "m-1")
     decode(decision_log.blob(engine, still.digest), lambda d: decision_log.blob(engine, d))  # every part still there
+    # the keeper's own prune: the blobs it dropped are written again by the next decision that
+    # names them (its encoder no longer takes them for stored)
+    records.mark_gone(engine, "m-1", "ended")
+    assert keeper.prune(now=later)[1] > 0 and decision_log.sizes(engine)[:2] == (0, 0)
+    inp = inputs(snap, ["m-3"])
+    keeper.keep(inp, run_policy(inp))
+    keeper.flush()
+    row = decision_log.latest(engine, "m-3")
+    assert decode(decision_log.blob(engine, row.digest), lambda d: decision_log.blob(engine, d)).names == ["m-3"]
     keeper.close()
 
 
