@@ -271,7 +271,5 @@ def decode(manifest: bytes, blob: Callable[[str], bytes]) -> DecisionInputs:
             gens={str(k): int(v) for k, v in json.loads(part(m["gens"])).items()})
     except KeyError as e:
         raise InvalidInput(f"the kept decision inputs lack {e.args[0]!r} (pruned, or never written)") from None
-    except ValueError as e:
-        if isinstance(e, InvalidInput):
-            raise
+    except ValueError as e:  # pydantic's ValidationError among them (InvalidInput is no ValueError: it passes)
         raise InvalidInput(f"the kept decision inputs do not decode: {e}") from None

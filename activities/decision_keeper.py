@@ -4,9 +4,9 @@ once) and queues the write; a thread writes what is queued in one transaction ev
 ``every_s``, and prunes past the retention (``keep_days``) once an hour.
 
 A write that fails is logged and dropped: a decision never waits on, or fails for, its audit copy
-(``gpuflow explain --replay`` then says the inputs were not kept). ``bytes_written`` and
-``encode_s`` count what keeping costs; with ``metrics`` (ControlMetrics), so do the control
-plane's gpuflow_decision_inputs_* series (bench/bench_fleet.py prints them)."""
+(``gpuflow explain --replay`` then says the inputs were not kept). With ``metrics``
+(ControlMetrics), the control plane's gpuflow_decision_inputs_* series count what keeping costs
+(bench/bench_fleet.py prints them)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,6 @@ class DecisionKeeper:
         self._steps: list[tuple[str, str, dict, str, str]] = []  # autoscaler steps: (digest, deployment, decision, outcome, reason)
         self._busy = False
         self._stop = False
-        self.bytes_written = 0
-        self.decisions = 0
-        self.encode_s = 0.0
-        self.failures = 0
         self._pruned_at = 0.0
         self._thread = threading.Thread(target=self._run, name="decision-keeper", daemon=True)
         self._thread.start()
@@ -52,10 +48,8 @@ class DecisionKeeper:
         t = time.perf_counter()
         with self._encoding:
             enc = self.encoder.encode(inputs)
-        took = time.perf_counter() - t
-        self.encode_s += took
         if self.metrics is not None:
-            self.metrics.kept_encode_seconds.inc(took)
+            self.metrics.kept_encode_seconds.inc(time.perf_counter() - t)
         for r in recs:
             r.inputs = enc.digest
         with self._lock:
@@ -80,11 +74,15 @@ class DecisionKeeper:
         A blob dropped may be one the encoder took for stored: every part is handed out again."""
         n, b = decision_log.prune(self.engine, self.keep_days, now)
         if b:
-            with self._encoding:
-                self.encoder.known.clear()
+            self._forget_stored()
         if n:
             log.info("decisions: %d older than %g days pruned, %d blobs with them", n, self.keep_days, b)
         return n, b
+
+    def _forget_stored(self) -> None:
+        """The encoder hands every part out again: what it took for stored may not be."""
+        with self._encoding:
+            self.encoder.known.clear()
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything queued before now is written (tests, benches, shutdown)."""
@@ -118,8 +116,7 @@ class DecisionKeeper:
                     self._pruned_at = time.monotonic()
                     self.prune()
             except Exception as e:  # noqa: BLE001  (an audit copy lost is logged, never fatal)
-                self.failures += 1
-                self.encoder.known.clear()  # what was not written must be handed out again
+                self._forget_stored()  # what was not written must be handed out again
                 log.warning("decisions: %d not kept: %s: %s", len(rows), type(e).__name__, e)
             finally:
                 with self._lock:
@@ -139,8 +136,6 @@ class DecisionKeeper:
                                                 outcome=decision_log.outcome_of(rec), reason=decision_log.reason_of(rec)[:500],
                                                 record=data))
         written = sum(len(r.record) for r in out) + decision_log.write(self.engine, blobs, out)
-        self.bytes_written += written
-        self.decisions += len(out)
         if self.metrics is not None:
             self.metrics.kept_bytes.inc(written)
             self.metrics.kept_decisions.inc(len(out))

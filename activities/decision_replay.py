@@ -7,7 +7,7 @@ in one line."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy.engine import Engine
 
@@ -54,18 +54,29 @@ def replay(engine: Engine, instance: str, recorded: DecisionRecord | None, diges
         if recorded is not None and recorded.inputs is None:
             raise InvalidInput(f"{instance}'s decision was made before gpuflow kept decisions' inputs: nothing to replay")
         raise InvalidInput(f"no kept decision of {instance}" + (f" with inputs {want[:12]}" if want else ""))
+    if recorded is not None and digest and recorded.inputs != row.digest:
+        recorded = None  # an older decision than the workflow's: the store's copy of its record
+    return replay_row(engine, row, recorded, policy)
+
+
+def replay_row(engine: Engine, row: decision_log.DecisionRow, recorded: DecisionRecord | None = None,
+               policy: PolicyConfig | None = None,
+               inputs: Callable[[str], DecisionInputs] | None = None) -> dict[str, Any]:
+    """One kept decision re-run, compared with ``recorded`` (default: the store's copy of its
+    record). ``inputs``: how a placement's inputs are loaded (default ``load``; bench/replay_all.py
+    shares one load among the replicas decided together)."""
     if row.kind == "autoscale":
         return _replay_step(engine, row)
-    if recorded is None or (digest and recorded.inputs != row.digest):
+    if recorded is None:
         recorded = DecisionRecord.model_validate(decision_log.record_of(row))
-    inp = load(engine, row.digest)
-    if instance not in inp.names:
-        raise InvalidInput(f"the inputs {row.digest[:12]} are not {instance}'s (they decided {', '.join(inp.names)})")
+    inp = (inputs or (lambda d: load(engine, d)))(row.digest)
+    if row.instance not in inp.names:
+        raise InvalidInput(f"the inputs {row.digest[:12]} are not {row.instance}'s (they decided {', '.join(inp.names)})")
     if policy is not None:
         inp.policy = policy
-    now = run_policy(inp)[inp.names.index(instance)]
+    now = run_policy(inp)[inp.names.index(row.instance)]
     diff = differences(recorded, now)
-    return {"instance": instance, "kind": "placement", "inputs": row.digest, "at": row.at.isoformat(),
+    return {"instance": row.instance, "kind": "placement", "inputs": row.digest, "at": row.at.isoformat(),
             "names": inp.names, "same": not diff, "differences": diff,
             "recorded": outcome(recorded), "now": outcome(now),
             "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas"}

@@ -21,10 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from activities import autoscale_inputs  # noqa: E402
-from activities.decision_inputs import DecisionInputs, decode, dict_differences, differences, run_policy  # noqa: E402
-from contracts.decision import DecisionRecord  # noqa: E402
-from activities.decision_replay import outcome, step  # noqa: E402
+from activities.decision_inputs import DecisionInputs  # noqa: E402
+from activities.decision_replay import load, replay_row  # noqa: E402
 from gpuflow.settings import Settings  # noqa: E402
 from scheduler.errors import GpuflowError  # noqa: E402
 from scheduler.policy_config import PolicyConfig  # noqa: E402
@@ -56,36 +54,31 @@ def main() -> int:
     engine = db.make_engine(url, schema=os.environ.get("GPUFLOW_DATABASE_SCHEMA"))
     policy = weights(a)
     cache: dict[str, DecisionInputs] = {}  # replicas decided together share one set of inputs
+
+    def inputs(digest: str) -> DecisionInputs:
+        if digest not in cache:
+            cache.clear()
+            cache[digest] = load(engine, digest)
+        return cache[digest]
+
     same = differ = failed = 0
     out = []
     t0 = time.perf_counter()
     for k, row in enumerate(decision_log.every(engine)):
         if a.limit and k >= a.limit:
             break
+        where = {"instance": row.instance, "kind": row.kind, "at": row.at.isoformat(), "inputs": row.digest}
         try:
-            if row.kind == "autoscale":  # an autoscaler step (activities/autoscale_inputs.py)
-                was, now = decision_log.record_of(row), autoscale_inputs.replay(decision_log.blob(engine, row.digest))
-                diff, texts = dict_differences(was, now), (step(was), step(now))
-            else:
-                inp = cache.get(row.digest) or decode(decision_log.blob(engine, row.digest),
-                                                      lambda d: decision_log.blob(engine, d))
-                cache = {row.digest: inp}
-                if policy is not None:
-                    inp.policy = policy
-                now = run_policy(inp)[inp.names.index(row.instance)]
-                recorded = DecisionRecord.model_validate(decision_log.record_of(row))
-                diff, texts = differences(recorded, now), (outcome(recorded), outcome(now))
+            r = replay_row(engine, row, policy=policy, inputs=inputs)
         except (KeyError, ValueError, GpuflowError) as e:
             failed += 1
-            out.append({"instance": row.instance, "kind": row.kind, "at": row.at.isoformat(), "inputs": row.digest,
-                        "error": f"{type(e).__name__}: {e}"})
+            out.append({**where, "error": f"{type(e).__name__}: {e}"})
             continue
-        if not diff:
+        if r["same"]:
             same += 1
             continue
         differ += 1
-        out.append({"instance": row.instance, "kind": row.kind, "at": row.at.isoformat(), "inputs": row.digest,
-                    "recorded": texts[0], "now": texts[1], "differences": diff})
+        out.append({**where, "recorded": r["recorded"], "now": r["now"], "differences": r["differences"]})
     took = time.perf_counter() - t0
     total = same + differ + failed
     if a.json:
