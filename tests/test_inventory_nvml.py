@@ -3,10 +3,14 @@ by others kept from the scheduler; no library or no driver means CPU only."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 
 from contracts.control import HostReport
+from worker_agent.processes import ProcessTable
 from scheduler.allocatable import allocatable
 from scheduler.cluster import Worker
 from scheduler.units import GiB, MiB
@@ -76,27 +80,30 @@ def test_memory_used_by_others_is_not_offered():
     assert isinstance(r, HostReport) and not r.simulated
 
 
+@asynccontextmanager
+async def engine_with_child(table: ProcessTable, instance: str):
+    """A real engine started by the agent's process table that starts a child of its own (a
+    ``sleep``): (its record, the child's pid, which the engine prints); stopped at the end."""
+    code = "import subprocess, time; c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); time.sleep(60)"
+    rec = table.start(instance, [sys.executable, "-c", code], {}, None)
+    try:
+        for _ in range(100):
+            text = open(table.log_path(instance)).read().split("\n", 1)[1].strip()
+            if text:
+                break
+            await asyncio.sleep(0.05)
+        yield rec, int(text)
+    finally:
+        await table.stop(instance, 2)
+
+
 async def test_memory_of_processes_gpuflow_did_not_start_is_reported(tmp_path):
     """Card 0: our engine (a real process started by the agent's table, 10 GiB, and its child,
     2 GiB) and a stranger (this test's own pid, 5 GiB; 700 MiB more on card 1). Foreign: 5 GiB
     and 768 MiB (700 rounded up to 256 MiB steps). With our 12 GiB claim the scheduler offers
     80 - max(12 + 5, 17 used) = 63 GiB of card 0."""
-    import sys
-
-    from worker_agent.processes import ProcessTable
-
     table = ProcessTable(str(tmp_path))
-    code = "import subprocess, sys, time; c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); time.sleep(60)"
-    rec = table.start("m-0", [sys.executable, "-c", code], {}, None)
-    try:
-        import asyncio
-
-        for _ in range(100):
-            text = open(table.log_path("m-0")).read().split("\n", 1)[1].strip()
-            if text:
-                break
-            await asyncio.sleep(0.05)
-        child = int(text)
+    async with engine_with_child(table, "m-0") as (rec, child):
         assert table.owns(rec.pid) and table.owns(child) and not table.owns(os.getpid())
         nvml = FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 17 * GiB,
                           "procs": [(rec.pid, 10 * GiB), (child, 2 * GiB), (os.getpid(), 5 * GiB)]},
@@ -108,8 +115,6 @@ async def test_memory_of_processes_gpuflow_did_not_start_is_reported(tmp_path):
         from scheduler.allocatable import Allocated
 
         assert allocatable(w, Allocated(vram={0: 12 * GiB})).vram[0] == 63 * GiB
-    finally:
-        await table.stop("m-0", 2)
 
 
 def test_no_library_or_driver_means_cpu_only():

@@ -24,6 +24,7 @@ from contracts.ids import CLUSTER_CREATE_KEY, CLUSTER_ID
 from gpuflow.ports import free_port, server_port
 from gpuflow.runtime import connect
 from gpuflow.settings import TemporalSettings
+from tests.gateway_stack import wait_for
 from tests.live import FAST, timings_env, write_inventory
 
 openai = pytest.importorskip("openai")
@@ -77,14 +78,8 @@ class Dev:
 
 
 def until(what: str, check, timeout: float = 60.0, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for: {what}")
-        time.sleep(every)
+    """``check()``'s first truthy value, asked every ``every`` s (each ask may run a CLI command)."""
+    return wait_for(check, timeout, what, every)
 
 
 def answers(base: str, key: str, model: str = "chat") -> str:

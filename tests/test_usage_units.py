@@ -4,16 +4,14 @@ the claim, the book's latest and peak, and when a figure is news for the watch t
 
 from __future__ import annotations
 
-import asyncio
 import os
-import sys
 
 import pytest
 
 from contracts.agent import LaunchRequest
 from contracts.usage import GpuUse, ReplicaUse
 from scheduler.units import GiB, MiB
-from tests.test_inventory_nvml import FakeNVML
+from tests.test_inventory_nvml import FakeNVML, engine_with_child
 from worker_agent.memory_probe import ClaimShare, NvmlProbe, Proc, ProcInfo, read_procs, trees
 from worker_agent.processes import ProcessTable, Record
 from worker_agent.usage import UsageBook, moved, worth_reporting
@@ -76,15 +74,7 @@ async def test_nvml_per_process_counts_the_replicas_children_and_not_strangers(t
     card 1 lists the child (1 GiB). The replica holds 6 + 3 = 9 GiB on card 0 and 1 GiB on card 1;
     its RSS is the tree's (both processes: more than either alone)."""
     table = ProcessTable(str(tmp_path))
-    code = "import subprocess, time; c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); time.sleep(60)"
-    rec = table.start("m-0", [sys.executable, "-c", code], {}, None)
-    try:
-        for _ in range(100):
-            text = open(table.log_path("m-0")).read().split("\n", 1)[1].strip()
-            if text:
-                break
-            await asyncio.sleep(0.05)
-        child = int(text)
+    async with engine_with_child(table, "m-0") as (rec, child):
         nvml = FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 14 * GiB,
                           "procs": [(rec.pid, 6 * GiB), (child, 3 * GiB), (os.getpid(), 5 * GiB)]},
                          {"name": "H100", "total": 80 * GiB, "used": GiB, "procs": [(child, GiB)]}])
@@ -97,8 +87,6 @@ async def test_nvml_per_process_counts_the_replicas_children_and_not_strangers(t
         # no per-process list on any card (some containers): RSS only, VRAM unknown
         blind = NvmlProbe(FakeNVML([{"name": "H100", "total": 80 * GiB, "used": 0}]))([Proc("m-0", rec.pid)])["m-0"]
         assert blind.gpus is None and blind.measured == "none" and blind.rss > 0
-    finally:
-        await table.stop("m-0", 2)
 
 
 def test_the_book_keeps_the_latest_and_the_peak_per_replica():
