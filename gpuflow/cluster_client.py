@@ -119,8 +119,6 @@ async def audit(client: Client, name: str, history: bool, limit: int, decision: 
                 with_settings: bool) -> dict[str, Any]:
     """``gpuflow explain --replay/--history`` through the control plane: the replay's dict, or
     {"rows": [...]} for a history."""
-    if decision and not re.match(r"^[0-9a-f]{1,64}$", decision):
-        raise InvalidInput(f"--decision {decision[:80]!r}: give the start of a kept inputs' digest (hex, from --history)")
     v = await _ask(client, ClusterWorkflow.audit, cc.AuditAsk(name=name, history=history, limit=min(limit, 1000),
                                                              decision=decision, with_settings=with_settings))
     return {"rows": v.rows} if history else dict(v.replay or {})

@@ -123,7 +123,7 @@ def latest(engine: Engine, instance: str, digest: str | None = None) -> Decision
     with Session(engine) as s:
         q = select(DecisionRow).where(DecisionRow.instance == instance)
         if digest:
-            q = q.where(DecisionRow.digest.startswith(digest))
+            q = q.where(DecisionRow.digest.startswith(digest, autoescape=True))  # '%' and '_' are literal
         return s.exec(q.order_by(DecisionRow.id.desc()).limit(1)).first()
 
 

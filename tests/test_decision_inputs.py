@@ -126,6 +126,8 @@ def test_the_store_keeps_decisions_and_prunes_past_the_retention(store):
     n, blobs, size = decision_log.sizes(engine)
     assert n == 3 and blobs > 0 and size > 0
     row = decision_log.latest(engine, "m-1")
+    assert decision_log.latest(engine, "m-1", row.digest[:6]).id == row.id
+    assert decision_log.latest(engine, "m-1", "%") is None  # a LIKE wildcard is a literal, matching no digest
     inp = decode(decision_log.blob(engine, row.digest), lambda d: decision_log.blob(engine, d))
     assert inp.names == ["m-1"] and differences(run_policy(inp)[0], run_policy(inputs(snap, ["m-1"]))[0]) == []
     # m-1 still placed in the store (a live row): its placing decision outlives the retention;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from sqlalchemy.engine import Engine
 
@@ -41,6 +42,8 @@ def cmd_audit(a, s) -> int:
     """``explain NAME --history | --replay | --snapshot FILE`` (gpuflow/cli/cluster.py parses them)."""
     from gpuflow.cli.connection import run_command
 
+    if a.decision and not re.match(r"^[0-9a-f]{1,64}$", a.decision):
+        raise InvalidInput(f"--decision {a.decision[:80]!r}: give the start of a kept inputs' digest (hex, from --history)")
     if a.database_url or a.data_dir:
         return _offline(a, s)
     if a.snapshot:
