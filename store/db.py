@@ -137,20 +137,24 @@ def init_db(engine: Engine) -> None:
 
 
 def add_new_columns(engine: Engine) -> None:
-    """A store made by an older gpuflow lacks the nullable columns added since (create_all makes
-    missing tables only): add them, so an upgrade keeps its data. Another process adding the
-    same column at the same moment is fine."""
+    """A store made by an older gpuflow lacks the columns added since (create_all makes missing
+    tables only): add the nullable ones and those with a server default (old rows take it), so an
+    upgrade keeps its data. Another process adding the same column at the same moment is fine."""
     insp = inspect(engine)
     for table in SQLModel.metadata.sorted_tables:
         if not insp.has_table(table.name):
             continue
         have = {c["name"] for c in insp.get_columns(table.name)}
         for col in table.columns:
-            if col.name in have or not col.nullable or col.primary_key:
+            default = col.server_default
+            if col.name in have or col.primary_key or not (col.nullable or default is not None):
                 continue
+            extra = "" if default is None else \
+                f" NOT NULL DEFAULT {default.arg.compile(dialect=engine.dialect)}"  # type: ignore[attr-defined]
             try:
                 with engine.begin() as c:
-                    c.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"))
+                    c.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} "
+                                   f"{col.type.compile(engine.dialect)}{extra}"))
             except DBAPIError:
                 if col.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
                     raise

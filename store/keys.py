@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func
+from sqlalchemy import false, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
@@ -42,6 +42,8 @@ class ApiKeyRow(SQLModel, table=True):
     hash: str = ""  # hex HMAC-SHA-256(salt, secret)
     created_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
+    # may manage keys and act from the console; old stores get the column, false (store/db.py)
+    admin: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class KeyInfo:
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    admin: bool = False
 
 
 def _digest(salt: str, secret: str) -> str:
@@ -95,7 +98,8 @@ def key_id(key_or_id: str) -> str:
 
 
 def _info(r: ApiKeyRow) -> KeyInfo:
-    return KeyInfo(id=r.id, tenant=r.tenant, name=r.name, created_at=r.created_at, revoked_at=r.revoked_at)
+    return KeyInfo(id=r.id, tenant=r.tenant, name=r.name, created_at=r.created_at, revoked_at=r.revoked_at,
+                   admin=bool(r.admin))
 
 
 def list_keys(engine: Engine, offset: int = 0, limit: int | None = None) -> list[KeyInfo]:
@@ -125,16 +129,23 @@ def revoke(engine: Engine, key: str) -> KeyInfo:
         return _info(row)
 
 
-def tenant_of(engine: Engine, key: str) -> str | None:
-    """The tenant of a valid, unrevoked ``key``; None for anything else."""
-    m = KEY.match(key)
+def identify(engine: Engine, token: str) -> KeyInfo | None:
+    """The record of a valid, unrevoked key ``token``; None for anything else (malformed, unknown,
+    revoked, a wrong secret). The secret is compared in constant time."""
+    m = KEY.match(token)
     if not m:
         return None
     with Session(engine) as s:
         row = s.get(ApiKeyRow, m.group(1))
     if row is None or row.revoked_at is not None:
         return None
-    return row.tenant if hmac.compare_digest(row.hash, _digest(row.salt, m.group(2))) else None
+    return _info(row) if hmac.compare_digest(row.hash, _digest(row.salt, m.group(2))) else None
+
+
+def tenant_of(engine: Engine, key: str) -> str | None:
+    """The tenant of a valid, unrevoked ``key``; None for anything else."""
+    info = identify(engine, key)
+    return info.tenant if info else None
 
 
 def any_key(engine: Engine) -> bool:
