@@ -1,8 +1,8 @@
 """The host activities (task queue ``gpuflow-control``; the host workflow and the estimate call
-them): a host's report recorded, a host lost or forgotten, its replicas' measured memory recorded, the instances placed there told what
-its watch learned (activities/host_news.py), and the local model paths the GPU hosts read for
-an estimate (activities/host_estimate.py). Each takes one input (contracts/hosts.py, or the
-host's HostReport)."""
+them): a host's report recorded, a host lost, forgotten or cordoned, its replicas' measured memory
+recorded, the instances placed there told what its watch learned (activities/host_news.py), and the
+local model paths the GPU hosts read for an estimate (activities/host_estimate.py). Each takes one
+input (contracts/hosts.py, or the host's HostReport)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from activities.placement import valid_spec
 from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.control import HostNews, HostReport
-from contracts.hosts import HostLost, HostRef, ModelPaths, ReadersAsk
+from contracts.hosts import HostCordon, HostLost, HostRef, ModelPaths, ReadersAsk
 from contracts.usage import RECORD_USAGE, UsageBatch
 from scheduler.estimate_inputs import ReaderHosts
 from store import ledger, records, usage
@@ -32,8 +32,8 @@ class HostStateActivities:
         self.engine, self.reads, self.client, self.runner, self.wake = engine, reads, client, runner, wake
 
     def all(self) -> list:
-        return [self.host_seen, self.host_lost, self.host_forget, self.model_readers, self.record_model_paths,
-                self.record_usage]
+        return [self.host_seen, self.host_lost, self.host_forget, self.host_cordon, self.model_readers,
+                self.record_model_paths, self.record_usage]
 
     @activity.defn(name=c.HOST_SEEN)
     async def host_seen(self, report: HostReport) -> None:
@@ -61,6 +61,15 @@ class HostStateActivities:
         """An operator forgets a host that is gone for good: its row leaves the store (None), or
         the reason it may not yet (records.forget_worker)."""
         return await self.runner.run(records.forget_worker, self.engine, host.name)
+
+    @activity.defn(name=c.HOST_CORDON)
+    async def host_cordon(self, cordon: HostCordon) -> bool | None:
+        """An operator cordoned or uncordoned the host (records.cordon_worker). Uncordoned, it may
+        take the PENDING replicas: the queue is woken (again on a retry, as host_seen)."""
+        changed = await self.runner.run(records.cordon_worker, self.engine, cordon.name, cordon.on, cordon.reason)
+        if not cordon.on and (changed or activity.info().attempt > 1):
+            await self.wake()
+        return changed
 
     @activity.defn(name=RECORD_USAGE)
     async def record_usage(self, batch: UsageBatch) -> int:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
+from contracts.host import CordonReason
 from scheduler.bounds import Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 from scheduler.naming import NAME_MAX
@@ -135,6 +136,15 @@ class HostView(BaseModel):
     report: HostReport | None = None
     since: str = ""
     reason: str = ""  # why it is "broken": its workflow does not answer (gpuflow hosts)
+    cordoned: bool = False  # an operator cordoned it: no new replicas there (its running ones stay)
+    cordon_reason: str = ""
+
+
+class CordonAsk(BaseModel):
+    """The host workflow's ``cordon`` update: the operator's reason, optional (contracts/host.py
+    says which characters it may hold)."""
+
+    reason: CordonReason = ""
 
 
 class ClosedInstance(BaseModel):

@@ -6,9 +6,10 @@ added with defaults, never removed, so running histories stay decodable. Imports
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
@@ -81,11 +82,42 @@ class HostReport(BaseModel):
         return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage"}).encode()).hexdigest()[:16]
 
 
+CORDON_REASON_MAX = 200
+CORDON_REASON_CHARS = " .,:;_()#@+=/'-"  # besides ASCII letters and digits
+_CORDON_REASON = re.compile(r"[A-Za-z0-9" + re.escape(CORDON_REASON_CHARS) + r"]*")
+
+
+def cordon_reason_problem(value: object) -> str | None:
+    """Why ``value`` is not a cordon reason (None when it is): an operator's note, shown by the CLI,
+    the console and the Temporal UI, so an allowlist of characters and a bound on its length."""
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if len(value) > CORDON_REASON_MAX:
+        return f"is {len(value)} characters long (at most {CORDON_REASON_MAX})"
+    bad = sorted({ch for ch in value if not _CORDON_REASON.fullmatch(ch)})
+    if bad:
+        return (f"may hold only ASCII letters, digits and {CORDON_REASON_CHARS.strip()!r} and spaces; "
+                f"it holds {', '.join(repr(ch) for ch in bad[:5])}")
+    return None
+
+
+def _reason(value: str) -> str:
+    problem = cordon_reason_problem(value)
+    if problem:
+        raise ValueError(f"the cordon reason {problem}")
+    return value
+
+
+CordonReason = Annotated[str, Field(max_length=CORDON_REASON_MAX), AfterValidator(_reason)]
+
+
 class HostInput(BaseModel):
     name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
     timings: Timings = Timings()
     report: HostReport | None = None
     state: Literal["ready", "not_ready"] = "not_ready"
+    cordoned: bool = False  # carried across continue-as-new, as the operator left it
+    cordon_reason: CordonReason = ""
 
 
 # The booking check (no engine runs without its booking): before an agent starts a process it asks

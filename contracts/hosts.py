@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from contracts.decision import MAX_WORKERS
+from contracts.host import CordonReason
 from scheduler.bounds import Name, Path, Text
 
 
@@ -21,6 +22,14 @@ class HostLost(BaseModel):
 
     name: Name
     reason: Text = ""
+
+
+class HostCordon(BaseModel):
+    """A host cordoned (``on``) or uncordoned, as the store records it (records.cordon_worker)."""
+
+    name: Name
+    on: bool
+    reason: CordonReason = ""
 
 
 class ReadersAsk(BaseModel):

@@ -115,6 +115,7 @@ class Worker(Strict):
     reserved: Reserved = Reserved()
     backends: list[str] | None = None  # restricts the built-in backend table when given
     gpus: GPUList = []
+    cordoned: bool = False  # an operator cordoned it: no new placements there (filters/cordon.py)
 
     def gpu(self, index: int) -> GPU | None:
         return next((g for g in self.gpus if g.index == index), None)

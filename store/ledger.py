@@ -111,6 +111,9 @@ def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: lis
         if row.state != "ready":
             problems.append(f"worker {name} is {row.state}")
             continue
+        if row.cordoned:  # cordoned after the decision was made: no new booking there
+            problems.append(f"host {name} is cordoned")
+            continue
         try:
             model = worker_model(row)
         except ValidationError as e:

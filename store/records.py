@@ -86,6 +86,25 @@ def set_worker_state(engine: Engine, name: str, state: str, reason: str = "") ->
         return True
 
 
+def cordon_worker(engine: Engine, name: str, on: bool, reason: str = "") -> bool | None:
+    """Record host ``name`` cordoned (``on``: no new placements) or not, with the operator's reason.
+    True when anything changed (the generation is bumped, so the snapshot caches read the row again
+    and ledger.check sees it), False when it was so already, None when the store has no such worker
+    yet (the host workflow records its cordon again after the host's hello)."""
+    with Session(engine) as s:
+        row = s.get(WorkerRow, name)
+        if row is None:
+            return None
+        reason = reason if on else ""
+        if bool(row.cordoned) == on and (row.cordon_reason or "") == reason:
+            return False
+        row.cordoned, row.cordon_reason, row.updated_at = on, reason, utcnow()
+        row.generation += 1
+        s.add(row)
+        s.commit()
+        return True
+
+
 QUEUED = ("pending", "analyzing")  # in the PENDING queue: ``queued_at`` (arrival) is kept from the first
 # of these states until the instance is placed (or fails, or goes); a later return starts a new arrival
 

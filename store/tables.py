@@ -37,6 +37,8 @@ class WorkerRow(SQLModel, table=True):
     state_reason: str = ""
     updated_at: datetime = Field(default_factory=utcnow)
     boot: str | None = None  # the agent run that last said hello (HostReport.boot)
+    cordoned: bool | None = None  # an operator cordoned it: no new placements (None: never, or a store made before)
+    cordon_reason: str | None = None
 
 
 class DeploymentRow(SQLModel, table=True):

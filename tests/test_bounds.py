@@ -30,13 +30,13 @@ INPUTS = [
     # workflow inputs
     cp.InstanceInput, cp.DeploymentInput, ch.HostInput, ap.AutoscalerInput,
     # signals, updates, queries
-    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest,
+    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest, cp.CordonAsk,
     # the agent's activities (callable by anything that can schedule on a host's queue)
     hp.LaunchRequest, hp.ModelFetch,
     # activities the workflows call: each one's input
     cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk, cp.InstanceNames, cp.InstanceRef,
     placement.EstimateAsk, placement.PlaceAsk, placement.PreemptAsk, placement.ScaleDownAsk,
-    records.SaveDeployment, records.StartInstances, hosts.HostRef, hosts.HostLost, hosts.ReadersAsk,
+    records.SaveDeployment, records.StartInstances, hosts.HostRef, hosts.HostLost, hosts.HostCordon, hosts.ReadersAsk,
     hosts.ModelPaths, queue.TenantAsk, drain.DrainAsk, ap.DeploymentRef, ap.StepAsk, ap.ApplyAsk,
     # what a user writes
     ModelSpec, TenantsFile,

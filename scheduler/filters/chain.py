@@ -1,4 +1,4 @@
-"""The filter chain: run filters in order, stop at the first that leaves no worker."""
+"""The filter chain: run filters in order (those that apply), stop at the first that leaves no worker."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ def verdict(name: str, workers: list[Worker], removed: dict[str, list[str]], not
 def run_chain(ctx: Context, workers: list[Worker], chain) -> tuple[list[Worker], list[FilterVerdict]]:
     verdicts = []
     for f in chain:
+        if not getattr(f, "applies", lambda _: True)(ctx):
+            continue
         workers, v = f.run(ctx, workers)
         verdicts.append(v)
         if not workers:
