@@ -46,6 +46,7 @@ class KeyAdd(Message):
     name: Annotated[str, Field(pattern=KEY_NAME)] = ""
     salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # 16 random bytes, hex
     hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # HMAC-SHA-256(salt, secret), hex
+    admin: bool = False  # may manage keys and act from the console (gateway/console)
 
 
 class KeyRevoke(Message):
@@ -60,6 +61,7 @@ class KeyView(Message):
     name: str = ""
     created_at: str  # ISO 8601, UTC
     revoked_at: str | None = None
+    admin: bool = False
 
 
 class Page(Message):

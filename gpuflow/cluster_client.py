@@ -34,9 +34,10 @@ async def _ask(client: Client, update, arg: Any) -> Any:
     return await ops._update(await start(client), update, arg)
 
 
-async def create_key(client: Client, tenant: str, name: str = "") -> tuple[str, cc.KeyView]:
-    """A new key for ``tenant``: (the key, to show once; the control plane's record of it)."""
-    key, k = keys.new_key(tenant, name)
+async def create_key(client: Client, tenant: str, name: str = "", admin: bool = False) -> tuple[str, cc.KeyView]:
+    """A new key for ``tenant`` (``admin``: one that may manage keys and act from the console):
+    (the key, to show once; the control plane's record of it)."""
+    key, k = keys.new_key(tenant, name, admin)
     return key, await _ask(client, ClusterWorkflow.create_key, k)
 
 

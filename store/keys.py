@@ -60,15 +60,17 @@ def _digest(salt: str, secret: str) -> str:
     return hmac.new(bytes.fromhex(salt), secret.encode(), hashlib.sha256).hexdigest()
 
 
-def new_key(tenant: str, name: str = "") -> tuple[str, KeyAdd]:
+def new_key(tenant: str, name: str = "", admin: bool = False) -> tuple[str, KeyAdd]:
     """A new key for ``tenant``, made here: (the key, to show once; what the store keeps of it).
-    Refused, naming the problem, when the tenant or the name breaks the rule."""
+    Refused, naming the problem, when the tenant or the name breaks the rule. ``admin``: the key
+    may manage keys and act from the console."""
     if not TENANT.match(tenant):
         raise InvalidInput(f"tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
     if not NAME.match(name):
         raise InvalidInput(f"key name {name[:60]!r}: at most 200 letters, digits, spaces and . , : ; @ / ( ) ' + = # & - _")
     kid, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
-    return f"{PREFIX}-{kid}-{secret}", KeyAdd(id=kid, tenant=tenant, name=name, salt=salt, hash=_digest(salt, secret))
+    return f"{PREFIX}-{kid}-{secret}", KeyAdd(id=kid, tenant=tenant, name=name, salt=salt,
+                                              hash=_digest(salt, secret), admin=admin)
 
 
 def add(engine: Engine, k: KeyAdd) -> KeyInfo:
@@ -76,17 +78,17 @@ def add(engine: Engine, k: KeyAdd) -> KeyInfo:
     with Session(engine) as s:
         if s.get(ApiKeyRow, k.id) is not None:
             raise InvalidInput(f"an API key with id {k.id!r} exists already; make a new key")
-        row = ApiKeyRow(id=k.id, tenant=k.tenant, name=k.name, salt=k.salt, hash=k.hash)
+        row = ApiKeyRow(id=k.id, tenant=k.tenant, name=k.name, salt=k.salt, hash=k.hash, admin=k.admin)
         s.add(row)
         s.commit()
         s.refresh(row)
         return _info(row)
 
 
-def create(engine: Engine, tenant: str, name: str = "") -> tuple[str, KeyInfo]:
+def create(engine: Engine, tenant: str, name: str = "", admin: bool = False) -> tuple[str, KeyInfo]:
     """A new key for ``tenant``, stored here (offline use, tests): (the key, to show once; its
     stored description)."""
-    key, k = new_key(tenant, name)
+    key, k = new_key(tenant, name, admin)
     return key, add(engine, k)
 
 

@@ -93,7 +93,8 @@ class ClusterWorkflow:
     @workflow.update(name=ids.CLUSTER_CREATE_KEY)
     async def create_key(self, *args: Any) -> cc.KeyView:
         k = one(args, cc.KeyAdd, ids.CLUSTER_CREATE_KEY)
-        return await self._write(cc.ADD_KEY, k, cc.KeyView, f"API key {k.id} for tenant {k.tenant}")
+        return await self._write(cc.ADD_KEY, k, cc.KeyView,
+                                 f"{'admin ' if k.admin else ''}API key {k.id} for tenant {k.tenant}")
 
     @create_key.validator
     def _check_create(self, *args: Any) -> None:

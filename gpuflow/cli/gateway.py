@@ -47,10 +47,10 @@ def _print_keys(rows, as_json: bool) -> None:
     if as_json:
         print(json.dumps([k.model_dump() for k in rows], indent=2))
         return
-    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}STATE")
+    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}{'ADMIN':<7}STATE")
     for k in rows:
         print(f"{k.id:<14}{k.tenant:<20}{k.name[:23]:<24}{k.created_at[:19].replace('T', ' '):<22}"
-              + ("revoked" if k.revoked_at else "active"))
+              + f"{'yes' if k.admin else 'no':<7}" + ("revoked" if k.revoked_at else "active"))
 
 
 def _keys_offline(a) -> int:
@@ -59,7 +59,7 @@ def _keys_offline(a) -> int:
 
     engine = _store(a)
     if a.keys_command == "create":
-        key, info = keys.create(engine, a.tenant, a.name or "")
+        key, info = keys.create(engine, a.tenant, a.name or "", a.admin)
         _print_created(key, key_view(info))
     elif a.keys_command == "list":
         _print_keys([key_view(k) for k in keys.list_keys(engine)], a.json)
@@ -69,7 +69,8 @@ def _keys_offline(a) -> int:
 
 
 def _print_created(key: str, k) -> None:
-    print(f"API key {k.id} for tenant {k.tenant} (shown once; only its salted hash is stored):\n{key}")
+    kind = "admin API key" if k.admin else "API key"
+    print(f"{kind} {k.id} for tenant {k.tenant} (shown once; only its salted hash is stored):\n{key}")
 
 
 def _print_revoked(k) -> None:
@@ -89,7 +90,7 @@ def cmd_keys(a) -> int:
     async def go():
         client = await connect(s.temporal)
         if a.keys_command == "create":
-            _print_created(*await cl.create_key(client, a.tenant, a.name or ""))
+            _print_created(*await cl.create_key(client, a.tenant, a.name or "", a.admin))
         elif a.keys_command == "list":
             _print_keys(await cl.list_keys(client), a.json)
         else:
@@ -144,6 +145,8 @@ def add_commands(sub) -> None:
     c = ks.add_parser("create", help="a new key for a tenant, printed once")
     c.add_argument("--tenant", required=True)
     c.add_argument("--name", help="what the key is for")
+    c.add_argument("--admin", action="store_true",
+                   help="the key may also manage keys and act from the web console (scale, delete, cordon)")
     lst = ks.add_parser("list", help="every key (never the secret)")
     lst.add_argument("--json", action="store_true")
     r = ks.add_parser("revoke", help="revoke a key (its id from 'keys list', or the key itself)")

@@ -1,0 +1,85 @@
+"""Requests and tokens per API key, tenant and model, counted by the gateway in minute buckets
+and added to the store (store/key_usage.py) by the refresh loop every ``FLUSH_S``, off the event
+loop. A request counts once an engine answered it (a relayed answer, whatever its status); its
+tokens are the answer's ``usage`` (a JSON answer's, or a stream's usage chunk: see
+gateway/stream_usage.py), and an answer without one counts the request with 0 tokens.
+
+Counting is a dict update on the request's path; a flush swaps the dict for an empty one. A
+flush that fails puts its buckets back (they add up again), so a store outage loses nothing
+until ``MAX_BUCKETS`` are held; past that, new buckets are dropped and counted in ``dropped``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy.engine import Engine
+
+from store import key_usage
+from store.key_usage import Bucket, Counts
+
+log = logging.getLogger("gpuflow.gateway")
+FLUSH_S = 5.0  # buckets go to the store this often
+PRUNE_S = 3600.0  # and rows older than key_usage.KEEP_DAYS are dropped this often
+MAX_BUCKETS = 100_000  # held in memory at most (a store outage of hours, with many keys and models)
+
+
+def tokens(usage) -> tuple[int, int]:
+    """(prompt, completion) tokens of an OpenAI ``usage`` object; 0 for anything missing or not a
+    count (a negative, a float, a bool, a string)."""
+    if not isinstance(usage, dict):
+        return 0, 0
+    got = [usage.get(k) for k in ("prompt_tokens", "completion_tokens")]
+    return tuple(n if type(n) is int and n > 0 else 0 for n in got)  # type: ignore[return-value]
+
+
+class UsageCounter:
+    def __init__(self, max_buckets: int = MAX_BUCKETS):
+        self.buckets: dict[Bucket, Counts] = {}
+        self.max_buckets = max_buckets
+        self.dropped = 0  # requests not counted: the buckets were full
+        self.flushed_at: float | None = None
+        self.pruned_at: float | None = None
+
+    def count(self, now_s: float, key_id: str, tenant: str, model: str, usage) -> None:
+        """One answered request at ``now_s`` (seconds since the epoch)."""
+        b = (key_usage.minute_of(now_s), key_id, tenant, model)
+        have = self.buckets.get(b)
+        if have is None and len(self.buckets) >= self.max_buckets:
+            self.dropped += 1
+            return
+        p, c = tokens(usage)
+        self.buckets[b] = (have or Counts()) + Counts(1, p, c)
+
+    def take(self) -> dict[Bucket, Counts]:
+        taken, self.buckets = self.buckets, {}
+        return taken
+
+    def put_back(self, taken: dict[Bucket, Counts]) -> None:
+        """Buckets a flush could not write, added to those counted since."""
+        for b, c in taken.items():
+            have = self.buckets.get(b)
+            if have is None and len(self.buckets) >= self.max_buckets:
+                self.dropped += c.requests
+                continue
+            self.buckets[b] = c if have is None else have + c
+
+    async def flush(self, engine: Engine, gateway: str, now_s: float, force: bool = False) -> None:
+        """Write the buckets when ``FLUSH_S`` has passed since the last flush (or ``force``), and
+        prune old rows every ``PRUNE_S``; a failure is logged and the buckets kept for the next."""
+        if not force and self.flushed_at is not None and now_s - self.flushed_at < FLUSH_S:
+            return
+        self.flushed_at = now_s
+        taken = self.take()
+        try:
+            await asyncio.to_thread(key_usage.add, engine, gateway, taken)
+        except Exception as e:  # noqa: BLE001  the counts wait for the next flush
+            self.put_back(taken)
+            log.warning("gateway: cannot write per-key usage (%s); keeping %d buckets", e, len(self.buckets))
+            return
+        if self.pruned_at is None or now_s - self.pruned_at >= PRUNE_S:
+            self.pruned_at = now_s
+            try:
+                await asyncio.to_thread(key_usage.prune, engine, now_s)
+            except Exception as e:  # noqa: BLE001  the next prune catches up
+                log.warning("gateway: cannot prune per-key usage (%s)", e)

@@ -1,0 +1,108 @@
+"""Requests and tokens per API key, tenant and model, by minute (``gpuflow_key_usage``): what the
+console's API-keys page and ``gpuflow keys usage`` show (GPUStack's users ask for usage per key).
+
+Each gateway counts in memory, in minute buckets (gateway/usage_counter.py), and adds its buckets
+here every few seconds in one statement: an upsert that adds to the stored counts, so a bucket
+flushed twice in the same minute sums, and each gateway has its own rows (no two write the same
+row). Rows older than ``KEEP_DAYS`` are pruned by the gateways. A minute is an integer, minutes
+since the Unix epoch (UTC): no time zone to get wrong between SQLite and PostgreSQL.
+
+``key_id`` is the key's public id, or ``""`` for an open gateway's requests (no key exists)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import BigInteger, delete, func
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, Session, SQLModel, select
+
+KEEP_DAYS = 8  # a day's totals stay readable a week later
+
+
+class KeyUsageRow(SQLModel, table=True):
+    __tablename__ = "gpuflow_key_usage"
+    minute: int = Field(primary_key=True, sa_type=BigInteger)  # minutes since the epoch, UTC
+    gateway: str = Field(primary_key=True)
+    key_id: str = Field(primary_key=True)  # "" on an open gateway
+    tenant: str = Field(primary_key=True)
+    model: str = Field(primary_key=True)
+    requests: int = Field(default=0, sa_type=BigInteger)
+    prompt_tokens: int = Field(default=0, sa_type=BigInteger)
+    completion_tokens: int = Field(default=0, sa_type=BigInteger)
+
+
+@dataclass(frozen=True)
+class Counts:
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, o: "Counts") -> "Counts":
+        return Counts(self.requests + o.requests, self.prompt_tokens + o.prompt_tokens,
+                      self.completion_tokens + o.completion_tokens)
+
+
+Bucket = tuple[int, str, str, str]  # (minute, key_id, tenant, model)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over a window: per key id (with its tenant), and per tenant."""
+
+    by_key: dict[str, Counts] = field(default_factory=dict)
+    key_tenant: dict[str, str] = field(default_factory=dict)
+    by_tenant: dict[str, Counts] = field(default_factory=dict)
+
+
+def minute_of(t: datetime | float) -> int:
+    """The minute ``t`` falls in: a timezone-aware datetime, or seconds since the epoch."""
+    return int((t.timestamp() if isinstance(t, datetime) else t) // 60)
+
+
+def _insert(engine: Engine):
+    return (postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert)(KeyUsageRow)
+
+
+def add(engine: Engine, gateway: str, buckets: dict[Bucket, Counts]) -> int:
+    """Add ``gateway``'s ``buckets`` to the stored counts, in one statement; how many rows."""
+    if not buckets:
+        return 0
+    rows = [dict(minute=m, gateway=gateway, key_id=k, tenant=t, model=mo, requests=c.requests,
+                 prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens)
+            for (m, k, t, mo), c in buckets.items()]
+    stmt = _insert(engine)
+    cols, new = KeyUsageRow.__table__.columns, stmt.excluded
+    sums = {n: cols[n] + new[n] for n in ("requests", "prompt_tokens", "completion_tokens")}
+    with engine.begin() as c:
+        c.execute(stmt.on_conflict_do_update(index_elements=["minute", "gateway", "key_id", "tenant", "model"],
+                                             set_=sums), rows)
+    return len(rows)
+
+
+def prune(engine: Engine, now: datetime | float, keep_days: int = KEEP_DAYS) -> int:
+    """Drop the minutes older than ``keep_days``; how many rows went."""
+    with engine.begin() as c:
+        return c.execute(delete(KeyUsageRow).where(KeyUsageRow.minute < minute_of(now) - keep_days * 1440)).rowcount
+
+
+def totals(engine: Engine, since: datetime | float, now: datetime | float) -> Totals:
+    """The sums over the minutes that start within [since, now]: ``since`` = now - 1 h gives the
+    last 60 minutes, the current one included (its count so far)."""
+    first, last = math.ceil((since.timestamp() if isinstance(since, datetime) else since) / 60), minute_of(now)
+    u = KeyUsageRow
+    sums = (func.sum(u.requests), func.sum(u.prompt_tokens), func.sum(u.completion_tokens))
+    window = (u.minute >= first, u.minute <= last)
+    with Session(engine) as s:
+        keyed = s.exec(select(u.key_id, u.tenant, *sums).where(*window).group_by(u.key_id, u.tenant)).all()
+        tenants = s.exec(select(u.tenant, *sums).where(*window).group_by(u.tenant)).all()
+    out = Totals()
+    for kid, tenant, r, p, c in keyed:
+        out.by_key[kid] = out.by_key.get(kid, Counts()) + Counts(int(r or 0), int(p or 0), int(c or 0))
+        out.key_tenant[kid] = tenant
+    for tenant, r, p, c in tenants:
+        out.by_tenant[tenant] = Counts(int(r or 0), int(p or 0), int(c or 0))
+    return out
