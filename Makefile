@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "installed: gpuflow and temporal are in $(VENV)/bin. To type them as the README does, run once per shell:"
 	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\""
 
-.PHONY: demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing
+.PHONY: chromium demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -42,7 +42,15 @@ dry-run: $(VENV)/.installed
 
 # Two pytest workers, a test file each at a time (pytest-xdist): most live tests wait on timers
 # and processes, so two run side by side in about 55% of the time one after the other takes.
-test: $(VENV)/.installed
+# The console's browser tests drive Debian's chromium through Playwright (a test dependency): the
+# pip package's own browser download cannot work on these machines. Installed here where missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null || { echo "installing Debian's chromium (the console's browser tests)"; \
+	  $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
+
+test: $(VENV)/.installed chromium
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.installed

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Path
 
 from store import keys
-from gateway import errors
+from gateway import console, errors
 from gateway.auth import Auth, NoKey
 from gateway.balance import Balancer, Prompt
 from gateway.cache_aware import CACHE_AWARE, Knobs
@@ -205,6 +205,7 @@ def build(engine: Engine, settings: GatewaySettings | None = None) -> Starlette:
         Path("/v1/models", gw.models, methods=["GET"]),
         Path("/metrics", gw.prometheus, methods=["GET"]),
         Path("/healthz", gw.healthz, methods=["GET"]),
+        console.mount(gw),
     ], lifespan=gw.lifespan)
     app.state.gateway = gw
     return app

@@ -241,6 +241,7 @@ def _gateway(stack: Stack, port: int) -> str | None:
         print(f"no gateway: {e}", flush=True)
         return None
     print(f"OpenAI-compatible gateway: {url}  (a request's \"model\" is a deployment's name)", flush=True)
+    print(f"web console: {url.removesuffix('/v1')}/console/", flush=True)
     return url
 
 

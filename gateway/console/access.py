@@ -1,0 +1,156 @@
+"""Who may see the console, and who may act in it. The gateway's rule: while no API key exists
+the console is open, on loopback only (a request from any other address is refused, even on a
+gateway started with --allow-anonymous); once a key exists every page needs one, sent as
+``Authorization: Bearer KEY`` or kept by the login page in an HttpOnly, SameSite=Strict cookie.
+Actions and key management need a key created with ``--admin`` (an open console is its
+operator's own: it may act). A non-admin key sees the deployments its tenant may use
+(gateway/table.py's rule), not the others.
+
+Actions are POSTs from the console's script: they must carry ``ACTION_HEADER``, which a page on
+another site cannot send without a CORS preflight this server never grants, and, where the
+browser sends one, an ``Origin`` naming this server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from gateway.config import is_loopback
+from gateway.table import EVERYONE, DEFAULT_TENANT, owner
+from store import keys
+
+COOKIE = "gpuflow_console"
+ACTION_HEADER = "x-gpuflow-console"
+CACHE_S = 1.0  # a key's verdict is reused this long, as the gateway's own (auth.py)
+MAX_CACHED = 10_000
+
+
+class Denied(Exception):
+    """No valid key (or not on loopback while the console is open): sign in."""
+
+
+class Forbidden(Exception):
+    """A valid key that may not do this."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    tenant: str
+    keyed: bool  # a key named the caller (False: the open console)
+    admin: bool
+    key_id: str = ""
+
+    def sees(self, spec: dict[str, Any]) -> bool:
+        """Whether this caller may see a deployment of ``spec``: an admin or the open console sees all;
+        a tenant's key, its tenant's deployments, those shared with it, and tenant default's."""
+        if self.admin or not self.keyed:
+            return True
+        tenant, shared = owner(spec)
+        return tenant in (self.tenant, DEFAULT_TENANT) or self.tenant in shared or EVERYONE in shared
+
+
+OPEN = Caller(tenant=DEFAULT_TENANT, keyed=False, admin=True)
+_verdicts: dict[str, tuple[keys.KeyInfo | None, float]] = {}
+
+
+def token_of(request: Request) -> str:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.cookies.get(COOKIE, "")
+
+
+async def identify(engine, token: str) -> keys.KeyInfo | None:
+    now = time.monotonic()
+    hit = _verdicts.get(token)
+    if hit is not None and hit[1] > now:
+        return hit[0]
+    info = await asyncio.to_thread(keys.identify, engine, token)
+    if len(_verdicts) >= MAX_CACHED:
+        _verdicts.clear()
+    _verdicts[token] = (info, now + CACHE_S)
+    return info
+
+
+async def caller(gw, request: Request) -> Caller:
+    if not gw.auth.required:
+        host = request.client.host if request.client else ""
+        if is_loopback(host):
+            return OPEN
+        raise Denied("no API key exists yet, so the console answers on loopback only")
+    token = token_of(request)
+    if not token:
+        raise Denied("sign in with an API key")
+    info = await identify(gw.engine, token)
+    if info is None:
+        raise Denied("invalid or revoked API key")
+    return Caller(tenant=info.tenant, keyed=True, admin=info.admin, key_id=info.id)
+
+
+def check_action(request: Request) -> None:
+    if request.method != "POST" or request.headers.get(ACTION_HEADER) != "1":
+        raise Forbidden("actions are sent by the console's own page")
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+        raise Forbidden(f"an action from another origin ({origin[:100]}) is refused")
+
+
+def _next(v: str) -> str:
+    """Where to go after signing in: a console path only (no other site, no scheme)."""
+    return v if v.startswith("/console/") and not v.startswith("//") and "\\" not in v else "/console/"
+
+
+def _login_page(message: str = "", nxt: str = "/console/", status: int = 200) -> HTMLResponse:
+    from gateway.console.web import render
+
+    return render("login.html", status=status, caller=None, message=message, next=nxt, data_ms=None,
+                  title="Sign in")
+
+
+MAX_FORM = 4096
+
+
+async def small_form(request: Request) -> dict[str, str]:
+    """A small urlencoded form's fields (the first value of each); an empty dict for anything
+    else or anything larger than MAX_FORM bytes."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return {}
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            return {}
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=8).items()}
+
+
+def login(gw):
+    async def handle(request: Request) -> Response:
+        if request.method == "GET":
+            return _login_page(nxt=_next(request.query_params.get("next", "/console/")))
+        form = await small_form(request)
+        token, nxt = form.get("key", "").strip()[:200], _next(form.get("next", "/console/"))
+        if not gw.auth.required:
+            return RedirectResponse(nxt, status_code=303)
+        if not token or await identify(gw.engine, token) is None:
+            return _login_page("That is not a valid API key (or it was revoked).", nxt, 401)
+        r = RedirectResponse(nxt, status_code=303)
+        r.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/console")
+        return r
+    return handle
+
+
+def logout(gw):
+    async def handle(request: Request) -> Response:
+        r = RedirectResponse("/console/login", status_code=303)
+        r.delete_cookie(COOKIE, path="/console")
+        return r
+    return handle
+
+
+ROUTES = [("/login", login, ["GET", "POST"]), ("/logout", logout, ["POST"])]

@@ -1,0 +1,29 @@
+"""The overview page: hosts and their GPUs, deployments and replicas by state, the gateways
+(cluster_view.py gathers it). Query parameters ``q`` (a host name contains it), ``state`` and
+``page`` filter and page the hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from gateway.console.cluster_view import overview
+from gateway.console.web import Page, page
+
+STATE = re.compile(r"^[a-z_]{0,32}$")
+
+
+def _int(v: str | None, default: int) -> int:
+    return int(v) if v and v.isdigit() and len(v) < 7 else default
+
+
+async def show(gw, request, caller) -> Page:
+    qp = request.query_params
+    q = qp.get("q", "")[:100]
+    state = qp.get("state", "")
+    state = state if STATE.match(state) else ""
+    ov = await asyncio.to_thread(overview, gw.engine, q, state, _int(qp.get("page"), 1))
+    return Page("overview.html", {"title": "Overview", "ov": ov, "q": q, "state": state})
+
+
+ROUTES = [("/", page(show), ["GET"])]

@@ -1,0 +1,56 @@
+// gpuflow console: the live parts, in plain JavaScript (no framework, nothing fetched from the network).
+// - an element with id and data-refresh="MS" is re-read from the same page every MS milliseconds
+//   (while the tab is visible) and replaced by its new copy;
+// - a form with data-action="URL" is sent as a JSON POST with the console's action header, its
+//   answer shown in #notice; data-confirm asks first; data-then="reload" reloads the page after.
+"use strict";
+
+function notice(text, ok) {
+  const n = document.getElementById("notice");
+  if (!n) return;
+  n.textContent = text;
+  n.className = ok ? "ok" : "bad";
+}
+
+async function refresh(el) {
+  if (document.hidden) return;
+  try {
+    const r = await fetch(location.href, {headers: {"accept": "text/html"}, credentials: "same-origin"});
+    if (!r.ok) return;
+    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+    const fresh = doc.getElementById(el.id);
+    if (fresh) el.replaceChildren(...fresh.childNodes);
+  } catch (e) { /* the next tick tries again */ }
+}
+
+async function act(form) {
+  if (form.dataset.confirm && !confirm(form.dataset.confirm)) return;
+  const body = Object.fromEntries(new FormData(form).entries());
+  const buttons = form.querySelectorAll("button");
+  buttons.forEach(b => b.disabled = true);
+  try {
+    const r = await fetch(form.dataset.action, {
+      method: "POST", credentials: "same-origin",
+      headers: {"content-type": "application/json", "x-gpuflow-console": "1"},
+      body: JSON.stringify(body)});
+    const answer = await r.json().catch(() => ({error: r.statusText}));
+    if (!r.ok) { notice(answer.error || ("failed: " + r.status), false); return; }
+    notice(answer.message || "done", true);
+    form.dispatchEvent(new CustomEvent("gpuflow:done", {detail: answer, bubbles: true}));
+    if (form.dataset.then === "reload") setTimeout(() => location.reload(), 600);
+  } catch (e) {
+    notice("failed: " + e, false);
+  } finally {
+    buttons.forEach(b => b.disabled = false);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("[data-refresh][id]").forEach(el => {
+    const ms = Math.max(1000, parseInt(el.dataset.refresh, 10) || 3000);
+    setInterval(() => refresh(el), ms);
+  });
+  document.querySelectorAll("form[data-action]").forEach(form => {
+    form.addEventListener("submit", ev => { ev.preventDefault(); act(form); });
+  });
+});

@@ -1,0 +1,124 @@
+"""How a console page is served: the Jinja2 environment (every value escaped, an unknown name
+an error rather than an empty string), the filters pages share, and ``page()``, which wraps a
+page's handler with the access check, the time its data took and the error pages.
+
+A handler is ``async def handler(gw, request, caller) -> Page | Response``. A ``Page`` names
+its template and context; ``data_ms`` (the time the handler took to gather its data, the
+figure the issue's 300 ms budget is about) is shown in the footer and sent as the header
+``x-gpuflow-data-ms``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+from urllib.parse import quote
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from gateway.console import access
+from scheduler.errors import InvalidInput
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEMPLATES_DIR = os.path.join(HERE, "templates")
+STATIC_DIR = os.path.join(HERE, "static")
+DATA_MS = "x-gpuflow-data-ms"
+log = logging.getLogger("gpuflow.console")
+
+NAV = [("Overview", "/console/"), ("Deployments", "/console/deployments"), ("Queue", "/console/queue"),
+       ("Tenants", "/console/tenants"), ("API keys", "/console/keys"), ("Playground", "/console/playground")]
+
+
+def gib(n: int | float | None, digits: int = 1) -> str:
+    """Bytes as GiB ('-' for unknown): 25769803776 -> '24.0'."""
+    return "-" if n is None else f"{n / 2**30:.{digits}f}"
+
+
+def ago(seconds: float | None) -> str:
+    """'42 s', '3 min', '2 h', '5 d' ('-' for unknown)."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{int(s // size)} {unit}"
+    return f"{int(s)} s"
+
+
+def pct(part: float | None, whole: float | None) -> str:
+    return "-" if part is None or not whole else f"{100 * part / whole:.0f}%"
+
+
+ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True,
+                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+ENV.filters.update(gib=gib, ago=ago, pct=pct, urlpart=lambda v: quote(str(v), safe=""))
+
+
+@dataclass
+class Page:
+    template: str
+    context: dict[str, Any] = field(default_factory=dict)
+    status: int = 200
+
+
+Handler = Callable[[Any, Request, access.Caller], Awaitable["Page | Response"]]
+
+
+# scripts only from this server (no inline script runs, so an escaped name that slipped through could not
+# either); inline style attributes are allowed for the bars' widths; no frames, no form posts elsewhere
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+
+
+def render(template: str, status: int = 200, headers: dict[str, str] | None = None, **context) -> HTMLResponse:
+    r = HTMLResponse(ENV.get_template(template).render(nav=NAV, **context), status_code=status, headers=headers)
+    r.headers["content-security-policy"] = CSP
+    r.headers["x-content-type-options"] = "nosniff"
+    r.headers["referrer-policy"] = "same-origin"
+    return r
+
+
+def error_page(status: int, message: str, caller: access.Caller | None = None) -> HTMLResponse:
+    return render("error.html", status=status, caller=caller, title=f"{status}", message=message, data_ms=None)
+
+
+def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[Any], Callable]:
+    """The route handler for ``fn``, given the gateway. ``admin``: only an admin key (or an open
+    console) may use it. ``action``: a POST from the console's own script (access.check_action:
+    same origin, its header), answered in JSON."""
+
+    def bind(gw):
+        async def handle(request: Request) -> Response:
+            try:
+                caller = await access.caller(gw, request)
+                if action:
+                    access.check_action(request)
+                if admin and not caller.admin:
+                    raise access.Forbidden("this needs an admin API key (gpuflow keys create --tenant T --admin)")
+            except access.Denied as e:
+                if action or request.method != "GET":
+                    return JSONResponse({"error": str(e)}, status_code=401)
+                return RedirectResponse(f"/console/login?next={quote(request.url.path, safe='/')}", status_code=303)
+            except access.Forbidden as e:
+                return JSONResponse({"error": str(e)}, 403) if action else error_page(403, str(e), caller)
+            t0 = time.perf_counter()
+            try:
+                out = await fn(gw, request, caller)
+            except InvalidInput as e:
+                return JSONResponse({"error": str(e)}, 400) if action else error_page(400, str(e), caller)
+            except Exception as e:  # noqa: BLE001  a page that fails says so; the gateway serves on
+                log.exception("console %s failed", request.url.path)
+                why = f"{type(e).__name__}: {e}"
+                return JSONResponse({"error": why}, 500) if action else error_page(500, why, caller)
+            ms = (time.perf_counter() - t0) * 1000
+            if not isinstance(out, Page):
+                out.headers[DATA_MS] = f"{ms:.1f}"
+                return out
+            return render(out.template, out.status, {DATA_MS: f"{ms:.1f}"}, caller=caller, data_ms=ms,
+                          path=request.url.path, **out.context)
+        return handle
+    return bind
