@@ -35,7 +35,7 @@ class ClusterActivities:
 
     def all(self) -> list:
         return [self.apply_tenants, self.add_key, self.revoke_key, self.read_keys, self.read_tenants,
-                self.read_queue, self.read_serving, self.read_audit]
+                self.read_queue, self.read_serving, self.read_audit, self.read_key_usage]
 
     def _request(self, spec):
         return known_request(self.estimates, spec)
@@ -66,6 +66,10 @@ class ClusterActivities:
     @activity.defn(name=cc.READ_KEYS)
     async def read_keys(self, page: cc.Page) -> cc.KeysPage:
         return await self._store(r.keys_page, self.reads, page)
+
+    @activity.defn(name=cc.READ_KEY_USAGE)
+    async def read_key_usage(self, page: cc.Page) -> cc.UsagePage:
+        return await self._store(r.key_usage_page, self.reads, page, datetime.now(timezone.utc))
 
     @activity.defn(name=cc.READ_TENANTS)
     async def read_tenants(self, page: cc.Page) -> cc.TenantsPage:

@@ -17,8 +17,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.wake_queue import current, judge, judge_and_record, read
-from contracts.cluster import KeysPage, KeyView, Page, QueuePage, ServingAsk, ServingView, TenantsApplied, TenantsPage
-from store import keys, serving, tenants
+from contracts.cluster import (KeysPage, KeyView, Page, QueuePage, ServingAsk, ServingView, TenantsApplied, TenantsPage,
+                                UsageCounts, UsagePage, UsageRow)
+from store import key_usage, keys, serving, tenants
 from store.snapshot import load_snapshot
 from store.tables import InstanceRow, utcnow
 from scheduler.policy_config import PolicyConfig
@@ -42,6 +43,29 @@ def key_view(k: keys.KeyInfo) -> KeyView:
 
 def keys_page(engine: Engine, page: Page) -> KeysPage:
     return KeysPage(keys=[key_view(k) for k in keys.list_keys(engine, page.offset, page.limit)], total=keys.count(engine))
+
+
+def usage_rows(hour: key_usage.Totals, day: key_usage.Totals) -> list[UsageRow]:
+    """Each tenant with use in the day (``day`` holds the hour's too): its total, then its keys."""
+    def counts(c: key_usage.Counts | None) -> UsageCounts:
+        return UsageCounts(**vars(c)) if c else UsageCounts()
+    out = []
+    for t in sorted(day.by_tenant):
+        out.append(UsageRow(tenant=t, hour=counts(hour.by_tenant.get(t)), day=counts(day.by_tenant[t])))
+        out += [UsageRow(tenant=t, key_id=k, hour=counts(hour.by_key.get(k)), day=counts(day.by_key[k]))
+                for k in sorted(k for k, kt in day.key_tenant.items() if kt == t)]
+    return out
+
+
+def key_usage_rows(engine: Engine, now: datetime) -> list[UsageRow]:
+    """Requests and tokens per tenant and per key over the last hour and the last day."""
+    return usage_rows(key_usage.totals(engine, now - timedelta(hours=1), now),
+                      key_usage.totals(engine, now - timedelta(days=1), now))
+
+
+def key_usage_page(engine: Engine, page: Page, now: datetime) -> UsagePage:
+    rows = key_usage_rows(engine, now)
+    return UsagePage(rows=rows[page.offset:page.offset + page.limit], total=len(rows))
 
 
 def tenant_rows(tf: TenantsFile, used: dict[str, Usage], pending: dict[str, int]) -> list[dict]:

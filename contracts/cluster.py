@@ -21,6 +21,7 @@ APPLY_TENANTS = "cluster_apply_tenants"
 ADD_KEY = "cluster_add_key"
 REVOKE_KEY = "cluster_revoke_key"
 READ_KEYS = "cluster_read_keys"
+READ_KEY_USAGE = "cluster_read_key_usage"
 READ_TENANTS = "cluster_read_tenants"
 READ_QUEUE = "cluster_read_queue"
 READ_SERVING = "cluster_read_serving"
@@ -71,6 +72,27 @@ class Page(Message):
 
 class KeysPage(Message):
     keys: list[KeyView] = []
+    total: int = 0
+
+
+class UsageCounts(Message):
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class UsageRow(Message):
+    """One tenant's use (``key_id`` None), or one key's (``""``: an open gateway's requests, no key),
+    over the last hour and the last day (store/key_usage.py)."""
+
+    tenant: str
+    key_id: str | None = None
+    hour: UsageCounts = UsageCounts()
+    day: UsageCounts = UsageCounts()
+
+
+class UsagePage(Message):
+    rows: list[UsageRow] = []  # by tenant: its total, then its keys by id; those with use in the last day
     total: int = 0
 
 

@@ -53,6 +53,7 @@ CLUSTER_APPLY_TENANTS = "apply_tenants"  # update (the tenants file) -> TenantsA
 CLUSTER_CREATE_KEY = "create_key"  # update (KeyAdd: id, tenant, name, salt, hash; never the secret) -> KeyView
 CLUSTER_REVOKE_KEY = "revoke_key"  # update (KeyRevoke: the key's id) -> KeyView
 CLUSTER_KEYS = "keys"  # update (Page) -> KeysPage: read through the control plane
+CLUSTER_KEY_USAGE = "key_usage"  # update (Page) -> UsagePage: requests and tokens per key and tenant, 1 h and 24 h
 CLUSTER_TENANTS = "tenants"  # update (Page) -> TenantsPage
 CLUSTER_QUEUE = "queue"  # update (Page) -> QueuePage
 CLUSTER_SERVING = "serving"  # update (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons

@@ -27,8 +27,10 @@ from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from gateway.protocol import with_header_timeout
 from gateway.refresh import Refresher
 from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
+from gateway.stream_usage import HideUsage, ask_usage
 from gateway.tenant_limits import Limits
 from gateway.upstream import make_client
+from gateway.usage_counter import UsageCounter
 from gateway.wake import Waker
 from scheduler.errors import InvalidInput
 
@@ -49,6 +51,7 @@ class Gateway:
                                  index=PrefixIndex(s.prefix_cache_blocks), knobs=Knobs(slack_min=s.route_slack))
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
+        self.usage = UsageCounter()  # requests and tokens per key, tenant and model (refresh.py flushes them)
         self.limits = Limits()  # per-tenant admission, from the tenants file (refresh.py)
         self.refresher = Refresher(self)
         self.waker = Waker(s.temporal, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
@@ -58,7 +61,7 @@ class Gateway:
         t0 = time.perf_counter()
         model, tenant, admitted, handed = "", "", False, False
         try:
-            tenant, keyed = await self.auth.caller(request.headers.get("authorization"))
+            tenant, keyed, key_id = await self.auth.who(request.headers.get("authorization"))
             # the body arrives whole (bounded in size and time) before the tenant's limits count the
             # request: a client that never finishes its body holds no max_concurrent slot
             refused = self.limits.check(tenant, time.monotonic())
@@ -73,6 +76,7 @@ class Gateway:
                 r, model = await self._route(request, t0, tenant, keyed, body)
                 if isinstance(r, Relay):
                     r.admitted = handed = True  # the tenant's slot ends with the relayed answer
+                    r.key_id = key_id
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except TooLarge:
@@ -116,9 +120,11 @@ class Gateway:
         if cold:
             self.waker.poke(name)
         prompt = self._prompt(request, name, data)
+        body, hide = ask_usage(request.scope["path"], data, body)  # a stream's tokens (gateway/stream_usage.py)
         r = await self._forward(request, t0, tenant, keyed, body, name, data.get("stream") is True, prompt)
         if isinstance(r, Relay):
             r.cold = cold
+            r.hide = HideUsage() if hide and r.status_code == 200 else None
             if prompt.choice is not None and "route" in request.headers.get(DEBUG, "").lower():
                 r.extra_headers = [(ROUTE, prompt.choice.header().encode("latin-1", "replace"))]
         return r, name
@@ -190,6 +196,7 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await self.usage.flush(self.engine, s.gateway_id, time.time(), force=True)
             await asyncio.to_thread(self.refresher.forget)
             await self.client.close()
 

@@ -26,7 +26,7 @@ class Auth:
     def __init__(self, engine: Engine, cache_s: float):
         self.engine, self.cache_s = engine, cache_s
         self.required = False  # set by the refresh loop: a key exists
-        self.cache: dict[str, tuple[str | None, float]] = {}
+        self.cache: dict[str, tuple[keys.KeyInfo | None, float]] = {}
 
     async def tenant(self, authorization: str | None) -> str:
         """The caller's tenant; NoKey (with the reason) when the request must be refused."""
@@ -36,8 +36,18 @@ class Auth:
         """(the caller's tenant, whether a key named it); NoKey when the request must be refused.
         An open gateway's requests are ``(ANONYMOUS, False)``: they may use every model, while a
         key of tenant ``default`` is (``default``, True): ``default``'s models and those shared, no more."""
+        return (await self.who(authorization))[:2]
+
+    async def who(self, authorization: str | None) -> tuple[str, bool, str]:
+        """``caller``'s answer and the key's id (``""`` on an open gateway): what usage is counted under."""
+        key = await self.key(authorization)
+        return (ANONYMOUS, False, "") if key is None else (key.tenant, True, key.id)
+
+    async def key(self, authorization: str | None) -> keys.KeyInfo | None:
+        """The caller's key (its id, tenant, admin); None on an open gateway; NoKey when the
+        request must be refused."""
         if not self.required:
-            return ANONYMOUS, False
+            return None
         if not authorization:
             raise NoKey("This gateway needs an API key: send 'Authorization: Bearer KEY'.")
         scheme, _, token = authorization.partition(" ")
@@ -47,12 +57,12 @@ class Auth:
         now = time.monotonic()
         hit = self.cache.get(token)
         if hit is not None and hit[1] > now:
-            tenant = hit[0]
+            key = hit[0]
         else:
-            tenant = await asyncio.to_thread(keys.tenant_of, self.engine, token)
+            key = await asyncio.to_thread(keys.identify, self.engine, token)
             if len(self.cache) >= MAX_CACHED:
                 self.cache.clear()
-            self.cache[token] = (tenant, now + self.cache_s)
-        if tenant is None:
+            self.cache[token] = (key, now + self.cache_s)
+        if key is None:
             raise NoKey("Invalid or revoked API key.")
-        return tenant, True
+        return key

@@ -78,6 +78,7 @@ class Refresher:
                 self.tenants_version = got[0]
                 gw.limits.set_rules(got[1], time.monotonic())
         gw.balancer.tick()
+        await gw.usage.flush(gw.engine, gw.settings.gateway_id, time.time())
         for name in gw.balancer.table.models:
             gw.metrics.queue_depth.labels(name).set(gw.balancer.depth(name))
         try:

@@ -143,6 +143,8 @@ class Relay(Response):
         self.cold = False  # set by the gateway: the request arrived with no replica (gateway/wake.py)
         self.extra_headers: list[tuple[bytes, bytes]] = []  # set by the gateway: x-gpuflow-route when asked
         self.admitted = False  # set by the gateway: the tenant's admission (tenant_limits.py) ends with this answer
+        self.key_id = ""  # set by the gateway: the caller's key, which its usage is counted under
+        self.hide = None  # set by the gateway: a HideUsage when it asked for the stream's usage (stream_usage.py)
 
     async def __call__(self, scope, receive, send) -> None:
         m, kept, last_content, n_kept, sent = self.gw.metrics, [], None, 0, 0
@@ -169,9 +171,13 @@ class Relay(Response):
                 elif self.keep and n_kept < KEEP_JSON:
                     kept.append(chunk)
                     n_kept += len(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                sent += len(chunk)
+                out = chunk if self.hide is None else self.hide.feed(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    sent += len(out)
                 chunk = await self.resp.chunk()
+            if self.hide is not None and (out := self.hide.end()):
+                await send({"type": "http.response.body", "body": out, "more_body": True})
             self.watch.stop()  # from here a disconnect is the normal end
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
@@ -213,3 +219,4 @@ class Relay(Response):
             except (ValueError, AttributeError):
                 usage = None
         self.gw.metrics.usage(self.model, usage)
+        self.gw.usage.count(time.time(), self.key_id, self.tenant, self.model, usage)

@@ -67,6 +67,11 @@ async def list_keys(client: Client) -> list[cc.KeyView]:
     return (await _pages(lambda p: _ask(client, ClusterWorkflow.keys, p), lambda pg: pg.keys))[1]
 
 
+async def key_usage(client: Client) -> list[cc.UsageRow]:
+    """Requests and tokens per tenant and key, over the last hour and day (activities/cluster_reads.py)."""
+    return (await _pages(lambda p: _ask(client, ClusterWorkflow.key_usage, p), lambda pg: pg.rows))[1]
+
+
 async def tenants(client: Client) -> tuple[str, list[dict]]:
     """(the queueing mode, one row per tenant)."""
     first, rows = await _pages(lambda p: _ask(client, ClusterWorkflow.tenants, p), lambda pg: pg.rows)

@@ -8,7 +8,7 @@ A key arrives as its id, salt and salted hash (contracts/cluster.py): its secret
 client and stays there. Writes run one at a time, in the order the history shows.
 
 Reads that need the store go through here too, as updates answered by a local activity (a query
-cannot read the store): ``keys``, ``tenants``, ``queue`` (one page of rows each) and ``serving``
+cannot read the store): ``keys``, ``key_usage``, ``tenants``, ``queue`` (one page of rows each) and ``serving``
 (gateways, requests in flight, PENDING reasons). So ``--address`` is all a command needs.
 
 Every ``gpuflow server`` starts it at boot, keeping one already running; the CLI starts it too
@@ -118,6 +118,14 @@ class ClusterWorkflow:
     @keys.validator
     def _check_keys(self, *args: Any) -> None:
         one(args, cc.Page, ids.CLUSTER_KEYS)
+
+    @workflow.update(name=ids.CLUSTER_KEY_USAGE)
+    async def key_usage(self, *args: Any) -> cc.UsagePage:
+        return await self._read(cc.READ_KEY_USAGE, one(args, cc.Page, ids.CLUSTER_KEY_USAGE), cc.UsagePage)
+
+    @key_usage.validator
+    def _check_key_usage(self, *args: Any) -> None:
+        one(args, cc.Page, ids.CLUSTER_KEY_USAGE)
 
     @workflow.update(name=ids.CLUSTER_TENANTS)
     async def tenants(self, *args: Any) -> cc.TenantsPage:

@@ -1,5 +1,5 @@
 """The CLI's serving commands: ``gpuflow gateway`` (the OpenAI-compatible endpoint) and
-``gpuflow keys create|list|revoke`` (its API keys, through the control plane at --address; offline
+``gpuflow keys create|list|revoke|usage`` (its API keys, through the control plane at --address; offline
 on the store with --data-dir/--database-url)."""
 
 from __future__ import annotations
@@ -53,8 +53,24 @@ def _print_keys(rows, as_json: bool) -> None:
               + f"{'yes' if k.admin else 'no':<7}" + ("revoked" if k.revoked_at else "active"))
 
 
+def _print_usage(rows, as_json: bool) -> None:
+    """Per tenant (its keys together) then each of its keys: requests and tokens, 1 h and 24 h."""
+    if as_json:
+        print(json.dumps([r.model_dump() for r in rows], indent=2))
+        return
+    print(f"{'TENANT':<20}{'KEY':<14}{'REQ 1H':>9}{'PROMPT 1H':>12}{'COMPL 1H':>12}"
+          f"{'REQ 24H':>10}{'PROMPT 24H':>13}{'COMPL 24H':>12}")
+    for r in rows:
+        key = "(all keys)" if r.key_id is None else (r.key_id or "(no key)")
+        h, d = r.hour, r.day
+        print(f"{r.tenant[:19]:<20}{key:<14}{h.requests:>9}{h.prompt_tokens:>12}{h.completion_tokens:>12}"
+              f"{d.requests:>10}{d.prompt_tokens:>13}{d.completion_tokens:>12}")
+
+
 def _keys_offline(a) -> int:
-    from activities.cluster_reads import key_view
+    from datetime import datetime, timezone
+
+    from activities.cluster_reads import key_usage_rows, key_view
     from store import keys
 
     engine = _store(a)
@@ -63,6 +79,8 @@ def _keys_offline(a) -> int:
         _print_created(key, key_view(info))
     elif a.keys_command == "list":
         _print_keys([key_view(k) for k in keys.list_keys(engine)], a.json)
+    elif a.keys_command == "usage":
+        _print_usage(key_usage_rows(engine, datetime.now(timezone.utc)), a.json)
     else:
         _print_revoked(key_view(keys.revoke(engine, a.key_id)))
     return 0
@@ -93,6 +111,8 @@ def cmd_keys(a) -> int:
             _print_created(*await cl.create_key(client, a.tenant, a.name or "", a.admin))
         elif a.keys_command == "list":
             _print_keys(await cl.list_keys(client), a.json)
+        elif a.keys_command == "usage":
+            _print_usage(await cl.key_usage(client), a.json)
         else:
             _print_revoked(await cl.revoke_key(client, a.key_id))
 
@@ -140,7 +160,7 @@ def add_commands(sub) -> None:
                         "than the least loaded one is passed over for its cached prefix (default 2)")
     p.set_defaults(fn=cmd_gateway)
 
-    k = sub.add_parser("keys", help="the gateway's API keys: create, list, revoke")
+    k = sub.add_parser("keys", help="the gateway's API keys: create, list, revoke, usage")
     ks = k.add_subparsers(dest="keys_command", required=True)
     c = ks.add_parser("create", help="a new key for a tenant, printed once")
     c.add_argument("--tenant", required=True)
@@ -151,7 +171,9 @@ def add_commands(sub) -> None:
     lst.add_argument("--json", action="store_true")
     r = ks.add_parser("revoke", help="revoke a key (its id from 'keys list', or the key itself)")
     r.add_argument("key_id")
-    for q in (c, lst, r):
+    u = ks.add_parser("usage", help="requests and tokens per tenant and key, last hour and last day")
+    u.add_argument("--json", action="store_true")
+    for q in (c, lst, r, u):
         temporal_flags(q)
         offline_flags(q)
         q.set_defaults(fn=cmd_keys, temporal=True)
