@@ -94,8 +94,12 @@ def host_details(report: Any) -> str:
     return _lines(out)
 
 
-def host_current(state: str, reason: str = "") -> str:
-    return _lines([f"**{state.upper()}**" + (f" {code(reason[:500])}" if reason else "")])
+def host_current(state: str, reason: str = "", cordoned: bool = False, cordon_reason: str = "") -> str:
+    """A host's state, and whether an operator cordoned it (no new replicas), with the reason."""
+    out = [f"**{state.upper()}**" + (f" {code(reason[:500])}" if reason else "")]
+    if cordoned:
+        out.append("**CORDONED** no new replicas" + (f" {code(cordon_reason[:500])}" if cordon_reason else ""))
+    return _lines(out)
 
 
 def autoscaler_details(auto: dict[str, Any] | None) -> str:

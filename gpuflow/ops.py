@@ -1,5 +1,5 @@
 """What the CLI (and the demo, and Python users) do against Temporal: deploy, scale, delete,
-status, explain, hosts. Only Temporal is needed; the store is the control plane's business."""
+status, explain, hosts (and cordon them). Only Temporal is needed; the store is the control plane's business."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import ui_text
 from contracts.ids import autoscaler_id, deployment_id, host_id, host_logs_id, instance_id
-from contracts.control import (CONTROL_QUEUE, DeploymentInput, DeploymentView, HostView, InstanceView,
+from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
+from contracts.host import cordon_reason_problem
 from gpuflow import broken
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
@@ -279,6 +280,28 @@ async def forget_host(client: Client, name: str) -> str:
         if e.status != RPCStatusCode.NOT_FOUND:
             raise
     return done
+
+
+async def cordon(client: Client, name: str, on: bool, reason: str = "") -> str:
+    """Cordon host ``name`` (``on``: no new replicas are placed there; those running there keep
+    running) or uncordon it, through its workflow's ``cordon``/``uncordon`` update, which records it
+    in the store and in the workflow's history. Idempotent; the answer says what it did."""
+    problem = name_problem(name)
+    if problem:
+        raise InvalidInput(f"host name {name!r}: {problem}")
+    problem = cordon_reason_problem(reason)
+    if problem:
+        raise InvalidInput(f"the cordon reason {problem}")
+    if reason and not on:
+        raise InvalidInput("uncordon takes no reason")
+    h = client.get_workflow_handle_for(HostWorkflow.run, host_id(name))
+    d = await _described(h, f"no host named {name!r}")
+    if d.status is None or d.status.name != "RUNNING":
+        raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
+                           f"{d.status.name.lower() if d.status else 'gone'})")
+    if on:
+        return await _update(h, HostWorkflow.cordon, CordonAsk(reason=reason))
+    return await _update(h, HostWorkflow.uncordon)
 
 
 async def _host(client: Client, wid: str) -> HostView:

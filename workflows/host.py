@@ -9,7 +9,9 @@ Every READY/inventory change wakes PENDING instances (in the host_seen activity)
 report also carries each replica's measured memory (contracts/usage.py): kept as the host's
 latest report (its ``status`` query answers it) and written to the store in one batch. An operator
 forgets a host that is gone for good with the ``forget`` update (``gpuflow hosts forget``): its row
-leaves the store and the workflow ends."""
+leaves the store and the workflow ends. An operator cordons a host with the ``cordon`` update
+(``gpuflow hosts cordon``): no new replica is placed there (the scheduler's cordon filter reads the
+store's row) while those running there keep running, until the ``uncordon`` update."""
 
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts import ui_text
     from contracts.ids import host_id
     from contracts.host import BookingAsk
-    from contracts.control import HostInput, HostReport, HostView, host_queue
-    from contracts.hosts import HostLost, HostRef
+    from contracts.control import CordonAsk, HostInput, HostReport, HostView, host_queue
+    from contracts.hosts import HostCordon, HostLost, HostRef
     from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
     from contracts import agent as hp
     from contracts.usage import RECORD_USAGE, UsageBatch
@@ -67,6 +69,8 @@ class HostWorkflow:
         self.reason = ""  # why it is NOT_READY, when it is for its report
         self.refused: str | None = None  # a report that does not validate arrived: recorded NOT_READY with this
         self.just_lost = False  # the watch failed a moment ago: probe at once (_probe)
+        self.cordoned, self.cordon_reason = inp.cordoned, inp.cordon_reason  # an operator's (update cordon)
+        self.cordoning = asyncio.Lock()  # one cordon change at a time: its store write, then the state
 
     @workflow.signal
     def hello(self, *args: Any) -> None:
@@ -96,6 +100,62 @@ class HostWorkflow:
             raise ValueError(f"host {self.inp.name} is READY; stop its agent first "
                              "(a host that answers keeps running its servers)")
 
+    @workflow.update
+    async def cordon(self, *args: Any) -> str:
+        """``gpuflow hosts cordon``: no new replica is placed on this host; those running there keep
+        running. Takes one optional CordonAsk (the operator's reason). Cordoning a cordoned host
+        again changes only its reason."""
+        ask = CordonAsk.model_validate(args[0]) if args else CordonAsk()
+        if not await self._cordon(True, ask.reason):
+            return f"host {self.inp.name} was already cordoned"
+        return f"host {self.inp.name} cordoned: no new replicas are placed there; those running there keep running"
+
+    @cordon.validator
+    def _check_cordon(self, *args: Any) -> None:
+        """Untrusted input, refused before anything is recorded: nothing, or one CordonAsk."""
+        if len(args) > 1 or (args and not isinstance(args[0], dict)):
+            raise ValueError('cordon takes nothing or one JSON object {"reason": "..."}')
+        if args:
+            extra = sorted(set(args[0]) - set(CordonAsk.model_fields))
+            if extra:
+                raise ValueError(f"cordon takes only a reason; it was given {', '.join(map(repr, extra))[:200]}")
+            try:
+                CordonAsk.model_validate(args[0])
+            except ValidationError as e:
+                raise ValueError(compact(e)[:1000]) from None
+        self._check_live("cordon")
+
+    @workflow.update
+    async def uncordon(self) -> str:
+        """``gpuflow hosts uncordon``: new replicas may be placed here again, and the PENDING queue
+        is woken (the host_cordon activity), so a replica waiting for room can take it now."""
+        if not await self._cordon(False, ""):
+            return f"host {self.inp.name} was not cordoned"
+        return f"host {self.inp.name} uncordoned: new replicas may be placed there"
+
+    @uncordon.validator
+    def _check_uncordon(self) -> None:
+        self._check_live("uncordon")
+
+    def _check_live(self, what: str) -> None:
+        if self.forgotten:
+            raise ValueError(f"host {self.inp.name} is being forgotten; there is nothing to {what}")
+
+    async def _cordon(self, on: bool, reason: str) -> bool:
+        """Cordon (``on``) or uncordon: the store's row first (the policy reads it), then this
+        workflow's state and its current details. False when it was so already."""
+        async with self.cordoning:
+            if (self.cordoned, self.cordon_reason) == (on, reason):
+                return False
+            await self._record_cordon(on, reason)
+            self.cordoned, self.cordon_reason = on, reason
+            self._show()
+            return True
+
+    async def _record_cordon(self, on: bool, reason: str) -> None:
+        await workflow.execute_activity(c.HOST_CORDON, HostCordon(name=self.inp.name, on=on, reason=reason),
+                                        result_type=bool | None, **c.STORE_CALL)
+
     @workflow.update(name=BOOKING_UPDATE)
     async def booking(self, *args: Any) -> Booking:
         """The booking check: the host's agent asks, before it starts any process, which of this
@@ -115,13 +175,17 @@ class HostWorkflow:
 
     @workflow.query
     def status(self) -> HostView:
-        return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since, reason=self.reason)
+        return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since, reason=self.reason,
+                        cordoned=self.cordoned, cordon_reason=self.cordon_reason)
 
     async def _set(self, state: str, reason: str = "") -> None:
         self.state, self.since, self.reason = state, workflow.now().isoformat(), reason
         workflow.upsert_search_attributes([c.SA_STATE.value_set(state.upper())])
-        # the Temporal UI's current details: the state, and the GPUs the last report named
-        workflow.set_current_details(ui_text.host_current(state, reason)
+        self._show()
+
+    def _show(self) -> None:
+        """The Temporal UI's current details: the state, the cordon, and the GPUs the last report named."""
+        workflow.set_current_details(ui_text.host_current(self.state, self.reason, self.cordoned, self.cordon_reason)
                                      + ("\n" + ui_text.host_details(self.report) if self.report is not None else ""))
 
     @workflow.run
@@ -139,6 +203,9 @@ class HostWorkflow:
             if self.greeting is not None:
                 self.report, self.greeting = self.greeting, None
                 await workflow.execute_activity(c.HOST_SEEN, self.report, **c.STORE_CALL)
+                if self.cordoned:  # cordoned before its first hello, its row did not exist: now it says so
+                    async with self.cordoning:
+                        await self._record_cordon(self.cordoned, self.cordon_reason)
                 await self._set("ready")
                 self.forgotten = False  # it said hello (perhaps as it was forgotten): it is back
             if self.forgotten and self.state != "ready":
@@ -150,7 +217,8 @@ class HostWorkflow:
                 await self._probe()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state))
+                workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state,
+                                                   cordoned=self.cordoned, cordon_reason=self.cordon_reason))
 
     async def _refuse(self, why: str) -> None:
         """A report that does not validate: the host is NOT_READY with the reason (the store's row

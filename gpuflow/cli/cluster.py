@@ -205,16 +205,19 @@ def cmd_explain(a) -> int:
 
 def cmd_hosts(a) -> int:
     s = settings_from(a)
-    if a.action == "forget" and not a.names:
-        raise InvalidInput("gpuflow hosts forget needs the names of the hosts to forget")
+    if a.action and not a.names:
+        raise InvalidInput(f"gpuflow hosts {a.action} needs the names of the hosts to {a.action}")
+    if a.reason is not None and a.action != "cordon":
+        raise InvalidInput("--reason goes with 'gpuflow hosts cordon HOST'")
 
-    async def forget():
+    async def act():
         client = await connect(s.temporal)
         for name in a.names:
-            print(await ops.forget_host(client, name))
+            print(await ops.forget_host(client, name) if a.action == "forget"
+                  else await ops.cordon(client, name, a.action == "cordon", a.reason or ""))
 
-    if a.action == "forget":
-        return run_command(forget())
+    if a.action:
+        return run_command(act())
 
     async def go():
         hs = await ops.hosts(await connect(s.temporal))
@@ -397,13 +400,18 @@ def add_commands(sub) -> None:
     p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_explain, temporal=True)
 
-    p = sub.add_parser("hosts", help="hosts with their state and GPUs; 'hosts forget HOST': one gone for good",
+    p = sub.add_parser("hosts", help="hosts with their state and GPUs; 'hosts forget HOST': one gone for good; "
+                                     "'hosts cordon HOST': no new replicas there",
                        description="List the hosts, or forget hosts that are gone for good: a NOT_READY host "
                                    "that holds no reservation leaves the store and the listing (its agent, if it "
-                                   "ever says hello again, brings it back).")
+                                   "ever says hello again, brings it back). Cordon a host: no new replica is "
+                                   "placed there while the replicas running there keep running; uncordon it: "
+                                   "it takes new replicas again, PENDING ones first.")
     temporal_flags(p)
-    p.add_argument("action", nargs="?", choices=["forget"], metavar="forget",
-                   help="forget the HOSTs named (without it: list every host)")
+    p.add_argument("action", nargs="?", choices=["forget", "cordon", "uncordon"], metavar="forget|cordon|uncordon",
+                   help="forget, cordon or uncordon the HOSTs named (without it: list every host)")
     p.add_argument("names", nargs="*", metavar="HOST", help="a host name, as 'gpuflow hosts' lists it")
+    p.add_argument("--reason", help="with cordon: why, shown beside the host (at most 200 characters: letters, "
+                                    "digits, spaces and .,:;_()#@+=/'-)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_hosts, temporal=True)

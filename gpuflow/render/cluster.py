@@ -53,8 +53,10 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     lines = [f"{'HOST':<16} {'STATE':<10} {'KIND':<10} GPUS"]
     for h in hs:
         kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
+        cordon = ("  CORDONED" + (f" ({h['cordon_reason']})" if h.get("cordon_reason") else "")
+                  if h.get("cordoned") else "")  # no new replicas there (gpuflow hosts uncordon)
         lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
-                     + (f"  ({h['reason']})" if h.get("reason") else ""))
+                     + (f"  ({h['reason']})" if h.get("reason") else "") + cordon)
         topo = topology((h.get("report") or {}).get("gpus") or [])
         if topo:
             lines.append(f"{'':<16} topology: {topo}")
