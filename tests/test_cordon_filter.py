@@ -45,7 +45,7 @@ def test_cordoned_hosts_get_no_new_replica(cordoned, down, placed, removed, note
     v = next(v for v in d.filters if v.name == "cordon")
     assert set(v.removed) == removed and v.note == note
     assert v.removed[sorted(removed)[0]] == [
-        f"cordoned: no new replicas here until 'gpuflow hosts uncordon {sorted(removed)[0]}'"]
+        f"no new replicas here until 'gpuflow hosts uncordon {sorted(removed)[0]}'"]
 
 
 def test_every_host_cordoned_is_the_pending_reason():
@@ -54,8 +54,8 @@ def test_every_host_cordoned_is_the_pending_reason():
     assert not d.scheduled
     assert d.reasons[:d.decisive] == [
         "hosts sim-1, sim-3 are cordoned.",
-        "cordon: worker sim-1: cordoned: no new replicas here until 'gpuflow hosts uncordon sim-1'",
-        "cordon: worker sim-3: cordoned: no new replicas here until 'gpuflow hosts uncordon sim-3'"]
+        "cordon: worker sim-1: no new replicas here until 'gpuflow hosts uncordon sim-1'",
+        "cordon: worker sim-3: no new replicas here until 'gpuflow hosts uncordon sim-3'"]
 
 
 def test_the_summary_names_three_hosts_and_counts_the_rest():

@@ -58,7 +58,7 @@ async def test_a_cordoned_host_takes_no_new_replica_until_uncordoned(tmp_path):
         await lv.wait(lambda: lv.states("waits") == {"waits-0": "pending"}
                       and "cordoned" in lv.instances("waits")[0].reason, 60, "waits-0 PENDING for the cordon")
         assert lv.instances("waits")[0].reason.startswith(
-            "unschedulable: hosts h1, h2 are cordoned; cordon: worker h1: cordoned: no new replicas here until "
+            "unschedulable: hosts h1, h2 are cordoned; cordon: worker h1: no new replicas here until "
             "'gpuflow hosts uncordon h1'")
         views = {h.name: h for h in await ops.hosts(lv.client)}
         assert (views[x].cordoned, views[x].cordon_reason, views[x].state) == (True, "disk swap, back at 5pm", "ready")

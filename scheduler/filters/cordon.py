@@ -19,7 +19,7 @@ def applies(ctx) -> bool:
 
 
 def run(ctx, workers):
-    removed = {w.name: [f"cordoned: no new replicas here until 'gpuflow hosts uncordon {w.name}'"]
+    removed = {w.name: [f"no new replicas here until 'gpuflow hosts uncordon {w.name}'"]
                for w in workers if w.cordoned}
     note = None
     if removed:
