@@ -4,12 +4,11 @@ not fit, held back for X, StrictFIFO behind X). The verdicts are the wake's own
 (activities/wake_queue.py), computed by the control plane on a fresh snapshot, with the requests
 its decisions costed (gpuflow/cluster_client.py). Offline (--data-dir/--database-url) they are
 computed here: a spec that states its resources is costed, one costed from model files shows the
-instance's own last reason."""
+instance's own last reason (gpuflow/tenancy_view.py, which the web console reads too)."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 from gpuflow.cli.connection import offline, offline_flags, open_offline_store, run_command, settings_from, temporal_flags
 
@@ -31,20 +30,10 @@ def text(lines: list[dict], queueing: str) -> str:
 
 
 def _offline(a) -> tuple[str, list[dict]]:
-    from activities.cluster_reads import queue_rows
-    from activities.wake_queue import judge, read
     from gpuflow.settings import Settings
-    from scheduler.estimate import estimate_request, states_resources
-    from store.snapshot import load_snapshot
+    from gpuflow.tenancy_view import queue
 
-    engine = open_offline_store(a)
-
-    def stated(spec):  # resources stated: nothing to read; otherwise unknown here
-        return estimate_request(spec) if states_resources(spec) else None
-
-    q = read(engine)
-    v = judge(q, load_snapshot(engine), stated, Settings().scheduler)
-    return q.tenants.queueing, queue_rows(v, datetime.now(timezone.utc))
+    return queue(open_offline_store(a), Settings().scheduler)
 
 
 def _show(queueing: str, lines: list[dict], as_json: bool) -> None:

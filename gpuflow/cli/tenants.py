@@ -38,17 +38,14 @@ def applied(done) -> str:
 
 def _offline(a, tf: TenantsFile | None) -> int:
     from activities import cluster_reads as r
+    from gpuflow import tenancy_view
     from gpuflow.settings import Settings
-    from scheduler.estimate import estimate_request, states_resources
-    from store import tenants
 
     engine = open_offline_store(a)
     if tf is not None:  # a spec that states its resources is costed here; others keep their reason
-        print(applied(r.apply_tenants(engine, tf, lambda spec: estimate_request(spec) if states_resources(spec) else None,
-                                      Settings().scheduler)))
+        print(applied(r.apply_tenants(engine, tf, tenancy_view.stated, Settings().scheduler)))
         return 0
-    have = tenants.load(engine)
-    _show(have.queueing, r.tenant_rows(have, tenants.usage(engine), tenants.pending_by_tenant(engine)), a.json)
+    _show(*tenancy_view.tenants(engine), a.json)
     return 0
 
 
