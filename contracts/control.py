@@ -79,6 +79,7 @@ class InstanceFields(BaseModel):
     pid: Pid | None = None
     port: Port | None = None
     address: ShortText | None = None  # the host agent's advertised address; the server listens there on ``port``
+    kv_events_port: Port | None = None  # its engine publishes KV-cache events there (ZMQ), on ``address``
 
 
 class InstanceRecord(InstanceFields):

@@ -10,8 +10,11 @@ queue refuses a newcomer, unless the last in line has a lower priority than it: 
 Which replica, among those with a free slot: the deployment's ``routing`` (its spec), else the
 gateway's (``--routing``). ``cache-aware`` (gateway/cache_aware.py) weighs the blocks of the
 request's prompt each replica holds (gateway/prefix_index.py: what this gateway sent it) against
-its load; ``least-outstanding`` is ``pick``. A replica that leaves the table (drained, stopped,
-failed) or comes back at another address leaves the index: its engine's cache is gone."""
+its load; ``least-outstanding`` is ``pick``. A replica whose engine publishes its KV-cache events
+(gateway/token_index.py, filled by gateway/kv_subscriber.py) is scored by what its engine says it
+holds instead, when the request's prompt could be tokenized. A replica that leaves the table
+(drained, stopped, failed) or comes back at another address leaves the indexes: its engine's
+cache is gone."""
 
 from __future__ import annotations
 
@@ -20,13 +23,14 @@ import bisect
 import itertools
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from store.serving import Route
-from gateway.cache_aware import CACHE_AWARE, LEAST_OUTSTANDING, Choice, Knobs, choose
+from gateway.cache_aware import CACHE_AWARE, KV_EVENTS, LEAST_OUTSTANDING, Choice, Knobs, choose
 from gateway.prefix_index import PrefixIndex
 from gateway.table import Table
+from gateway.token_index import TokenIndex, token_hashes
 
 
 class UnknownModel(Exception):
@@ -66,6 +70,14 @@ class Prompt:
 
     blocks: tuple[int, ...] = ()
     choice: Choice | None = None
+    tokens: tuple[int, ...] | None = None  # its token ids, where a replica's KV events can be matched (None: not)
+    hashed: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block size -> the tokens' chained hashes
+
+    def token_hashes(self, block_size: int) -> tuple[int, ...]:
+        h = self.hashed.get(block_size)
+        if h is None:
+            h = self.hashed[block_size] = token_hashes(self.tokens or (), block_size)
+        return h
 
 
 @dataclass(eq=False)
@@ -84,6 +96,7 @@ class Balancer:
         self.rng = rng or random.Random()
         self.routing = routing  # the gateway's default; a deployment's spec may say otherwise
         self.index = index or PrefixIndex()
+        self.tokens = TokenIndex()  # what engines that publish KV events hold (gateway/kv_subscriber.py fills it)
         self.knobs = knobs or Knobs()
         self.where: dict[str, tuple[str, int]] = {}  # instance -> (address, port) it was indexed at
         self.table = Table({})
@@ -112,6 +125,7 @@ class Balancer:
             self.index.forget(i)
             del self.where[i]
         self.index.keep_only(now)
+        self.tokens.keep_only(now)
 
     def routing_of(self, model: str) -> str:
         m = self.table.models.get(model)
@@ -197,9 +211,13 @@ class Balancer:
             c = r and Choice(r, LEAST_OUTSTANDING, 0, len(blocks), self.in_flight.get(r.instance, 0), m.limit)
             blocks = ()  # not routed by cache: nothing to remember
         else:
-            c = choose(m.replicas, m.limit, self.in_flight, lambda i: self.index.matched(i, blocks), len(blocks),
-                       self.knobs, self.rng, self.bad_until, now, exclude, self.index.size,
+            exact = prompt is not None and prompt.tokens is not None and bool(blocks)
+            c = choose(m.replicas, m.limit, self.in_flight,
+                       (lambda i: self._matched(i, prompt)) if exact else (lambda i: self.index.matched(i, blocks)),
+                       len(blocks), self.knobs, self.rng, self.bad_until, now, exclude, self.index.size,
                        self.index.home(blocks) if blocks else None)
+            if c is not None and exact and c.route.instance in self.tokens.live:
+                c = replace(c, index=KV_EVENTS, tokens=(self._exact(c.route.instance, prompt), len(prompt.tokens)))
             r = c and c.route
         if r is None:
             return None
@@ -210,6 +228,20 @@ class Balancer:
         if prompt is not None:
             prompt.choice = c
         return r
+
+    def _exact(self, instance: str, prompt: Prompt) -> int:
+        """Leading tokens of ``prompt`` in whole blocks that ``instance``'s engine says it holds."""
+        bs = self.tokens.block_size(instance)
+        return self.tokens.matched(instance, prompt.token_hashes(bs)) * bs if bs else 0
+
+    def _matched(self, instance: str, prompt: Prompt) -> int:
+        """A replica whose engine publishes KV events: its exact match, in the text index's blocks
+        (the prompt's share of tokens matched, of its text blocks), so that replicas scored either
+        way compare; any other replica: the text index's match."""
+        if instance not in self.tokens.live:
+            return self.index.matched(instance, prompt.blocks)
+        n, total = len(prompt.blocks), len(prompt.tokens)
+        return (self._exact(instance, prompt) * n + total // 2) // total if total else 0
 
     def _dispatch(self, model: str) -> None:
         q, m = self.queues.get(model), self.table.models.get(model)

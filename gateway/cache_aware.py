@@ -52,6 +52,7 @@ from store.serving import Route
 CACHE_AWARE, LEAST_OUTSTANDING = "cache-aware", "least-outstanding"  # the routings (scheduler.spec.Routing)
 ROUTINGS = (CACHE_AWARE, LEAST_OUTSTANDING)
 PREFIX, IMBALANCE, NO_PREFIX = "prefix", "imbalance", "no-prefix"
+TEXT, KV_EVENTS = "text", "kv-events"  # which index answered for the chosen replica (the header says)
 REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)  # a least-outstanding deployment's choices say so
 
 
@@ -78,11 +79,14 @@ class Choice:
     blocks: int  # whole blocks in the prompt
     load: int  # requests in flight on the chosen replica before this one
     limit: int
+    index: str = TEXT  # kv-events: the chosen replica was scored by its engine's own events
+    tokens: tuple[int, int] | None = None  # kv-events: (prompt tokens it holds, prompt tokens)
 
     def header(self) -> str:
         """``x-gpuflow-route``'s value."""
+        exact = f"; tokens={self.tokens[0]}/{self.tokens[1]}" if self.tokens else ""
         return (f"replica={self.route.instance}; matched={self.matched}/{self.blocks} blocks; "
-                f"load={self.load}/{self.limit}; reason={self.reason}")
+                f"load={self.load}/{self.limit}; reason={self.reason}; index={self.index}{exact}")
 
 
 def eligible(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], bad_until: dict[str, float],

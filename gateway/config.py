@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -41,10 +42,13 @@ class GatewaySettings:
     http_client: str = "aiohttp"  # or "httpx" (bench/bench_gateway.py measured aiohttp faster)
     routing: str = "cache-aware"  # or "least-outstanding": for deployments whose spec does not say (docs/routing.md)
     prefix_block_chars: int = 128  # the prefix index's block, in characters of prompt text
-    prefix_cache_blocks: int = 16384  # blocks remembered per replica (LRU): no engine reports its cache to us yet
+    prefix_cache_blocks: int = 16384  # blocks remembered per replica (LRU) until its engine reports its cache
     max_prompt_chars: int = 128 * 1024  # of a prompt, hashed for routing at most (the rest is not looked at)
     route_slack: int = 2  # the guard: a replica more than max(this, limit / 2) requests busier than the least
     #                       loaded one gets no request for its cached prefix (gateway/cache_aware.py)
+    kv_events: bool = True  # follow the KV-cache events of engines that publish them (gateway/kv_subscriber.py)
+    tokenizer_roots: tuple[str, ...] = ()  # a spec's local_path tokenizer is loaded only under one of these
+    temporal_ui_url: str = "http://127.0.0.1:8233"  # the console links each replica's workflow there ("": no link)
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self):
@@ -54,6 +58,9 @@ class GatewaySettings:
                 raise InvalidInput(f"gateway setting {k} must be > 0, got {getattr(self, k)}")
         if self.routing not in ROUTINGS:
             raise InvalidInput(f"gateway setting routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
+        if self.temporal_ui_url and not re.match(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$",
+                                                 self.temporal_ui_url):
+            raise InvalidInput(f"gateway setting temporal_ui_url must be an http(s) URL, got {self.temporal_ui_url[:100]!r}")
         if self.route_slack < 0:
             raise InvalidInput(f"gateway setting route_slack must be >= 0, got {self.route_slack}")
         for k in ("max_queue", "max_body", "max_concurrency", "attempts", "prefix_block_chars", "prefix_cache_blocks",

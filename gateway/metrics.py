@@ -47,6 +47,9 @@ class Metrics:
         self.route_decisions = Counter("gpuflow_gateway_route_decisions", "Replicas chosen, by model and reason "
                                        "(prefix, imbalance, no-prefix, least-outstanding; docs/routing.md)",
                                        ["model", "reason"], registry=r)
+        self.kv_events = Counter("gpuflow_gateway_kv_event_batches", "Engines' KV-cache event messages read, by "
+                                 "result (ok; malformed: dropped; gap: messages were lost, that replica's exact "
+                                 "index was cleared)", ["result"], registry=r)
 
     def route(self, model: str, choice) -> None:
         """One routing decision (gateway/cache_aware.py Choice)."""

@@ -8,7 +8,8 @@ hash then names the whole prefix up to its end, so two prompts share block i's h
 they share every character up to it. A trailing partial block is never hashed (engines cache
 whole blocks only).
 
-Each replica keeps an LRU of at most ``capacity`` hashes, and the whole index at most
+Each replica keeps an LRU of at most ``capacity`` hashes (or the size its engine reported:
+``set_capacity``), and the whole index at most
 ``max_total``: everything is bounded (memory, blocks per replica, characters hashed per request).
 Beside it, ``homes`` remembers for longer (``HOME_FACTOR`` times a replica's capacity, in one LRU)
 which replica each block was last sent to: when a prefix has aged out of every replica's LRU (its
@@ -96,6 +97,15 @@ class PrefixIndex:
         self.total = 0
         self.homes: OrderedDict[int, str] = OrderedDict()  # block hash -> the replica it was last sent to
         self.home_capacity = min(max_total, HOME_FACTOR * capacity)
+        self.capacities: dict[str, int] = {}  # instance -> its engine's cache, in blocks (engine_cache.py)
+
+    def set_capacity(self, instance: str, blocks: int) -> None:
+        """``instance``'s engine reported a cache of ``blocks`` blocks: its LRU is that size from now on."""
+        self.capacities[instance] = cap = max(1, min(blocks, self.max_total))
+        b = self.replicas.get(instance)
+        while b and len(b) > cap:
+            b.popitem(last=False)
+            self.total -= 1
 
     def matched(self, instance: str, hashes: tuple[int, ...]) -> int:
         """How many leading blocks of ``hashes`` ``instance`` holds. Chained hashes: the first
@@ -119,11 +129,11 @@ class PrefixIndex:
         blocks = self.replicas.get(instance)
         if blocks is None:
             blocks = self.replicas[instance] = OrderedDict()
-        before = len(blocks)
-        for h in reversed(hashes[:self.capacity]):  # a prompt longer than the LRU: its head is what repeats
+        before, cap = len(blocks), self.capacities.get(instance, self.capacity)
+        for h in reversed(hashes[:cap]):  # a prompt longer than the LRU: its head is what repeats
             blocks[h] = None
             blocks.move_to_end(h)
-        while len(blocks) > self.capacity:
+        while len(blocks) > cap:
             blocks.popitem(last=False)
         self.total += len(blocks) - before
         if self.total > self.max_total:
@@ -164,6 +174,7 @@ class PrefixIndex:
     def forget(self, instance: str) -> None:
         """``instance`` left (drained, stopped, restarted elsewhere): its blocks go."""
         b = self.replicas.pop(instance, None)
+        self.capacities.pop(instance, None)
         if b:
             self.total -= len(b)
         if instance in self.homes.values():  # a table change, not a request: a pass over the homes is fine
@@ -172,5 +183,5 @@ class PrefixIndex:
     def keep_only(self, instances: Iterable[str]) -> None:
         """Every replica not in ``instances`` leaves the index."""
         keep = set(instances)
-        for name in [n for n in self.replicas if n not in keep]:
+        for name in [n for n in (*self.replicas, *self.capacities) if n not in keep]:
             self.forget(name)

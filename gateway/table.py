@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from store.serving import Route
 from gateway.cache_aware import ROUTINGS
+from gateway.prompt_tokens import source_of
 from scheduler import params
 from scheduler.errors import InvalidInput
 
@@ -37,6 +38,7 @@ class Model:
     tenant: str = DEFAULT_TENANT  # the spec's tenant
     shared_with: frozenset[str] = frozenset()  # tenants whose keys may use it besides its own ("*": all)
     routing: str | None = None  # the spec's routing (cache-aware, least-outstanding); None: the gateway's
+    tokenizer: tuple | None = None  # where its tokenizer is (gateway/prompt_tokens.py source_of): for KV events
 
     @property
     def public(self) -> bool:
@@ -133,5 +135,5 @@ def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_lim
         if r.deployment in by:
             by[r.deployment].append(r)
     return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]),
-                              routing=routing_of(specs[name]))
+                              routing=routing_of(specs[name]), tokenizer=source_of(specs[name]))
                   for name, rs in by.items()}, version)

@@ -126,7 +126,7 @@ def record_instances(engine: Engine, recs: list[InstanceRecord]) -> None:
             vals: dict[str, Any] = dict(
                 deployment=rec.deployment, model=rec.model, state=rec.state, reason=rec.reason, worker=rec.worker,
                 gpu_indexes=list(rec.gpu_indexes), restarts=rec.restarts, pid=rec.pid, port=rec.port,
-                address=rec.address, updated_at=now)
+                address=rec.address, kv_events_port=rec.kv_events_port, updated_at=now)
             if rec.decision is not None:
                 vals["decision"] = rec.decision
             queued = rec.state in QUEUED

@@ -47,6 +47,7 @@ class Route:
     address: str
     port: int
     worker: str | None = None
+    kv_events_port: int | None = None  # its engine's KV-cache events (ZMQ PUB on ``address``; gateway/kv_subscriber.py)
 
 
 def routes(engine: Engine) -> list[Route]:
@@ -54,7 +55,7 @@ def routes(engine: Engine) -> list[Route]:
     with Session(engine) as s:
         rows = s.exec(select(InstanceRow).where(InstanceRow.state == "running").order_by(InstanceRow.name))
         return [Route(instance=r.name, deployment=r.deployment, address=r.address or "127.0.0.1", port=r.port,
-                      worker=r.worker) for r in rows if r.port]
+                      worker=r.worker, kv_events_port=r.kv_events_port) for r in rows if r.port]
 
 
 def report_load(engine: Engine, gateway: str, url: str, in_flight: dict[str, int],

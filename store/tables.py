@@ -65,6 +65,7 @@ class InstanceRow(SQLModel, table=True):
     pid: int | None = None
     port: int | None = None
     address: str | None = None  # where the gateway reaches the server: the host agent's advertised address
+    kv_events_port: int | None = None  # the engine publishes its KV-cache events there (ZMQ PUB), on ``address``
     queued_at: datetime | None = None  # when it entered the PENDING queue (its arrival); None once placed
     updated_at: datetime = Field(default_factory=utcnow)
 

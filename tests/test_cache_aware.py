@@ -134,7 +134,7 @@ def test_no_replica_is_flooded_or_starved_under_a_single_hot_prefix():
 
 def test_the_header_says_replica_matched_blocks_and_load():
     c = Choice(R[1], PREFIX, 7, 10, 2, 8)
-    assert c.header() == "replica=b; matched=7/10 blocks; load=2/8; reason=prefix"
+    assert c.header() == "replica=b; matched=7/10 blocks; load=2/8; reason=prefix; index=text"
 
 
 def test_knobs_are_checked():
