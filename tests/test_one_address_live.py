@@ -12,20 +12,16 @@ import asyncio
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
 from contracts.ids import CLUSTER_CREATE_KEY, CLUSTER_ID
-from gpuflow.ports import free_port, server_port
 from gpuflow.runtime import connect
 from gpuflow.settings import TemporalSettings
-from tests.gateway_stack import wait_for
-from tests.live import FAST, timings_env, write_inventory
+from tests.dev_stack import Dev, until
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("gateway.app", reason="gpuflow gateway is not in this checkout")
@@ -38,48 +34,6 @@ def spec(name: str, vram_gib: float, token_s: float = 0.01) -> dict:
     return {"name": name, "backend": "custom", "tenant": "team-a", "source": {"local_path": f"/models/{name}"},
             "run_command": f"{sys.executable} {ENGINE} --port {{port}} --host {{host}} --name {name} --token-s {token_s}",
             "resources": {"vram": int(vram_gib * 2**30), "ram": 2**30}}
-
-
-class Dev:
-    """``gpuflow dev`` as a user starts it, and ``gpuflow ARGS --address ADDRESS`` as they run it."""
-
-    def __init__(self, tmp):
-        self.tmp, self.port, self.gw_port = tmp, server_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        inv = write_inventory(str(tmp / "inv.yaml"), [24, 24])
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "gpuflow", "dev", "--data-dir", str(tmp / "dev"), "--port", str(self.port),
-             "--ui-port", str(server_port()), "--gateway-port", str(self.gw_port), "--agent-name", "box",
-             "--inventory", inv], env={**os.environ, **timings_env(FAST)},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.out = ""
-        deadline = time.monotonic() + 180
-        while "gpuflow dev is up" not in self.out and time.monotonic() < deadline:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            self.out += line
-        assert "gpuflow dev is up" in self.out, self.out
-        self.gateway = f"http://127.0.0.1:{self.gw_port}/v1"
-
-    def run(self, *args: str, code: int = 0) -> str:
-        p = subprocess.run([sys.executable, "-m", "gpuflow", *args, "--address", self.address],
-                           capture_output=True, text=True, timeout=120)
-        assert p.returncode == code, (args, p.stdout, p.stderr)
-        return p.stdout + (p.stderr if code else "")
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-
-
-def until(what: str, check, timeout: float = 60.0, every: float = 0.5):
-    """``check()``'s first truthy value, asked every ``every`` s (each ask may run a CLI command)."""
-    return wait_for(check, timeout, what, every)
 
 
 def answers(base: str, key: str, model: str = "chat") -> str:
