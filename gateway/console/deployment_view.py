@@ -1,0 +1,171 @@
+"""The Deployments pages' data. What every replica is doing comes from the store in whole-table
+queries (as the overview's does), so 1,000 replicas cost a few queries, not 1,000 workflow
+queries: the deployment rows, the replicas' rows, the live gateways' in-flight counts
+(store/serving.py) and the hosts' latest memory figures (store/usage.py, summed per replica by
+gpuflow/usage_view.py ``summed`` and put in words by gpuflow/render/usage.py, as ``gpuflow
+status`` does). What only a workflow keeps (a rollout's steps and versions, the autoscaler's
+recent steps) is asked of that one workflow through Temporal, as ``gpuflow rollout status`` and
+``gpuflow autoscale`` ask it (gateway/console/deployments.py)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import yaml
+from sqlalchemy import func
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from gateway.console.access import Caller
+from gateway.table import owner, routing_of
+from gpuflow.ops import natural_key
+from gpuflow.render.usage import column, warning
+from gpuflow.usage_view import summed
+from store import decision_log
+from store.decision_log import DecisionRow
+from store.serving import LIVE_S, GatewayLoadRow, GatewayRow
+from store.tables import DeploymentRow, InstanceRow, utcnow
+from store.usage import InstanceUsageRow
+
+PAGE = 50  # deployments per page
+HIDDEN = "***"  # an env value is never shown: it may hold a secret
+STEPS_KEPT = 20  # the store's kept autoscaler steps shown
+
+
+@dataclass
+class Summary:
+    """One line of the Deployments list."""
+
+    name: str
+    tenant: str
+    backend: str
+    state: str  # active | deleting
+    desired: int
+    running: int
+    by_state: dict[str, int]
+    routing: str  # the spec's, or "gateway default"
+    autoscaled: bool
+
+
+@dataclass
+class Listing:
+    rows: list[Summary]  # this page's
+    matched: int
+    total: int  # deployments this caller may see
+    page: int
+    pages: int
+
+
+@dataclass
+class Replica:
+    name: str
+    state: str
+    worker: str | None
+    gpus: list[int]
+    address: str  # address:port, or '-'
+    in_flight: int
+    reason: str
+    vram: str  # 'used/claimed GiB' (render/usage.column)
+    vram_warning: str
+    restarts: int
+
+
+@dataclass
+class Detail:
+    name: str
+    summary: Summary
+    spec_yaml: str
+    replicas: list[Replica]
+    kept_steps: list[dict[str, Any]] = field(default_factory=list)  # the store's autoscaler steps, newest last
+
+
+def masked(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with every ``env`` value replaced by ``***`` (the names stay: they say what is set)."""
+    env = spec.get("env")
+    if not isinstance(env, dict):
+        return dict(spec)
+    return {**spec, "env": {str(k): HIDDEN for k in env}}
+
+
+def spec_yaml(spec: dict[str, Any]) -> str:
+    return yaml.safe_dump(masked(spec), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _summary(d: DeploymentRow, states: dict[str, int]) -> Summary:
+    spec = d.spec or {}
+    tenant, _ = owner(spec)
+    return Summary(name=d.name, tenant=tenant, backend=str(spec.get("backend") or "-"), state=d.state,
+                   desired=d.replicas, running=states.get("running", 0), by_state=dict(sorted(states.items())),
+                   routing=routing_of(spec) or "gateway default", autoscaled=isinstance(spec.get("autoscaling"), dict))
+
+
+def _states(s: Session, names: list[str] | None = None) -> dict[str, dict[str, int]]:
+    """deployment -> {state: replicas}, deleted replicas left out (``names``: only these)."""
+    q = (select(InstanceRow.deployment, InstanceRow.state, func.count()).where(InstanceRow.state != "deleted")
+         .group_by(InstanceRow.deployment, InstanceRow.state))
+    if names is not None:
+        q = q.where(InstanceRow.deployment.in_(names))
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for dep, state, n in s.exec(q):
+        out[dep][state] = n
+    return out
+
+
+def listing(engine: Engine, caller: Caller, q: str = "", page: int = 1) -> Listing:
+    """The deployments ``caller`` may see whose name contains ``q``, ``page`` (from 1) of them."""
+    with Session(engine) as s:
+        rows = [d for d in s.exec(select(DeploymentRow).where(DeploymentRow.state != "deleted"))
+                if caller.sees(d.spec or {})]
+        kept = sorted((d for d in rows if q.lower() in d.name.lower()), key=lambda d: natural_key(d.name))
+        pages = max(1, -(-len(kept) // PAGE))
+        page = min(max(1, page), pages)
+        shown = kept[(page - 1) * PAGE:page * PAGE]
+        states = _states(s, [d.name for d in shown])
+    return Listing(rows=[_summary(d, states.get(d.name, {})) for d in shown], matched=len(kept), total=len(rows),
+                   page=page, pages=pages)
+
+
+def _in_flight(s: Session, names: list[str]) -> Counter:
+    since = utcnow() - timedelta(seconds=LIVE_S)
+    q = (select(GatewayLoadRow.instance, func.sum(GatewayLoadRow.in_flight))
+         .join(GatewayRow, GatewayRow.id == GatewayLoadRow.gateway)
+         .where(GatewayRow.updated_at >= since, GatewayLoadRow.instance.in_(names)).group_by(GatewayLoadRow.instance))
+    return Counter({i: int(n or 0) for i, n in s.exec(q)})
+
+
+def _memory(s: Session, names: list[str]) -> dict[str, dict[str, Any]]:
+    """instance -> gpuflow/usage_view.py's figures, from the hosts' latest reports kept in the store."""
+    parts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in s.exec(select(InstanceUsageRow).where(InstanceUsageRow.instance.in_(names))):
+        parts[r.instance].append({"host": r.host, "gpus": r.gpus or [], "rss": r.rss, "rss_peak": r.rss_peak,
+                                  "measured": r.measured})
+    return {i: summed(p) for i, p in parts.items()}
+
+
+def _replica(r: InstanceRow, flying: Counter, mem: dict[str, dict[str, Any]]) -> Replica:
+    v = mem.get(r.name) if r.state not in ("pending", "deleted") else None
+    return Replica(name=r.name, state=r.state, worker=r.worker, gpus=list(r.gpu_indexes or []),
+                   address=f"{r.address or '-'}:{r.port}" if r.port else "-", in_flight=flying.get(r.name, 0),
+                   reason=r.reason, vram=column(v), vram_warning=warning(v), restarts=r.restarts)
+
+
+def detail(engine: Engine, caller: Caller, name: str) -> Detail | None:
+    """Deployment ``name`` with its replicas; None when there is none this caller may see."""
+    with Session(engine) as s:
+        d = s.get(DeploymentRow, name)
+        if d is None or d.state == "deleted" or not caller.sees(d.spec or {}):
+            return None
+        rows = sorted(s.exec(select(InstanceRow).where(InstanceRow.deployment == name,
+                                                      InstanceRow.state != "deleted")),
+                      key=lambda r: natural_key(r.name))
+        names = [r.name for r in rows]
+        flying, mem = _in_flight(s, names), _memory(s, names)
+        kept = list(s.exec(select(DecisionRow).where(DecisionRow.deployment == name, DecisionRow.kind == "autoscale")
+                           .order_by(DecisionRow.id.desc()).limit(STEPS_KEPT)))
+    steps = [{**decision_log.record_of(r), "at": r.at, "inputs": r.digest} for r in reversed(kept)]
+    states = dict(Counter(r.state for r in rows))
+    return Detail(name=name, summary=_summary(d, states), spec_yaml=spec_yaml(d.spec or {}),
+                  replicas=[_replica(r, flying, mem) for r in rows], kept_steps=steps)

@@ -1,0 +1,160 @@
+"""The Deployments pages and their actions.
+
+- ``/deployments``: every deployment the caller may see (deployment_view.listing), filtered by
+  name (``q``) and paged (``page``).
+- ``/deployments/{name}``: its replicas (live), spec (env values hidden), rollout (the deployment
+  workflow's ``rollout`` query, as ``gpuflow rollout status``), autoscaler (its workflow's
+  ``autoscale`` query, as ``gpuflow autoscale``, drawn by charts.py; and the steps the store keeps
+  for ``gpuflow explain --replay``) and serving figures (serving_stats.py).
+- ``POST /deployments/{name}/scale`` ``{"replicas": N}`` and ``POST /deployments/{name}/delete``:
+  admin actions, through Temporal as ``gpuflow scale`` and ``gpuflow delete`` (gpuflow/ops.py).
+
+What Temporal alone knows is asked with a deadline (``TEMPORAL_S``): a page whose control plane
+is slow or absent still shows the store's view, and says what it could not ask."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.console import access, serving_stats, temporal
+from gateway.console.charts import replicas_chart
+from gateway.console.deployment_view import detail, listing
+from gateway.console.web import Page, page
+from scheduler.errors import InvalidInput
+from scheduler.limits import REPLICAS_CEILING
+from scheduler.naming import name_problem
+
+TEMPORAL_S = 2.0
+MAX_BODY = 1024
+WHOLE = re.compile(r"^[0-9]{1,7}$")
+
+
+def _int(v: str | None, default: int) -> int:
+    return int(v) if v and v.isdigit() and len(v) < 7 else default
+
+
+def _name(request: Request) -> str:
+    name = request.path_params.get("name", "")
+    problem = name_problem(name)
+    if problem:
+        raise InvalidInput(f"deployment name: {problem}")
+    return name
+
+
+async def show_list(gw, request, caller) -> Page:
+    q = request.query_params.get("q", "")[:100]
+    ls = await asyncio.to_thread(listing, gw.engine, caller, q, _int(request.query_params.get("page"), 1))
+    return Page("deployments.html", {"title": "Deployments", "ls": ls, "q": q})
+
+
+async def _asked(what: str, call) -> tuple[Any, str]:
+    """(its answer, '') or (None, why it has none)."""
+    try:
+        return await asyncio.wait_for(call(), TEMPORAL_S), ""
+    except InvalidInput as e:
+        return None, str(e)
+    except asyncio.TimeoutError:
+        return None, f"the {what} did not answer within {TEMPORAL_S:g} s"
+    except Exception as e:  # noqa: BLE001  the page shows the rest
+        return None, f"the {what} could not be asked: {type(e).__name__}: {str(e)[:300]}"
+
+
+async def _rollout(gw, name: str) -> dict:
+    from gpuflow.cli.rollout import rollout_view
+
+    return await rollout_view(await temporal.client(gw), name)
+
+
+async def _autoscaler(gw, name: str) -> dict | None:
+    from gpuflow import ops
+    from gpuflow.cli.autoscale import view
+
+    client = await temporal.client(gw)
+    why = (await ops.autoscalers(client, [name])).get(name)
+    if why:  # failed or stuck: said, never queried (as gpuflow autoscale)
+        raise InvalidInput(f"autoscaler/{name} cannot answer: {why}")
+    return await view(client, name)
+
+
+async def show(gw, request, caller) -> Page:
+    name = _name(request)
+    d = await asyncio.to_thread(detail, gw.engine, caller, name)
+    if d is None:
+        return Page("error.html", {"title": "404", "message": f"no deployment named {name!r} that you may see"}, 404)
+    jobs = [_asked("deployment workflow", lambda: _rollout(gw, name)),
+            serving_stats.read(gw, name, access.token_of(request))]
+    if d.summary.autoscaled:
+        jobs.append(_asked("autoscaler workflow", lambda: _autoscaler(gw, name)))
+    got = await asyncio.gather(*jobs)
+    (rollout, rollout_why), serving = got[0], got[1]
+    autoscaler, autoscaler_why = got[2] if len(got) > 2 else (None, "")
+    history = (autoscaler or {}).get("history") or []
+    return Page("deployment.html", {
+        "title": name, "d": d, "rollout": rollout, "rollout_why": rollout_why, "serving": serving,
+        "autoscaler": autoscaler, "autoscaler_why": autoscaler_why, "now": time.time(),
+        "chart": replicas_chart(history, time.time()), "steps": [h for h in history if h.get("direction") in
+                                                                    ("up", "down", "error")][-15:]})
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise InvalidInput(f"the request's body is over {MAX_BODY} bytes")
+    try:
+        v = json.loads(body or b"{}")
+    except ValueError:
+        raise InvalidInput("the request's body is not JSON") from None
+    if not isinstance(v, dict):
+        raise InvalidInput("the request's body is not a JSON object")
+    return v
+
+
+def replicas_of(body: dict[str, Any]) -> int:
+    """The ``replicas`` field: a whole number (as the form sends it, a string of digits) within the ceiling."""
+    v = body.get("replicas")
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and WHOLE.match(v.strip()))):
+        raise InvalidInput(f"replicas must be a whole number >= 0, got {str(v)[:20]!r}")
+    n = int(v)
+    if n > REPLICAS_CEILING:
+        raise InvalidInput(f"replicas {n} is more than the ceiling of {REPLICAS_CEILING}")
+    return n
+
+
+async def _visible(gw, caller, name: str) -> None:
+    if await asyncio.to_thread(detail, gw.engine, caller, name) is None:
+        raise InvalidInput(f"no deployment named {name!r} that you may see")
+
+
+async def scale(gw, request, caller) -> JSONResponse:
+    from gpuflow import ops
+
+    name = _name(request)
+    n = replicas_of(await _json_body(request))
+    await _visible(gw, caller, name)
+    v = await ops.scale(await temporal.client(gw), name, n)
+    return JSONResponse({"message": f"{name}: {v.replicas} replica(s) wanted", "replicas": v.replicas})
+
+
+async def delete(gw, request, caller) -> JSONResponse:
+    from gpuflow import ops
+
+    name = _name(request)
+    await _visible(gw, caller, name)
+    v = await ops.delete(await temporal.client(gw), name)
+    stopping = len(set(v.instances) | set(v.stopping))
+    return JSONResponse({"message": f"deleting {name}: {stopping} replica(s) to stop"})
+
+
+ROUTES = [("/deployments", page(show_list), ["GET"]),
+          ("/deployments/{name}", page(show), ["GET"]),
+          ("/deployments/{name}/scale", page(scale, admin=True, action=True), ["POST"]),
+          ("/deployments/{name}/delete", page(delete, admin=True, action=True), ["POST"])]
