@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as Path
 
 from store import keys
-from gateway import console, errors
+from gateway import errors
 from gateway.auth import Auth, NoKey
 from gateway.balance import Balancer, Prompt
 from gateway.cache_aware import CACHE_AWARE, Knobs
@@ -201,8 +201,10 @@ class Gateway:
             await self.client.close()
 
 
-def build(engine: Engine, settings: GatewaySettings | None = None) -> Starlette:
-    """The gateway's app; ``app.state.gateway`` is its Gateway (balancer, metrics, settings)."""
+def build(engine: Engine, settings: GatewaySettings | None = None, extra: tuple = ()) -> Starlette:
+    """The gateway's app; ``app.state.gateway`` is its Gateway (balancer, metrics, settings).
+    ``extra``: functions of the Gateway giving more routes to serve beside the API (the web
+    console's mount: ``gpuflow gateway`` passes it; the serving path never imports it)."""
     gw = Gateway(engine, settings or GatewaySettings())
     post = ["POST"]
     app = Starlette(routes=[
@@ -212,7 +214,7 @@ def build(engine: Engine, settings: GatewaySettings | None = None) -> Starlette:
         Path("/v1/models", gw.models, methods=["GET"]),
         Path("/metrics", gw.prometheus, methods=["GET"]),
         Path("/healthz", gw.healthz, methods=["GET"]),
-        console.mount(gw),
+        *(m(gw) for m in extra),
     ], lifespan=gw.lifespan)
     app.state.gateway = gw
     return app
@@ -237,14 +239,14 @@ def uvicorn_config(app: Starlette, settings: GatewaySettings):
                           timeout_graceful_shutdown=5, proxy_headers=False, server_header=False, date_header=False)
 
 
-def run(engine: Engine, settings: GatewaySettings) -> None:
+def run(engine: Engine, settings: GatewaySettings, extra: tuple = ()) -> None:
     """Run a gateway in this thread, on its own event loop (uvloop where installed), until
     SIGINT/SIGTERM."""
     import uvicorn
 
     check_start(engine, settings)
     print(f"gpuflow gateway {settings.gateway_id}: OpenAI API on {settings.url}", flush=True)
-    uvicorn.Server(uvicorn_config(build(engine, settings), settings)).run()
+    uvicorn.Server(uvicorn_config(build(engine, settings, extra), settings)).run()
 
 
 async def serve(engine: Engine, settings: GatewaySettings, ready=None, stop: asyncio.Event | None = None) -> None:

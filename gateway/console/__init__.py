@@ -8,11 +8,11 @@ from __future__ import annotations
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import access, overview
+from gateway.console import overview, signin
 from gateway.console.web import STATIC_DIR
 
 PREFIX = "/console"
-PAGES = (access, overview)  # each has ROUTES: (path, handler, methods)
+PAGES = (signin, overview)  # each has ROUTES: (path, handler, methods)
 
 
 def mount(gw) -> Mount:

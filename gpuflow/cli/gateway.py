@@ -29,6 +29,7 @@ def _temporal(a):
 
 
 def cmd_gateway(a) -> int:
+    from gateway import console
     from gateway.app import run
     from gateway.config import GatewaySettings, parse_listen
 
@@ -39,7 +40,7 @@ def cmd_gateway(a) -> int:
         connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client,
         header_timeout_s=a.header_timeout, body_timeout_s=a.body_timeout, metrics_key_required=a.metrics_key_required,
         routing=a.routing, prefix_cache_blocks=a.prefix_cache_blocks, route_slack=a.route_slack,
-        temporal=_temporal(a)))
+        temporal=_temporal(a)), extra=(console.mount,))
     return 0
 
 
