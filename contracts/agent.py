@@ -106,6 +106,7 @@ class LaunchResult(BaseModel):
     adopted: bool = False
     address: str = ""  # the agent's advertised address: where other hosts reach a helper's port
     dist_port: int | None = None  # SGLang's rank 0: the port of its --dist-init-addr
+    kv_events_port: int | None = None  # its engine publishes KV-cache events there (ZMQ PUB), on ``address``
     argv: list[str] = []
     log: str = ""
     binding: str = ""  # CPU pinning: what the process is bound to, or why it is not (pinning asked)

@@ -29,7 +29,7 @@ from typing import Any, Union
 
 import msgpack
 
-MAX_PAYLOAD = 8 << 20  # bytes in one batch; vLLM's largest step is a few hundred KiB
+MAX_PAYLOAD = 4 << 20  # bytes in one batch; a step of vLLM's is rarely over a few hundred KiB
 MAX_EVENTS = 4096  # events in one batch
 MAX_BLOCKS = 8192  # block hashes in one event (a 128k-token prompt at 16 tokens a block)
 MAX_BLOCK_SIZE = 1024  # tokens per block (vLLM: 1..256 in practice)

@@ -185,3 +185,48 @@ def test_the_total_bound_takes_from_the_biggest_replica():
     ix.apply("a", stored(range(100, 108), None, range(32)))  # 8 blocks
     ix.apply("b", stored(range(200, 204), None, range(32, 48)))  # 4 more: 12 > 10, a gives up 2
     assert (ix.size("a"), ix.size("b"), ix.total) == (6, 4, 10)
+
+
+# --- the agent's part: which launches publish, and the flag it adds ---------------------------------
+
+from contracts.agent import LaunchRequest  # noqa: E402
+from worker_agent.engines import EngineConfig, custom_argv, kv_events_config, sglang_argv, vllm_argv  # noqa: E402
+from worker_agent.engines import wants_kv_events  # noqa: E402
+
+
+def launch(backend="vllm", params=(), **kw) -> LaunchRequest:
+    return LaunchRequest(instance="m-0", model="m", backend=backend, gpu_indexes=[0], model_path="/models/m",
+                         backend_parameters=list(params), **kw)
+
+
+VLLM_KV = '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv-events"}'
+SGLANG_KV = '{"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv-events"}'  # no enable_kv_cache_events in SGLang
+
+
+@pytest.mark.parametrize("req, agent_flag, wants", [
+    (launch("vllm"), True, True),
+    (launch("sglang"), True, True),
+    (launch("vllm"), False, False),  # the operator did not ask (--kv-events): nothing is published
+    (launch("llama.cpp"), True, False),  # llama.cpp publishes no events
+    (launch("vllm", ["--kv-events-config", "{}"]), True, False),  # the spec's own (if allowed): none of ours
+    (launch("vllm", ["--kv-events-config={}"]), True, False),
+    (launch("sglang", role="sglang-node"), True, False),  # only the server, rank 0
+    (launch("custom", run_command="srv --port {port} --events {kv_events_port}"), False, True),
+    (launch("custom", run_command="srv --port {port}"), True, False),
+])
+def test_which_launches_get_an_events_port(req, agent_flag, wants):
+    assert wants_kv_events(req, EngineConfig(kv_events=agent_flag)) is wants
+
+
+def test_the_flag_and_placeholder_the_agent_adds():
+    assert kv_events_config("vllm", 5557) == VLLM_KV
+    assert kv_events_config("sglang", 5557) == SGLANG_KV
+    assert kv_events_config("vllm", None) is None
+    cfg = EngineConfig(kv_events=True, kv_events_port=5557, allow_custom=True)
+    v = vllm_argv(launch("vllm"), 8000, cfg)
+    assert v[v.index("--kv-events-config") + 1] == VLLM_KV
+    s = sglang_argv(launch("sglang"), 8000, cfg)
+    assert s[s.index("--kv-events-config") + 1] == SGLANG_KV
+    assert "--kv-events-config" not in vllm_argv(launch("vllm"), 8000, EngineConfig(kv_events=True))  # no port
+    assert custom_argv(launch("custom", run_command="srv --events {kv_events_port}"), 8000, cfg) == \
+        ["srv", "--events", "5557"]

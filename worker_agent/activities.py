@@ -27,7 +27,7 @@ from worker_agent import pinning
 from worker_agent.bookings import BookingUnknown, Bookings, refusal
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
-                                     needs_port)
+                                     needs_port, wants_kv_events)
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, visibility_env
 from worker_agent.usage import UsageBook
@@ -196,15 +196,16 @@ class HostActivities:
         bound = f"running on CPUs {pinning.allowed(rec.pid)}" if adopted and req.cpu_pinning else ""
         if not adopted:
             port = free_port() if needs_port(req) else None
+            kv_port = free_port() if wants_kv_events(req, self.engines) else None
             if req.backend == "sglang" and req.role == "server" and (req.nnodes or 1) > 1 and not req.dist_init_addr:
                 # SGLang's rank 0: the other nodes meet it at this host's address, on a port picked here
                 req = req.model_copy(update={"dist_init_addr": f"{self.address}:{free_port()}"})
             argv = [req.backend]
             try:
-                argv = argv_for(req, port, self.engines, self.address)
+                argv = argv_for(req, port, self.engines, self.address, kv_port)
                 argv, bound = pinning.wrap(argv, req)
                 env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
-                rec = self.table.start(key, argv, env, port)
+                rec = self.table.start(key, argv, env, port, kv_port)
             except LaunchRefused as e:
                 raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
             except EngineUnavailable as e:  # this host lacks the engine: another host may have it
@@ -221,7 +222,8 @@ class HostActivities:
             self.usage.watch(req)
         if not req.wait_ready:
             return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                                  address=self.address, dist_port=dist, binding=bound)
+                                  address=self.address, dist_port=dist, binding=bound,
+                              kv_events_port=rec.kv_events_port)
         started = time.monotonic()
         # The first heartbeat after ``every``, not at once: the activity's start counts for the
         # heartbeat timeout, and a server ready within it (a custom server, a cached small model)
@@ -248,7 +250,8 @@ class HostActivities:
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                              address=self.address, dist_port=dist, binding=bound)
+                              address=self.address, dist_port=dist, binding=bound,
+                              kv_events_port=rec.kv_events_port)
 
     async def _check_booking(self, req: p.LaunchRequest) -> None:
         """No process without its booking: the ledger, not the request, says which GPUs of this host

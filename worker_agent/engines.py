@@ -9,7 +9,16 @@ booked from it) is kept instead of ours.
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
 | llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
 | llama.cpp (--llama-cpp-python PY) | PY -m llama_cpp.server --model PATH ... (flags translated) | --n_gpu_layers, --tensor_split |
-| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} |
+| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} {kv_events_port} |
+
+KV-cache events (``kv_events_config``): on an agent started with ``--kv-events``, vLLM and SGLang
+servers get ``--kv-events-config`` with a ZMQ PUB endpoint on a port the agent picks, recorded with
+the replica so that gateways follow it (gateway/kv_subscriber.py). Opt-in, because both engines
+bind it on every interface (vLLM binds only a wildcard endpoint) and it carries the token ids of
+every prompt. A spec's own ``--kv-events-config`` is refused or allowed exactly as any flag
+(scheduler/engine_flags/); where it is given, gpuflow adds none and records no port. A custom
+run_command that names ``{kv_events_port}`` gets a port on any agent (its command decides where
+it binds).
 
 Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each subordinate's
 ``rpc-server -H ADDR -p P``; vLLM gets ``--distributed-executor-backend ray`` with
@@ -29,6 +38,7 @@ run code unless the agent has --allow-remote-code. Files go to the engine as abs
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, replace
@@ -59,6 +69,8 @@ class EngineConfig:
     allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
     allow_engine_flags: tuple[str, ...] = ()  # flags beyond the engines' lists (gpuflow agent --allow-engine-flag)
     host: str = "127.0.0.1"  # where servers listen: the agent's advertised address (argv_for sets it)
+    kv_events: bool = False  # vLLM and SGLang publish KV-cache events for the gateways (gpuflow agent --kv-events)
+    kv_events_port: int | None = None  # this launch's events port (argv_for sets it)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -185,6 +197,7 @@ def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
             + _ours(u, ("--pipeline-parallel-size", "-pp", "--pp"), str(pp) if pp else None)
             + _ours(u, ("--distributed-executor-backend",), "ray" if pp else None)
             + _ours(u, ("--gpu-memory-utilization",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
+            + _ours(u, ("--kv-events-config",), kv_events_config("vllm", cfg.kv_events_port))
             + list(u))
 
 
@@ -199,6 +212,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
              "--served-model-name", req.model] + (["--host", cfg.host, "--port", str(port)] if port else [])
             + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(tp) if tp > 1 else None)
             + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
+            + (_ours(u, ("--kv-events-config",), kv_events_config("sglang", cfg.kv_events_port)) if port else [])
             + nodes + list(u))
 
 
@@ -235,7 +249,8 @@ def llama_cpp_python_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> l
 def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list[str]:
     if not cfg.allow_custom:
         raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
-    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes, host=cfg.host)
+    return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes, host=cfg.host,
+                      kv_events_port=cfg.kv_events_port)
 
 
 def rpc_server_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
@@ -265,14 +280,38 @@ HELPERS = {"rpc-server": rpc_server_argv, "ray-head": ray_head_argv, "ray-worker
 WHAT = {"rpc-server": "llama.cpp's rpc-server", "ray-head": "ray", "ray-worker": "ray", "sglang-node": "sglang's Python"}
 
 
+def kv_events_config(backend: str, port: int | None) -> str | None:
+    """The engine's ``--kv-events-config`` value publishing on ``port`` (None: no port, no flag).
+    vLLM binds only a wildcard endpoint (``tcp://*:P``; any other address it connects to); SGLang's
+    config has no ``enable_kv_cache_events`` (a ``zmq`` publisher is the switch)."""
+    if port is None:
+        return None
+    cfg = {"publisher": "zmq", "endpoint": f"tcp://*:{port}", "topic": "kv-events"}
+    return json.dumps({"enable_kv_cache_events": True, **cfg} if backend == "vllm" else cfg, separators=(",", ":"))
+
+
+def wants_kv_events(req: LaunchRequest, cfg: EngineConfig) -> bool:
+    """Whether this launch gets an events port: a vLLM or SGLang server (rank 0) on an agent with
+    ``--kv-events`` whose spec does not configure events itself, or a custom command naming
+    ``{kv_events_port}``."""
+    if req.role != "server":
+        return False
+    if req.backend == "custom":
+        return "{kv_events_port}" in (req.run_command or "")
+    return (cfg.kv_events and req.backend in ("vllm", "sglang")
+            and not params.has(list(req.backend_parameters), "--kv-events-config"))
+
+
 def needs_port(req: LaunchRequest) -> bool:
     if req.role != "server":
         return req.role not in ("ray-worker", "sglang-node")
     return req.backend != "custom" or "{port}" in (req.run_command or "")
 
 
-def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1") -> list[str]:
-    """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``;
+def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1",
+             kv_events_port: int | None = None) -> list[str]:
+    """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``
+    (publishing KV-cache events on ``kv_events_port``, when given: ``wants_kv_events``);
     EngineUnavailable when this host cannot, LaunchRefused when it may not."""
     req = req.model_copy(update={"backend_parameters": check_launch(req, cfg)})
     if req.role != "server":
@@ -292,7 +331,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
                                 "but no helper endpoints came with the launch")
     check_model_path(req.model_path, cfg.model_roots)
-    cfg = replace(cfg, host=address)
+    cfg = replace(cfg, host=address, kv_events_port=kv_events_port)
     if req.backend == "llama.cpp" and cfg.llama_cpp_python:
         build = llama_cpp_python_argv
     argv = build(req, port, cfg)

@@ -22,11 +22,11 @@ from typing import Callable
 from scheduler.errors import InvalidInput
 from scheduler.naming import path_in
 
-PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}")
+PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}", "{kv_events_port}")
 
 
 def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int],
-               host: str = "127.0.0.1") -> list[str]:
+               host: str = "127.0.0.1", kv_events_port: int | None = None) -> list[str]:
     """Split ``run_command`` like a POSIX shell would (quotes honoured, nothing expanded) and
     substitute the placeholders inside each word. The result is exec'd directly."""
     try:
@@ -36,7 +36,8 @@ def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_i
     if not words:
         raise InvalidInput("run_command is empty")
     values = {"{port}": "" if port is None else str(port), "{model_path}": model_path or "",
-              "{gpu_indexes}": ",".join(map(str, gpu_indexes)), "{host}": host}
+              "{gpu_indexes}": ",".join(map(str, gpu_indexes)), "{host}": host,
+              "{kv_events_port}": "" if kv_events_port is None else str(kv_events_port)}
     out = []
     for w in words:
         for k, v in values.items():
@@ -125,6 +126,7 @@ class Record:
     argv: list[str]
     log: str
     started_at: float = field(default_factory=time.time)
+    kv_events_port: int | None = None  # where its engine publishes KV-cache events (engines.py kv_events_config)
 
 
 class ProcessTable:
@@ -142,7 +144,8 @@ class ProcessTable:
     def log_path(self, instance: str) -> str:
         return path_in(self.log_dir, instance, ".log")
 
-    def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None) -> Record:
+    def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None,
+              kv_events_port: int | None = None) -> Record:
         """Start ``argv`` with ``env`` over the base environment (never over the agent's own)."""
         log = self.log_path(instance)
         with open(log, "ab") as out:
@@ -151,7 +154,7 @@ class ProcessTable:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  env=launch_env(env), start_new_session=True, close_fds=True)
         self.children[p.pid] = p
-        rec = Record(instance, p.pid, port, argv, log)
+        rec = Record(instance, p.pid, port, argv, log, kv_events_port=kv_events_port)
         tmp = self._pidfile(instance) + ".tmp"
         with open(tmp, "w") as f:
             json.dump(asdict(rec), f)

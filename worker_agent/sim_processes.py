@@ -45,10 +45,11 @@ class SimulatedProcessTable(ProcessTable):
         with open(self.log_path(instance), "a") as f:
             f.write(line + "\n")
 
-    def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None) -> Record:
+    def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None,
+              kv_events_port: int | None = None) -> Record:
         self._log(instance, f"--- gpuflow: starting {shlex.join(argv)}")
         self._log(instance, f"simulated: not forked; listening on port {port} in {self.start_delay:g} s")
-        rec = Record(instance, next(_PIDS), port, argv, self.log_path(instance))
+        rec = Record(instance, next(_PIDS), port, argv, self.log_path(instance), kv_events_port=kv_events_port)
         srv = _Server(rec, self.rng.random() < self.fail_rate)
         self.servers[instance] = self._by_pid[rec.pid] = self.children[rec.pid] = srv  # children: "our child"
         srv.task = asyncio.get_running_loop().create_task(self._run(srv))

@@ -53,6 +53,7 @@ class InstanceState(BaseModel):
     restarts: int = 0
     pid: int | None = None
     port: int | None = None
+    kv_events_port: int | None = None  # its engine's KV-cache events (LaunchResult), recorded for the gateways
     address: str | None = None  # where the server listens (the host agent's advertised address)
     decision: DecisionRecord | None = None  # carried across continue-as-new, for explain
     stop_requested: bool = False

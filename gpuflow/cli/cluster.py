@@ -60,7 +60,7 @@ def cmd_agent(a) -> int:
                                llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
                                rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()),
                                allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code,
-                               allow_engine_flags=tuple(a.allow_engine_flag or ()))
+                               allow_engine_flags=tuple(a.allow_engine_flag or ()), kv_events=a.kv_events)
         await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
@@ -321,6 +321,10 @@ def add_commands(sub) -> None:
                    help="also let specs pass this engine flag, spelled exactly, with any value (repeatable; beyond "
                         "each engine's list in docs/formats.md); flags gpuflow sets and flags that fetch from the "
                         "network stay refused")
+    p.add_argument("--kv-events", action="store_true",
+                   help="start vLLM and SGLang publishing their KV-cache events on a port picked here, for the "
+                        "gateways' cache-aware routing (off by default: the engines bind it on every interface and "
+                        "it carries every prompt's token ids; docs/routing.md)")
     p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
     p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
     p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
