@@ -21,9 +21,11 @@ from gateway import errors
 from gateway.auth import Auth, NoKey
 from gateway.balance import Balancer, Prompt
 from gateway.cache_aware import CACHE_AWARE, Knobs
+from gateway.cache_watch import CacheWatch
 from gateway.config import GatewaySettings, is_loopback
 from gateway.metrics import Metrics
 from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
+from gateway.prompt_tokens import tokenize
 from gateway.protocol import with_header_timeout
 from gateway.refresh import Refresher
 from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
@@ -54,6 +56,8 @@ class Gateway:
         self.usage = UsageCounter()  # requests and tokens per key, tenant and model (refresh.py flushes them)
         self.limits = Limits()  # per-tenant admission, from the tenants file (refresh.py)
         self.refresher = Refresher(self)
+        self.caches = CacheWatch(self.balancer, s.prefix_block_chars, s.tokenizer_roots, s.kv_events,
+                                 lambda result: self.metrics.kv_events.labels(result).inc())
         self.waker = Waker(s.temporal, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
         self.client = None
 
@@ -119,7 +123,7 @@ class Gateway:
         cold = not table.models[name].replicas  # scaled to zero: start one now
         if cold:
             self.waker.poke(name)
-        prompt = self._prompt(request, name, data)
+        prompt = await self._prompt(request, name, data)
         body, hide = ask_usage(request.scope["path"], data, body)  # a stream's tokens (gateway/stream_usage.py)
         r = await self._forward(request, t0, tenant, keyed, body, name, data.get("stream") is True, prompt)
         if isinstance(r, Relay):
@@ -129,13 +133,21 @@ class Gateway:
                 r.extra_headers = [(ROUTE, prompt.choice.header().encode("latin-1", "replace"))]
         return r, name
 
-    def _prompt(self, request: Request, model: str, data) -> Prompt:
+    async def _prompt(self, request: Request, model: str, data) -> Prompt:
         """The request's prompt blocks, hashed only for a deployment routed by cache (an
-        embedding has no prefix cache: nothing to hash)."""
+        embedding has no prefix cache: nothing to hash); and its token ids, in a thread, when a
+        replica of it publishes KV events and its tokenizer is loaded (gateway/cache_watch.py)."""
         s = self.settings
-        if self.balancer.routing_of(model) != CACHE_AWARE or request.scope["path"].endswith("/embeddings"):
+        path = request.scope["path"]
+        if self.balancer.routing_of(model) != CACHE_AWARE or path.endswith("/embeddings"):
             return Prompt()
-        return Prompt(block_hashes(prompt_text(data, s.max_prompt_chars), s.prefix_block_chars))
+        p = Prompt(block_hashes(prompt_text(data, s.max_prompt_chars), s.prefix_block_chars))
+        m = self.balancer.table.models.get(model)
+        tok = self.caches.tokenizers.get(m.tokenizer) if m is not None and p.blocks else None
+        if tok is not None and any(r.instance in self.balancer.tokens.live for r in m.replicas):
+            p.tokens = await asyncio.to_thread(tokenize, tok, data, path.endswith("/chat/completions"),
+                                               s.max_prompt_chars)
+        return p
 
     async def _forward(self, request, t0, tenant, keyed, body, model, stream, prompt: Prompt) -> Response:
         watch = Disconnect(request.receive)
@@ -198,6 +210,7 @@ class Gateway:
                 await task
             await self.usage.flush(self.engine, s.gateway_id, time.time(), force=True)
             await asyncio.to_thread(self.refresher.forget)
+            await self.caches.close()
             await self.client.close()
 
 

@@ -64,6 +64,7 @@ class Refresher:
         else:
             if table != gw.balancer.table:
                 gw.balancer.swap(table)
+                gw.caches.on_table(table)  # engines' cache sizes and KV events (gateway/cache_watch.py)
             gw.auth.required = any_key
             self.loaded_at, self.failing_since = time.monotonic(), None
         try:
