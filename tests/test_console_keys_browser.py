@@ -81,6 +81,11 @@ def test_an_admin_creates_a_key_sees_its_use_and_revokes_it(dev):
         page = w.page
         tenant = [x.strip() for x in page.locator("tr[data-tenant=team-a] td").all_inner_texts()]
         assert tenant == ["team-a", *want]
+        # the same counts through the control plane (the cluster workflow's key_usage update), and admin in keys list
+        used = {(r["tenant"], r["key_id"]): r["hour"] for r in json.loads(dev.run("keys", "usage", "--json"))}
+        assert used[("team-a", kid)] == {"requests": 2, "prompt_tokens": 2 * PROMPT, "completion_tokens": 8}
+        listed = {r["id"]: r for r in json.loads(dev.run("keys", "list", "--json"))}
+        assert listed[kid]["admin"] is False and [r["admin"] for r in listed.values()].count(True) == 1  # ops
 
         page.once("dialog", lambda d: d.accept())
         page.click(f"tr[data-key='{kid}'] form.revoke button")
