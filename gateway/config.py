@@ -60,7 +60,8 @@ class GatewaySettings:
             raise InvalidInput(f"gateway setting routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}")
         if self.temporal_ui_url and not re.match(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$",
                                                  self.temporal_ui_url):
-            raise InvalidInput(f"gateway setting temporal_ui_url must be an http(s) URL, got {self.temporal_ui_url[:100]!r}")
+            raise InvalidInput("gateway setting temporal_ui_url must be an http(s) URL, "
+                               f"got {self.temporal_ui_url[:100]!r}")
         if self.route_slack < 0:
             raise InvalidInput(f"gateway setting route_slack must be >= 0, got {self.route_slack}")
         for k in ("max_queue", "max_body", "max_concurrency", "attempts", "prefix_block_chars", "prefix_cache_blocks",

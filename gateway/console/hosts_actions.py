@@ -1,0 +1,66 @@
+"""The overview's host action: cordon a host (no new replica is placed there; those running there
+keep running) or uncordon it, through its workflow's update exactly as ``gpuflow hosts cordon``
+does (gpuflow/ops.py ``cordon``), so the history records it. An admin's action (access.py); the
+body is one small JSON object, ``{"on": true|false}`` (the console's form sends "true"/"false"),
+with an optional ``reason``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from gateway.console import temporal
+from gateway.console.web import page
+from scheduler.errors import InvalidInput
+from scheduler.naming import name_problem
+
+MAX_BODY = 1024
+ON = {True: True, "true": True, False: False, "false": False}  # what "on" may be, and what it means
+FIELDS = {"on", "reason"}
+
+
+async def small_json(request) -> dict[str, Any]:
+    """The body as a JSON object of at most MAX_BODY bytes; InvalidInput (400) naming what is wrong."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise InvalidInput(f"the request's body is over {MAX_BODY} bytes")
+    try:
+        v = json.loads(body or b"{}")
+    except ValueError:
+        raise InvalidInput("the request's body is not JSON") from None
+    if not isinstance(v, dict):
+        raise InvalidInput("the request's body is not a JSON object")
+    return v
+
+
+def cordon_ask(body: dict[str, Any]) -> tuple[bool, str]:
+    """(on, reason) from the body: ``on`` true or false (a boolean or its word), ``reason`` a string;
+    any other field is refused by name."""
+    extra = sorted(set(body) - FIELDS)
+    if extra:
+        raise InvalidInput(f"cordon takes 'on' and 'reason'; it was given {str(extra[0])[:40]!r}")
+    on = body.get("on")
+    if isinstance(on, (bool, str)) and on in ON:
+        reason = body.get("reason", "")
+        if not isinstance(reason, str):
+            raise InvalidInput("the cordon reason must be a string")
+        return ON[on], reason.strip()
+    raise InvalidInput(f"'on' must be true or false, got {str(on)[:20]!r}")
+
+
+async def cordon(gw, request, caller) -> JSONResponse:
+    from gpuflow import ops
+
+    name = request.path_params["name"]
+    problem = name_problem(name)
+    if problem:
+        raise InvalidInput(f"host name {name[:80]!r}: {problem}")
+    on, reason = cordon_ask(await small_json(request))
+    return JSONResponse({"message": await ops.cordon(await temporal.client(gw), name, on, reason), "cordoned": on})
+
+
+ROUTES = [("/hosts/{name}/cordon", page(cordon, admin=True, action=True), ["POST"])]
