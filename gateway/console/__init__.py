@@ -8,11 +8,13 @@ from __future__ import annotations
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from gateway.console import overview, signin
+from gateway.console import deployments, keys_page, overview, signin, playground
+from gateway.console import hosts_actions, queue_page, replica, tenants_page
 from gateway.console.web import STATIC_DIR
 
 PREFIX = "/console"
-PAGES = (signin, overview)  # each has ROUTES: (path, handler, methods)
+PAGES = (signin, overview, playground, keys_page, deployments,  # each has ROUTES: (path, handler, methods)
+         replica, queue_page, tenants_page, hosts_actions)
 
 
 def mount(gw) -> Mount:

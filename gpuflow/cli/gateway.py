@@ -40,7 +40,8 @@ def cmd_gateway(a) -> int:
         connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client,
         header_timeout_s=a.header_timeout, body_timeout_s=a.body_timeout, metrics_key_required=a.metrics_key_required,
         routing=a.routing, prefix_cache_blocks=a.prefix_cache_blocks, route_slack=a.route_slack,
-        temporal=_temporal(a)), extra=(console.mount,))
+        kv_events=not a.no_kv_events, tokenizer_roots=tuple(a.tokenizer_root or ()),
+        temporal_ui_url=a.temporal_ui_url, temporal=_temporal(a)), extra=(console.mount,))
     return 0
 
 
@@ -159,6 +160,15 @@ def add_commands(sub) -> None:
     p.add_argument("--route-slack", type=int, default=2,
                    help="cache-aware routing's guard: a replica more than max(this, limit/2) requests busier "
                         "than the least loaded one is passed over for its cached prefix (default 2)")
+    p.add_argument("--no-kv-events", action="store_true",
+                   help="do not follow the KV-cache events of engines that publish them (vLLM, SGLang started by an "
+                        "agent with --kv-events): route on the text index only (docs/routing.md)")
+    p.add_argument("--tokenizer-root", action="append", metavar="DIR",
+                   help="a folder under which a deployment's local_path tokenizer may be loaded, to match prompts "
+                        "against engines' KV events (repeatable; default none: Hugging Face cache only)")
+    p.add_argument("--temporal-ui-url", default="http://127.0.0.1:8233",
+                   help="the Temporal UI the web console links each replica's workflow to (default "
+                        "http://127.0.0.1:8233, the dev server's; '' for no link)")
     p.set_defaults(fn=cmd_gateway)
 
     k = sub.add_parser("keys", help="the gateway's API keys: create, list, revoke, usage")

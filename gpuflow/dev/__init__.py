@@ -85,7 +85,8 @@ class Stack:
             raise InvalidInput(f"port {host}:{port} is already in use; pick another with --gateway-port (0: no gateway)")
         log = os.path.join(self.log_dir, f"gateway-{len(self.gateways)}.log")
         with open(log, "ab") as out:
-            p = subprocess.Popen(gateway_argv(f"{host}:{port}", self.database_url, self.temporal.address), env=self.env,
+            p = subprocess.Popen(gateway_argv(f"{host}:{port}", self.database_url, self.temporal.address,
+                                          self.temporal.ui), env=self.env,
                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         url = f"http://{host}:{port}/v1"
         self.gateways[url] = p

@@ -68,9 +68,10 @@ def parse_gateway_port(v: str) -> int:
     return port
 
 
-def gateway_argv(listen: str, database_url: str, temporal_address: str) -> list[str]:
+def gateway_argv(listen: str, database_url: str, temporal_address: str, temporal_ui: str | None = None) -> list[str]:
+    """``gpuflow gateway`` against this stack; its console links replicas to ``temporal_ui`` (none: no link)."""
     return [sys.executable, "-m", "gpuflow", "gateway", "--listen", listen, "--database-url", database_url,
-            "--address", temporal_address]
+            "--address", temporal_address, "--temporal-ui-url", temporal_ui or ""]
 
 
 def wait_listening(proc: subprocess.Popen, host: str, port: int, log: str, timeout: float = 60.0) -> str | None:
