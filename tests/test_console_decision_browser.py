@@ -166,6 +166,30 @@ def test_an_admin_cordons_a_host_from_the_overview(dev):
         w.close()
 
 
+def test_a_tenant_key_sees_its_own_and_may_not_cordon(dev):
+    """Last: once a key exists the console needs one. team-b's key sees neither team-a's replicas
+    nor its tenant row, and has no cordon button; its POST is refused."""
+    key = dev.run("keys", "create", "--tenant", "team-b").split()[-1]
+    with browser() as b:
+        w = Watched(b, base(dev), headers={"authorization": f"Bearer {key}"})
+        w.allow = ["/console/replicas/fits-0", "/cordon"]  # the refusals this test checks
+        until("the console wants a key", lambda: w.open("/console/").locator("header").inner_text().count("team-b"),
+              timeout=10)
+        page = w.page
+        assert page.locator("tr[data-host=box]").count() == 1 and page.locator("form.cordon").count() == 0
+        assert "no replica named 'fits-0' that you may see" in w.open("/console/replicas/fits-0", 404).inner_text("main")
+        page = w.open("/console/queue")
+        assert page.locator("tr[data-instance]").count() == 0
+        assert "(1 more of other tenants)" in page.locator("main").inner_text()
+        page = w.open("/console/tenants")
+        assert [r.get_attribute("data-tenant") for r in page.locator("tr[data-tenant]").all()] == ["team-b", "default"]
+        r = page.request.post(base(dev) + "/console/hosts/box/cordon", data=json.dumps({"on": True}),
+                              headers={"x-gpuflow-console": "1", "content-type": "application/json"})
+        assert r.status == 403 and "admin" in r.json()["error"], r.text()
+        w.check()
+        w.close()
+
+
 # --- the pure parts ---------------------------------------------------------------------------
 
 PLACED = {"scheduled": True, "placement": {"worker": "b", "gpu_indexes": [1]},
