@@ -94,7 +94,8 @@ def test_a_deployments_page_replicas_spec_rollout_and_serving_figures(dev):
         assert re.fullmatch(r"\d+ ms · \d+ ms · \d+ ms", mine.locator(".ttft").inner_text()), mine.inner_text()
         assert re.fullmatch(r"\d+ ms · \d+ ms · \d+ ms", mine.locator(".latency").inner_text())
         # requests/s needs two readings: the live section reads again (3 s) and shows the rate
-        page.locator("#serving tr[data-gateway] .rate", has_text=re.compile(r"^\d+\.\d\d$")).first.wait_for(timeout=15000)
+        rate = page.locator("#serving tr[data-gateway] .rate", has_text=re.compile(r"^\d+\.\d\d$"))
+        rate.first.wait_for(timeout=15000)
         w.check()
         w.close()
 
@@ -143,3 +144,25 @@ def test_delete_another_deployment_from_its_page(dev):
         w.close()
     until("gone is gone from gpuflow status", lambda: all(d["name"] != "gone" for d in dev.status()["deployments"]),
           timeout=60)
+
+
+def test_the_autoscalers_chart_and_steps_after_a_cold_start(dev):
+    d = {**spec("scaler"), "replicas": 0, "autoscaling": {"min_replicas": 0, "max_replicas": 1, "interval_s": 1}}
+    path = dev.tmp / "scaler.json"
+    path.write_text(json.dumps(d))
+    dev.run("deploy", str(path))
+    client = openai.OpenAI(base_url=dev.gateway, api_key="none", timeout=120)
+    until("the gateway knows scaler", lambda: "scaler" in [m.id for m in client.models.list()], timeout=30)
+    # no replica yet: the gateway holds the request and wakes the autoscaler, which adds one (cold_start)
+    got = client.chat.completions.create(model="scaler", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert got.choices[0].message.content == "tok0 tok1 ", got
+    with browser() as b:
+        w = Watched(b, base(dev))
+        page = until("the autoscaler's step on the page", lambda: (p := w.open("/console/deployments/scaler"))
+                     .locator("table.autoscale-steps tr", has_text="up by cold_start").count() and p, timeout=30)
+        assert "autoscaled: yes" in page.locator("#summary").inner_text()
+        chart = page.locator("svg#autoscale-chart")
+        assert chart.locator("polyline.desired").count() == 1 and chart.locator("polyline.running").count() == 1
+        assert "up by cold_start: 0 -> 1" in chart.locator("circle.mark.up title").first.text_content()
+        w.check()
+        w.close()
