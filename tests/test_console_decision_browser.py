@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
+from datetime import datetime, timezone
 import re
 import subprocess
 import sys
@@ -19,9 +21,12 @@ import pytest
 import yaml
 
 from gateway.console.hosts_actions import cordon_ask
+from gateway.console.queue_page import visible_preemption
 from gateway.console.replica import candidates, ui_link
 from gateway.console.tenants_page import Bar, bar
+from gpuflow.tenancy_view import Preemption, preemptions
 from scheduler.errors import InvalidInput
+from store import decision_log
 from tests.console_browser import Watched, browser
 from tests.dev_stack import Dev, until
 from tests.live import write_inventory
@@ -177,7 +182,8 @@ def test_a_tenant_key_sees_its_own_and_may_not_cordon(dev):
               timeout=10)
         page = w.page
         assert page.locator("tr[data-host=box]").count() == 1 and page.locator("form.cordon").count() == 0
-        assert "no replica named 'fits-0' that you may see" in w.open("/console/replicas/fits-0", 404).inner_text("main")
+        refused = w.open("/console/replicas/fits-0", 404).inner_text("main")
+        assert "no replica named 'fits-0' that you may see" in refused
         page = w.open("/console/queue")
         assert page.locator("tr[data-instance]").count() == 0
         assert "(1 more of other tenants)" in page.locator("main").inner_text()
@@ -246,3 +252,39 @@ def test_cordon_body_refused(body, why):
 ])
 def test_the_temporal_ui_link(ui, ns, name, want):
     assert ui_link(ui, ns, name) == want
+
+
+def _row(instance: str, outcome: str, record, kind: str = "placement") -> decision_log.DecisionRow:
+    data = record if isinstance(record, bytes) else zlib.compress(json.dumps(record).encode())
+    return decision_log.DecisionRow(kind=kind, digest="d" * 64, instance=instance,
+                                    deployment=instance.rsplit("-", 1)[0], outcome=outcome, record=data)
+
+
+def test_preemptions_are_the_kept_decisions_that_preempted_newest_first(store):
+    _, _, engine = store
+    victim = {"name": "low-0", "deployment": "low", "tenant": "dev", "plan": {}}
+    decision_log.write(engine, {}, [
+        _row("hi-0", "preempting", {"tenant": "prod", "victims": [victim], "preempt_why": "to reclaim prod's 1 GPU"}),
+        _row("x-0", "placed", {"tenant": "prod"}),  # placed without victims: not a preemption
+        _row("web", "up", {"victims": [victim]}, kind="autoscale"),  # an autoscaler step is none either
+        _row("hi-1", "preempting", b"not zlib"),  # a damaged record: still listed, its details unknown
+    ])
+    got = preemptions(engine)
+    assert [(p.instance, p.tenant, [v["name"] for v in p.victims], p.why) for p in got] == [
+        ("hi-1", "default", [], ""), ("hi-0", "prod", ["low-0"], "to reclaim prod's 1 GPU")]
+    assert [p.instance for p in preemptions(engine, limit=1)] == ["hi-1"]
+
+
+P = Preemption(at=datetime(2025, 1, 1, tzinfo=timezone.utc), instance="hi-0", deployment="hi", tenant="prod",
+               victims=[{"name": "low-0", "deployment": "low", "tenant": "dev"},
+                        {"name": "mine-0", "deployment": "mine", "tenant": "prod"}], why="why")
+
+
+@pytest.mark.parametrize("seen, victims", [
+    ({"hi", "low", "mine"}, ["low-0", "mine-0"]),  # an admin sees every name
+    ({"hi", "mine"}, ["a replica of tenant dev", "mine-0"]),  # another tenant's victim: by tenant only
+    ({"low", "mine"}, None),  # the preemptor's deployment unseen: not shown at all
+])
+def test_a_preemption_as_the_caller_may_see_it(seen, victims):
+    got = visible_preemption(P, lambda d: d in seen)
+    assert (got and got["victims"]) == victims
