@@ -179,6 +179,9 @@ def path_hint() -> str | None:
     return f"gpuflow is not on PATH; the commands below need, in each shell:  export PATH=\"{here}:$PATH\""
 
 
+DEFAULT_PORT = 7233  # the Temporal dev server's
+
+
 def cmd_dev(a) -> int:
     data_dir = a.data_dir or os.path.join(default_data_dir(), "demo" if a.demo else "dev")
     if a.demo:
@@ -188,7 +191,9 @@ def cmd_dev(a) -> int:
     if hint:
         print(hint, flush=True)
     flags = list(getattr(a, "allow_engine_flag", None) or ())  # one operator here: the control plane allows them too
-    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port, metrics_defaults=True,
+    # the stock stack serves metrics on 9400/9401 where free; one on other ports (a second stack, a
+    # test) takes free ports: two stacks starting at once both saw 9400 free, and one server died on it
+    stack = Stack(data_dir, port=a.port, ui_port=a.ui_port, metrics_defaults=a.port == DEFAULT_PORT,
                   env={"GPUFLOW_ALLOW_ENGINE_FLAGS": json.dumps(flags)} if flags else None)
 
     def interrupt(signum, frame):
@@ -254,7 +259,7 @@ def add_command(sub) -> None:
     p.add_argument("--exit-after-demo", action="store_true", help="stop everything once the demo has printed")
     p.add_argument("--data-dir", help="default ~/.local/share/gpuflow/dev (kept across runs), "
                                       "or .../demo with --demo (cleared at each demo)")
-    p.add_argument("--port", type=int, default=7233)
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--ui-port", type=int, default=8233)
     p.add_argument("--agent-name", default=socket.gethostname())
     p.add_argument("--inventory", help="simulated inventory for the local agent (default: NVML, else CPU only)")
