@@ -122,10 +122,12 @@ def test_a_placed_replica_shows_its_filters_candidates_reservation_and_workflow_
 
 def test_a_pending_replica_shows_its_reason_on_its_page_and_in_the_queue_and_tenants_show_use(dev):
     deploy(dev, spec("big", 200))
-    queue = until("big-0 in the queue", lambda: json.loads(dev.run("queue", "--json", "--data-dir",
-                                                                    str(dev.tmp_dir / "dev")))["queue"], 60)
+    queue = until("big-0 in the queue", lambda: json.loads(dev.run("queue", "--json"))["queue"], 60)
     reason = queue[0]["reason"]
     assert queue[0]["instance"] == "big-0" and reason, queue
+    # the store's own read (the console's) says the same as the control plane's
+    offline = json.loads(dev.run("queue", "--json", "--data-dir", str(dev.tmp_dir / "dev")))["queue"]
+    assert [(q["instance"], q["reason"]) for q in offline] == [("big-0", reason)]
     with browser() as b:
         w = Watched(b, base(dev))
         page = until("big-0's reason on its page", lambda: (p := w.open("/console/replicas/big-0"))
