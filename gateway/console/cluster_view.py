@@ -43,6 +43,7 @@ class Host:
     state: str
     simulated: bool
     cordoned: bool
+    cordon_reason: str
     reason: str
     gpus: list[Gpu]
     topology: str
@@ -85,7 +86,8 @@ def _host(w: WorkerRow, booked: dict[tuple[str, int], int], measured: dict[tuple
         gpus.append(Gpu(index=i, name=str(g.get("name") or "GPU"), vram_total=int(g.get("vram_total") or 0),
                         claimed=booked.get((w.name, i), 0), used=used if used is not None else g.get("vram_used"),
                         foreign=g.get("vram_foreign")))
-    return Host(name=w.name, state=w.state, simulated=w.simulated, cordoned=bool(getattr(w, "cordoned", False)),
+    return Host(name=w.name, state=w.state, simulated=w.simulated, cordoned=bool(w.cordoned),
+                cordon_reason=w.cordon_reason or "",
                 reason=w.state_reason, gpus=sorted(gpus, key=lambda g: g.index), topology=topology(w.gpus or []),
                 ram_total=w.ram_total, updated_at=w.updated_at)
 

@@ -15,7 +15,6 @@ is slow or absent still shows the store's view, and says what it could not ask."
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from typing import Any
@@ -26,13 +25,12 @@ from starlette.responses import JSONResponse
 from gateway.console import access, serving_stats, temporal
 from gateway.console.charts import replicas_chart
 from gateway.console.deployment_view import detail, listing
-from gateway.console.web import Page, page
+from gateway.console.web import Page, action_body, page
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem
 
 TEMPORAL_S = 2.0
-MAX_BODY = 1024
 WHOLE = re.compile(r"^[0-9]{1,7}$")
 
 
@@ -103,20 +101,6 @@ async def show(gw, request, caller) -> Page:
                                                                     ("up", "down", "error")][-15:]})
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise InvalidInput(f"the request's body is over {MAX_BODY} bytes")
-    try:
-        v = json.loads(body or b"{}")
-    except ValueError:
-        raise InvalidInput("the request's body is not JSON") from None
-    if not isinstance(v, dict):
-        raise InvalidInput("the request's body is not a JSON object")
-    return v
-
 
 def replicas_of(body: dict[str, Any]) -> int:
     """The ``replicas`` field: a whole number (as the form sends it, a string of digits) within the ceiling."""
@@ -138,7 +122,7 @@ async def scale(gw, request, caller) -> JSONResponse:
     from gpuflow import ops
 
     name = _name(request)
-    n = replicas_of(await _json_body(request))
+    n = replicas_of(await action_body(request))
     await _visible(gw, caller, name)
     v = await ops.scale(await temporal.client(gw), name, n)
     return JSONResponse({"message": f"{name}: {v.replicas} replica(s) wanted", "replicas": v.replicas})

@@ -6,35 +6,18 @@ with an optional ``reason``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.responses import JSONResponse
 
 from gateway.console import temporal
-from gateway.console.web import page
+from gateway.console.web import action_body, page
 from scheduler.errors import InvalidInput
 from scheduler.naming import name_problem
 
-MAX_BODY = 1024
 ON = {True: True, "true": True, False: False, "false": False}  # what "on" may be, and what it means
 FIELDS = {"on", "reason"}
 
-
-async def small_json(request) -> dict[str, Any]:
-    """The body as a JSON object of at most MAX_BODY bytes; InvalidInput (400) naming what is wrong."""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise InvalidInput(f"the request's body is over {MAX_BODY} bytes")
-    try:
-        v = json.loads(body or b"{}")
-    except ValueError:
-        raise InvalidInput("the request's body is not JSON") from None
-    if not isinstance(v, dict):
-        raise InvalidInput("the request's body is not a JSON object")
-    return v
 
 
 def cordon_ask(body: dict[str, Any]) -> tuple[bool, str]:
@@ -59,7 +42,7 @@ async def cordon(gw, request, caller) -> JSONResponse:
     problem = name_problem(name)
     if problem:
         raise InvalidInput(f"host name {name[:80]!r}: {problem}")
-    on, reason = cordon_ask(await small_json(request))
+    on, reason = cordon_ask(await action_body(request))
     return JSONResponse({"message": await ops.cordon(await temporal.client(gw), name, on, reason), "cordoned": on})
 
 

@@ -12,7 +12,6 @@ nowhere else: the page's script shows it once, it is never put in a cookie, a UR
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,13 +21,11 @@ from starlette.responses import JSONResponse
 from activities.cluster_reads import key_usage_rows, key_view
 from contracts.cluster import KEY_ID, KeyView, UsageRow
 from gateway.console import temporal
-from gateway.console.web import Page, page
-from gateway.relay import TooLarge, read_body
+from gateway.console.web import Page, action_body, page
 from scheduler.errors import InvalidInput
 from store import keys
 
 PAGE = 100  # keys per page
-MAX_ACTION = 4096  # bytes of an action's JSON body
 
 
 @dataclass
@@ -60,18 +57,6 @@ async def show(gw, request, caller) -> Page:
     return Page("keys.html", {"title": "API keys", "v": view})
 
 
-async def _ask(request) -> dict:
-    """The action's JSON object, bounded in size; InvalidInput (a 400 naming it) otherwise."""
-    try:
-        data = json.loads(await read_body(request, MAX_ACTION))
-    except TooLarge:
-        raise InvalidInput(f"an action's body is at most {MAX_ACTION} bytes") from None
-    except ValueError:
-        raise InvalidInput("an action's body is a JSON object") from None
-    if not isinstance(data, dict):
-        raise InvalidInput("an action's body is a JSON object")
-    return data
-
 
 def _text(data: dict, name: str) -> str:
     v = data.get(name, "")
@@ -83,7 +68,7 @@ def _text(data: dict, name: str) -> str:
 async def create(gw, request, caller) -> JSONResponse:
     from gpuflow import cluster_client
 
-    data = await _ask(request)
+    data = await action_body(request)
     tenant, name = _text(data, "tenant"), _text(data, "name")
     admin = data.get("admin") in ("on", True)  # a checked box, as the form sends it
     keys.new_key(tenant, name)  # the tenant and the name refused here, naming the problem, before Temporal
@@ -97,7 +82,7 @@ async def create(gw, request, caller) -> JSONResponse:
 async def revoke(gw, request, caller) -> JSONResponse:
     from gpuflow import cluster_client
 
-    kid = _text(await _ask(request), "id")
+    kid = _text(await action_body(request), "id")
     if not re.match(KEY_ID, kid):
         raise InvalidInput("give a key's id: 12 hex digits, as the list shows it")
     view = await cluster_client.revoke_key(await temporal.client(gw), kid)

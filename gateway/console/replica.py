@@ -18,7 +18,7 @@ from sqlmodel import Session, select
 from contracts.ids import instance_id
 from gateway.console import temporal
 from gateway.console.web import Page, page
-from gpuflow.render.explain import _request as request_text, explain
+from gpuflow.render.explain import explain, request_text
 from scheduler.errors import InvalidInput
 from scheduler.naming import name_problem
 from store.tables import DeploymentRow, InstanceRow, ReservationRow

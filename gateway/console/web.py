@@ -9,6 +9,7 @@ figure the issue's 300 ms budget is about) is shown in the footer and sent as th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -21,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from gateway.console import access
+from gateway.relay import TooLarge, read_body
 from scheduler.errors import InvalidInput
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,6 +58,23 @@ def pct(part: float | None, whole: float | None) -> str:
 ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True,
                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 ENV.filters.update(gib=gib, ago=ago, pct=pct, urlpart=lambda v: quote(str(v), safe=""))
+
+
+MAX_ACTION = 4096  # an action's JSON body, at most
+
+
+async def action_body(request: Request) -> dict[str, Any]:
+    """An action's JSON object, at most MAX_ACTION bytes; InvalidInput (answered 400, naming it)
+    otherwise. An empty body is an empty object."""
+    try:
+        v = json.loads(await read_body(request, MAX_ACTION) or b"{}")
+    except TooLarge:
+        raise InvalidInput(f"an action's body is at most {MAX_ACTION} bytes") from None
+    except (ValueError, RecursionError):
+        raise InvalidInput("an action's body is not JSON") from None
+    if not isinstance(v, dict):
+        raise InvalidInput("an action's body is not a JSON object")
+    return v
 
 
 @dataclass

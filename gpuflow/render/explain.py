@@ -13,7 +13,7 @@ from scheduler.summary import summary_text
 from scheduler.units import gib
 
 
-def _request(r: dict[str, Any] | None) -> str:
+def request_text(r: dict[str, Any] | None) -> str:
     try:
         return summary_text(r) if r else "-"
     except (KeyError, TypeError):  # a record written by another version: show it as it is
@@ -64,7 +64,7 @@ def explain(d: dict[str, Any]) -> str:
         return "\n".join([f"instance {d['instance']}: {state} (no decision recorded yet) {d.get('reason') or ''}".rstrip()]
                          + now)
     dec = d["decision"]
-    lines = [f"instance {d['instance']}: {state}"] + now + [f"request: {_request(d.get('request'))}"]
+    lines = [f"instance {d['instance']}: {state}"] + now + [f"request: {request_text(d.get('request'))}"]
     if d.get("scheduled"):
         placed = dec.get("placement") or {}
         where = _where(d.get("worker") or placed.get("worker"), d.get("gpu_indexes") or placed.get("gpu_indexes"),
