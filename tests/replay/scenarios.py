@@ -113,8 +113,9 @@ async def autoscale(lv: Live) -> None:
 
 
 async def config(lv: Live) -> None:
-    """The cluster workflow's updates: the tenants file applied, a key made, listed and revoked,
-    and the reads an operator makes through it (queue, tenants), beside one replica."""
+    """The cluster workflow's updates: the tenants file applied, a key made, listed and revoked, an
+    admin key made, and the reads an operator makes through it (queue, tenants, key usage), beside
+    one replica; the host cordoned and uncordoned."""
     from gpuflow import cluster_client
 
     await cluster_client.apply_tenants(lv.client, TenantsFile.model_validate(
@@ -124,8 +125,12 @@ async def config(lv: Live) -> None:
     key, made = await cluster_client.create_key(lv.client, "team-a", "replay")
     assert [k.id for k in await cluster_client.list_keys(lv.client)] == [made.id]
     await cluster_client.revoke_key(lv.client, key)
+    await cluster_client.create_key(lv.client, "ops", "console", admin=True)
     await cluster_client.queue(lv.client)
     await cluster_client.tenants(lv.client)
+    await cluster_client.key_usage(lv.client)
+    await ops.cordon(lv.client, "h1", True, "disk swap")  # the host workflow's cordon and uncordon updates
+    await ops.cordon(lv.client, "h1", False)
 
 
 SCENARIOS: dict[str, Scenario] = {
