@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from store.serving import Route
-from gateway.cache_aware import CACHE_AWARE, KV_EVENTS, LEAST_OUTSTANDING, Choice, Knobs, choose
+from gateway.cache_aware import CACHE_AWARE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, Choice, Knobs, choose
 from gateway.prefix_index import PrefixIndex
 from gateway.table import Table
 from gateway.token_index import TokenIndex, token_hashes
@@ -212,10 +212,13 @@ class Balancer:
             blocks = ()  # not routed by cache: nothing to remember
         else:
             exact = prompt is not None and prompt.tokens is not None and bool(blocks)
+            home = self.index.home(blocks) if blocks else None
             c = choose(m.replicas, m.limit, self.in_flight,
                        (lambda i: self._matched(i, prompt)) if exact else (lambda i: self.index.matched(i, blocks)),
-                       len(blocks), self.knobs, self.rng, self.bad_until, now, exclude, self.index.size,
-                       self.index.home(blocks) if blocks else None)
+                       len(blocks), self.knobs, self.rng, self.bad_until, now, exclude, self.index.size, home,
+                       self.index.new_turn)
+            if c is not None and blocks and c.reason == NO_PREFIX and home is None:
+                self.index.placed_new(c.route.instance)
             if c is not None and exact and c.route.instance in self.tokens.live:
                 c = replace(c, index=KV_EVENTS, tokens=(self._exact(c.route.instance, prompt), len(prompt.tokens)))
             r = c and c.route

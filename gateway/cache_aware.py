@@ -98,10 +98,12 @@ def eligible(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], b
 def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], matched: Callable[[str], int],
            blocks: int, knobs: Knobs, rng: random.Random, bad_until: dict[str, float] | None = None,
            now: float = 0.0, exclude: frozenset[str] = frozenset(),
-           held: Callable[[str], int] | None = None, home: str | None = None) -> Choice | None:
+           held: Callable[[str], int] | None = None, home: str | None = None,
+           new_turn: Callable[[str], int] | None = None) -> Choice | None:
     """The replica for a prompt of ``blocks`` whole blocks, of which replica r holds
     ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all), last sent to
-    ``home``; None when no replica is eligible (the request waits)."""
+    ``home``; None when no replica is eligible (the request waits). A new prefix goes where there
+    is most room, then to the replica that least recently took a new prefix (``new_turn``)."""
     ok = eligible(replicas, limit, in_flight, bad_until or {}, now, exclude)
     if not ok:
         return None
@@ -122,6 +124,9 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     elif top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
         room = [held(ok[i].instance) for i in cands]
         cands = [i for i, h in zip(cands, room) if h == min(room)]
+        if new_turn is not None and len(cands) > 1:  # as much room (every LRU full): round the replicas
+            turn = [new_turn(ok[i].instance) for i in cands]
+            cands = [i for i, t in zip(cands, turn) if t == min(turn)]
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
     reason = NO_PREFIX if best_any == 0 else PREFIX if top == best_any else IMBALANCE

@@ -91,6 +91,53 @@ def test_a_new_prefix_goes_where_there_is_room(blocks, in_flight, held, expect):
     assert got == expect
 
 
+@pytest.mark.parametrize("in_flight,held,turn,expect", [
+    # turn: when each last took a new prefix (0: never)
+    ({}, {"a": 128, "b": 128, "c": 128}, {"a": 3, "b": 1, "c": 2}, {"b"}),  # every LRU full: b's turn (longest ago)
+    ({}, {"a": 128, "b": 128, "c": 128}, {"a": 0, "b": 0, "c": 2}, {"a", "b"}),  # never, both: at random
+    ({}, {"a": 128, "b": 90, "c": 128}, {"a": 0, "b": 5, "c": 0}, {"b"}),  # room comes first: b holds least
+    ({"b": 5}, {"a": 128, "b": 128, "c": 128}, {"a": 3, "b": 0, "c": 2}, {"c"}),  # b 5 > 0 + 4: the guard first
+    ({"a": 2}, {"a": 128, "b": 128, "c": 128}, {"a": 0, "b": 1, "c": 2}, {"a"}),  # before load: 2 <= 0 + 4
+])
+def test_with_as_much_room_new_prefixes_go_round_the_replicas(in_flight, held, turn, expect):
+    got = {choose(R, 8, in_flight, lambda i: 0, 5, Knobs(), random.Random(s), held=held.get,
+                  new_turn=turn.get).route.instance for s in range(40)}
+    assert got == expect
+
+
+def test_new_prefixes_are_shared_out_evenly_once_every_lru_is_full():
+    """The routing bench's second round: unique prompts (each a new prefix too) filled every
+    replica's LRU and the homes, then 16 customers' prefixes arrive anew. By room alone every
+    replica ties (128 blocks held) and the least loaded takes it, at random: 16 over 4 put 6 or
+    more on one replica in about a third of the draws (one more than the 5.3 prefixes its cache
+    holds). Round the replicas: 4 each, whatever came before."""
+    from gateway.prefix_index import PrefixIndex, block_hashes
+
+    reps = [Route(i, "m", "127.0.0.1", 1) for i in ("a", "b", "c", "d")]
+    worst = {}
+    for turns in (False, True):
+        worst[turns] = 0
+        for seed in range(30):
+            idx, rng = PrefixIndex(capacity=128), random.Random(seed)
+
+            def place(blocks) -> str:
+                c = choose(reps, 16, {}, lambda i: idx.matched(i, blocks), len(blocks), Knobs(), rng,
+                           held=idx.size, home=idx.home(blocks), new_turn=idx.new_turn if turns else None)
+                assert c.reason == NO_PREFIX and c.matched == 0 and idx.home(blocks) is None
+                idx.insert(c.route.instance, blocks)
+                idx.placed_new(c.route.instance)
+                return c.route.instance
+
+            for n in range(400):  # unique prompts of 26 blocks, placed by the same rule
+                place(block_hashes(f"unique {n} " + "x" * 3400))
+            spread = {r.instance: 0 for r in reps}
+            for customer in range(16):
+                spread[place(block_hashes(f"customer {customer} system prompt " + "y" * 3100))] += 1
+            worst[turns] = max(worst[turns], max(spread.values()))
+    assert worst[True] == 4  # 16 / 4, every seed
+    assert worst[False] >= 6  # at random, some seed put 6 or more on one replica
+
+
 @pytest.mark.parametrize("in_flight,matched,home,expect", [
     ({}, {}, "c", {"c"}),  # aged out of the index (nothing matched): back to c, though b has the most room
     ({"c": 4}, {}, "c", {"c"}),  # c busier, within the slack (4 <= 0 + 4): still home

@@ -113,3 +113,12 @@ def test_homes_are_bounded():
         ix.insert("a", block_hashes(chr(97 + i) * 8, 4))  # 2 blocks each: 20 > 16
     assert len(ix.homes) == 16 and ix.home(block_hashes("a" * 8, 4)) is None  # the oldest went
     assert ix.home(block_hashes("j" * 8, 4)) == "a"
+
+
+def test_new_turn_says_who_took_a_new_prefix_longest_ago_and_forgets_a_replica():
+    idx = PrefixIndex(capacity=8)
+    for i in ["a", "b", "a", "c"]:  # new prefixes 1, 2, 3, 4
+        idx.placed_new(i)
+    assert (idx.new_turn("a"), idx.new_turn("b"), idx.new_turn("c"), idx.new_turn("d")) == (3, 2, 4, 0)
+    idx.forget("a")  # left the table: were it back, it takes the next new prefix first
+    assert idx.new_turn("a") == 0 and idx.new_turn("b") == 2
