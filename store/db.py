@@ -11,6 +11,7 @@ fail with SQLITE_BUSY at once (it cannot wait), which is why writers begin IMMED
 from __future__ import annotations
 
 import os
+import time
 import sqlite3
 import threading
 
@@ -91,6 +92,27 @@ class _WriterTurns:
         self._lock.release()
 
 
+WAL_TRIES = 300  # x WAL_WAIT_S: how long a new connection waits to put a fresh file in WAL mode
+
+
+WAL_WAIT_S = 0.1
+
+
+def _wal(cur) -> None:
+    """``PRAGMA journal_mode=WAL``, again while another connection holds the lock it needs. On a
+    fresh file two processes both in the middle of the switch deadlock, and SQLite answers one
+    "database is locked" at once without its busy handler: ``gpuflow dev`` starting its server and
+    gateway on a new data dir lost its control-plane server that way, after saying it was up."""
+    for attempt in range(WAL_TRIES):
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == WAL_TRIES - 1:
+                raise
+            time.sleep(WAL_WAIT_S)
+
+
 def make_engine(url: str, schema: str | None = None) -> Engine:
     """An engine for ``url``; ``schema`` (PostgreSQL) puts gpuflow's tables in their own schema."""
     if url.startswith("sqlite"):
@@ -103,8 +125,8 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
         def _pragmas(dbapi_conn, _):
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=60000")
+            _wal(cur)
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
