@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
-from datetime import datetime, timezone
 import re
+import signal
 import subprocess
 import sys
+import zlib
+from datetime import datetime, timezone
 
 import pytest
 import yaml
@@ -27,6 +28,7 @@ from gateway.console.tenants_page import Bar, bar
 from gpuflow.tenancy_view import Preemption, preemptions
 from scheduler.errors import InvalidInput
 from store import decision_log
+from worker_agent.processes import ProcessTable
 from tests.console_browser import Watched, browser
 from tests.dev_stack import Dev, until
 from tests.live import write_inventory
@@ -65,6 +67,12 @@ def dev(tmp_path_factory):
                 agent.wait(30)
             except subprocess.TimeoutExpired:
                 agent.kill()
+            # an agent that stops leaves its servers running (a restarted agent adopts them); the dev
+            # stack stops those of its own agents only, so box2's are stopped here
+            table = ProcessTable(os.path.join(str(tmp / "box2"), "agent", "box2"))
+            for r in table.records():
+                table.signal_group(r.pid, signal.SIGTERM)
+                table.forget(r.instance)
         d.stop()
 
 
