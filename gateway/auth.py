@@ -54,15 +54,20 @@ class Auth:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise NoKey("Malformed Authorization header: use 'Bearer KEY'.")
+        key = await self.identify(token)
+        if key is None:
+            raise NoKey("Invalid or revoked API key.")
+        return key
+
+    async def identify(self, token: str) -> keys.KeyInfo | None:
+        """``token``'s key when it is a valid, unrevoked one, else None; the verdict reused for
+        ``cache_s`` (the API and the web console share it)."""
         now = time.monotonic()
         hit = self.cache.get(token)
         if hit is not None and hit[1] > now:
-            key = hit[0]
-        else:
-            key = await asyncio.to_thread(keys.identify, self.engine, token)
-            if len(self.cache) >= MAX_CACHED:
-                self.cache.clear()
-            self.cache[token] = (key, now + self.cache_s)
-        if key is None:
-            raise NoKey("Invalid or revoked API key.")
+            return hit[0]
+        key = await asyncio.to_thread(keys.identify, self.engine, token)
+        if len(self.cache) >= MAX_CACHED:
+            self.cache.clear()
+        self.cache[token] = (key, now + self.cache_s)
         return key

@@ -12,8 +12,6 @@ browser sends one, an ``Origin`` naming this server."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,12 +20,9 @@ from starlette.requests import Request
 
 from gateway.config import is_loopback
 from gateway.table import EVERYONE, DEFAULT_TENANT, owner
-from store import keys
 
 COOKIE = "gpuflow_console"
 ACTION_HEADER = "x-gpuflow-console"
-CACHE_S = 1.0  # a key's verdict is reused this long, as the gateway's own (auth.py)
-MAX_CACHED = 10_000
 
 
 class Denied(Exception):
@@ -55,7 +50,6 @@ class Caller:
 
 
 OPEN = Caller(tenant=DEFAULT_TENANT, keyed=False, admin=True)
-_verdicts: dict[str, tuple[keys.KeyInfo | None, float]] = {}
 
 
 def token_of(request: Request) -> str:
@@ -63,18 +57,6 @@ def token_of(request: Request) -> str:
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     return request.cookies.get(COOKIE, "")
-
-
-async def identify(engine, token: str) -> keys.KeyInfo | None:
-    now = time.monotonic()
-    hit = _verdicts.get(token)
-    if hit is not None and hit[1] > now:
-        return hit[0]
-    info = await asyncio.to_thread(keys.identify, engine, token)
-    if len(_verdicts) >= MAX_CACHED:
-        _verdicts.clear()
-    _verdicts[token] = (info, now + CACHE_S)
-    return info
 
 
 async def caller(gw, request: Request) -> Caller:
@@ -86,7 +68,7 @@ async def caller(gw, request: Request) -> Caller:
     token = token_of(request)
     if not token:
         raise Denied("sign in with an API key")
-    info = await identify(gw.engine, token)
+    info = await gw.auth.identify(token)  # the gateway's own cached verdict (gateway/auth.py)
     if info is None:
         raise Denied("invalid or revoked API key")
     return Caller(tenant=info.tenant, keyed=True, admin=info.admin, key_id=info.id)

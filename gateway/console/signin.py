@@ -11,6 +11,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from gateway.console import access
 from gateway.console.web import render
+from gateway.relay import TooLarge, read_body
 
 def _next(v: str) -> str:
     """Where to go after signing in: a console path only (no other site, no scheme)."""
@@ -30,11 +31,10 @@ async def small_form(request: Request) -> dict[str, str]:
     else or anything larger than MAX_FORM bytes."""
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         return {}
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM:
-            return {}
+    try:
+        body = await read_body(request, MAX_FORM)
+    except TooLarge:
+        return {}
     return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=8).items()}
 
 
@@ -46,7 +46,7 @@ def login(gw):
         token, nxt = form.get("key", "").strip()[:200], _next(form.get("next", "/console/"))
         if not gw.auth.required:
             return RedirectResponse(nxt, status_code=303)
-        if not token or await access.identify(gw.engine, token) is None:
+        if not token or await gw.auth.identify(token) is None:
             return _login_page("That is not a valid API key (or it was revoked).", nxt, 401)
         r = RedirectResponse(nxt, status_code=303)
         r.set_cookie(access.COOKIE, token, httponly=True, samesite="strict", path="/console")
