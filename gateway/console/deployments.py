@@ -25,17 +25,13 @@ from starlette.responses import JSONResponse
 from gateway.console import access, serving_stats, temporal
 from gateway.console.charts import replicas_chart
 from gateway.console.deployment_view import detail, listing
-from gateway.console.web import Page, action_body, page
+from gateway.console.web import Page, action_body, page, page_number
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem
 
 TEMPORAL_S = 2.0
 WHOLE = re.compile(r"^[0-9]{1,7}$")
-
-
-def _int(v: str | None, default: int) -> int:
-    return int(v) if v and v.isdigit() and len(v) < 7 else default
 
 
 def _name(request: Request) -> str:
@@ -48,7 +44,7 @@ def _name(request: Request) -> str:
 
 async def show_list(gw, request, caller) -> Page:
     q = request.query_params.get("q", "")[:100]
-    ls = await asyncio.to_thread(listing, gw.engine, caller, q, _int(request.query_params.get("page"), 1))
+    ls = await asyncio.to_thread(listing, gw.engine, caller, q, page_number(request))
     return Page("deployments.html", {"title": "Deployments", "ls": ls, "q": q})
 
 

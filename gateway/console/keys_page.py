@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from activities.cluster_reads import key_usage_rows, key_view
 from contracts.cluster import KEY_ID, KeyView, UsageRow
 from gateway.console import temporal
-from gateway.console.web import Page, action_body, page
+from gateway.console.web import Page, action_body, page, page_number
 from scheduler.errors import InvalidInput
 from store import keys
 
@@ -51,9 +51,8 @@ def gather(engine, tenant: str | None, page_no: int, now: datetime) -> KeysView:
 
 
 async def show(gw, request, caller) -> Page:
-    p = request.query_params.get("page", "1")
-    view = await asyncio.to_thread(gather, gw.engine, None if caller.admin else caller.tenant,
-                                   int(p) if p.isdigit() and len(p) < 7 else 1, datetime.now(timezone.utc))
+    view = await asyncio.to_thread(gather, gw.engine, None if caller.admin else caller.tenant, page_number(request),
+                                   datetime.now(timezone.utc))
     return Page("keys.html", {"title": "API keys", "v": view})
 
 

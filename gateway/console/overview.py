@@ -8,13 +8,9 @@ import asyncio
 import re
 
 from gateway.console.cluster_view import overview
-from gateway.console.web import Page, page
+from gateway.console.web import Page, page, page_number
 
 STATE = re.compile(r"^[a-z_]{0,32}$")
-
-
-def _int(v: str | None, default: int) -> int:
-    return int(v) if v and v.isdigit() and len(v) < 7 else default
 
 
 async def show(gw, request, caller) -> Page:
@@ -22,7 +18,7 @@ async def show(gw, request, caller) -> Page:
     q = qp.get("q", "")[:100]
     state = qp.get("state", "")
     state = state if STATE.match(state) else ""
-    ov = await asyncio.to_thread(overview, gw.engine, q, state, _int(qp.get("page"), 1))
+    ov = await asyncio.to_thread(overview, gw.engine, q, state, page_number(request))
     return Page("overview.html", {"title": "Overview", "ov": ov, "q": q, "state": state})
 
 

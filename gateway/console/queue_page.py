@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from gateway.console.web import Page, page
+from gateway.console.web import Page, page, page_number
 from gpuflow import tenancy_view
 from store.tables import DeploymentRow
 
@@ -57,9 +57,8 @@ def gather(engine: Engine, caller) -> dict[str, Any]:
 
 async def show(gw, request, caller) -> Page:
     data = await asyncio.to_thread(gather, gw.engine, caller)
-    v = request.query_params.get("page", "")
     pages = max(1, -(-len(data["rows"]) // PAGE))
-    at = min(max(1, int(v) if v.isdigit() and len(v) < 7 else 1), pages)
+    at = min(max(1, page_number(request)), pages)
     return Page("queue.html", {"title": "Queue", **data, "total": len(data["rows"]), "page": at, "pages": pages,
                                "rows": data["rows"][(at - 1) * PAGE:at * PAGE]})
 

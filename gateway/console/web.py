@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -61,6 +62,13 @@ ENV.filters.update(gib=gib, ago=ago, pct=pct, urlpart=lambda v: quote(str(v), sa
 
 
 MAX_ACTION = 4096  # an action's JSON body, at most
+PAGE_NUMBER = re.compile(r"^[0-9]{1,6}$")  # ASCII digits only: str.isdigit() takes '²', which int() refuses
+
+
+def page_number(request: Request) -> int:
+    """The ``page`` query parameter (1 when absent or not a number); each page clamps it to its pages."""
+    v = request.query_params.get("page", "")
+    return int(v) if PAGE_NUMBER.match(v) else 1
 
 
 async def action_body(request: Request) -> dict[str, Any]:
