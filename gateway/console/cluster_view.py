@@ -18,6 +18,7 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from gpuflow.ops import natural_key
 from gpuflow.render.cluster import topology
 from store.ledger import booked_per_gpu
 from store.serving import LIVE_S, GatewayLoadRow, GatewayRow
@@ -92,12 +93,6 @@ def _host(w: WorkerRow, booked: dict[tuple[str, int], int], measured: dict[tuple
                 ram_total=w.ram_total, updated_at=w.updated_at)
 
 
-def _natural(name: str) -> list:
-    from gpuflow.ops import natural_key
-
-    return natural_key(name)
-
-
 def gateways(s: Session, now: datetime) -> list[dict[str, Any]]:
     since = now - timedelta(seconds=LIVE_S)
     flying = dict(s.exec(select(GatewayLoadRow.gateway, func.sum(GatewayLoadRow.in_flight))
@@ -113,7 +108,7 @@ def overview(engine: Engine, q: str = "", state: str = "", page: int = 1, now: d
     now = now or utcnow()
     booked = booked_per_gpu(engine)
     with Session(engine) as s:
-        workers = sorted(s.exec(select(WorkerRow)).all(), key=lambda w: _natural(w.name))
+        workers = sorted(s.exec(select(WorkerRow)).all(), key=lambda w: natural_key(w.name))
         measured = _measured(s)
         deployments = Counter(dict(s.exec(select(DeploymentRow.state, func.count()).group_by(DeploymentRow.state)).all()))
         replicas = Counter(dict(s.exec(select(InstanceRow.state, func.count()).group_by(InstanceRow.state)).all()))
