@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Callable
 
-from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
@@ -130,12 +129,8 @@ def serving_view(engine: Engine, ask: ServingAsk, live_s: float = serving.LIVE_S
     with Session(engine) as s:
         gateways = [g.url for g in s.exec(select(serving.GatewayRow).where(serving.GatewayRow.updated_at >= since)
                                           .order_by(serving.GatewayRow.id))]
-        load = serving.GatewayLoadRow
-        flying = s.exec(select(load.instance, func.sum(load.in_flight))
-                        .join(serving.GatewayRow, serving.GatewayRow.id == load.gateway)
-                        .where(load.instance.in_(names), serving.GatewayRow.updated_at >= since)
-                        .group_by(load.instance)).all() if names else []
+        flying = serving.in_flight_of(s, names, since)
         reasons = s.exec(select(InstanceRow.name, InstanceRow.reason)
                          .where(InstanceRow.name.in_(names), InstanceRow.state == "pending")).all() if names else []
-    return ServingView(gateways=gateways, in_flight={n: int(c) for n, c in flying if c},
+    return ServingView(gateways=gateways, in_flight=flying,
                        reasons={n: r for n, r in reasons if r})

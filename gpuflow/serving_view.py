@@ -5,6 +5,7 @@ comes from Temporal; the store is read only where this machine can open it."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -13,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
 from store import db, records, serving
-from store.tables import InstanceRow
+from store.tables import InstanceRow, utcnow
 from gpuflow.settings import Settings
 from scheduler.errors import InvalidInput
 
@@ -37,9 +38,11 @@ def add_serving(st: dict[str, Any], engine: Engine | None, per_instance: bool = 
         return st
     try:
         st["gateways"] = [g.url for g in serving.live_gateways(engine)]
-        for d in st["deployments"] if per_instance else []:
-            for i in d["instances"]:
-                i["in_flight"] = serving.in_flight(engine, i["name"])
+        insts = [i for d in st["deployments"] for i in d["instances"]] if per_instance else []
+        with Session(engine) as sess:  # one query for every instance, not one each
+            flying = serving.in_flight_of(sess, [i["name"] for i in insts], utcnow() - timedelta(seconds=serving.LIVE_S))
+        for i in insts:
+            i["in_flight"] = flying.get(i["name"], 0)
     except SQLAlchemyError as e:
         st["gateways_error"] = f"cannot read the store: {type(e).__name__}"
     return st

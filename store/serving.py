@@ -19,6 +19,7 @@ from store.tables import InstanceRow, utcnow
 
 REPORT_S = 0.5  # a gateway reports its in-flight counts this often
 LIVE_S = 5.0  # a gateway silent this long no longer counts
+IN_BATCH = 500  # instances named in one IN (...) list: well under SQLite's bound on parameters
 
 
 class GatewayRow(SQLModel, table=True):
@@ -82,12 +83,21 @@ def forget_gateway(engine: Engine, gateway: str) -> None:
 
 def in_flight(engine: Engine, instance: str, now: datetime | None = None, live_s: float = LIVE_S) -> int:
     """Requests the live gateways have in flight on ``instance`` (0 when none is live)."""
-    since = (now or utcnow()) - timedelta(seconds=live_s)
     with Session(engine) as s:
-        total = s.exec(select(func.coalesce(func.sum(GatewayLoadRow.in_flight), 0))
-                       .join(GatewayRow, GatewayRow.id == GatewayLoadRow.gateway)
-                       .where(GatewayLoadRow.instance == instance, GatewayRow.updated_at >= since))
-        return int(total.one())
+        return in_flight_of(s, [instance], (now or utcnow()) - timedelta(seconds=live_s)).get(instance, 0)
+
+
+def in_flight_of(s: Session, instances: list[str], since: datetime) -> dict[str, int]:
+    """Requests the gateways alive since ``since`` have in flight on each of ``instances``, a query
+    per IN_BATCH of them (an instance with none is left out)."""
+    out: dict[str, int] = {}
+    for k in range(0, len(instances), IN_BATCH):
+        rows = s.exec(select(GatewayLoadRow.instance, func.sum(GatewayLoadRow.in_flight))
+                      .join(GatewayRow, GatewayRow.id == GatewayLoadRow.gateway)
+                      .where(GatewayLoadRow.instance.in_(instances[k:k + IN_BATCH]), GatewayRow.updated_at >= since)
+                      .group_by(GatewayLoadRow.instance))
+        out.update((i, int(n)) for i, n in rows if n)
+    return out
 
 
 def live_gateways(engine: Engine, now: datetime | None = None, live_s: float = LIVE_S) -> list[GatewayRow]:

@@ -44,3 +44,23 @@ def test_in_flight_sums_the_live_gateways_only(store):
     assert serving.in_flight(engine, "chat-0", now=now) == 3  # 1 + 2
     serving.forget_gateway(engine, "g2")
     assert serving.in_flight(engine, "chat-0", now=now) == 1
+
+
+def test_in_flight_of_many_instances_in_batches_and_status_offline(store, monkeypatch):
+    """The batched read (status offline, the control plane's serving view, the console) gives each
+    instance what in_flight gives it alone, however the names are cut into IN (...) lists."""
+    from gpuflow.serving_view import add_serving
+
+    _, _, engine = store
+    now = utcnow()
+    serving.report_load(engine, "g1", "http://a/v1", {"chat-0": 3, "chat-2": 1}, now=now)
+    serving.report_load(engine, "g2", "http://b/v1", {"chat-0": 2, "chat-1": 4}, now=now)
+    names = ["chat-0", "chat-1", "chat-2", "chat-3"]
+    monkeypatch.setattr(serving, "IN_BATCH", 3)  # chat-0..2 in one list, chat-3 in a second
+    with Session(engine) as s:
+        got = serving.in_flight_of(s, names, now - timedelta(seconds=serving.LIVE_S))
+    assert got == {"chat-0": 5, "chat-1": 4, "chat-2": 1}  # 3 + 2; 4; 1; chat-3 none: left out
+    assert got == {n: serving.in_flight(engine, n, now=now) for n in names if serving.in_flight(engine, n, now=now)}
+    st = add_serving({"deployments": [{"name": "chat", "instances": [{"name": n} for n in names]}]}, engine)
+    assert [i["in_flight"] for i in st["deployments"][0]["instances"]] == [5, 4, 1, 0]
+    assert st["gateways"] == ["http://a/v1", "http://b/v1"]

@@ -26,7 +26,7 @@ from gpuflow.render.usage import column, warning
 from gpuflow.usage_view import summed
 from store import decision_log
 from store.decision_log import DecisionRow
-from store.serving import LIVE_S, GatewayLoadRow, GatewayRow
+from store.serving import LIVE_S, in_flight_of
 from store.tables import DeploymentRow, InstanceRow, utcnow
 from store.usage import InstanceUsageRow
 
@@ -128,14 +128,6 @@ def listing(engine: Engine, caller: Caller, q: str = "", page: int = 1) -> Listi
                    page=page, pages=pages)
 
 
-def _in_flight(s: Session, names: list[str]) -> Counter:
-    since = utcnow() - timedelta(seconds=LIVE_S)
-    q = (select(GatewayLoadRow.instance, func.sum(GatewayLoadRow.in_flight))
-         .join(GatewayRow, GatewayRow.id == GatewayLoadRow.gateway)
-         .where(GatewayRow.updated_at >= since, GatewayLoadRow.instance.in_(names)).group_by(GatewayLoadRow.instance))
-    return Counter({i: int(n or 0) for i, n in s.exec(q)})
-
-
 def _memory(s: Session, names: list[str]) -> dict[str, dict[str, Any]]:
     """instance -> gpuflow/usage_view.py's figures, from the hosts' latest reports kept in the store."""
     parts: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -145,7 +137,7 @@ def _memory(s: Session, names: list[str]) -> dict[str, dict[str, Any]]:
     return {i: summed(p) for i, p in parts.items()}
 
 
-def _replica(r: InstanceRow, flying: Counter, mem: dict[str, dict[str, Any]]) -> Replica:
+def _replica(r: InstanceRow, flying: dict[str, int], mem: dict[str, dict[str, Any]]) -> Replica:
     v = mem.get(r.name) if r.state not in ("pending", "deleted") else None
     return Replica(name=r.name, state=r.state, worker=r.worker, gpus=list(r.gpu_indexes or []),
                    address=f"{r.address or '-'}:{r.port}" if r.port else "-", in_flight=flying.get(r.name, 0),
@@ -162,7 +154,7 @@ def detail(engine: Engine, caller: Caller, name: str) -> Detail | None:
                                                       InstanceRow.state != "deleted")),
                       key=lambda r: natural_key(r.name))
         names = [r.name for r in rows]
-        flying, mem = _in_flight(s, names), _memory(s, names)
+        flying, mem = in_flight_of(s, names, utcnow() - timedelta(seconds=LIVE_S)), _memory(s, names)
         kept = list(s.exec(select(DecisionRow).where(DecisionRow.deployment == name, DecisionRow.kind == "autoscale")
                            .order_by(DecisionRow.id.desc()).limit(STEPS_KEPT)))
     steps = [{**decision_log.record_of(r), "at": r.at, "inputs": r.digest} for r in reversed(kept)]
