@@ -35,7 +35,11 @@ async def small_form(request: Request) -> dict[str, str]:
         body = await read_body(request, MAX_FORM)
     except TooLarge:
         return {}
-    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), max_num_fields=8).items()}
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=8)
+    except ValueError:  # more than 8 fields: not the sign-in form
+        return {}
+    return {k: v[0] for k, v in fields.items()}
 
 
 def login(gw):
