@@ -104,28 +104,31 @@ async def test_two_replicas_share_the_load_and_a_killed_one_loses_no_request(sql
     procs.append(g)
     gs.wait_model(f"http://127.0.0.1:{g.port}", "chat", 2)
     c = client(g, cls=openai.AsyncOpenAI, timeout=60)
-    served: list[str] = []
+    try:
+        served: list[str] = []
 
-    async def one(i: int):
-        r = await c.chat.completions.create(model="chat", messages=MSG, max_tokens=5)
-        served.append(r.system_fingerprint)
+        async def one(i: int):
+            r = await c.chat.completions.create(model="chat", messages=MSG, max_tokens=5)
+            served.append(r.system_fingerprint)
 
-    async def worker(i: int, n: int):
-        for j in range(n):
-            await one(i * n + j)
+        async def worker(i: int, n: int):
+            for j in range(n):
+                await one(i * n + j)
 
-    load = asyncio.gather(*(worker(i, 25) for i in range(12)))  # 300 requests, 12 at a time
-    while len(served) < 60:
-        await asyncio.sleep(0.01)
-    before = set(served)
-    a.kill()  # SIGKILL in the middle of the load: its in-flight requests die with it
-    await load  # raises if a single request failed
-    assert len(served) == 300
-    assert before == {"ra", "rb"}  # both replicas took requests while both were up
-    assert served[-50:] == ["rb"] * 50  # after the kill, only the survivor answers
-    m = scrape(g)
-    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="200") == 300
-    assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat") == 300  # and nothing else
+        load = asyncio.gather(*(worker(i, 25) for i in range(12)))  # 300 requests, 12 at a time
+        while len(served) < 60:
+            await asyncio.sleep(0.01)
+        before = set(served)
+        a.kill()  # SIGKILL in the middle of the load: its in-flight requests die with it
+        await load  # raises if a single request failed
+        assert len(served) == 300
+        assert before == {"ra", "rb"}  # both replicas took requests while both were up
+        assert served[-50:] == ["rb"] * 50  # after the kill, only the survivor answers
+        m = scrape(g)
+        assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat", code="200") == 300
+        assert gs.metric(m, "gpuflow_gateway_requests_total", model="chat") == 300  # and nothing else
+    finally:
+        await c.close()
 
 
 def test_keys_none_bad_revoked_get_401_and_a_good_one_counts_under_its_tenant(sqlite_store, procs, tmp_path):

@@ -174,37 +174,40 @@ async def test_slow_headers_are_cut_at_the_header_timeout(sqlite_store, procs, t
     base = f"http://127.0.0.1:{g.port}"
     await asyncio.to_thread(gs.wait_model, base, "chat", 1)
     served = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=30)
+    try:
 
-    give_up = 20.0  # the probe saw 60 s; without a header timeout every one of them runs to here
-    slow = [asyncio.create_task(_trickle(g.port, HEAD, every=0.25, give_up=give_up)) for _ in range(300)]
-    await asyncio.sleep(0.3)
-    # meanwhile a well-behaved client is served
-    assert (await served.chat.completions.create(model="chat", messages=MSG, max_tokens=1)).choices
-    results = await asyncio.gather(*slow)
-    took = sorted(t for t, _ in results)
-    assert took[-1] < 8.0, f"slowest closed after {took[-1]:.1f} s (header timeout 1 s)"
-    assert took[0] >= 0.9  # not before the timeout
-    # each is answered 408 in OpenAI's JSON, then closed (a byte of ours that crossed the close
-    # may turn it into a reset that the kernel delivers before the answer: nothing read, then)
-    answered = [got for _, got in results if got]
-    assert len(answered) >= 250, f"{len(answered)} of 300 read the 408"
-    for got in answered:
-        head, _, body = got.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 408"), got[:200]
-        assert json.loads(body)["error"]["code"] == "request_timeout"
+        give_up = 20.0  # the probe saw 60 s; without a header timeout every one of them runs to here
+        slow = [asyncio.create_task(_trickle(g.port, HEAD, every=0.25, give_up=give_up)) for _ in range(300)]
+        await asyncio.sleep(0.3)
+        # meanwhile a well-behaved client is served
+        assert (await served.chat.completions.create(model="chat", messages=MSG, max_tokens=1)).choices
+        results = await asyncio.gather(*slow)
+        took = sorted(t for t, _ in results)
+        assert took[-1] < 8.0, f"slowest closed after {took[-1]:.1f} s (header timeout 1 s)"
+        assert took[0] >= 0.9  # not before the timeout
+        # each is answered 408 in OpenAI's JSON, then closed (a byte of ours that crossed the close
+        # may turn it into a reset that the kernel delivers before the answer: nothing read, then)
+        answered = [got for _, got in results if got]
+        assert len(answered) >= 250, f"{len(answered)} of 300 read the 408"
+        for got in answered:
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408"), got[:200]
+            assert json.loads(body)["error"]["code"] == "request_timeout"
 
-    # a connection that sends nothing, and one that trickles its second request's headers after
-    # a first one was answered, are cut the same way
-    t0 = time.monotonic()
-    s = socket.create_connection(("127.0.0.1", g.port))
-    s.settimeout(give_up)
-    assert s.recv(4096).startswith(b"HTTP/1.1 408") and time.monotonic() - t0 < 8.0
-    s.close()
-    body = json.dumps({"model": "chat", "messages": MSG, "max_tokens": 1}).encode()
-    first = HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
-    took, got = await _trickle(g.port, first + HEAD, every=0.25, give_up=give_up)
-    assert got.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in got and took < 8.0
-    assert (await served.chat.completions.create(model="chat", messages=MSG, max_tokens=1)).choices
+        # a connection that sends nothing, and one that trickles its second request's headers after
+        # a first one was answered, are cut the same way
+        t0 = time.monotonic()
+        s = socket.create_connection(("127.0.0.1", g.port))
+        s.settimeout(give_up)
+        assert s.recv(4096).startswith(b"HTTP/1.1 408") and time.monotonic() - t0 < 8.0
+        s.close()
+        body = json.dumps({"model": "chat", "messages": MSG, "max_tokens": 1}).encode()
+        first = HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+        took, got = await _trickle(g.port, first + HEAD, every=0.25, give_up=give_up)
+        assert got.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in got and took < 8.0
+        assert (await served.chat.completions.create(model="chat", messages=MSG, max_tokens=1)).choices
+    finally:
+        await served.close()
 
 
 TENANTS = "tenants:\n  - {name: prod, max_concurrent: 2}\n"

@@ -138,29 +138,33 @@ async def test_a_saturated_model_serves_its_queue_by_tenant_priority(sqlite_stor
     base = f"http://127.0.0.1:{g.port}"
     gs.wait_model(base, "busy", 1, headers={"Authorization": f"Bearer {k['poc']}"}, every=0.5)
     prod, poc = (client(g, k[t], cls=openai.AsyncOpenAI, timeout=60) for t in ("prod", "poc"))
+    try:
 
-    def depth() -> float:
-        return gs.metric(scrape(g), "gpuflow_gateway_queue_depth", model="busy")
+        def depth() -> float:
+            return gs.metric(scrape(g), "gpuflow_gateway_queue_depth", model="busy")
 
-    # poc holds the only slot with a long stream
-    holder = await poc.chat.completions.create(model="busy", messages=MSG, max_tokens=5000, stream=True)
-    await holder.__anext__()
-    served: list[str] = []
+        # poc holds the only slot with a long stream
+        holder = await poc.chat.completions.create(model="busy", messages=MSG, max_tokens=5000, stream=True)
+        await holder.__anext__()
+        served: list[str] = []
 
-    async def ask(who: str, c) -> None:
-        r = await c.chat.completions.create(model="busy", messages=MSG, max_tokens=2)  # 2 * 0.05 s on the replica
-        assert r.choices
-        served.append(who)
+        async def ask(who: str, c) -> None:
+            r = await c.chat.completions.create(model="busy", messages=MSG, max_tokens=2)  # 2 * 0.05 s on the replica
+            assert r.choices
+            served.append(who)
 
-    # three of poc's (priority 10) queue first, then two of prod's (priority 100), each once the
-    # one before it is in the queue (so that arrival order is known)
-    tasks = []
-    for i, (who, c) in enumerate([("poc0", poc), ("poc1", poc), ("poc2", poc), ("prod0", prod), ("prod1", prod)]):
-        tasks.append(asyncio.create_task(ask(who, c)))
-        await asyncio.to_thread(gs.wait_for, lambda: depth() == i + 1, 10, f"{who} queued", 0.1)
-    await holder.close()  # the slot is free: the queue is served one at a time
-    await asyncio.gather(*tasks)
-    assert served == ["prod0", "prod1", "poc0", "poc1", "poc2"]  # priority first, then arrival
-    m = scrape(g)
-    assert gs.metric(m, "gpuflow_gateway_requests_total", model="busy", code="200") == 5
-    assert gs.metric(m, "gpuflow_gateway_tenant_rejections_total") == 0
+        # three of poc's (priority 10) queue first, then two of prod's (priority 100), each once the
+        # one before it is in the queue (so that arrival order is known)
+        tasks = []
+        for i, (who, c) in enumerate([("poc0", poc), ("poc1", poc), ("poc2", poc), ("prod0", prod), ("prod1", prod)]):
+            tasks.append(asyncio.create_task(ask(who, c)))
+            await asyncio.to_thread(gs.wait_for, lambda: depth() == i + 1, 10, f"{who} queued", 0.1)
+        await holder.close()  # the slot is free: the queue is served one at a time
+        await asyncio.gather(*tasks)
+        assert served == ["prod0", "prod1", "poc0", "poc1", "poc2"]  # priority first, then arrival
+        m = scrape(g)
+        assert gs.metric(m, "gpuflow_gateway_requests_total", model="busy", code="200") == 5
+        assert gs.metric(m, "gpuflow_gateway_tenant_rejections_total") == 0
+    finally:
+        await prod.close()
+        await poc.close()

@@ -120,26 +120,29 @@ def test_affinity_holds_on_the_dev_stack(dev):
 
 async def test_the_imbalance_guard_fires_when_one_replica_is_flooded(dev):
     c = client(dev, openai.AsyncOpenAI)
-    before = metric(dev, "gpuflow_gateway_route_decisions_total", model="chat", reason="imbalance")
+    try:
+        before = metric(dev, "gpuflow_gateway_route_decisions_total", model="chat", reason="imbalance")
 
-    async def stream(i: int) -> tuple[dict, str]:
-        raw = await c.chat.completions.with_raw_response.create(
-            model="chat", messages=[system("hot"), {"role": "user", "content": f"q{i}"}], max_tokens=60,
-            stream=True, extra_headers=DEBUG)  # 60 tokens * 0.02 s: each in flight 1.2 s, all 12 at once
-        text = "".join([ch.choices[0].delta.content or "" async for ch in raw.parse() if ch.choices])
-        return route(raw.headers.get("x-gpuflow-route")), text
+        async def stream(i: int) -> tuple[dict, str]:
+            raw = await c.chat.completions.with_raw_response.create(
+                model="chat", messages=[system("hot"), {"role": "user", "content": f"q{i}"}], max_tokens=60,
+                stream=True, extra_headers=DEBUG)  # 60 tokens * 0.02 s: each in flight 1.2 s, all 12 at once
+            text = "".join([ch.choices[0].delta.content or "" async for ch in raw.parse() if ch.choices])
+            return route(raw.headers.get("x-gpuflow-route")), text
 
-    first, _ = await stream(-1)  # the prefix finds its home
-    got = await asyncio.gather(*(stream(i) for i in range(12)))
-    assert all(text == "".join(f"tok{i} " for i in range(60)) for _, text in got)  # every stream whole
-    served = [r["replica"] for r, _ in got]
-    counts = {x: served.count(x) for x in set(served)}
-    # limit 8: slack = max(2, ceil(8 / 2)) = 4. Home takes 5 (at 5 in flight, 5 - 0 > 4 passes it over);
-    # the 6th spills to an idle replica (reason imbalance), which then holds the prefix and takes 5 too;
-    # the 11th spills to the last idle one (imbalance again), which takes the last 2: 5 + 5 + 2 = 12
-    assert counts[first["replica"]] == 5 and sorted(counts.values()) == [2, 5, 5], served
-    assert [r["reason"] for r, _ in got].count("imbalance") == 2, got
-    assert metric(dev, "gpuflow_gateway_route_decisions_total", model="chat", reason="imbalance") == before + 2
+        first, _ = await stream(-1)  # the prefix finds its home
+        got = await asyncio.gather(*(stream(i) for i in range(12)))
+        assert all(text == "".join(f"tok{i} " for i in range(60)) for _, text in got)  # every stream whole
+        served = [r["replica"] for r, _ in got]
+        counts = {x: served.count(x) for x in set(served)}
+        # limit 8: slack = max(2, ceil(8 / 2)) = 4. Home takes 5 (at 5 in flight, 5 - 0 > 4 passes it over);
+        # the 6th spills to an idle replica (reason imbalance), which then holds the prefix and takes 5 too;
+        # the 11th spills to the last idle one (imbalance again), which takes the last 2: 5 + 5 + 2 = 12
+        assert counts[first["replica"]] == 5 and sorted(counts.values()) == [2, 5, 5], served
+        assert [r["reason"] for r, _ in got].count("imbalance") == 2, got
+        assert metric(dev, "gpuflow_gateway_route_decisions_total", model="chat", reason="imbalance") == before + 2
+    finally:
+        await c.close()
 
 
 def test_a_drained_replica_leaves_the_index(dev):

@@ -97,19 +97,22 @@ def test_affinity_holds_and_the_choice_is_explained_only_when_asked(stack):
 async def test_the_imbalance_guard_spreads_a_hot_prefix(stack):
     _, g, _ = stack
     c = client(g, openai.AsyncOpenAI)
-    before = decisions(g, "chat", "imbalance")
+    try:
+        before = decisions(g, "chat", "imbalance")
 
-    async def one(i: int) -> str:
-        r = await c.chat.completions.create(model="chat", max_tokens=40, messages=[
-            system("hot"), {"role": "user", "content": f"q{i}"}])  # 40 tokens * 0.02 s: in flight ~0.8 s
-        return r.system_fingerprint
+        async def one(i: int) -> str:
+            r = await c.chat.completions.create(model="chat", max_tokens=40, messages=[
+                system("hot"), {"role": "user", "content": f"q{i}"}])  # 40 tokens * 0.02 s: in flight ~0.8 s
+            return r.system_fingerprint
 
-    first = await one(-1)  # the prefix finds its home
-    served = await asyncio.gather(*(one(i) for i in range(12)))  # 12 at once: 5 on home would put it 5 ahead
-    assert served.count(first) < 12 and len(set(served)) >= 2, served  # it spilled to other replicas
-    # home took what the slack allowed before the guard fired: max(2, ceil(8 / 2)) = 4 ahead, its 5th
-    assert served.count(first) >= 5, served
-    assert decisions(g, "chat", "imbalance") > before
+        first = await one(-1)  # the prefix finds its home
+        served = await asyncio.gather(*(one(i) for i in range(12)))  # 12 at once: 5 on home would put it 5 ahead
+        assert served.count(first) < 12 and len(set(served)) >= 2, served  # it spilled to other replicas
+        # home took what the slack allowed before the guard fired: max(2, ceil(8 / 2)) = 4 ahead, its 5th
+        assert served.count(first) >= 5, served
+        assert decisions(g, "chat", "imbalance") > before
+    finally:
+        await c.close()
 
 
 def test_a_drained_replica_leaves_the_index(stack):

@@ -177,26 +177,29 @@ async def test_tenant_bs_key_gets_404_on_tenant_as_model(tmp_path):
         base = lv.stack.start_gateway(free_port())
         a = openai.AsyncOpenAI(base_url=base, api_key=key_a, max_retries=0, timeout=30)
         b = openai.AsyncOpenAI(base_url=base, api_key=key_b, max_retries=0, timeout=30)
+        try:
+            async def models(c) -> list[str]:
+                for _ in range(50):  # the gateway reads the routing table every 0.5 s
+                    got = sorted(m.id for m in (await c.models.list()).data)
+                    if got:
+                        return got
+                    await asyncio.sleep(0.2)
+                return []
 
-        async def models(c) -> list[str]:
-            for _ in range(50):  # the gateway reads the routing table every 0.5 s
-                got = sorted(m.id for m in (await c.models.list()).data)
-                if got:
-                    return got
-                await asyncio.sleep(0.2)
-            return []
-
-        assert await models(a) == ["a-chat"] and await models(b) == ["b-chat"]
-        with pytest.raises(openai.APIStatusError) as own:  # http.server stands in: it answers POST with 501
-            await a.completions.create(model="a-chat", prompt="hi", max_tokens=1)
-        assert own.value.status_code == 501  # the request reached a-chat's engine
-        with pytest.raises(openai.NotFoundError) as forbidden:
-            await b.completions.create(model="a-chat", prompt="hi", max_tokens=1)
-        with pytest.raises(openai.NotFoundError) as unknown:
-            await b.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
-        said = forbidden.value.response.json()["error"]["message"]
-        assert said == unknown.value.response.json()["error"]["message"].replace("no-such-model", "a-chat"), said
-        assert "b-chat" in said and "a-chat" not in said.replace("'a-chat'", "")
+            assert await models(a) == ["a-chat"] and await models(b) == ["b-chat"]
+            with pytest.raises(openai.APIStatusError) as own:  # http.server stands in: it answers POST with 501
+                await a.completions.create(model="a-chat", prompt="hi", max_tokens=1)
+            assert own.value.status_code == 501  # the request reached a-chat's engine
+            with pytest.raises(openai.NotFoundError) as forbidden:
+                await b.completions.create(model="a-chat", prompt="hi", max_tokens=1)
+            with pytest.raises(openai.NotFoundError) as unknown:
+                await b.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+            said = forbidden.value.response.json()["error"]["message"]
+            assert said == unknown.value.response.json()["error"]["message"].replace("no-such-model", "a-chat"), said
+            assert "b-chat" in said and "a-chat" not in said.replace("'a-chat'", "")
+        finally:
+            await a.close()
+            await b.close()
     finally:
         lv.close()
 
