@@ -58,6 +58,7 @@ from scheduler.tenancy.queue import Quotas, Wake, Waiting, ordered, to_wake
 from scheduler.tenancy.usage import by_tenant
 
 UNKNOWN = "its request is not known here yet: woken to decide itself"
+UNKNOWN_HERE = "its request is not known here yet"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class Queued:
     def waiting(self) -> Waiting:
         return Waiting(self.instance, self.deployment, self.tenant_priority, self.priority,
                        self.queued_at.timestamp(), self.tenant)
+
+    @property
+    def level(self) -> tuple[int, int]:
+        """Its priority: the tenant's, then the deployment's (higher first)."""
+        return (self.tenant_priority, self.priority)
 
 
 @dataclass
@@ -94,6 +100,7 @@ class Verdict:
     order: list[Queued]
     wake: Wake
     unknown: list[str]  # no request known: woken to decide themselves
+    bar: tuple[int, int] | None = None  # the highest priority woken to take freed capacity (None: none is)
 
     def to_signal(self) -> list[str]:
         return self.wake.woken + self.wake.reclaim + self.unknown
@@ -102,12 +109,14 @@ class Verdict:
         """What the periodic sweep wakes (workflows/queue_sweep.py), a number that grows with the
         deployments waiting, not their replicas: the heads that fit, and the first waiting replica
         of each deployment (its request may not be known here; it may preempt; a new tenants file
-        may have raised its limit)."""
+        may have raised its limit), unless it ranks below a replica woken to take the capacity
+        freed now (``bar``): woken too, it would race that replica for it and could win."""
         out, deps = list(self.wake.woken) + self.wake.reclaim, set()
         for r in self.order:
             if r.deployment not in deps:
                 deps.add(r.deployment)
-                out.append(r.instance)
+                if self.bar is None or r.level >= self.bar:
+                    out.append(r.instance)
         return list(dict.fromkeys(out))
 
     def reason(self, name: str) -> str:
@@ -215,7 +224,25 @@ def judge(q: Queue, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Req
         quotas = Quotas(limited, by_tenant(snap.instances, q.tenant_of))
     wake = to_wake(snap, [r.waiting() for r in known], specs, strict=q.tenants.queueing == "StrictFIFO",
                    config=policy, quotas=quotas)
-    return Verdict(ordered_replicas(q.replicas), wake, unknown)
+    order = ordered_replicas(q.replicas)
+    return Verdict(order, wake, *_behind_the_woken(order, wake, unknown))
+
+
+def _behind_the_woken(order: list[Queued], wake: Wake, unknown: list[str]) -> tuple[list[str], tuple[int, int] | None]:
+    """(the unknown replicas to wake, the bar): a replica whose request is not known here decides
+    itself when woken, so one of lower priority than a replica woken to take the capacity freed now
+    waits (its reason says so) rather than race it for that capacity: the first freed GPU goes by
+    priority whoever books first."""
+    levels = {r.instance: r.level for r in order}
+    bar = max((levels[n] for n in wake.woken), default=None)
+    if bar is None:
+        return unknown, None
+    first = next(n for n in wake.woken if levels[n] == bar)
+    woken = [n for n in unknown if levels[n] >= bar]
+    for n in unknown:
+        if levels[n] < bar:
+            wake.held[n] = f"held back while {first} (higher priority) takes the capacity freed now; {UNKNOWN_HERE}"
+    return woken, bar
 
 
 def ordered_replicas(replicas: list[Queued]) -> list[Queued]:

@@ -142,42 +142,58 @@ def test_a_wake_picks_the_heads_that_fit(store, free, strict, woken, reasons):
     assert [r.instance for r in v.order] == ["pr-0", "pr-1", "big-0", "d-0", "q-0", "q-1"]
 
 
-def test_an_unknown_request_is_woken_and_the_queue_costs_a_decision_per_spec(store):
-    _, _, engine = store
-    seed(engine, 1)
-    enqueue(engine, "many", 30, tenant="dev")  # 30 replicas of one deployment, one slot free
-    enqueue(engine, "twin", 10, tenant="poc")  # the same model under another name and tenant
+def many_twin_and_g(engine, free: int) -> None:
+    """dev's many (30 replicas), poc's twin (10, the same model under another name) and default's
+    g (a GGUF costed from its file: its request is not known here), ``free`` GPUs of 24 GiB free."""
+    seed(engine, free)
+    enqueue(engine, "many", 30, tenant="dev")
+    enqueue(engine, "twin", 10, tenant="poc")
     records.save_deployment(engine, "twin", {**raw("twin", tenant="poc"), "source": raw("many")["source"]}, 10)
     gguf = {"name": "g", "backend": "llama.cpp", "source": {"local_path": "/nowhere/g.gguf"}}
     records.save_deployment(engine, "g", gguf, 1)
     records.create_instance(engine, rec("g-0", "g", "pending"))  # costed from files: not known here
+
+
+@pytest.mark.parametrize("free, signal, g_reason", [
+    # priorities: dev 30 > poc 10 > default 0; a replica a GPU
+    (1, ["many-0"], "held back while many-0 (higher priority)"),  # g-0 would race many-0 for the one GPU
+    (0, ["g-0"], UNKNOWN),                                          # nobody takes freed capacity: g-0 decides itself
+])
+def test_an_unknown_request_is_woken_unless_a_higher_priority_takes_the_freed_capacity(store, free, signal, g_reason):
+    _, _, engine = store
+    many_twin_and_g(engine, free)
     snap = SnapshotCache().refresh(engine)[0]
     c = cache()
     v = judge(read(engine), snap, lambda s: known_request(c, s))
-    assert v.to_signal() == ["many-0", "g-0"] and v.reason("g-0") == UNKNOWN
+    assert v.to_signal() == signal and v.reason("g-0").startswith(g_reason), v.reason("g-0")
+    spec = ModelSpec.model_validate({"name": "g", "backend": "llama.cpp", "source": {"local_path": "/nowhere/g.gguf"}})
+    assert c.peek(spec) is None  # peeking costs nothing
+
+
+def test_the_queue_costs_a_decision_per_spec(store):
+    _, _, engine = store
+    many_twin_and_g(engine, 1)
+    v = judge(read(engine), SnapshotCache().refresh(engine)[0], lambda s: known_request(cache(), s))
     # many-0 fits (1 decision), many-1 does not (1); the 28 after it and twin's 10 (a spec that fits
     # the same places) share that verdict: 2 decisions for 40 replicas, not 40. Nothing of lower
     # priority fits, so no head's empty-cluster fit is asked for.
     assert v.wake.decisions == 2 and v.reason("many-29") == v.reason("twin-9") == v.reason("many-1")
-    spec = ModelSpec.model_validate(gguf)
-    assert c.peek(spec) is None  # peeking costs nothing
 
 
-def test_a_sweep_wakes_the_fitting_heads_and_one_replica_per_deployment(store):
-    """The periodic sweep's choice grows with the deployments waiting, not their replicas: with
-    one slot free, the head that fits (many-0) and the first of every other deployment (twin-0,
-    g-0), out of 41 waiting."""
+@pytest.mark.parametrize("free, sweep", [
+    # 41 waiting: many (dev, 30), twin (poc, 10), g (default, 0; not costed here)
+    (0, ["many-0", "twin-0", "g-0"]),  # nothing fits: the first of every deployment, in queue order
+    (1, ["many-0"]),                   # many-0 takes the free GPU: twin-0 and g-0, woken too, could win it
+])
+def test_a_sweep_wakes_the_fitting_heads_and_one_replica_per_deployment_never_below_them(store, free, sweep):
+    """The periodic sweep's choice grows with the deployments waiting, not their replicas, and
+    never hands the capacity freed now to a lower priority than the replica woken for it."""
     _, _, engine = store
-    seed(engine, 1)
-    enqueue(engine, "many", 30, tenant="dev")
-    enqueue(engine, "twin", 10, tenant="poc")
-    gguf = {"name": "g", "backend": "llama.cpp", "source": {"local_path": "/nowhere/g.gguf"}}
-    records.save_deployment(engine, "g", gguf, 1)
-    records.create_instance(engine, rec("g-0", "g", "pending"))  # costed from files: not known here
+    many_twin_and_g(engine, free)
     snap = SnapshotCache().refresh(engine)[0]
     v = judge(read(engine), snap, lambda s: known_request(cache(), s))
     assert len(v.order) == 41
-    assert v.to_sweep() == ["many-0", "twin-0", "g-0"]  # in queue order: dev, poc, then default (priority 0)
+    assert v.to_sweep() == sweep
 
 
 def test_a_store_made_before_queued_at_is_upgraded(store):
