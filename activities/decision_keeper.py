@@ -127,15 +127,18 @@ class DecisionKeeper:
     def _write(self, blobs: dict[str, bytes], rows: list[tuple[DecisionRecord, str, str, str]],
                steps: list[tuple[str, str, dict, str, str]] = ()) -> None:
         out = [decision_log.DecisionRow(kind="autoscale", digest=digest, instance=deployment, deployment=deployment,
-                                        outcome=outcome, reason=reason[:500],
-                                        record=zlib.compress(json.dumps(decision).encode(), 6))
+                                        outcome=outcome, reason=reason[:500], **_packed(json.dumps(decision).encode()))
                for digest, deployment, decision, outcome, reason in steps]
         for rec, digest, instance, deployment in rows:
-            data = zlib.compress(rec.model_dump_json().encode(), 6)
             out.append(decision_log.DecisionRow(digest=digest, instance=instance, deployment=deployment,
                                                 outcome=decision_log.outcome_of(rec), reason=decision_log.reason_of(rec)[:500],
-                                                record=data))
+                                                **_packed(rec.model_dump_json().encode())))
         written = sum(len(r.record) for r in out) + decision_log.write(self.engine, blobs, out)
         if self.metrics is not None:
             self.metrics.kept_bytes.inc(written)
             self.metrics.kept_decisions.inc(len(out))
+
+
+def _packed(raw: bytes) -> dict:
+    """A record as kept: compressed, with the digest that names it altered (store/decision_log.record_of)."""
+    return {"record": zlib.compress(raw, 6), "record_digest": decision_log.digest_of(raw)}

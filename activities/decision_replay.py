@@ -36,11 +36,27 @@ def step(d: dict[str, Any]) -> str:
 
 def load(engine: Engine, digest: str) -> DecisionInputs:
     try:
-        manifest = decision_log.blob(engine, digest)
+        manifest = decision_log.manifest(engine, digest)
     except KeyError:
         raise InvalidInput(f"the inputs {digest[:12]} are not kept in this store (pruned past the retention, "
                            "written by another store, or decided before gpuflow kept them)") from None
-    return decode(manifest, lambda d: decision_log.blob(engine, d))
+    except decision_log.Damaged as e:
+        raise InvalidInput(str(e)) from None
+    return decode(manifest, lambda d: _blob(engine, d))
+
+
+def _blob(engine: Engine, digest: str) -> bytes:
+    try:
+        return decision_log.blob(engine, digest)
+    except decision_log.Damaged as e:
+        raise InvalidInput(str(e)) from None
+
+
+def _record(row: decision_log.DecisionRow) -> dict[str, Any]:
+    try:
+        return decision_log.record_of(row)
+    except decision_log.Damaged as e:
+        raise InvalidInput(str(e)) from None
 
 
 def replay(engine: Engine, instance: str, recorded: DecisionRecord | None, digest: str | None = None,
@@ -68,7 +84,7 @@ def replay_row(engine: Engine, row: decision_log.DecisionRow, recorded: Decision
     if row.kind == "autoscale":
         return _replay_step(engine, row)
     if recorded is None:
-        recorded = DecisionRecord.model_validate(decision_log.record_of(row))
+        recorded = DecisionRecord.model_validate(_record(row))
     inp = (inputs or (lambda d: load(engine, d)))(row.digest)
     if row.instance not in inp.names:
         raise InvalidInput(f"the inputs {row.digest[:12]} are not {row.instance}'s (they decided {', '.join(inp.names)})")
@@ -85,11 +101,11 @@ def replay_row(engine: Engine, row: decision_log.DecisionRow, recorded: Decision
 def _replay_step(engine: Engine, row: decision_log.DecisionRow) -> dict[str, Any]:
     """An autoscaler step re-run on its kept inputs (activities/autoscale_inputs.py)."""
     try:
-        data = decision_log.blob(engine, row.digest)
+        data = _blob(engine, row.digest)
     except KeyError:
         raise InvalidInput(f"the inputs {row.digest[:12]} of {row.deployment}'s autoscaler step are not kept "
                            "(pruned past the retention)") from None
-    recorded, now = decision_log.record_of(row), autoscale_inputs.replay(data)
+    recorded, now = _record(row), autoscale_inputs.replay(data)
     diff = dict_differences(recorded, now)
     return {"instance": row.instance, "kind": "autoscale", "inputs": row.digest, "at": row.at.isoformat(),
             "names": [row.deployment], "same": not diff, "differences": diff,

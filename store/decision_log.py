@@ -15,6 +15,7 @@ store still shows; then it drops the blobs no kept decision names."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from datetime import datetime, timedelta
@@ -48,6 +49,23 @@ class DecisionRow(SQLModel, table=True):
     reason: str = ""  # the decisive reason (refused), or where it went
     record: bytes = Field(sa_column=Column(LargeBinary, nullable=False))  # zlib of the DecisionRecord's JSON (a step's decision)
     at: datetime = Field(default_factory=utcnow, index=True)
+    record_digest: str | None = Field(default=None, max_length=64)  # SHA-256 of the record's JSON (None: kept before it)
+
+
+class Damaged(ValueError):
+    """A kept part that is not what was written: not zlib data, or bytes that do not hash to the digest
+    it is kept under. Named, never a traceback: ``gpuflow explain --replay`` says which part."""
+
+
+def digest_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _unzip(data: bytes, what: str) -> bytes:
+    try:
+        return zlib.decompress(data)
+    except zlib.error as e:
+        raise Damaged(f"{what} is damaged: it is not zlib data ({e})") from None
 
 
 def outcome_of(rec) -> str:
@@ -106,16 +124,34 @@ def _write_one_by_one(engine: Engine, blobs: dict[str, bytes], rows: list[Decisi
 
 
 def blob(engine: Engine, digest: str) -> bytes:
-    """A blob's bytes; KeyError when it is not kept."""
+    """A blob's bytes; KeyError when it is not kept, Damaged when they are not zlib data."""
     with Session(engine) as s:
         row = s.get(DecisionBlobRow, digest)
         if row is None:
             raise KeyError(digest)
-        return zlib.decompress(row.data)
+        return _unzip(row.data, f"kept blob {digest[:12]}")
+
+
+def manifest(engine: Engine, digest: str) -> bytes:
+    """A decision's manifest, checked against the digest it is kept under (the digest the workflow's
+    record names): KeyError when not kept, Damaged when altered."""
+    data = blob(engine, digest)
+    if digest_of(data) != digest:
+        raise Damaged(f"the manifest {digest[:12]} was altered: its bytes hash to {digest_of(data)[:12]}")
+    return data
 
 
 def record_of(row: DecisionRow) -> dict[str, Any]:
-    return json.loads(zlib.decompress(row.record))
+    """The decision's record as kept, checked against its digest (rows kept before digests: unchecked);
+    Damaged when it is not zlib, altered, or not JSON."""
+    what = f"the kept record of decision {row.id} ({row.instance})"
+    data = _unzip(row.record, what)
+    if row.record_digest and digest_of(data) != row.record_digest:
+        raise Damaged(f"{what} was altered: it hashes to {digest_of(data)[:12]}, kept as {row.record_digest[:12]}")
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise Damaged(f"{what} is damaged: it is not JSON") from None
 
 
 def latest(engine: Engine, instance: str, digest: str | None = None) -> DecisionRow | None:

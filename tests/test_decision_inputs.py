@@ -175,3 +175,58 @@ def test_an_autoscaler_step_is_kept_and_replays_the_same(store):
     with pytest.raises(InvalidInput, match="do not decode"):
         autoscale_inputs.replay(b'{"v": 1, "config": {}}')
     keeper.close()
+
+
+def _tamper(engine, what: str, row) -> None:
+    """Change one kept part of ``row``'s decision the way somebody with the database could."""
+    import json
+    import zlib
+
+    from sqlmodel import Session
+
+    with Session(engine) as s:
+        if what == "manifest: rewritten":  # valid zlib and JSON, other content: the same key, another decision
+            b = s.get(decision_log.DecisionBlobRow, row.digest)
+            m = json.loads(zlib.decompress(b.data))
+            m["names"] = ["m-1"]
+            b.data = zlib.compress(json.dumps(m).encode())
+            s.add(b)
+        elif what == "chunk: not zlib":
+            m = json.loads(zlib.decompress(s.get(decision_log.DecisionBlobRow, row.digest).data))
+            b = s.get(decision_log.DecisionBlobRow, m["workers"][0])
+            b.data = b"not zlib at all"
+            s.add(b)
+        else:
+            r = s.get(decision_log.DecisionRow, row.id)
+            if what == "record: edited":  # the recorded outcome moved to another host
+                rec = json.loads(zlib.decompress(r.record))
+                rec["plan"]["worker"] = "h03"
+                r.record = zlib.compress(json.dumps(rec).encode())
+            else:  # "record: not zlib"
+                r.record = b"\x00garbage"
+            s.add(r)
+        s.commit()
+
+
+@pytest.mark.parametrize("what, says", [
+    # each kept part is checked against what names it; an altered one is named, never replayed as
+    # "a different decision", and bytes that are not zlib are named, never a traceback
+    ("manifest: rewritten", r"the manifest \w{12} was altered: its bytes hash to \w{12}"),
+    ("chunk: not zlib", r"kept blob \w{12} is damaged: it is not zlib data"),
+    ("record: edited", r"the kept record of decision \d+ \(m-0\) was altered"),
+    ("record: not zlib", r"the kept record of decision \d+ \(m-0\) is damaged: it is not zlib data"),
+])
+def test_an_altered_or_damaged_kept_decision_is_named(store, what, says):
+    from activities.decision_replay import replay
+
+    engine = store[2]
+    keeper = DecisionKeeper(engine, keep_days=30, every_s=0.01)
+    inp = inputs(cluster(hosts(4)), ["m-0"])
+    keeper.keep(inp, run_policy(inp))
+    keeper.flush()
+    keeper.close()
+    row = decision_log.latest(engine, "m-0")
+    assert replay(engine, "m-0", None)["same"]  # untouched: the same decision
+    _tamper(engine, what, row)
+    with pytest.raises(InvalidInput, match=says):
+        replay(engine, "m-0", None)

@@ -157,7 +157,15 @@ def detail(engine: Engine, caller: Caller, name: str) -> Detail | None:
         flying, mem = in_flight_of(s, names, utcnow() - timedelta(seconds=LIVE_S)), _memory(s, names)
         kept = list(s.exec(select(DecisionRow).where(DecisionRow.deployment == name, DecisionRow.kind == "autoscale")
                            .order_by(DecisionRow.id.desc()).limit(STEPS_KEPT)))
-    steps = [{**decision_log.record_of(r), "at": r.at, "inputs": r.digest} for r in reversed(kept)]
+    steps = [{**_step(r), "at": r.at, "inputs": r.digest} for r in reversed(kept)]
     states = dict(Counter(r.state for r in rows))
     return Detail(name=name, summary=_summary(d, states), spec_yaml=spec_yaml(d.spec or {}),
                   replicas=[_replica(r, flying, mem) for r in rows], kept_steps=steps)
+
+
+def _step(row: DecisionRow) -> dict:
+    """A kept autoscaler step; a damaged or altered one is shown as such, not as a 500."""
+    try:
+        return decision_log.record_of(row)
+    except decision_log.Damaged as e:
+        return {"direction": "?", "desired": "?", "rule": "damaged", "reason": str(e)}
