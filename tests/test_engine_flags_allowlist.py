@@ -98,11 +98,11 @@ PROBE = [  # the issue's cases as the probe sent them (each reached the engine);
 ]
 VARIANTS = [  # and variants of them
     ("vllm", ["--lora_modules", "x=OUT"], "--lora_modules", False),  # '_' for '-'
-    ("vllm", ["--lora-modules", "ok=loras/a", "x=OUT"], "--lora-modules", False),  # the second of nargs='+'
+    ("vllm", ["--lora-modules", "ok=./loras/a", "x=OUT"], "--lora-modules", False),  # the second of nargs='+'
     ("vllm", ["--lora-modules", "x=../../outside"], "--lora-modules", True),  # climbs out of the model's folder
     ("vllm", ["--speculative-config.model", "OUT"], "--speculative-config.model", True),  # vLLM's dotted JSON form
     ("vllm", ["--speculative-config", '{"method": "eagle", "draft": {"model": "OUT"}}'], "--speculative-config", True),
-    ("vllm", ["--tokenizer", "evil-org/tokenizer"], "--tokenizer", False),  # a hub name: a download
+    ("vllm", ["--tokenizer", "evil-org/tokenizer"], "--tokenizer", True),  # a hub name: a download (test_engine_flags_hub)
     ("vllm", ["--chat-template", "OUT/secret"], "--chat-template", False),
     ("vllm", ["--chat-template=../../outside/secret"], "--chat-template", True),
     ("vllm", ["--worker-ext", "evil.Ext"], "--worker-ext", True),  # argparse would take the prefix
@@ -155,9 +155,9 @@ def test_refused_at_deploy_unless_the_host_decides(host, backend, params, flag, 
 @pytest.mark.parametrize("backend,params,code,passed", [
     ("vllm", ["--chat-template", "chat.jinja"], False, ["--chat-template", "M/chat.jinja"]),  # the model's, absolute
     ("vllm", ["--chat-template", "{{ messages[0]['content'] }}"], False, None),  # inline: no file by that name
-    ("vllm", ["--lora-modules", "a=loras/a", '{"name": "b", "path": "SHARED"}'], False,
+    ("vllm", ["--lora-modules", "a=./loras/a", '{"name": "b", "path": "SHARED"}'], False,
      ["--lora-modules", "a=M/loras/a", json.dumps({"name": "b", "path": "R/shared"})]),  # the operator's root
-    ("vllm", ["--speculative-config", '{"method": "eagle", "model": "draft", "num_speculative_tokens": 3}'], False,
+    ("vllm", ["--speculative-config", '{"method": "eagle", "model": "./draft", "num_speculative_tokens": 3}'], False,
      ["--speculative-config", json.dumps({"method": "eagle", "model": "M/draft", "num_speculative_tokens": 3})]),
     ("vllm", ["--max-model-len", "8k", "--seed", "-1", "--enforce-eager", "--max-num-seqs=16"], False, None),
     ("vllm", ["--tensor-parallel-size=2", "--gpu-memory-utilization", "0.8", "-O", "3"], False, None),

@@ -5,6 +5,16 @@ spec validation a lexical check (no host is known: ``lexical`` below), on the ag
 (worker_agent/engines.py: relative to the model's folder, symlinks followed, inside the model's
 folder or a --model-root). It returns the word to pass, an absolute path for a file, and raises
 ValueError saying why not. Pure: no file is touched here.
+
+**Hub flags** (``Flag.hub``): vLLM and SGLang read a value that names no local file as a
+Hugging Face repository and download it (vLLM's --tokenizer, --hf-config-path,
+--generation-config, --speculative-config's "model", --lora-modules; SGLang's --tokenizer-path,
+--speculative-draft-model-path, --speculative-token-map (the repository of its folder),
+--lora-paths). The engine must never get such a value: it must be written as a path
+(``/abs/path``, or ``./relative`` inside the model's folder), so that spec validation refuses
+``org/name`` and ``name`` (which are also relative paths) without knowing the host, and the agent
+then requires the file to exist there. A hub flag's ``choices`` are its own words that name no
+file (vLLM's --generation-config 'auto' and 'vllm').
 """
 
 from __future__ import annotations
@@ -43,11 +53,13 @@ class Flag:
     keys: tuple[str, ...] | None = None
     paths: tuple[str, ...] = ()
     code_keys: tuple[str, ...] = ()
+    hub: bool = False  # the engine downloads a value that names no local file: it must be written as a path
 
 
 SWITCH, INT_, NUMBER_, SIZE_, NAME_, TEXT = (Flag(k) for k in ("switch", "int", "number", "size", "name", "text"))
 PATH, PATHS, TEMPLATE, NUMBERS_, LORA = (Flag(k) for k in ("path", "paths", "template", "numbers", "lora"))
 CODE_SWITCH = Flag("switch", code=True)
+HUB_PATH = Flag("path", hub=True)  # a file or folder, which the engine would otherwise fetch from the hub
 
 
 def choice(*values: str) -> Flag:
@@ -55,8 +67,8 @@ def choice(*values: str) -> Flag:
 
 
 def json_object(keys: tuple[str, ...] | None = None, paths: tuple[str, ...] = (),
-                code_keys: tuple[str, ...] = ()) -> Flag:
-    return Flag("json", keys=keys, paths=paths, code_keys=code_keys)
+                code_keys: tuple[str, ...] = (), hub: bool = False) -> Flag:
+    return Flag("json", keys=keys, paths=paths, code_keys=code_keys, hub=hub)
 
 
 def lexical(value: str, must_exist: bool) -> str:
@@ -68,29 +80,43 @@ def lexical(value: str, must_exist: bool) -> str:
     return value
 
 
-def _file(value: str, resolve: Resolve, must_exist: bool) -> tuple[str, list[str]]:
+HUB_WHY = ("is read by the engine as a Hugging Face repository when no such file is on the host, and downloaded; "
+           "gpuflow brings the model's files itself: write a path, ./{value} inside the model's folder or an "
+           "absolute one under the host's --model-root")
+
+
+def written_as_path(value: str) -> bool:
+    """Whether a hub flag's value is written as a path: absolute, or relative from './'."""
+    return value.startswith(("/", "./"))
+
+
+def _file(value: str, resolve: Resolve, must_exist: bool, hub: bool = False) -> tuple[str, list[str]]:
     if URL.match(value):
         return value, ["is a URL: engines may not fetch from the network (gpuflow brings the model's files)"]
     if not value:
         return value, ["is empty"]
+    if hub and not written_as_path(value):
+        return value, [HUB_WHY.format(value=value)]
     try:
         return resolve(value, must_exist), []
     except ValueError as e:
         return value, [str(e)]
 
 
-def _lora(value: str, resolve: Resolve) -> tuple[str, list[str], bool]:
-    """vLLM --lora-modules (NAME=PATH or JSON) and SGLang --lora-paths (PATH, NAME=PATH or JSON)."""
+def _lora(flag: Flag, value: str, resolve: Resolve) -> tuple[str, list[str], bool]:
+    """vLLM --lora-modules (NAME=PATH or JSON) and SGLang --lora-paths (PATH, NAME=PATH or JSON):
+    both engines download an adapter that names no local folder (``flag.hub``)."""
     if value.lstrip().startswith("{"):
-        return _json(LORA_JSON, value, resolve)
+        return _json(LORA_JSON if flag.hub else LOCAL_LORA_JSON, value, resolve)
     name, eq, path = value.rpartition("=") if "=" in value else ("", "", value)
     if eq and not NAME.fullmatch(name):
         return value, [f"the adapter's name {name!r} is not a plain name"], False
-    new, why = _file(path, resolve, True)
+    new, why = _file(path, resolve, True, flag.hub)
     return (f"{name}={new}" if eq else new), why, False
 
 
-LORA_JSON = json_object(keys=("name", "base_model_name", "lora_name", "pinned"), paths=("path", "lora_path"))
+LOCAL_LORA_JSON = json_object(keys=("name", "base_model_name", "lora_name", "pinned"), paths=("path", "lora_path"))
+LORA_JSON = json_object(keys=LOCAL_LORA_JSON.keys, paths=LOCAL_LORA_JSON.paths, hub=True)
 
 
 def _walk(doc, depth: int = 0):
@@ -116,7 +142,7 @@ def _json(flag: Flag, value: str, resolve: Resolve) -> tuple[str, list[str], boo
             if not isinstance(doc[k], str):
                 problems.append(f"key {k!r} must name a file (a string)")
                 continue
-            new, why = _file(doc[k], resolve, True)
+            new, why = _file(doc[k], resolve, True, flag.hub)
             problems += [f"key {k!r} {doc[k]!r} {w}" for w in why]
             changed |= new != doc[k]
             doc[k] = new
@@ -150,7 +176,9 @@ def check_value(flag: Flag, value: str, resolve: Resolve) -> tuple[str, list[str
     if k == "text":
         return value, ["is a URL: engines may not fetch from the network"] if URL.match(value) else [], False
     if k in ("path", "template"):
-        new, why = _file(value, resolve, k == "path")
+        if value in flag.choices:  # a hub flag's own words (vLLM --generation-config auto)
+            return value, [], False
+        new, why = _file(value, resolve, k == "path", flag.hub)
         return new, why, False
     if k == "paths":
         parts = [_file(p, resolve, True) for p in value.split(",")]
@@ -160,5 +188,5 @@ def check_value(flag: Flag, value: str, resolve: Resolve) -> tuple[str, list[str
     if k == "json":
         return _json(flag, value, resolve)
     if k == "lora":
-        return _lora(value, resolve)
+        return _lora(flag, value, resolve)
     raise AssertionError(f"unknown kind {k}")

@@ -24,8 +24,10 @@ UNDERSCORE = True  # reads --a_b as --a-b
 
 OWNED = ("-m", "--model", "--host", "--port", "-a", "--alias", "--rpc", "--path", "--log-file", "--slot-save-path",
          "--models-dir", "--models-preset", "--reuse-port", "--no-host",
-         # llama-cpp-python's spellings (an agent may serve llama.cpp models with it)
-         "--model_alias", "--n_gpu_layers", "--tensor_split", "--rpc_servers", "--config_file")
+         # llama-cpp-python's spellings (an agent may serve llama.cpp models with it); its hub forms
+         # of the model and of its tokenizer (llama_cpp/server/settings.py) are the model's too
+         "--model_alias", "--n_gpu_layers", "--tensor_split", "--rpc_servers", "--config_file", "--hf_model_repo_id",
+         "--hf_pretrained_model_name_or_path")
 PLACEMENT_INPUTS = ("-ngl", "--gpu-layers", "--n-gpu-layers", "--tensor-split", "-ts")
 # what the estimator reads (scheduler/params.py llama_cpp_options), in every spelling llama-server documents
 ESTIMATE_INPUTS = ("-c", "--ctx-size", "-np", "--parallel", "-b", "--batch-size", "-ub", "--ubatch-size", "-ctk",

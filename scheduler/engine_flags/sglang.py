@@ -10,7 +10,7 @@ Left off the list on purpose (an operator may add one; owned ones never): --cust
 
 from __future__ import annotations
 
-from scheduler.engine_flags.kinds import (CODE_SWITCH, INT_, NAME_, NUMBER_, PATH, SIZE_, SWITCH, TEMPLATE, Flag,
+from scheduler.engine_flags.kinds import (CODE_SWITCH, HUB_PATH, INT_, NAME_, NUMBER_, SIZE_, SWITCH, TEMPLATE, Flag,
                                           choice, json_object)
 
 ARGPARSE = True  # plain argparse: any unambiguous prefix of a long flag is taken
@@ -22,7 +22,8 @@ OWNED = ("--host", "--port", "--model-path", "--model", "--served-model-name", "
          "--nccl-init-addr", "--nnodes", "--node-rank", "--base-gpu-id", "--gpu-id-step", "--download-dir")
 PLACEMENT_INPUTS = ("--tp-size", "--tensor-parallel-size", "--tp", "--pp-size", "--pipeline-parallel-size", "--dp-size",
                     "--data-parallel-size", "--dp", "--mem-fraction-static")
-NETWORK = ("--tool-server", "--remote-instance-weight-loader-seed-instance-ip",
+NETWORK = ("--tool-server", "--revision", "--speculative-draft-model-revision",
+           "--remote-instance-weight-loader-seed-instance-ip",
            "--remote-instance-weight-loader-seed-instance-service-port",
            "--remote-instance-weight-loader-send-weights-group-ports", "--oltp-traces-endpoint")
 
@@ -66,9 +67,12 @@ ALLOW: dict[str, Flag] = {
     "--grammar-backend": NAME_, "--moe-runner-backend": NAME_, "--lora-backend": NAME_,
     "--lora-target-modules": Flag("name", many=True), "--speculative-algorithm": NAME_, "--tool-call-parser": NAME_,
     "--reasoning-parser": NAME_, "--log-level": NAME_, "--log-level-http": NAME_, "--device": NAME_,
-    # files: inside the model's folder (relative paths resolve against it)
-    "--tokenizer-path": PATH, "--chat-template": TEMPLATE, "--completion-template": TEMPLATE,
-    "--lora-paths": Flag("lora", many=True), "--speculative-draft-model-path": PATH, "--speculative-token-map": PATH,
+    # files: inside the model's folder (relative paths resolve against it). Hub flags (kinds.py):
+    # SGLang downloads a value naming no local file (the token map: its folder's repository), so
+    # each must be written as a path
+    "--tokenizer-path": HUB_PATH, "--chat-template": TEMPLATE, "--completion-template": TEMPLATE,
+    "--lora-paths": Flag("lora", many=True, hub=True), "--speculative-draft-model-path": HUB_PATH,
+    "--speculative-token-map": HUB_PATH,
     # JSON
     "--json-model-override-args": json_object(code_keys=("auto_map",)), "--preferred-sampling-params": json_object(),
     # code: only with --allow-remote-code

@@ -13,8 +13,8 @@ dotted JSON forms (--speculative-config.model X): write the JSON whole.
 
 from __future__ import annotations
 
-from scheduler.engine_flags.kinds import (CODE_SWITCH, INT_, NAME_, NUMBER_, PATH, SIZE_, SWITCH, TEMPLATE,
-                                          TEXT, Flag, choice, json_object)
+from scheduler.engine_flags.kinds import (CODE_SWITCH, HUB_PATH, INT_, NAME_, NUMBER_, SIZE_, SWITCH, TEMPLATE, TEXT,
+                                          Flag, choice, json_object)
 
 ARGPARSE = True  # '_' reads as '-', and argparse takes any unambiguous prefix of a long flag
 
@@ -43,7 +43,7 @@ _SPECULATIVE = json_object(
     keys=("method", "num_speculative_tokens", "draft_tensor_parallel_size", "disable_logprobs", "quantization",
           "max_model_len", "disable_by_batch_size", "disable_padded_drafter_batch", "prompt_lookup_max",
           "prompt_lookup_min", "speculative_token_tree", "enforce_eager"),
-    paths=("model",))
+    paths=("model",), hub=True)
 _COMPILATION = json_object(keys=("level", "mode", "cudagraph_mode", "cudagraph_capture_sizes", "max_capture_size",
                                  "full_cuda_graph", "use_cudagraph", "use_inductor", "compile_sizes", "custom_ops",
                                  "splitting_ops", "cudagraph_num_of_warmups", "cudagraph_copy_inputs",
@@ -82,9 +82,11 @@ ALLOW: dict[str, Flag] = {
     "--mm-encoder-tp-mode": choice("weights", "data"), "--mm-processor-cache-type": choice("shm", "lru"),
     "--quantization": NAME_, "-q": NAME_, "--reasoning-parser": NAME_, "--tool-call-parser": NAME_,
     "--logprobs-mode": NAME_, "--lora-dtype": NAME_, "--response-role": TEXT,
-    # files: inside the model's folder (relative paths resolve against it)
-    "--tokenizer": PATH, "--hf-config-path": PATH, "--chat-template": TEMPLATE, "--lora-modules": Flag("lora", many=True),
-    "--generation-config": TEMPLATE,  # 'auto', 'vllm', or a folder
+    # files: inside the model's folder (relative paths resolve against it). Hub flags (kinds.py):
+    # vLLM downloads a value naming no local folder, so it must be written as a path
+    "--tokenizer": HUB_PATH, "--hf-config-path": HUB_PATH, "--chat-template": TEMPLATE,
+    "--lora-modules": Flag("lora", many=True, hub=True),  # lora/utils.py get_adapter_absolute_path
+    "--generation-config": Flag("path", choices=("auto", "vllm"), hub=True),  # or a folder (config/model.py)
     # JSON: only the keys listed, paths checked as files
     "--speculative-config": _SPECULATIVE, "--compilation-config": _COMPILATION,
     "--hf-overrides": json_object(code_keys=("auto_map",)), "--override-generation-config": _FREE_JSON,
