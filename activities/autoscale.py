@@ -62,11 +62,13 @@ def metrics_url(gateway_url: str) -> str:
     return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
 
 
-async def _scrape(http: httpx.AsyncClient, url: str, model: str | None) -> Scrape | None | str:
+async def _scrape(http: httpx.AsyncClient, url: str, model: str | None, engine_key: str | None = None
+                  ) -> Scrape | None | str:
     """The parsed scrape; ``"none"`` when the server has no metrics (404): it then counts on the
-    gateways' view; None when it could not be read (no evidence of idleness)."""
+    gateways' view; None when it could not be read (no evidence of idleness). An engine's scrape
+    shows its ``engine_key`` (llama-server guards /metrics; vLLM and SGLang do not, and ignore it)."""
     try:
-        r = await http.get(url)
+        r = await http.get(url, headers={"Authorization": f"Bearer {engine_key}"} if engine_key else None)
         if r.status_code == 404:
             return "none"
         r.raise_for_status()
@@ -162,7 +164,8 @@ class AutoscaleActivities:
                   if r.deployment == deployment and r.instance in view.instances]
         gateways = await self.runner.run(serving.live_gateways, self.engine)
         async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as http:
-            eng = await asyncio.gather(*(_scrape(http, f"http://{r.address}:{r.port}/metrics", None) for r in routes))
+            eng = await asyncio.gather(*(_scrape(http, f"http://{r.address}:{r.port}/metrics", None, r.engine_key)
+                                         for r in routes))
             gws = await asyncio.gather(*(_scrape(http, metrics_url(g.url), deployment) for g in gateways))
         activity.heartbeat()
         scrapes: dict[str, Scrape] = {}

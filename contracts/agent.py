@@ -19,6 +19,7 @@ READ_MODEL_HEADER = "read_model_header"
 
 
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")
+KEY_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"  # an engine key's nonce (worker_agent/engine_key.py)
 
 
 def instance_of(key: str) -> str:
@@ -110,6 +111,9 @@ class LaunchResult(BaseModel):
     argv: list[str] = []
     log: str = ""
     binding: str = ""  # CPU pinning: what the process is bound to, or why it is not (pinning asked)
+    # the nonce its engine key was made from (worker_agent/engine_key.py; None: it has no key). The
+    # control plane makes the same key from it; the key itself never crosses Temporal
+    key_id: str | None = Field(None, pattern=KEY_ID_PATTERN, max_length=64)
 
 
 class ExitReport(BaseModel):

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from contracts.agent import KEY_ID_PATTERN
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from contracts.host import CordonReason
@@ -88,6 +89,9 @@ class InstanceRecord(InstanceFields):
     decision: dict[str, Any] | None = None
     model_source: Text | None = None  # the source key; RUNNING means the worker holds its files
     model_file_state: ShortText | None = None  # downloading | error: the worker's copy of the source is in this state
+    # its engine key's nonce (LaunchResult.key_id): the store makes the key from it and the host's
+    # credential (store/records.py), for the gateways; the key itself never crosses Temporal
+    key_id: str | None = Field(None, pattern=KEY_ID_PATTERN, max_length=64)
 
 
 class InstanceView(InstanceFields):

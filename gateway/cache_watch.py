@@ -52,7 +52,7 @@ class CacheWatch:
                 self._apply(key)
             elif len(self.sizes) < MAX_KNOWN:
                 self.sizes[key] = None  # asked once, whatever it answers
-                t = asyncio.get_running_loop().create_task(self._probe(key))
+                t = asyncio.get_running_loop().create_task(self._probe(key, here[key].engine_key))
                 self.probing.add(t)
                 t.add_done_callback(self.probing.discard)
         if not self.kv_events:
@@ -63,7 +63,7 @@ class CacheWatch:
             if any(r.kv_events_port for r in m.replicas):
                 self.tokenizers.want(m.tokenizer)
 
-    async def _probe(self, key: tuple[str, str, int]) -> None:
+    async def _probe(self, key: tuple[str, str, int], engine_key: str | None = None) -> None:
         import aiohttp
 
         inst, address, port = key
@@ -71,7 +71,8 @@ class CacheWatch:
         async with self.gate:
             if self.session is None:
                 self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=engine_cache.PROBE_TIMEOUT_S))
-            got = await engine_cache.probe(f"http://{host}:{port}", engine_cache.aiohttp_fetch(self.session))
+            got = await engine_cache.probe(f"http://{host}:{port}",
+                                           engine_cache.aiohttp_fetch(self.session, engine_key=engine_key))
         if key in self.sizes:  # still in the table at that address
             self.sizes[key] = got
             self._apply(key)

@@ -92,14 +92,17 @@ async def probe(base: str, fetch: Fetch) -> tuple[int, int | None] | None:
     return (n, None) if n else None
 
 
-def aiohttp_fetch(session, timeout_s: float = PROBE_TIMEOUT_S) -> Fetch:
-    """``Fetch`` over an aiohttp session: a 200 answer's first MAX_ANSWER bytes, within ``timeout_s``."""
+def aiohttp_fetch(session, timeout_s: float = PROBE_TIMEOUT_S, engine_key: str | None = None) -> Fetch:
+    """``Fetch`` over an aiohttp session: a 200 answer's first MAX_ANSWER bytes, within ``timeout_s``;
+    each request shows the replica's ``engine_key`` (llama-server guards /metrics and /props)."""
     import aiohttp
+
+    headers = {"Authorization": f"Bearer {engine_key}"} if engine_key else None
 
     async def fetch(url: str) -> str | None:
         try:
             async with asyncio.timeout(timeout_s):
-                async with session.get(url, allow_redirects=False) as r:
+                async with session.get(url, allow_redirects=False, headers=headers) as r:
                     if r.status != 200:
                         return None
                     return (await r.content.read(MAX_ANSWER)).decode("utf-8", "replace")

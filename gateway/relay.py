@@ -16,7 +16,8 @@ from store.serving import Route
 from gateway import errors
 from gateway.balance import Prompt, QueueFull, QueueTimeout, UnknownModel
 from gateway.metrics import SSEWatch
-from gateway.upstream import Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers
+from gateway.upstream import (Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers,
+                              to_engine)
 
 log = logging.getLogger("gpuflow.gateway")
 KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usage
@@ -85,7 +86,8 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
             gw.metrics.route(model, prompt.choice)
         gw.metrics.in_flight.labels(model).inc()
         try:
-            resp, first = await _open(gw, route, f"http://{route.address}:{route.port}{path}", headers, body,
+            resp, first = await _open(gw, route, f"http://{route.address}:{route.port}{path}",
+                                      to_engine(headers, route.engine_key), body,
                                       not last and bal.untried(model, exclude | {route.instance}))
         except BaseException as e:
             gw.metrics.in_flight.labels(model).dec()

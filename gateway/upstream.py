@@ -12,6 +12,13 @@ HOP = frozenset({b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-au
                  b"transfer-encoding", b"upgrade", b"host", b"content-length", b"authorization", b"server", b"date",
                  b"expect"})
 KEEP_BACK = frozenset({b"content-length"})  # hop-by-hop going up, but the body comes back unchanged
+# A client's headers that reach an engine: an allowlist (issue 40), what an OpenAI-compatible engine
+# reads to answer, the body's type and the answer's (JSON, or an event stream). All else stays here:
+# Cookie (the console's session), the client's Authorization (its gpuflow key: the engine gets its
+# own, ``engine_key``), Accept-Encoding (the gateway reads answers for usage and stream timing, so
+# they come back as sent), and every header a client invents: engines act on some (vLLM takes
+# X-Request-Id as its own id for the request, shared by every tenant on the replica).
+FORWARD = frozenset({b"content-type", b"accept"})
 
 
 class UpstreamError(Exception):
@@ -56,7 +63,13 @@ class Response(Protocol):
 
 
 def request_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw if k.lower() not in HOP}
+    """The client's headers an engine may see (``FORWARD``)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw if k.lower() in FORWARD}
+
+
+def to_engine(headers: dict[str, str], engine_key: str | None) -> dict[str, str]:
+    """``headers`` with the replica's engine key (store/engine_keys.py), when it has one."""
+    return {**headers, "authorization": f"Bearer {engine_key}"} if engine_key else headers
 
 
 def response_headers(raw) -> list[tuple[bytes, bytes]]:

@@ -39,6 +39,8 @@ from scheduler.errors import InvalidInput
 
 OWNED = frozenset({
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "RAY_ADDRESS",
+    # the replica's engine key (worker_agent/engine_key.py): vLLM's, llama-server's, llama-cpp-python's, a custom's
+    "VLLM_API_KEY", "LLAMA_API_KEY", "API_KEY", "GPUFLOW_ENGINE_API_KEY",
     # the launch's base environment (worker_agent/processes.py BASE_ENV)
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME",
 })

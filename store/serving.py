@@ -8,7 +8,7 @@ counts no longer hold a drain back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func
@@ -49,6 +49,7 @@ class Route:
     port: int
     worker: str | None = None
     kv_events_port: int | None = None  # its engine's KV-cache events (ZMQ PUB on ``address``; gateway/kv_subscriber.py)
+    engine_key: str | None = field(default=None, repr=False)  # what its engine answers (store/engine_keys.py)
 
 
 def routes(engine: Engine) -> list[Route]:
@@ -56,7 +57,7 @@ def routes(engine: Engine) -> list[Route]:
     with Session(engine) as s:
         rows = s.exec(select(InstanceRow).where(InstanceRow.state == "running").order_by(InstanceRow.name))
         return [Route(instance=r.name, deployment=r.deployment, address=r.address or "127.0.0.1", port=r.port,
-                      worker=r.worker, kv_events_port=r.kv_events_port) for r in rows if r.port]
+                      worker=r.worker, kv_events_port=r.kv_events_port, engine_key=r.engine_key) for r in rows if r.port]
 
 
 def report_load(engine: Engine, gateway: str, url: str, in_flight: dict[str, int],

@@ -66,6 +66,9 @@ class InstanceRow(SQLModel, table=True):
     port: int | None = None
     address: str | None = None  # where the gateway reaches the server: the host agent's advertised address
     kv_events_port: int | None = None  # the engine publishes its KV-cache events there (ZMQ PUB), on ``address``
+    # its engine's API key (worker_agent/engine_key.py), made by the store from the launch's nonce and the
+    # host's credential: what gateways send it. A secret: shown nowhere, never in a workflow's history
+    engine_key: str | None = None
     queued_at: datetime | None = None  # when it entered the PENDING queue (its arrival); None once placed
     updated_at: datetime = Field(default_factory=utcnow)
 

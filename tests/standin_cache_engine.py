@@ -46,6 +46,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gpuflow.demo.engine_guard import guarded, key_from
+
 CHARS_PER_TOKEN = 4
 
 
@@ -299,6 +301,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, as the agent sets it)")
     p.add_argument("--name", default="standin-cache")
     p.add_argument("--block-chars", type=int, default=64)
     p.add_argument("--cache-blocks", type=int, default=256)
@@ -310,8 +313,9 @@ def main() -> None:
     a = p.parse_args()
     if a.kv_events_port and not a.tokenizer:
         p.error("--kv-events-port needs --tokenizer (events carry token ids)")
-    uvicorn.run(make_app(a.name, a.block_chars, a.cache_blocks, a.prefill_block_s, a.token_s, a.tokenizer,
-                         a.block_tokens, a.kv_events_port, a.host), host=a.host,
+    app = make_app(a.name, a.block_chars, a.cache_blocks, a.prefill_block_s, a.token_s, a.tokenizer,
+                   a.block_tokens, a.kv_events_port, a.host)
+    uvicorn.run(guarded(app, key_from(a.api_key)), host=a.host,  # its /metrics too (gpuflow/demo/engine_guard.py)
                 port=a.port, log_level="warning", access_log=False, loop="uvloop", http="httptools",
                 timeout_graceful_shutdown=2)
 

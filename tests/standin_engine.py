@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gpuflow.demo.engine_guard import guarded, key_from
+
 
 def make_app(name: str, token_s: float, mode: str) -> Starlette:
     hdr = {"x-replica": name}
@@ -99,8 +101,9 @@ def main() -> None:
     p.add_argument("--name", default="standin")
     p.add_argument("--token-s", type=float, default=0.005)
     p.add_argument("--mode", choices=["ok", "error", "hang", "linger"], default="ok")
+    p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, as the agent sets it)")
     a = p.parse_args()
-    uvicorn.run(make_app(a.name, a.token_s, a.mode), host=a.host, port=a.port, log_level="warning", access_log=False,
+    uvicorn.run(guarded(make_app(a.name, a.token_s, a.mode), key_from(a.api_key)), host=a.host, port=a.port, log_level="warning", access_log=False,
                 loop="uvloop", http="httptools", timeout_graceful_shutdown=2)  # a hung request does not hold SIGTERM
 
 

@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gpuflow.demo.engine_guard import guarded, key_from
+
 BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -121,12 +123,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, as the agent sets it)")
     p.add_argument("--name", default="standin-vllm")
     p.add_argument("--max-seqs", type=int, default=2)
     p.add_argument("--base-s", type=float, default=0.01)
     p.add_argument("--per-seq-s", type=float, default=0.02)
     a = p.parse_args()
-    uvicorn.run(make_app(Engine(a.max_seqs, a.base_s, a.per_seq_s, a.name), a.name), host=a.host, port=a.port,
+    app = make_app(Engine(a.max_seqs, a.base_s, a.per_seq_s, a.name), a.name)
+    uvicorn.run(guarded(app, key_from(a.api_key)), host=a.host, port=a.port,  # /metrics too (engine_guard.py)
                 log_level="warning", access_log=False)
 
 

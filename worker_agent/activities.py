@@ -26,6 +26,7 @@ from contracts import agent as p
 from worker_agent import pinning
 from worker_agent.bookings import BookingUnknown, Bookings, refusal
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
+from worker_agent.engine_key import EngineKeys, bearer, key_env, new_nonce, sglang_config, write_secret
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
                                      needs_port, wants_kv_events)
 from worker_agent.metrics import AgentMetrics
@@ -53,12 +54,14 @@ def health_paths(backend: str) -> tuple[str, ...] | None:
     return None if backend == "custom" else ("/health", "/v1/models")
 
 
-async def engine_answers(port: int, backend: str, timeout: float = 1.0, address: str = "127.0.0.1") -> bool:
+async def engine_answers(port: int, backend: str, timeout: float = 1.0, address: str = "127.0.0.1",
+                         key: str | None = None) -> bool:
+    """``key``: the engine key, shown to the engine (llama-cpp-python guards even /v1/models)."""
     paths = health_paths(backend)
     if paths is None:
-        return await http_answers(port, timeout, address=address)
+        return await http_answers(port, timeout, address=address, key=key)
     for path in paths:
-        if await http_answers(port, timeout, path, address):
+        if await http_answers(port, timeout, path, address, key):
             return True
     return False
 
@@ -73,15 +76,17 @@ async def tcp_answers(address: str, port: int, timeout: float = 1.0) -> bool:
     return True
 
 
-async def http_answers(port: int, timeout: float = 1.0, path: str | None = None, address: str = "127.0.0.1") -> bool:
+async def http_answers(port: int, timeout: float = 1.0, path: str | None = None, address: str = "127.0.0.1",
+                       key: str | None = None) -> bool:
     """True when address:port (where the server listens) answers an HTTP request: with any
-    status line when ``path`` is None (GET /), with 200 for ``path``."""
+    status line when ``path`` is None (GET /), with 200 for ``path``; the request shows ``key``."""
     try:
         r, w = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
     except (OSError, asyncio.TimeoutError):
         return False
     try:
-        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+        auth = "".join(f"{k}: {v}\r\n" for k, v in bearer(key).items())
+        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: {address}\r\n{auth}\r\n".encode())
         await w.drain()
         line = await asyncio.wait_for(r.readline(), timeout)
         if path is None:
@@ -105,8 +110,9 @@ class HostActivities:
     def __init__(self, name: str, table: ProcessTable, discover: Callable[[], HostReport], *, bookings: Bookings,
                  stop_grace_s: float = 10.0, poll_s: float = 0.2, engines: EngineConfig | None = None,
                  metrics: AgentMetrics | None = None, address: str = "127.0.0.1", hub: HubConfig | None = None,
-                 usage: UsageBook | None = None):
+                 usage: UsageBook | None = None, credential: EngineKeys | None = None):
         self.name, self.table, self.discover = name, table, discover
+        self.credential = credential  # makes each server's engine key (engine_key.py); None: engines run open
         self.bookings = bookings  # the ledger, asked before any process starts (bookings.py)
         self.hub = hub or HubConfig(cache_dir=os.path.join(os.path.dirname(table.run_dir), "models"))
         self.address = address  # where other hosts reach this host's helper processes
@@ -201,11 +207,14 @@ class HostActivities:
                 # SGLang's rank 0: the other nodes meet it at this host's address, on a port picked here
                 req = req.model_copy(update={"dist_init_addr": f"{self.address}:{free_port()}"})
             argv = [req.backend]
+            nonce = new_nonce() if req.role == "server" and self.credential is not None else None
+            secret = self._engine_key(req, nonce)
             try:
-                argv = argv_for(req, port, self.engines, self.address, kv_port)
+                argv = argv_for(req, port, self.engines, self.address, kv_port, secret, self._key_file(req, secret))
                 argv, bound = pinning.wrap(argv, req)
-                env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes)}
-                rec = self.table.start(key, argv, env, port, kv_port)
+                env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes),
+                       **key_env(req, bool(self.engines.llama_cpp_python), secret)}
+                rec = self.table.start(key, argv, env, port, kv_port, key_id=nonce, secret=secret)
             except LaunchRefused as e:
                 raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
             except EngineUnavailable as e:  # this host lacks the engine: another host may have it
@@ -223,7 +232,7 @@ class HostActivities:
         if not req.wait_ready:
             return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                                   address=self.address, dist_port=dist, binding=bound,
-                              kv_events_port=rec.kv_events_port)
+                                  kv_events_port=rec.kv_events_port, key_id=rec.key_id)
         started = time.monotonic()
         # The first heartbeat after ``every``, not at once: the activity's start counts for the
         # heartbeat timeout, and a server ready within it (a custom server, a cached small model)
@@ -237,7 +246,7 @@ class HostActivities:
                 raise ApplicationError(f"{what}exited with code {rc} while starting: {self.table.tail(key)}",
                                        {"pid": rec.pid, "returncode": rc}, type="LaunchFailed", non_retryable=True)
             if rec.port is not None:
-                if await self._answers(req, rec.port):
+                if await self._answers(req, rec.port, key=self._engine_key(req, rec.key_id)):
                     break
             elif time.time() - rec.started_at >= req.settle_s:
                 break
@@ -251,7 +260,7 @@ class HostActivities:
             await asyncio.sleep(self.poll_s)
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                               address=self.address, dist_port=dist, binding=bound,
-                              kv_events_port=rec.kv_events_port)
+                              kv_events_port=rec.kv_events_port, key_id=rec.key_id)
 
     async def _check_booking(self, req: p.LaunchRequest) -> None:
         """No process without its booking: the ledger, not the request, says which GPUs of this host
@@ -268,10 +277,24 @@ class HostActivities:
                 self.metrics.failures.labels(self.name, req.backend).inc()
             raise ApplicationError(why, type="NotBooked", non_retryable=True)
 
-    async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0) -> bool:
+    async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0, key: str | None = None) -> bool:
         if req.role == "server":
-            return await engine_answers(port, req.backend, timeout, self.address)
+            return await engine_answers(port, req.backend, timeout, self.address, key)
         return await tcp_answers(self.address, port, timeout)
+
+    def _engine_key(self, req: p.LaunchRequest, nonce: str | None) -> str | None:
+        """The server's engine key made from ``nonce`` (a launch's, or an adopted process's pid file's)."""
+        if nonce is None or self.credential is None or req.role != "server":
+            return None
+        return self.credential.engine_key(req.instance, req.part, nonce)
+
+    def _key_file(self, req: p.LaunchRequest, key: str | None) -> str | None:
+        """SGLang reads its key from a 0600 --config file (engine_key.py), written here before it starts."""
+        if key is None or req.backend != "sglang":
+            return None
+        path = self.table.secret_path(req.key)
+        write_secret(path, sglang_config(key))
+        return path
 
     @activity.defn(name=p.SUPERVISE_INSTANCE)
     async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport:
@@ -302,7 +325,7 @@ class HostActivities:
                 if probing and time.monotonic() >= next_probe:
                     next_probe = time.monotonic() + req.liveness_s
                     ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s),
-                                             address=self.address)
+                                             address=self.address, key=self._engine_key(req, rec.key_id))
                     misses = 0 if ok else misses + 1
                     if misses >= req.liveness_failures:
                         await self._stop(key)

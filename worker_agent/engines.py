@@ -9,7 +9,10 @@ booked from it) is kept instead of ours.
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
 | llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
 | llama.cpp (--llama-cpp-python PY) | PY -m llama_cpp.server --model PATH ... (flags translated) | --n_gpu_layers, --tensor_split |
-| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} {kv_events_port} |
+| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} {kv_events_port} {api_key} |
+
+Each server gets its replica's engine key (engine_key.py): by environment (``engine_key.key_env``),
+SGLang by ``--config`` naming a 0600 file, a custom command also by ``{api_key}``.
 
 KV-cache events (``kv_events_config``): on an agent started with ``--kv-events``, vLLM and SGLang
 servers get ``--kv-events-config`` with a ZMQ PUB endpoint on a port the agent picks, recorded with
@@ -26,7 +29,7 @@ Across several workers (see topology.py): llama.cpp gets ``--rpc`` with each sub
 ``ray start --address HEAD`` on each subordinate; SGLang runs one node per worker, rank 0 here
 (serving HTTP) and the others with ``--dist-init-addr`` at rank 0, ``--nnodes``, ``--node-rank``.
 Helpers and servers bind the agent's advertised address (ADDR; 127.0.0.1 on ``gpuflow dev``), so
-gateways on other hosts reach the servers: the engines have no authentication of their own.
+gateways on other hosts reach the servers, which answer only requests showing the engine key.
 
 Before any of it, ``check_launch`` refuses what the spec may not ask of this host
 (scheduler/engine_flags/, scheduler/spec_env.py): names that are not names, env and flags off
@@ -41,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from scheduler import params
 from scheduler.engine_flags import check_flags, llama_cpp_python
@@ -71,6 +74,8 @@ class EngineConfig:
     host: str = "127.0.0.1"  # where servers listen: the agent's advertised address (argv_for sets it)
     kv_events: bool = False  # vLLM and SGLang publish KV-cache events for the gateways (gpuflow agent --kv-events)
     kv_events_port: int | None = None  # this launch's events port (argv_for sets it)
+    api_key: str | None = field(default=None, repr=False)  # this launch's engine key (argv_for sets it)
+    key_file: str | None = None  # SGLang: the 0600 --config file holding it (argv_for sets it)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -213,6 +218,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
             + _ours(u, ("--tp", "--tp-size", "--tensor-parallel-size"), str(tp) if tp > 1 else None)
             + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + (_ours(u, ("--kv-events-config",), kv_events_config("sglang", cfg.kv_events_port)) if port else [])
+            + (["--config", cfg.key_file] if port and cfg.key_file else [])  # the engine key (engine_key.py)
             + nodes + list(u))
 
 
@@ -250,7 +256,7 @@ def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
     if not cfg.allow_custom:
         raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
     return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes, host=cfg.host,
-                      kv_events_port=cfg.kv_events_port)
+                      kv_events_port=cfg.kv_events_port, api_key=cfg.api_key)
 
 
 def rpc_server_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
@@ -309,9 +315,10 @@ def needs_port(req: LaunchRequest) -> bool:
 
 
 def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1",
-             kv_events_port: int | None = None) -> list[str]:
+             kv_events_port: int | None = None, api_key: str | None = None, key_file: str | None = None) -> list[str]:
     """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``
-    (publishing KV-cache events on ``kv_events_port``, when given: ``wants_kv_events``);
+    (publishing KV-cache events on ``kv_events_port``, when given: ``wants_kv_events``; answering
+    only ``api_key``, a custom command's ``{api_key}``, or SGLang's ``key_file``);
     EngineUnavailable when this host cannot, LaunchRefused when it may not."""
     req = req.model_copy(update={"backend_parameters": check_launch(req, cfg)})
     if req.role != "server":
@@ -331,7 +338,7 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
                                 "but no helper endpoints came with the launch")
     check_model_path(req.model_path, cfg.model_roots)
-    cfg = replace(cfg, host=address, kv_events_port=kv_events_port)
+    cfg = replace(cfg, host=address, kv_events_port=kv_events_port, api_key=api_key, key_file=key_file)
     if req.backend == "llama.cpp" and cfg.llama_cpp_python:
         build = llama_cpp_python_argv
     argv = build(req, port, cfg)

@@ -22,13 +22,15 @@ from typing import Callable
 from scheduler.errors import InvalidInput
 from scheduler.naming import path_in
 
-PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}", "{kv_events_port}")
+PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}", "{kv_events_port}", "{api_key}")
 
 
 def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int],
-               host: str = "127.0.0.1", kv_events_port: int | None = None) -> list[str]:
+               host: str = "127.0.0.1", kv_events_port: int | None = None, api_key: str | None = None) -> list[str]:
     """Split ``run_command`` like a POSIX shell would (quotes honoured, nothing expanded) and
-    substitute the placeholders inside each word. The result is exec'd directly."""
+    substitute the placeholders inside each word. The result is exec'd directly. ``{api_key}`` is
+    the replica's engine key (worker_agent/engine_key.py): in the argv, where any local user can
+    read it (/proc/PID/cmdline); the table records and logs the argv with the placeholder instead."""
     try:
         words = shlex.split(run_command)
     except ValueError as e:
@@ -37,7 +39,7 @@ def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_i
         raise InvalidInput("run_command is empty")
     values = {"{port}": "" if port is None else str(port), "{model_path}": model_path or "",
               "{gpu_indexes}": ",".join(map(str, gpu_indexes)), "{host}": host,
-              "{kv_events_port}": "" if kv_events_port is None else str(kv_events_port)}
+              "{kv_events_port}": "" if kv_events_port is None else str(kv_events_port), "{api_key}": api_key or ""}
     out = []
     for w in words:
         for k, v in values.items():
@@ -127,6 +129,7 @@ class Record:
     log: str
     started_at: float = field(default_factory=time.time)
     kv_events_port: int | None = None  # where its engine publishes KV-cache events (engines.py kv_events_config)
+    key_id: str | None = None  # its engine key's nonce (engine_key.py): an adopted process keeps its key
 
 
 class ProcessTable:
@@ -144,17 +147,24 @@ class ProcessTable:
     def log_path(self, instance: str) -> str:
         return path_in(self.log_dir, instance, ".log")
 
+    def secret_path(self, instance: str) -> str:
+        """Where a launch's secret file is (SGLang's engine key: engine_key.py), beside its pid file."""
+        return path_in(self.run_dir, instance, ".key.yaml")
+
     def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None,
-              kv_events_port: int | None = None) -> Record:
-        """Start ``argv`` with ``env`` over the base environment (never over the agent's own)."""
+              kv_events_port: int | None = None, key_id: str | None = None, secret: str | None = None) -> Record:
+        """Start ``argv`` with ``env`` over the base environment (never over the agent's own).
+        ``secret`` (the engine key) is never written: the log and the record (whose argv reaches
+        the workflow's history) show ``{api_key}`` where an argv word holds it."""
         log = self.log_path(instance)
+        shown = hide(argv, secret)
         with open(log, "ab") as out:
-            out.write(f"--- gpuflow: starting {shlex.join(argv)}\n".encode())
+            out.write(f"--- gpuflow: starting {shlex.join(shown)}\n".encode())
             out.flush()
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  env=launch_env(env), start_new_session=True, close_fds=True)
         self.children[p.pid] = p
-        rec = Record(instance, p.pid, port, argv, log, kv_events_port=kv_events_port)
+        rec = Record(instance, p.pid, port, shown, log, kv_events_port=kv_events_port, key_id=key_id)
         tmp = self._pidfile(instance) + ".tmp"
         with open(tmp, "w") as f:
             json.dump(asdict(rec), f)
@@ -246,10 +256,16 @@ class ProcessTable:
         return True
 
     def forget(self, instance: str) -> None:
-        try:
-            os.unlink(self._pidfile(instance))
-        except FileNotFoundError:
-            pass
+        for path in (self._pidfile(instance), self.secret_path(instance)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def hide(argv: list[str], secret: str | None) -> list[str]:
+    """``argv`` with ``{api_key}`` for ``secret`` wherever a word holds it."""
+    return [w.replace(secret, "{api_key}") for w in argv] if secret else list(argv)
 
 
 def latest_run(text: str) -> list[str]:

@@ -111,6 +111,7 @@ class HostSteps(SuperviseSteps):
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host, False
         s.pid, s.port, s.address, s.kv_events_port = res.pid, res.port, res.address, res.kv_events_port
+        s.key_id = res.key_id
         sts = self.t.host_schedule_to_start_s  # the host answers: supervise with the full patience, not the grace left
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
         why = "adopted the running process" if res.adopted and not started_here else ""

@@ -200,7 +200,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             if not s.processes_stopped:
                 await self._stop_everywhere()
             await self._release()
-        s.pid = s.port = s.address = s.kv_events_port = None
+        s.pid = s.port = s.address = s.kv_events_port = s.key_id = None
         await self._record("deleted")
         try:
             await workflow.get_external_workflow_handle(deployment_id(self.inp.deployment)).signal(

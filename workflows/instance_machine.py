@@ -54,6 +54,7 @@ class InstanceState(BaseModel):
     pid: int | None = None
     port: int | None = None
     kv_events_port: int | None = None  # its engine's KV-cache events (LaunchResult), recorded for the gateways
+    key_id: str | None = None  # its engine key's nonce (LaunchResult): the store makes the key from it (not a secret)
     address: str | None = None  # where the server listens (the host agent's advertised address)
     decision: DecisionRecord | None = None  # carried across continue-as-new, for explain
     stop_requested: bool = False

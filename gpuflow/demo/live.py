@@ -1,12 +1,14 @@
 """``gpuflow dev --demo``: three simulated hosts, three deployments placed and started (real
-processes: python3's http.server stands in for an inference server), one scaled down, and the
-result printed with where to look in the Temporal UI. Where this Python has llama-cpp-python, a
-real model too (gpuflow/demo/llm.py): SmolLM2 on this machine's CPU, asked through the gateway."""
+processes: gpuflow/demo/toy_server.py stands in for an inference server, behind its engine key),
+one scaled down, and the result printed with where to look in the Temporal UI. Where this Python
+has llama-cpp-python, a real model too (gpuflow/demo/llm.py): SmolLM2 on this machine's CPU, asked
+through the gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 
 import yaml
@@ -29,7 +31,7 @@ HOSTS = {
     "gpu-c": {"ram_total": "64 GiB", "labels": {"zone": "a"},
               "gpus": [{"index": 0, "vram_total": "16 GiB", "name": "simulated T4"}]},
 }
-SERVER = "python3 -m http.server {port} --bind {host}"
+SERVER = f"{sys.executable} -m gpuflow.demo.toy_server --port {{port}} --host {{host}}"  # the key: by its env
 
 
 def demo_specs(models_dir: str) -> list[ModelSpec]:

@@ -7,7 +7,7 @@ llama-server builds before --load-mode took, which gpuflow's estimator still rea
 
 Left off the list on purpose (an operator may add one; owned and network ones never):
 --media-path (clients read the host's files), --log-prompts-dir, --lookup-cache-dynamic and
---slot-save-path (writes), --api-key(-file), --ssl-* and --api-prefix (the gateway talks plain
+--slot-save-path (writes), --ssl-* and --api-prefix (the gateway talks plain
 HTTP at /v1), --props (clients change server settings), -dev/--device (RPC devices are network
 peers), --models-dir/--models-preset (router mode: other models), --tools, --mcp-servers-*
 (run tools), and every draft-model flag but -md/--model-draft and --spec-draft-model.
@@ -24,6 +24,7 @@ UNDERSCORE = True  # reads --a_b as --a-b
 
 OWNED = ("-m", "--model", "--host", "--port", "-a", "--alias", "--rpc", "--path", "--log-file", "--slot-save-path",
          "--models-dir", "--models-preset", "--reuse-port", "--no-host",
+         "--api-key", "--api-key-file",  # the replica's engine key, which gpuflow sets (worker_agent/engine_key.py)
          # llama-cpp-python's spellings (an agent may serve llama.cpp models with it); its hub forms
          # of the model and of its tokenizer (llama_cpp/server/settings.py) are the model's too
          "--model_alias", "--n_gpu_layers", "--tensor_split", "--rpc_servers", "--config_file", "--hf_model_repo_id",

@@ -4,7 +4,7 @@ Left off the list on purpose (an operator may add one; owned ones never): --cust
 (imports a function by name: code, and no spec needs it), --load-format remote/remote_instance and
 --remote-instance-* (weights from the network), --kv-events-config, --disaggregation-* (peers),
 --hicache-storage-backend* and --file-storage-path (writes elsewhere), --debug-tensor-dump-*,
---crash-dump-folder, --api-key, --enable-lora with adapters from requests aside, --tool-server
+--crash-dump-folder, --enable-lora with adapters from requests aside, --tool-server
 (network), and every distributed flag gpuflow sets from the placement.
 """
 
@@ -19,7 +19,8 @@ UNDERSCORE = False  # argparse as is: --a_b is not --a-b
 ESTIMATE_INPUTS: tuple[str, ...] = ()  # beyond PLACEMENT_INPUTS, none is read by gpuflow
 
 OWNED = ("--host", "--port", "--model-path", "--model", "--served-model-name", "--config", "--dist-init-addr",
-         "--nccl-init-addr", "--nnodes", "--node-rank", "--base-gpu-id", "--gpu-id-step", "--download-dir")
+         "--nccl-init-addr", "--nnodes", "--node-rank", "--base-gpu-id", "--gpu-id-step", "--download-dir",
+         "--api-key")  # the replica's engine key, which gpuflow sets (worker_agent/engine_key.py)
 PLACEMENT_INPUTS = ("--tp-size", "--tensor-parallel-size", "--tp", "--pp-size", "--pipeline-parallel-size", "--dp-size",
                     "--data-parallel-size", "--dp", "--mem-fraction-static")
 NETWORK = ("--tool-server", "--revision", "--speculative-draft-model-revision",

@@ -5,7 +5,7 @@ and GPUFLOW_ALLOW_ENGINE_FLAGS; owned ones never): --kv-transfer-config and --kv
 (connectors imported by module path, peers on the network), --default-mm-loras (files by
 modality), --enable-prompt-embeds (tensors from clients), --trust-request-chat-template
 (templates from clients), --num-gpu-blocks-override (a KV cache beyond the booked share),
---api-key and --ssl-* (the gateway talks plain HTTP to the engine), --tool-server,
+--ssl-* (the gateway talks plain HTTP to the engine), --tool-server,
 --otlp-traces-endpoint and the hub revisions (network), --structured-outputs-config,
 --additional-config, --model-loader-extra-config, --log-config-file, --root-path, and the
 dotted JSON forms (--speculative-config.model X): write the JSON whole.
@@ -23,7 +23,8 @@ ESTIMATE_INPUTS: tuple[str, ...] = ()  # beyond PLACEMENT_INPUTS, none is read b
 
 OWNED = ("--host", "--port", "--uds", "--model", "--served-model-name", "--config", "--headless",
          "--distributed-executor-backend", "--data-parallel-address", "--data-parallel-rpc-port",
-         "--kv-cache-memory-bytes", "--kv-cache-memory", "--allowed-local-media-path", "--download-dir")
+         "--kv-cache-memory-bytes", "--kv-cache-memory", "--allowed-local-media-path", "--download-dir",
+         "--api-key")  # the replica's engine key, which gpuflow sets (worker_agent/engine_key.py)
 PLACEMENT_INPUTS = ("--tensor-parallel-size", "-tp", "--tp", "--pipeline-parallel-size", "-pp", "--pp",
                     "--data-parallel-size", "-dp", "--dp", "--gpu-memory-utilization")
 NETWORK = ("--tool-server", "--hf-token", "--revision", "--code-revision", "--tokenizer-revision",
