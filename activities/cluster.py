@@ -57,7 +57,9 @@ class ClusterActivities:
 
     @activity.defn(name=cc.ADD_KEY)
     async def add_key(self, k: cc.KeyAdd) -> cc.KeyView:
-        return r.key_view(await self._store(keys.add, self.engine, k))
+        """Store a key, for a tenant the tenants file names (``default`` always is): a key for a
+        tenant that does not exist is refused, naming the tenants that do."""
+        return r.key_view(await self._store(keys.add_known, self.engine, k))
 
     @activity.defn(name=cc.REVOKE_KEY)
     async def revoke_key(self, k: cc.KeyRevoke) -> cc.KeyView:

@@ -37,7 +37,7 @@ def _iso(t: datetime | None) -> str | None:
 
 def key_view(k: keys.KeyInfo) -> KeyView:
     return KeyView(id=k.id, tenant=k.tenant, name=k.name, created_at=_iso(k.created_at), revoked_at=_iso(k.revoked_at),
-                   admin=k.admin)
+                   admin=k.admin, scope=k.scope)
 
 
 def keys_page(engine: Engine, page: Page) -> KeysPage:

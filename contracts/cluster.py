@@ -10,10 +10,12 @@ computed by the client): the secret itself has no field here, so it can reach no
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.scopes import ADMIN_SCOPES, CLUSTER_ADMIN, METRICS, SCOPES, TENANT, TENANT_ADMIN, admin_scope  # noqa: F401
+from scheduler.bounds import Flag
 from scheduler.naming import NAME_MAX, NAME_PATTERN
 
 # activity names (task queue gpuflow-control)
@@ -35,27 +37,53 @@ PAGE_MAX = 500  # rows one read answers; the CLI asks page after page (each page
 SERVING_MAX = 500  # instances one serving read names
 
 
+Scope = Literal[SCOPES]  # what a key may do: contracts/scopes.py
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class KeyAdd(Message):
-    """A new key as the client made it: the secret stays with the client."""
+class StrictMessage(Message):
+    """A message whose every field is exactly its type: ``true`` is no count, ``"yes"`` and ``1``
+    no boolean, ``"3"`` no number (the probe's ``admin: "yes"`` made an admin key)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class KeyAdd(StrictMessage):
+    """A new key as the client made it: the secret stays with the client. ``admin`` is the form
+    of the days before scopes (an older CLI sends it): it means ``admin_scope(tenant)`` and is
+    refused beside another scope."""
 
     id: Annotated[str, Field(pattern=KEY_ID)]
     tenant: Annotated[str, Field(pattern=KEY_TENANT)]
     name: Annotated[str, Field(pattern=KEY_NAME)] = ""
     salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # 16 random bytes, hex
     hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # HMAC-SHA-256(salt, secret), hex
-    admin: bool = False  # may manage keys and act from the console (gateway/console)
+    scope: Scope = TENANT
+    admin: Flag = False
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> "KeyAdd":
+        if self.admin and self.scope not in (TENANT, admin_scope(self.tenant)):
+            raise ValueError(f"admin: true means scope {admin_scope(self.tenant)} for tenant {self.tenant}; "
+                             f"it was sent with scope {self.scope}: send the scope alone")
+        return self
+
+    @property
+    def granted(self) -> str:
+        """The scope the key gets."""
+        return admin_scope(self.tenant) if self.admin else self.scope
 
 
-class KeyRevoke(Message):
+class KeyRevoke(StrictMessage):
     id: Annotated[str, Field(pattern=KEY_ID)]
 
 
 class KeyView(Message):
-    """A key as it is listed: never the secret, nor its hash."""
+    """A key as it is listed: never the secret, nor its hash. ``admin``: the scope is tenant-admin
+    or cluster-admin (what an older reader of this view knew)."""
 
     id: str
     tenant: str
@@ -63,9 +91,10 @@ class KeyView(Message):
     created_at: str  # ISO 8601, UTC
     revoked_at: str | None = None
     admin: bool = False
+    scope: Scope = TENANT
 
 
-class Page(Message):
+class Page(StrictMessage):
     offset: int = Field(0, ge=0, le=10_000_000)
     limit: int = Field(PAGE_MAX, ge=1, le=PAGE_MAX)
 

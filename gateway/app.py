@@ -18,11 +18,12 @@ from starlette.routing import Route as Path
 
 from store import keys
 from gateway import errors
-from gateway.auth import Auth, NoKey
+from gateway.auth import Auth, NoKey, NotAllowed
 from gateway.balance import Balancer, Prompt
 from gateway.cache_aware import CACHE_AWARE, Knobs
 from gateway.cache_watch import CacheWatch
 from gateway.config import GatewaySettings, is_loopback
+from gateway.host_check import HostGuard
 from gateway.metrics import Metrics
 from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from gateway.prompt_tokens import tokenize
@@ -83,6 +84,8 @@ class Gateway:
                     r.key_id = key_id
         except NoKey as e:
             r = errors.unauthorized(str(e))
+        except NotAllowed as e:
+            r = errors.error(403, str(e), "permission_error", "insufficient_scope")
         except TooLarge:
             r = errors.too_large(self.settings.max_body)
         except BodyTimeout:
@@ -169,6 +172,9 @@ class Gateway:
         except NoKey as e:
             self.metrics.requests.labels("", "", "401").inc()
             return errors.unauthorized(str(e))
+        except NotAllowed as e:
+            self.metrics.requests.labels("", "", "403").inc()
+            return errors.error(403, str(e), "permission_error", "insufficient_scope")
         t = self.balancer.table
         self.metrics.requests.labels("", tenant, "200").inc()
         return JSONResponse({"object": "list", "data": [
@@ -185,15 +191,14 @@ class Gateway:
 
     async def prometheus(self, request: Request) -> Response:
         """The gateway's metrics (they name tenants and models); with ``metrics_key_required``,
-        only for a valid API key, of any tenant: on an open gateway (no key exists) for nobody."""
+        only for a cluster-admin or metrics key (gateway/auth.py): on an open gateway for nobody."""
         if self.settings.metrics_key_required:
             try:
-                _, keyed = await self.auth.caller(request.headers.get("authorization"))
+                await self.auth.metrics_reader(request.headers.get("authorization"))
             except NoKey as e:
                 return errors.unauthorized(str(e))
-            if not keyed:
-                return errors.unauthorized("/metrics needs an API key (--metrics-key-required) and none exists yet: "
-                                           "create one with 'gpuflow keys create --tenant T'.")
+            except NotAllowed as e:
+                return errors.error(403, str(e), "permission_error", "insufficient_scope")
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
@@ -229,6 +234,7 @@ def build(engine: Engine, settings: GatewaySettings | None = None, extra: tuple 
         Path("/healthz", gw.healthz, methods=["GET"]),
         *(m(gw) for m in extra),
     ], lifespan=gw.lifespan)
+    app.add_middleware(HostGuard, gw=gw)  # the Host a request names (gateway/host_check.py)
     app.state.gateway = gw
     return app
 

@@ -3,7 +3,11 @@ was ever created the gateway is open (every request is tenant ``default``, and m
 model; its limits, its queue priority and its metrics are ``default``'s, as the README says);
 once one exists, every request needs a valid one, and its tenant decides which models it
 may use (gateway/table.py). Verdicts are cached ``key_cache_s`` (one store read per key per
-second at most), so a revocation takes effect within about two seconds."""
+second at most), so a revocation takes effect within about two seconds.
+
+A key's scope (contracts/cluster.py) decides the rest: a ``metrics`` key reads /metrics and
+nothing else (403 on /v1); with ``--metrics-key-required`` /metrics takes only cluster-admin and
+metrics keys (its series name every tenant). Every other scope is served on /v1 as its tenant."""
 
 from __future__ import annotations
 
@@ -12,14 +16,20 @@ import time
 
 from sqlalchemy.engine import Engine
 
+from contracts.cluster import CLUSTER_ADMIN, METRICS
 from store import keys
 
 ANONYMOUS = "default"  # an open gateway's tenant: gateway.table.DEFAULT_TENANT, tenant_limits.DEFAULT
 MAX_CACHED = 10_000
+METRICS_READERS = (CLUSTER_ADMIN, METRICS)  # the scopes that read /metrics under --metrics-key-required
 
 
 class NoKey(Exception):
-    pass
+    """No valid key: 401."""
+
+
+class NotAllowed(Exception):
+    """A valid key whose scope does not allow this: 403, naming what is missing."""
 
 
 class Auth:
@@ -41,10 +51,26 @@ class Auth:
     async def who(self, authorization: str | None) -> tuple[str, bool, str]:
         """``caller``'s answer and the key's id (``""`` on an open gateway): what usage is counted under."""
         key = await self.key(authorization)
-        return (ANONYMOUS, False, "") if key is None else (key.tenant, True, key.id)
+        if key is None:
+            return ANONYMOUS, False, ""
+        if key.scope == METRICS:
+            raise NotAllowed(f"API key {key.id} is a metrics key: it reads /metrics only. Use a key of scope "
+                             "tenant (gpuflow keys create --tenant T) for the API.")
+        return key.tenant, True, key.id
+
+    async def metrics_reader(self, authorization: str | None) -> None:
+        """Whether the caller may read /metrics under --metrics-key-required: NoKey without a valid
+        key (none exists yet: nobody), NotAllowed for a key of another scope than METRICS_READERS."""
+        key = await self.key(authorization)
+        if key is None:
+            raise NoKey("/metrics needs an API key (--metrics-key-required) and none exists yet: create one with "
+                        "'gpuflow keys create --tenant default --scope metrics'.")
+        if key.scope not in METRICS_READERS:
+            raise NotAllowed(f"/metrics needs a cluster-admin or metrics key (--metrics-key-required): its series "
+                             f"name every tenant; API key {key.id} is a {key.scope} key of tenant {key.tenant}.")
 
     async def key(self, authorization: str | None) -> keys.KeyInfo | None:
-        """The caller's key (its id, tenant, admin); None on an open gateway; NoKey when the
+        """The caller's key (its id, tenant, scope); None on an open gateway; NoKey when the
         request must be refused."""
         if not self.required:
             return None

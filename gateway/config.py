@@ -8,12 +8,15 @@ import os
 import re
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 
-from gateway.cache_aware import ROUTINGS
 from scheduler.errors import InvalidInput
 
 MiB = 1 << 20
+# a Host a client may send: a DNS name, an IPv4 address or a bracketed IPv6 one, with an optional port
+PUBLIC_NAME = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*"
+                         r"|\[[0-9A-Fa-f:.]{2,45}\])(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}"
+                         r"|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?$")
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,13 @@ class GatewaySettings:
     #                                 after the last response) to their end; then 408 and the connection is closed
     body_timeout_s: float = 30.0  # a request's whole body, once its headers arrived; then 408. No tenant slot is held
     #                               meanwhile: the body is read before the tenant's max_concurrent counts the request
-    metrics_key_required: bool = False  # /metrics needs a valid API key of any tenant (401 without one; on an
-    #                                     open gateway, where no key exists, 401 for everyone)
+    metrics_key_required: bool = field(default=False, metadata={"help": (
+        "/metrics needs a cluster-admin or metrics key (its series name every tenant): 401 without a key, 403 for a "
+        "key of another scope; while no key exists, nobody reads it")})
+    public_names: tuple[str, ...] = field(default=(), metadata={"help": (
+        "a name (NAME or NAME:PORT) clients use to reach this gateway besides loopback, e.g. behind a proxy; the "
+        "console answers only to these and 127.0.0.1, localhost, [::1] on the gateway's port, and only to "
+        "loopback while no key exists (a DNS-rebinding page names its own host); repeatable")})
     refresh_s: float = 0.5  # routing table re-read from the store this often
     bad_s: float = 5.0  # a replica that failed is skipped this long
     attempts: int = 3  # replicas tried per request before giving up
@@ -52,6 +60,8 @@ class GatewaySettings:
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self):
+        from gateway.cache_aware import ROUTINGS  # here: the CLI reads this module's flags' help at parse time
+
         for k in ("queue_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "refresh_s",
                   "header_timeout_s", "body_timeout_s"):
             if not getattr(self, k) > 0:
@@ -68,6 +78,10 @@ class GatewaySettings:
                   "max_prompt_chars"):
             if getattr(self, k) < 1:
                 raise InvalidInput(f"gateway setting {k} must be >= 1, got {getattr(self, k)}")
+        for n in self.public_names:
+            if not PUBLIC_NAME.match(n):
+                raise InvalidInput(f"gateway setting public_names: {n[:100]!r} is not NAME or NAME:PORT (a DNS name, "
+                                   "an IPv4 address or a bracketed IPv6 one; a port 1-65535)")
 
     @property
     def url(self) -> str:
@@ -92,3 +106,11 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def setting_help(name: str) -> str:
+    """The help a setting's flag shows: its field's own (``metadata={"help": ...}``), with its default."""
+    f = GatewaySettings.__dataclass_fields__[name]
+    default = f.default if f.default is not MISSING else None
+    shown = "none" if default in ((), None) else ("off" if default is False else default)
+    return f"{f.metadata['help']} (default {shown})"

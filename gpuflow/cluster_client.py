@@ -34,10 +34,11 @@ async def _ask(client: Client, update, arg: Any) -> Any:
     return await ops._update(await start(client), update, arg)
 
 
-async def create_key(client: Client, tenant: str, name: str = "", admin: bool = False) -> tuple[str, cc.KeyView]:
-    """A new key for ``tenant`` (``admin``: one that may manage keys and act from the console):
-    (the key, to show once; the control plane's record of it)."""
-    key, k = keys.new_key(tenant, name, admin)
+async def create_key(client: Client, tenant: str, name: str = "", scope: str = cc.TENANT) -> tuple[str, cc.KeyView]:
+    """A new key for ``tenant`` with ``scope`` (contracts/cluster.py ``Scope``): (the key, to show
+    once; the control plane's record of it). A tenant the tenants file does not name is refused
+    by the control plane, naming those it does."""
+    key, k = keys.new_key(tenant, name, scope)
     return key, await _ask(client, ClusterWorkflow.create_key, k)
 
 

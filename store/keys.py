@@ -8,7 +8,13 @@ row. Revoked keys stay (revoked_at set) and keep failing.
 
 A key is made where it is asked for (``new_key``: the CLI), and only its id, salt and hash are
 sent to the control plane, which stores them (``add``; the cluster workflow's ``create_key``
-update): the secret is never in a Temporal history nor in the store."""
+update): the secret is never in a Temporal history nor in the store.
+
+A key has one scope (contracts/cluster.py ``Scope``: tenant, tenant-admin, cluster-admin,
+metrics). A store made before scopes has the ``admin`` column only: its rows read as
+``admin_scope(tenant)`` when admin (cluster-admin for tenant default, tenant-admin for any other)
+and ``tenant`` otherwise, so an upgrade changes what no key may do. New rows keep ``admin`` set
+for the admin scopes, so an older gpuflow reading the store still sees its admins."""
 
 from __future__ import annotations
 
@@ -23,12 +29,13 @@ from sqlalchemy import false, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
-from contracts.cluster import KEY_NAME, KEY_TENANT, KeyAdd
+from contracts.cluster import ADMIN_SCOPES, KEY_NAME, KEY_TENANT, SCOPES, TENANT, KeyAdd, admin_scope
+from store import tenants
 from store.tables import utcnow
 from scheduler.errors import InvalidInput
 
 PREFIX = "gpuflow"
-TENANT = re.compile(KEY_TENANT)
+TENANT_NAME = re.compile(KEY_TENANT)
 NAME = re.compile(KEY_NAME)
 KEY = re.compile(r"^gpuflow-([0-9a-f]{12})-([A-Za-z0-9_-]{43})$")
 
@@ -42,8 +49,9 @@ class ApiKeyRow(SQLModel, table=True):
     hash: str = ""  # hex HMAC-SHA-256(salt, secret)
     created_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
-    # may manage keys and act from the console; old stores get the column, false (store/db.py)
+    # an admin scope (what a store before scopes had); old stores get the column, false (store/db.py)
     admin: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    scope: str | None = None  # contracts/cluster.py Scope; None on the rows of a store before scopes
 
 
 @dataclass(frozen=True)
@@ -53,24 +61,29 @@ class KeyInfo:
     name: str
     created_at: datetime
     revoked_at: datetime | None
-    admin: bool = False
+    scope: str = TENANT
+
+    @property
+    def admin(self) -> bool:
+        return self.scope in ADMIN_SCOPES
 
 
 def _digest(salt: str, secret: str) -> str:
     return hmac.new(bytes.fromhex(salt), secret.encode(), hashlib.sha256).hexdigest()
 
 
-def new_key(tenant: str, name: str = "", admin: bool = False) -> tuple[str, KeyAdd]:
-    """A new key for ``tenant``, made here: (the key, to show once; what the store keeps of it).
-    Refused, naming the problem, when the tenant or the name breaks the rule. ``admin``: the key
-    may manage keys and act from the console."""
-    if not TENANT.match(tenant):
+def new_key(tenant: str, name: str = "", scope: str = TENANT) -> tuple[str, KeyAdd]:
+    """A new key for ``tenant`` with ``scope``, made here: (the key, to show once; what the store
+    keeps of it). Refused, naming the problem, when the tenant, the name or the scope breaks the rule."""
+    if scope not in SCOPES:
+        raise InvalidInput(f"scope {str(scope)[:40]!r}: use one of {', '.join(SCOPES)}")
+    if not TENANT_NAME.match(tenant):
         raise InvalidInput(f"tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
     if not NAME.match(name):
         raise InvalidInput(f"key name {name[:60]!r}: at most 200 letters, digits, spaces and . , : ; @ / ( ) ' + = # & - _")
     kid, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
     return f"{PREFIX}-{kid}-{secret}", KeyAdd(id=kid, tenant=tenant, name=name, salt=salt,
-                                              hash=_digest(salt, secret), admin=admin)
+                                              hash=_digest(salt, secret), scope=scope)
 
 
 def add(engine: Engine, k: KeyAdd) -> KeyInfo:
@@ -78,17 +91,29 @@ def add(engine: Engine, k: KeyAdd) -> KeyInfo:
     with Session(engine) as s:
         if s.get(ApiKeyRow, k.id) is not None:
             raise InvalidInput(f"an API key with id {k.id!r} exists already; make a new key")
-        row = ApiKeyRow(id=k.id, tenant=k.tenant, name=k.name, salt=k.salt, hash=k.hash, admin=k.admin)
+        scope = k.granted
+        row = ApiKeyRow(id=k.id, tenant=k.tenant, name=k.name, salt=k.salt, hash=k.hash, scope=scope,
+                        admin=scope in ADMIN_SCOPES)
         s.add(row)
         s.commit()
         s.refresh(row)
         return _info(row)
 
 
-def create(engine: Engine, tenant: str, name: str = "", admin: bool = False) -> tuple[str, KeyInfo]:
+def add_known(engine: Engine, k: KeyAdd) -> KeyInfo:
+    """``add``, for a tenant the tenants file names (``default`` always is); refused otherwise,
+    naming the tenant and those that exist (the cluster workflow's ``create_key``, ``keys create
+    --data-dir``)."""
+    problem = tenants.problem(engine, k.tenant)
+    if problem:
+        raise InvalidInput(f"no key made: {problem}")
+    return add(engine, k)
+
+
+def create(engine: Engine, tenant: str, name: str = "", scope: str = TENANT) -> tuple[str, KeyInfo]:
     """A new key for ``tenant``, stored here (offline use, tests): (the key, to show once; its
     stored description)."""
-    key, k = new_key(tenant, name, admin)
+    key, k = new_key(tenant, name, scope)
     return key, add(engine, k)
 
 
@@ -99,9 +124,23 @@ def key_id(key_or_id: str) -> str:
     return m.group(1) if m else key_or_id
 
 
+def scope_of(scope: str | None, admin: bool, tenant: str) -> str:
+    """A row's scope: its own; for a row of a store before scopes (None), what its admin flag was."""
+    if scope in SCOPES:
+        return scope
+    return admin_scope(tenant) if admin else TENANT
+
+
 def _info(r: ApiKeyRow) -> KeyInfo:
     return KeyInfo(id=r.id, tenant=r.tenant, name=r.name, created_at=r.created_at, revoked_at=r.revoked_at,
-                   admin=bool(r.admin))
+                   scope=scope_of(r.scope, bool(r.admin), r.tenant))
+
+
+def get(engine: Engine, kid: str) -> KeyInfo | None:
+    """The key with id ``kid`` (revoked or not), or None."""
+    with Session(engine) as s:
+        row = s.get(ApiKeyRow, kid)
+        return None if row is None else _info(row)
 
 
 def list_keys(engine: Engine, offset: int = 0, limit: int | None = None) -> list[KeyInfo]:

@@ -27,6 +27,16 @@ GOOD = {"id": "0123456789ab", "tenant": "team-a", "name": "ci job", "salt": "0" 
     (({**GOOD, "tenant": "a" * 65},), "tenant: String should match pattern"),  # 64 at most
     (({**GOOD, "name": "x\n[fake log line]"},), "name: String should match pattern"),  # no control characters
     (({**GOOD, "name": "x" * 201},), "name: String should match pattern"),  # 200 at most
+    # the probe's low: admin "yes" or 1 made an admin key; a scope is exactly one of the four names
+    (({**GOOD, "admin": "yes"},), "admin: Input should be a valid boolean"),
+    (({**GOOD, "admin": 1},), "admin: Input should be a valid boolean"),
+    (({**GOOD, "admin": "true"},), "admin: Input should be a valid boolean"),
+    (({**GOOD, "scope": "root"},), "scope: Input should be 'tenant', 'tenant-admin', 'cluster-admin' or 'metrics'"),
+    (({**GOOD, "scope": "Cluster-Admin"},), "scope: Input should be 'tenant'"),  # exact, case and all
+    (({**GOOD, "scope": 2},), "scope: Input should be 'tenant'"),
+    (({**GOOD, "scope": ["cluster-admin"]},), "scope: Input should be 'tenant'"),
+    (({**GOOD, "admin": True, "scope": "cluster-admin"},), "admin: true means scope tenant-admin for tenant team-a"),
+    (({**GOOD, "tenant": 7},), "tenant: Input should be a valid string"),
 ])
 def test_a_bad_key_is_refused_by_the_validator_naming_the_field(args, why):
     with pytest.raises(ValueError, match=why.replace("[", r"\[")):
@@ -39,6 +49,9 @@ def test_a_bad_key_is_refused_by_the_validator_naming_the_field(args, why):
     (({"limit": cc.PAGE_MAX + 1},), cc.Page, "limit: Input should be less than or equal to 500"),  # PAGE_MAX = 500
     (({"instances": ["a"] * (cc.SERVING_MAX + 1)},), cc.ServingAsk, "instances: List should have at most 500"),
     (({"instances": ["../x"]},), cc.ServingAsk, "instances.0: String should match pattern"),
+    (({"id": 123456789012},), cc.KeyRevoke, "id: Input should be a valid string"),  # strict: no number for an id
+    (({"offset": True},), cc.Page, "offset: Input should be a valid integer"),  # strict: true is no count
+    (({"limit": "5"},), cc.Page, "limit: Input should be a valid integer"),
 ])
 def test_reads_and_revocations_are_bounded_and_checked(args, model, why):
     with pytest.raises(ValueError, match=why):
@@ -54,6 +67,19 @@ def test_reads_and_revocations_are_bounded_and_checked(args, model, why):
 def test_a_bad_tenants_file_is_refused_by_the_validator(file, why):
     with pytest.raises(ValueError, match=why):
         tenants_file(({"file": file},))
+
+
+@pytest.mark.parametrize("extra, granted", [
+    ({}, "tenant"),  # the default
+    ({"scope": "metrics"}, "metrics"),
+    ({"scope": "tenant-admin"}, "tenant-admin"),
+    ({"admin": True}, "tenant-admin"),  # an older CLI's admin key of team-a: its tenant's admin
+    ({"admin": True, "tenant": "default"}, "cluster-admin"),  # of tenant default: the operator's, everything
+    ({"admin": True, "scope": "tenant-admin"}, "tenant-admin"),  # both, agreeing
+    ({"admin": False, "scope": "cluster-admin"}, "cluster-admin"),
+])
+def test_the_scope_a_key_gets(extra, granted):
+    assert one(({**GOOD, **extra},), cc.KeyAdd, "create_key").granted == granted
 
 
 def test_a_good_tenants_file_passes():

@@ -67,7 +67,7 @@ def test_console_escapes_what_it_shows_and_signs_in_once_a_key_exists(dev):
         assert page.locator("script:not([src])").count() == 0
         w.check()
         w.close()
-        key = dev.run("keys", "create", "--tenant", "ops", "--admin").split()[-1]
+        key = dev.run("keys", "create", "--tenant", "default", "--admin").split()[-1]  # --admin on default: cluster-admin
         assert key.startswith("gpuflow-"), key
         w = Watched(b, base)
         w.allow = ["/console/login"]  # the wrong key's 401 is expected
@@ -79,7 +79,7 @@ def test_console_escapes_what_it_shows_and_signs_in_once_a_key_exists(dev):
         page.fill("input[name=key]", key)
         page.click("form.login button")
         page.wait_for_url(base + "/console/")
-        assert "tenant ops (admin)" in page.locator("header").inner_text()
+        assert "tenant default (cluster-admin)" in page.locator("header").inner_text()
         assert page.locator("tr[data-host=box]").count() == 1
         w.check()
         w.close()

@@ -53,9 +53,10 @@ def engine(tmp_path):
 
 @pytest.mark.parametrize("caller, seen", [
     (OPEN, ["a-chat", "b-chat", "b-shared", "open"]),  # the open console: all but the deleted
-    (Caller(tenant="team-b", keyed=True, admin=True), ["a-chat", "b-chat", "b-shared", "open"]),  # an admin: all
-    (Caller(tenant="team-a", keyed=True, admin=False), ["a-chat", "b-shared", "open"]),  # its own, shared, default's
-    (Caller(tenant="team-c", keyed=True, admin=False), ["open"]),
+    (Caller(tenant="team-b", keyed=True, scope="cluster-admin"), ["a-chat", "b-chat", "b-shared", "open"]),  # all
+    (Caller(tenant="team-b", keyed=True, scope="tenant-admin"), ["b-chat", "b-shared", "open"]),  # as its tenant's keys
+    (Caller(tenant="team-a", keyed=True, scope="tenant"), ["a-chat", "b-shared", "open"]),  # its own, shared, default's
+    (Caller(tenant="team-c", keyed=True, scope="tenant"), ["open"]),
 ])
 def test_who_sees_which(engine, caller, seen):
     ls = dv.listing(engine, caller)

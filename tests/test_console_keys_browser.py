@@ -2,7 +2,7 @@
 ``gpuflow dev`` with a stand-in engine deployed: an admin creates a key from the page (through
 Temporal, shown once, in no cookie), the official ``openai`` client uses it, the page shows its
 requests and tokens and its tenant's, the admin revokes it from the page and the gateway refuses
-it; a tenant's key sees its own tenant's keys and may not create one."""
+it; a tenant's key sees itself only and may not create one."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def dev(tmp_path_factory):
             "run_command": f"{sys.executable} {ENGINE} --port {{port}} --host {{host}} --name r1",
             "resources": {"vram": 2**30, "ram": 2**30}}))
         d.run("deploy", str(tmp / "chat.json"))
-        d.admin = d.run("keys", "create", "--tenant", "ops", "--admin").split()[-1]
+        (tmp / "tenants.json").write_text(json.dumps({"tenants": [{"name": "team-a"}, {"name": "team-b"}]}))
+        d.run("tenants", "apply", str(tmp / "tenants.json"))  # a key is for a tenant that exists
+        d.admin = d.run("keys", "create", "--tenant", "default", "--scope", "cluster-admin").split()[-1]
         d.team_b = d.run("keys", "create", "--tenant", "team-b", "--name", "b").split()[-1]
         gs.wait_model(f"http://127.0.0.1:{d.gw_port}", "chat", 1, timeout=90, every=0.3,
                       headers={"Authorization": f"Bearer {d.admin}"})
@@ -50,7 +52,7 @@ def test_an_admin_creates_a_key_sees_its_use_and_revokes_it(dev):
     with browser() as b:
         w = Watched(b, base, headers={"Authorization": f"Bearer {dev.admin}"})
         page = w.open("/console/keys")
-        assert page.locator("tr[data-key]").count() == 2  # ops (admin) and team-b, made on the CLI
+        assert page.locator("tr[data-key]").count() == 2  # default's cluster-admin and team-b's, made on the CLI
         page.fill("#create-key input[name=tenant]", "team-a")
         page.fill("#create-key input[name=name]", "<b>ci</b>")  # refused by the name's allowlist, naming it
         w.allow = ["/console/keys/create"]
@@ -70,7 +72,7 @@ def test_an_admin_creates_a_key_sees_its_use_and_revokes_it(dev):
         page = w.open("/console/keys")
         assert key not in page.content()  # a reload forgets it
         cells = row(page, kid)
-        assert cells[1:6] == ["team-a", "Tom & Jerry's ci #1", "no", cells[4], "active"]  # escaped, read back whole
+        assert cells[1:6] == ["team-a", "Tom & Jerry's ci #1", "tenant", cells[4], "active"]  # escaped, read back whole
 
         c = openai.OpenAI(base_url=dev.gateway, api_key=key, max_retries=0)
         assert c.chat.completions.create(model="chat", messages=MSG, max_tokens=3).usage.completion_tokens == 3
@@ -81,11 +83,13 @@ def test_an_admin_creates_a_key_sees_its_use_and_revokes_it(dev):
         page = w.page
         tenant = [x.strip() for x in page.locator("tr[data-tenant=team-a] td").all_inner_texts()]
         assert tenant == ["team-a", *want]
-        # the same counts through the control plane (the cluster workflow's key_usage update), and admin in keys list
+        # the same counts through the control plane (the cluster workflow's key_usage update), and scopes in keys list
         used = {(r["tenant"], r["key_id"]): r["hour"] for r in json.loads(dev.run("keys", "usage", "--json"))}
         assert used[("team-a", kid)] == {"requests": 2, "prompt_tokens": 2 * PROMPT, "completion_tokens": 8}
         listed = {r["id"]: r for r in json.loads(dev.run("keys", "list", "--json"))}
-        assert listed[kid]["admin"] is False and [r["admin"] for r in listed.values()].count(True) == 1  # ops
+        assert (listed[kid]["scope"], listed[kid]["admin"]) == ("tenant", False)
+        assert [r["scope"] for r in listed.values()].count("cluster-admin") == 1  # default's
+        assert [r["admin"] for r in listed.values()].count(True) == 1  # what an older reader sees
 
         page.once("dialog", lambda d: d.accept())
         page.click(f"tr[data-key='{kid}'] form.revoke button")
@@ -110,7 +114,7 @@ def test_a_tenant_key_sees_its_tenant_only_and_may_not_create(dev):
         w.allow = ["/console/keys/create"]  # the refusal below is expected
         page = w.open("/console/keys")
         tenants = {t.strip() for t in page.locator("tr[data-key] td:nth-child(2)").all_inner_texts()}
-        assert tenants == {"team-b"}
+        assert tenants == {"team-b"} and page.locator("tr[data-key]").count() == 1  # itself, no other key
         assert page.locator("#create-key").count() == 0 and page.locator("form.revoke").count() == 0
         status = page.evaluate("""async () => (await fetch('/console/keys/create', {method: 'POST',
             headers: {'content-type': 'application/json', 'x-gpuflow-console': '1'},

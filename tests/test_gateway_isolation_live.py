@@ -5,7 +5,7 @@ process in front of a stand-in engine process, API keys of several tenants, the 
 - a key uses its own tenant's deployments, those shared with its tenant (or ``"*"``), and
   tenant ``default``'s; any other model is a 404 byte for byte as if it did not exist, listing
   only what the key may use; ``/v1/models`` lists the same;
-- ``--metrics-key-required``: ``/metrics`` without a valid key is 401;
+- ``--metrics-key-required``: ``/metrics`` without a valid key is 401, with a tenant's key 403;
 - 300 clients that trickle their headers are answered 408 and closed at ``--header-timeout``,
   while others are served meanwhile;
 - two request bodies that never finish hold none of their tenant's ``max_concurrent: 2`` slots:
@@ -103,7 +103,8 @@ def test_a_key_uses_its_tenants_models_and_no_others(sqlite_store, procs, tmp_pa
     assert (after.status_code, after.content, dict(after.headers)) == \
         (before.status_code, before.content, dict(before.headers))
 
-    # --metrics-key-required: no key, a bad key, a revoked key: 401 in OpenAI's shape; any valid key: 200
+    # --metrics-key-required: no key, a bad key, a revoked key: 401 in OpenAI's shape; a tenant's key: 403 (the
+    # series name every tenant: issue 40, M6); a metrics or cluster-admin key: 200
     revoked, info = keys.create(engine, "c")
     keys.revoke(engine, info.id)
     for h in ({}, {"Authorization": "Bearer gpuflow-x-y"}, {"Authorization": "Basic abc"},
@@ -112,6 +113,9 @@ def test_a_key_uses_its_tenants_models_and_no_others(sqlite_store, procs, tmp_pa
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error", h
         assert "gpuflow_gateway_requests_total" not in r.text
     r = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {k['c']}"})
+    assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+    assert "gpuflow_gateway_requests_total" not in r.text
+    r = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {keys.create(engine, 'c', scope='metrics')[0]}"})
     assert r.status_code == 200 and 'tenant="a"' in r.text
     # a refused model counts as model="" (as an unknown one does)
     assert gs.metric(r.text, "gpuflow_gateway_requests_total", model="", tenant="b", code="404") >= 3
@@ -202,7 +206,8 @@ async def test_slow_headers_are_cut_at_the_header_timeout(sqlite_store, procs, t
         assert s.recv(4096).startswith(b"HTTP/1.1 408") and time.monotonic() - t0 < 8.0
         s.close()
         body = json.dumps({"model": "chat", "messages": MSG, "max_tokens": 1}).encode()
-        first = HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+        named = HEAD.replace(b"Host: 127.0.0.1", f"Host: 127.0.0.1:{g.port}".encode())  # an open gateway checks Host
+        first = named + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
         took, got = await _trickle(g.port, first + HEAD, every=0.25, give_up=give_up)
         assert got.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in got and took < 8.0
         assert (await served.chat.completions.create(model="chat", messages=MSG, max_tokens=1)).choices

@@ -9,7 +9,6 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from sqlalchemy import text
 
 from gateway.stream_usage import HideUsage, ask_usage
 from gateway.usage_counter import UsageCounter, tokens
@@ -120,30 +119,17 @@ def test_prune_keeps_eight_days(store):
 
 def test_admin_keys_and_identify(store):
     _, _, engine = store
-    admin, a = keys.create(engine, "ops", "console", admin=True)
+    admin, a = keys.create(engine, "ops", "console", scope="tenant-admin")
     plain, p = keys.create(engine, "team-a")
-    assert (a.admin, p.admin) == (True, False)
+    assert (a.scope, a.admin, p.scope, p.admin) == ("tenant-admin", True, "tenant", False)
     got = keys.identify(engine, admin)
-    assert (got.id, got.tenant, got.admin) == (a.id, "ops", True)
+    assert (got.id, got.tenant, got.scope) == (a.id, "ops", "tenant-admin")
     assert keys.identify(engine, plain).admin is False
     assert keys.identify(engine, admin[:-1] + ("A" if admin[-1] != "A" else "B")) is None  # a wrong secret
     assert keys.identify(engine, f"gpuflow-{a.id}") is None and keys.identify(engine, "") is None
     keys.revoke(engine, a.id)
     assert keys.identify(engine, admin) is None
-    assert [k.admin for k in keys.list_keys(engine)] == [True, False]  # ops, then team-a
-
-
-def test_an_old_store_gets_the_admin_column(tmp_path):
-    """A store made before admin keys: the column is added, its keys are not admin."""
-    engine = db.make_engine(db.sqlite_url(str(tmp_path / "old.db")))
-    db.init_db(engine)
-    key, info = keys.create(engine, "team-a")
-    with engine.begin() as c:
-        c.execute(text("ALTER TABLE gpuflow_api_keys DROP COLUMN admin"))
-    db.init_db(engine)
-    assert keys.identify(engine, key).admin is False
-    admin, _ = keys.create(engine, "ops", admin=True)
-    assert keys.identify(engine, admin).admin is True
+    assert [k.scope for k in keys.list_keys(engine)] == ["tenant-admin", "tenant"]  # ops, then team-a
 
 
 def _events(*evs) -> bytes:

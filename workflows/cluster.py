@@ -1,8 +1,9 @@
 """ClusterWorkflow (id ``cluster``): the one door to the cluster's configuration, one per cluster.
 
 Every change to the configuration is an update here, so the control plane validates it and its
-history audits it: the tenants file (``apply_tenants``), API keys (``create_key``) and their
-revocation (``revoke_key``). Each update's validator refuses bad input before anything enters
+history audits it: the tenants file (``apply_tenants``), API keys (``create_key``: a scope each,
+for a tenant the tenants file names) and their revocation (``revoke_key``). Their messages are
+strict (contracts/cluster.py ``StrictMessage``): ``"yes"`` is no boolean, ``"3"`` no number. Each update's validator refuses bad input before anything enters
 the history; an activity then writes the store (the control plane's workers own the database).
 A key arrives as its id, salt and salted hash (contracts/cluster.py): its secret was made on the
 client and stays there. Writes run one at a time, in the order the history shows.
@@ -93,8 +94,7 @@ class ClusterWorkflow:
     @workflow.update(name=ids.CLUSTER_CREATE_KEY)
     async def create_key(self, *args: Any) -> cc.KeyView:
         k = one(args, cc.KeyAdd, ids.CLUSTER_CREATE_KEY)
-        return await self._write(cc.ADD_KEY, k, cc.KeyView,
-                                 f"{'admin ' if k.admin else ''}API key {k.id} for tenant {k.tenant}")
+        return await self._write(cc.ADD_KEY, k, cc.KeyView, f"{k.granted} API key {k.id} for tenant {k.tenant}")
 
     @create_key.validator
     def _check_create(self, *args: Any) -> None:

@@ -7,7 +7,8 @@
   ``autoscale`` query, as ``gpuflow autoscale``, drawn by charts.py; and the steps the store keeps
   for ``gpuflow explain --replay``) and serving figures (serving_stats.py).
 - ``POST /deployments/{name}/scale`` ``{"replicas": N}`` and ``POST /deployments/{name}/delete``:
-  admin actions, through Temporal as ``gpuflow scale`` and ``gpuflow delete`` (gpuflow/ops.py).
+  through Temporal as ``gpuflow scale`` and ``gpuflow delete`` (gpuflow/ops.py), for a
+  cluster-admin or a tenant-admin of the tenant that owns the deployment (rules.py).
 
 What Temporal alone knows is asked with a deadline (``TEMPORAL_S``): a page whose control plane
 is slow or absent still shows the store's view, and says what it could not ask."""
@@ -22,7 +23,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.console import access, serving_stats, temporal
+from gateway.console import access, rules, serving_stats, temporal
 from gateway.console.charts import replicas_chart
 from gateway.console.deployment_view import detail, listing
 from gateway.console.web import Page, action_body, page, page_number
@@ -109,9 +110,15 @@ def replicas_of(body: dict[str, Any]) -> int:
     return n
 
 
-async def _visible(gw, caller, name: str) -> None:
-    if await asyncio.to_thread(detail, gw.engine, caller, name) is None:
+async def _may(gw, caller, verb: str, name: str) -> None:
+    """Refused unless ``caller`` sees deployment ``name`` (InvalidInput: as if it did not exist) and
+    its scope may ``verb`` it (access.Forbidden, naming what is missing: rules.deployment)."""
+    d = await asyncio.to_thread(detail, gw.engine, caller, name)
+    if d is None:
         raise InvalidInput(f"no deployment named {name!r} that you may see")
+    why = rules.deployment(caller.scope, caller.tenant, verb, name, d.summary.tenant)
+    if why:
+        raise access.Forbidden(why)
 
 
 async def scale(gw, request, caller) -> JSONResponse:
@@ -119,7 +126,7 @@ async def scale(gw, request, caller) -> JSONResponse:
 
     name = _name(request)
     n = replicas_of(await action_body(request))
-    await _visible(gw, caller, name)
+    await _may(gw, caller, "scale", name)
     v = await ops.scale(await temporal.client(gw), name, n)
     return JSONResponse({"message": f"{name}: {v.replicas} replica(s) wanted", "replicas": v.replicas})
 
@@ -128,7 +135,7 @@ async def delete(gw, request, caller) -> JSONResponse:
     from gpuflow import ops
 
     name = _name(request)
-    await _visible(gw, caller, name)
+    await _may(gw, caller, "delete", name)
     v = await ops.delete(await temporal.client(gw), name)
     stopping = len(set(v.instances) | set(v.stopping))
     return JSONResponse({"message": f"deleting {name}: {stopping} replica(s) to stop"})

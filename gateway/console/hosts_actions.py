@@ -1,6 +1,6 @@
 """The overview's host action: cordon a host (no new replica is placed there; those running there
 keep running) or uncordon it, through its workflow's update exactly as ``gpuflow hosts cordon``
-does (gpuflow/ops.py ``cordon``), so the history records it. An admin's action (access.py); the
+does (gpuflow/ops.py ``cordon``), so the history records it. A cluster-admin's action (rules.py); the
 body is one small JSON object, ``{"on": true|false}`` (the console's form sends "true"/"false"),
 with an optional ``reason``."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from gateway.console import temporal
+from gateway.console import access, rules, temporal
 from gateway.console.web import action_body, page
 from scheduler.errors import InvalidInput
 from scheduler.naming import name_problem
@@ -43,6 +43,9 @@ async def cordon(gw, request, caller) -> JSONResponse:
     if problem:
         raise InvalidInput(f"host name {name[:80]!r}: {problem}")
     on, reason = cordon_ask(await action_body(request))
+    why = rules.host(caller.scope, caller.tenant, "cordon" if on else "uncordon", name)
+    if why:
+        raise access.Forbidden(why)
     return JSONResponse({"message": await ops.cordon(await temporal.client(gw), name, on, reason), "cordoned": on})
 
 

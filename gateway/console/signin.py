@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.console import access
+from gateway.console import access, rules
 from gateway.console.web import render
 from gateway.relay import TooLarge, read_body
 
@@ -50,8 +50,12 @@ def login(gw):
         token, nxt = form.get("key", "").strip()[:200], _next(form.get("next", "/console/"))
         if not gw.auth.required:
             return RedirectResponse(nxt, status_code=303)
-        if not token or await gw.auth.identify(token) is None:
+        info = await gw.auth.identify(token) if token else None
+        if info is None:
             return _login_page("That is not a valid API key (or it was revoked).", nxt, 401)
+        why = rules.console(info.scope)
+        if why:
+            return _login_page(f"API key {info.id}: {why}.", nxt, 403)
         r = RedirectResponse(nxt, status_code=303)
         r.set_cookie(access.COOKIE, token, httponly=True, samesite="strict", path="/console")
         return r

@@ -33,7 +33,7 @@ def bar(used: int, guarantee: int | None, limit: int | None) -> Bar:
 
 def shown(rows: list[dict[str, Any]], caller) -> list[dict[str, Any]]:
     """The rows the caller may see, each with its bars."""
-    mine = (lambda t: True) if caller.admin or not caller.keyed else (lambda t: t in (caller.tenant, DEFAULT_TENANT))
+    mine = (lambda t: True) if caller.cluster_admin else (lambda t: t in (caller.tenant, DEFAULT_TENANT))
     return [{**r, "bars": {k: bar(r[k]["used"] or 0, r[k]["guarantee"], r[k]["limit"]) for k in RESOURCES}}
             for r in rows if mine(r["tenant"])]
 

@@ -114,18 +114,22 @@ def error_page(status: int, message: str, caller: access.Caller | None = None) -
 
 
 def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[Any], Callable]:
-    """The route handler for ``fn``, given the gateway. ``admin``: only an admin key (or an open
-    console) may use it. ``action``: a POST from the console's own script (access.check_action:
-    same origin, its header), answered in JSON."""
+    """The route handler for ``fn``, given the gateway. ``admin``: only a tenant-admin or
+    cluster-admin key (or an open console) may use it; ``fn`` then checks the scope against the
+    object's tenant (rules.py) and raises access.Forbidden, answered 403 naming what is missing.
+    ``action``: a POST from the console's own script (access.check_action: one of the gateway's
+    own origins, its header), answered in JSON."""
 
     def bind(gw):
         async def handle(request: Request) -> Response:
+            caller = None  # a metrics key is refused before it is a caller
             try:
                 caller = await access.caller(gw, request)
                 if action:
-                    access.check_action(request)
+                    access.check_action(gw, request)
                 if admin and not caller.admin:
-                    raise access.Forbidden("this needs an admin API key (gpuflow keys create --tenant T --admin)")
+                    raise access.Forbidden(f"this needs a tenant-admin or cluster-admin API key (gpuflow keys create "
+                                           f"--tenant T --scope tenant-admin); yours is a {caller.scope} key")
             except access.Denied as e:
                 if action or request.method != "GET":
                     return JSONResponse({"error": str(e)}, status_code=401)
@@ -137,6 +141,8 @@ def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[An
                 out = await fn(gw, request, caller)
             except InvalidInput as e:
                 return JSONResponse({"error": str(e)}, 400) if action else error_page(400, str(e), caller)
+            except access.Forbidden as e:
+                return JSONResponse({"error": str(e)}, 403) if action else error_page(403, str(e), caller)
             except Exception as e:  # noqa: BLE001  a page that fails says so; the gateway serves on
                 log.exception("console %s failed", request.url.path)
                 why = f"{type(e).__name__}: {e}"

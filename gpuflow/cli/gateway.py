@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from contracts.scopes import SCOPES
 from gpuflow.cli.connection import offline, offline_flags, run_command, settings_from, temporal_flags
 
 
@@ -41,7 +42,8 @@ def cmd_gateway(a) -> int:
         header_timeout_s=a.header_timeout, body_timeout_s=a.body_timeout, metrics_key_required=a.metrics_key_required,
         routing=a.routing, prefix_cache_blocks=a.prefix_cache_blocks, route_slack=a.route_slack,
         kv_events=not a.no_kv_events, tokenizer_roots=tuple(a.tokenizer_root or ()),
-        temporal_ui_url=a.temporal_ui_url, temporal=_temporal(a)), extra=(console.mount,))
+        temporal_ui_url=a.temporal_ui_url, temporal=_temporal(a), public_names=tuple(a.public_names or ())),
+        extra=(console.mount,))
     return 0
 
 
@@ -49,10 +51,10 @@ def _print_keys(rows, as_json: bool) -> None:
     if as_json:
         print(json.dumps([k.model_dump() for k in rows], indent=2))
         return
-    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}{'ADMIN':<7}STATE")
+    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}{'SCOPE':<15}STATE")
     for k in rows:
         print(f"{k.id:<14}{k.tenant:<20}{k.name[:23]:<24}{k.created_at[:19].replace('T', ' '):<22}"
-              + f"{'yes' if k.admin else 'no':<7}" + ("revoked" if k.revoked_at else "active"))
+              + f"{k.scope:<15}" + ("revoked" if k.revoked_at else "active"))
 
 
 def _print_usage(rows, as_json: bool) -> None:
@@ -77,8 +79,8 @@ def _keys_offline(a) -> int:
 
     engine = _store(a)
     if a.keys_command == "create":
-        key, info = keys.create(engine, a.tenant, a.name or "", a.admin)
-        _print_created(key, key_view(info))
+        key, made = keys.new_key(a.tenant, a.name or "", _scope(a))
+        _print_created(key, key_view(keys.add_known(engine, made)))
     elif a.keys_command == "list":
         _print_keys([key_view(k) for k in keys.list_keys(engine)], a.json)
     elif a.keys_command == "usage":
@@ -88,9 +90,16 @@ def _keys_offline(a) -> int:
     return 0
 
 
+def _scope(a) -> str:
+    """--scope, or what --admin means (contracts/scopes.py ``admin_scope``): cluster-admin for
+    tenant default, tenant-admin for any other."""
+    from contracts.scopes import admin_scope
+
+    return admin_scope(a.tenant) if a.admin else a.scope
+
+
 def _print_created(key: str, k) -> None:
-    kind = "admin API key" if k.admin else "API key"
-    print(f"{kind} {k.id} for tenant {k.tenant} (shown once; only its salted hash is stored):\n{key}")
+    print(f"{k.scope} API key {k.id} for tenant {k.tenant} (shown once; only its salted hash is stored):\n{key}")
 
 
 def _print_revoked(k) -> None:
@@ -110,7 +119,7 @@ def cmd_keys(a) -> int:
     async def go():
         client = await connect(s.temporal)
         if a.keys_command == "create":
-            _print_created(*await cl.create_key(client, a.tenant, a.name or "", a.admin))
+            _print_created(*await cl.create_key(client, a.tenant, a.name or "", _scope(a)))
         elif a.keys_command == "list":
             _print_keys(await cl.list_keys(client), a.json)
         elif a.keys_command == "usage":
@@ -122,6 +131,8 @@ def cmd_keys(a) -> int:
 
 
 def add_commands(sub) -> None:
+    from gateway.config import setting_help
+
     p = sub.add_parser("gateway", help="the OpenAI-compatible endpoint in front of every RUNNING replica")
     temporal_flags(p)  # the gateway reads the store; Temporal only to wake autoscalers (gateway/wake.py)
     _store_flags(p)
@@ -146,9 +157,9 @@ def add_commands(sub) -> None:
     p.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request's whole body may take to arrive, then 408; it holds no tenant slot "
                         "meanwhile (default 30)")
-    p.add_argument("--metrics-key-required", action="store_true",
-                   help="/metrics needs a valid API key of any tenant (its labels name tenants and models); "
-                        "while no key exists, nobody reads it")
+    p.add_argument("--metrics-key-required", action="store_true", help=setting_help("metrics_key_required"))
+    p.add_argument("--public-name", action="append", dest="public_names", metavar="NAME[:PORT]",
+                   help=setting_help("public_names"))
     p.add_argument("--http-client", choices=["aiohttp", "httpx"], default="aiohttp",
                    help="client to the replicas (default aiohttp: faster in bench/bench_gateway.py)")
     p.add_argument("--routing", choices=["cache-aware", "least-outstanding"], default="cache-aware",
@@ -176,8 +187,14 @@ def add_commands(sub) -> None:
     c = ks.add_parser("create", help="a new key for a tenant, printed once")
     c.add_argument("--tenant", required=True)
     c.add_argument("--name", help="what the key is for")
-    c.add_argument("--admin", action="store_true",
-                   help="the key may also manage keys and act from the web console (scale, delete, cordon)")
+    who = c.add_mutually_exclusive_group()
+    who.add_argument("--scope", choices=SCOPES, default=SCOPES[0],
+                     help="what the key may do: tenant (the default: use its tenant's models), tenant-admin (also "
+                          "act on its tenant's deployments and keys in the console), cluster-admin (everything, "
+                          "/metrics included), metrics (read /metrics only)")
+    who.add_argument("--admin", action="store_true",
+                     help="the form before scopes: --scope cluster-admin for tenant default, tenant-admin for "
+                          "any other tenant")
     lst = ks.add_parser("list", help="every key (never the secret)")
     lst.add_argument("--json", action="store_true")
     r = ks.add_parser("revoke", help="revoke a key (its id from 'keys list', or the key itself)")

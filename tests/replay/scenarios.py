@@ -125,7 +125,7 @@ async def config(lv: Live) -> None:
     key, made = await cluster_client.create_key(lv.client, "team-a", "replay")
     assert [k.id for k in await cluster_client.list_keys(lv.client)] == [made.id]
     await cluster_client.revoke_key(lv.client, key)
-    await cluster_client.create_key(lv.client, "ops", "console", admin=True)
+    await cluster_client.create_key(lv.client, "team-a", "console", scope="tenant-admin")  # a key's scope
     await cluster_client.queue(lv.client)
     await cluster_client.tenants(lv.client)
     await cluster_client.key_usage(lv.client)
