@@ -10,6 +10,8 @@ import json
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.usage_counter import tokens  # an answer's counts, clipped, as per-key usage takes them
+
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 RATIOS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 GAPS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -58,11 +60,8 @@ class Metrics:
             self.prefix_match.labels(model).observe(choice.matched / choice.blocks)
 
     def usage(self, model: str, usage) -> None:
-        if not isinstance(usage, dict):
-            return
-        for kind, key in (("prompt", "prompt_tokens"), ("completion", "completion_tokens")):
-            n = usage.get(key)
-            if isinstance(n, int) and n > 0:
+        for kind, n in zip(("prompt", "completion"), tokens(usage)):
+            if n:
                 self.tokens.labels(model, kind).inc(n)
 
 

@@ -6,7 +6,10 @@ gateway/stream_usage.py), and an answer without one counts the request with 0 to
 
 Counting is a dict update on the request's path; a flush swaps the dict for an empty one. A
 flush that fails puts its buckets back (they add up again), so a store outage loses nothing
-until ``MAX_BUCKETS`` are held; past that, new buckets are dropped and counted in ``dropped``."""
+until ``MAX_BUCKETS`` are held; past that, new buckets are dropped and counted in ``dropped``.
+No figure can fail a flush: an answer's tokens are clipped here (``tokens``) and every column
+where it is stored (store/key_usage.py ``add``), so one engine's bad report never stops the
+others' counts."""
 
 from __future__ import annotations
 
@@ -24,13 +27,18 @@ PRUNE_S = 3600.0  # and rows older than key_usage.KEEP_DAYS are dropped this oft
 MAX_BUCKETS = 100_000  # held in memory at most (a store outage of hours, with many keys and models)
 
 
+MAX_TOKENS = key_usage.MAX_ANSWER_TOKENS  # one answer's count, at most (a larger one is clipped to it)
+
+
 def tokens(usage) -> tuple[int, int]:
     """(prompt, completion) tokens of an OpenAI ``usage`` object; 0 for anything missing or not a
-    count (a negative, a float, a bool, a string)."""
+    count (a negative, a float, a bool, a string), and at most MAX_TOKENS: an engine is a process
+    that runs a spec's code, and its ``prompt_tokens: 2**70`` once stopped every key's accounting
+    (the store refused the whole flush, every 5 s)."""
     if not isinstance(usage, dict):
         return 0, 0
     got = [usage.get(k) for k in ("prompt_tokens", "completion_tokens")]
-    return tuple(n if type(n) is int and n > 0 else 0 for n in got)  # type: ignore[return-value]
+    return tuple(min(n, MAX_TOKENS) if type(n) is int and n > 0 else 0 for n in got)  # type: ignore[return-value]
 
 
 class UsageCounter:

@@ -15,12 +15,14 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import BigInteger, delete, func
+from sqlalchemy import BigInteger, case, delete, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
 KEEP_DAYS = 8  # a day's totals stay readable a week later
+COLUMN_MAX = 2**63 - 1  # BIGINT's largest, on SQLite and PostgreSQL: a stored count saturates there
+MAX_ANSWER_TOKENS = 2**32  # one answer's tokens, at most (the largest contexts are about 2**24)
 
 
 class KeyUsageRow(SQLModel, table=True):
@@ -67,16 +69,26 @@ def _insert(engine: Engine):
     return (postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert)(KeyUsageRow)
 
 
+COUNTS = ("requests", "prompt_tokens", "completion_tokens")
+
+
+def clip(n) -> int:
+    """A count as a column holds it: a whole number in [0, COLUMN_MAX] (anything else is 0)."""
+    return min(n, COLUMN_MAX) if type(n) is int and n > 0 else 0
+
+
 def add(engine: Engine, gateway: str, buckets: dict[Bucket, Counts]) -> int:
-    """Add ``gateway``'s ``buckets`` to the stored counts, in one statement; how many rows."""
+    """Add ``gateway``'s ``buckets`` to the stored counts, in one statement; how many rows. Each
+    count is clipped to its column, and a sum saturates at COLUMN_MAX instead of overflowing it
+    (SQLite would turn it into a float, PostgreSQL refuse the statement): no bucket can fail the
+    others."""
     if not buckets:
         return 0
-    rows = [dict(minute=m, gateway=gateway, key_id=k, tenant=t, model=mo, requests=c.requests,
-                 prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens)
-            for (m, k, t, mo), c in buckets.items()]
+    rows = [dict(minute=m, gateway=gateway, key_id=k, tenant=t, model=mo,
+                 **{n: clip(getattr(c, n)) for n in COUNTS}) for (m, k, t, mo), c in buckets.items()]
     stmt = _insert(engine)
     cols, new = KeyUsageRow.__table__.columns, stmt.excluded
-    sums = {n: cols[n] + new[n] for n in ("requests", "prompt_tokens", "completion_tokens")}
+    sums = {n: case((cols[n] > COLUMN_MAX - new[n], COLUMN_MAX), else_=cols[n] + new[n]) for n in COUNTS}
     with engine.begin() as c:
         c.execute(stmt.on_conflict_do_update(index_elements=["minute", "gateway", "key_id", "tenant", "model"],
                                              set_=sums), rows)
@@ -94,15 +106,23 @@ def totals(engine: Engine, since: datetime | float, now: datetime | float) -> To
     last 60 minutes, the current one included (its count so far)."""
     first, last = math.ceil((since.timestamp() if isinstance(since, datetime) else since) / 60), minute_of(now)
     u = KeyUsageRow
-    sums = (func.sum(u.requests), func.sum(u.prompt_tokens), func.sum(u.completion_tokens))
+    # SQLite's sum() of integers raises on overflow (rows saturated at COLUMN_MAX add past it); its
+    # total() is a float, exact below 2**53; PostgreSQL's sum of a bigint is a numeric, never overflows
+    add_up = func.total if engine.dialect.name == "sqlite" else func.sum
+    sums = tuple(add_up(getattr(u, n)) for n in COUNTS)
     window = (u.minute >= first, u.minute <= last)
     with Session(engine) as s:
         keyed = s.exec(select(u.key_id, u.tenant, *sums).where(*window).group_by(u.key_id, u.tenant)).all()
         tenants = s.exec(select(u.tenant, *sums).where(*window).group_by(u.tenant)).all()
     out = Totals()
-    for kid, tenant, r, p, c in keyed:
-        out.by_key[kid] = out.by_key.get(kid, Counts()) + Counts(int(r or 0), int(p or 0), int(c or 0))
+    for kid, tenant, *n in keyed:
+        out.by_key[kid] = _counts(out.by_key.get(kid, Counts()) + _counts(Counts(*(int(v or 0) for v in n))))
         out.key_tenant[kid] = tenant
-    for tenant, r, p, c in tenants:
-        out.by_tenant[tenant] = Counts(int(r or 0), int(p or 0), int(c or 0))
+    for tenant, *n in tenants:
+        out.by_tenant[tenant] = _counts(Counts(*(int(v or 0) for v in n)))
     return out
+
+
+def _counts(c: Counts) -> Counts:
+    """``c`` with each count at most COLUMN_MAX (what a saturated row reads as, however many add up)."""
+    return Counts(*(min(getattr(c, n), COLUMN_MAX) for n in COUNTS))

@@ -26,9 +26,51 @@ M0 = int(T0 // 60)
     ({"prompt_tokens": -4, "completion_tokens": 2.5}, (0, 0)),  # not counts
     ({"prompt_tokens": True, "completion_tokens": "9"}, (0, 0)),  # a bool is no count, nor a string
     ([1, 2], (0, 0)),
+    # M5: an engine's 2**70 is clipped to one answer's most, MAX_TOKENS = 2**32; 2**32 itself is kept
+    ({"prompt_tokens": 2**70, "completion_tokens": 2**32}, (2**32, 2**32)),
+    ({"prompt_tokens": 2**32 + 1, "completion_tokens": 10**400}, (2**32, 2**32)),
 ])
 def test_tokens_of_a_usage(usage, want):
     assert tokens(usage) == want
+
+
+BIG = key_usage.COLUMN_MAX  # 2**63 - 1, BIGINT's largest
+
+
+def test_one_bad_figure_never_stops_the_others_flush(store):
+    """M5: a bucket holding 2**70 (a store's column holds at most 2**63 - 1) failed the whole
+    statement ("Python int too large to convert to SQLite INTEGER"), and every flush after it."""
+    _, _, engine = store
+    c = UsageCounter()
+    c.count(T0, "good1", "a", "m", {"prompt_tokens": 5, "completion_tokens": 1})
+    c.buckets[(M0, "bad", "b", "m")] = Counts(1, 2**70, 3)  # past any clip on the way in: the store clips it
+    c.count(T0, "good2", "c", "m", {"prompt_tokens": 2, "completion_tokens": 2})
+    asyncio.run(c.flush(engine, "gw1", T0, force=True))
+    assert c.buckets == {}  # all written, none kept back for a flush that would fail again
+    got = key_usage.totals(engine, T0, T0 + 59).by_key
+    assert got == {"good1": Counts(1, 5, 1), "bad": Counts(1, BIG, 3), "good2": Counts(1, 2, 2)}
+
+
+@pytest.mark.parametrize("first, then, want", [
+    (BIG - 1, 1, BIG),  # fits exactly
+    (BIG - 1, 5, BIG),  # would be 2**63 + 3: saturates
+    (BIG, BIG, BIG),  # two full rows
+    (-5, 2, 2),  # a negative is no count: 0, then + 2
+])
+def test_a_stored_count_saturates_at_its_column(store, first, then, want):
+    _, _, engine = store
+    _add(engine, "gw1", [(0, "k", "a", "m", (1, first, 0))])
+    _add(engine, "gw1", [(0, "k", "a", "m", (1, then, 0))])  # the upsert adds to the same row
+    assert key_usage.totals(engine, T0, T0 + 59).by_key["k"] == Counts(2, want, 0)
+
+
+def test_saturated_rows_still_sum(store):
+    """Two gateways' rows at BIG: SQLite's sum() raised 'integer overflow' on them; the window reads BIG."""
+    _, _, engine = store
+    _add(engine, "gw1", [(0, "k", "a", "m", (1, BIG, 7))])
+    _add(engine, "gw2", [(0, "k", "a", "m", (2, BIG, 8))])
+    t = key_usage.totals(engine, T0, T0 + 59)
+    assert t.by_key["k"] == Counts(3, BIG, 15) and t.by_tenant["a"] == Counts(3, BIG, 15)  # 1 + 2, 7 + 8
 
 
 def test_buckets_add_up_by_minute_key_and_model():
