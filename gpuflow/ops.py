@@ -113,7 +113,11 @@ async def current(client: Client, name: str) -> DeploymentView | None:
 
 
 def _check_replicas(replicas: int) -> None:
-    """What holds on every cluster; the operator's own maximum is checked by the control plane."""
+    """What holds on every cluster; the operator's own maximum is checked by the control plane. A
+    whole number: not true (which Python counts as 1), not "3", not 3.0."""
+    if type(replicas) is not int:
+        raise InvalidInput(f"replicas must be a whole number >= 0, got {str(replicas)[:20]!r} "
+                           f"({type(replicas).__name__})")
     if replicas < 0:
         raise InvalidInput(f"replicas must be >= 0, got {replicas}")
     if replicas > REPLICAS_CEILING:

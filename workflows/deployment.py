@@ -102,16 +102,20 @@ class ModelDeploymentWorkflow:
             raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
 
     @workflow.update(name=DEPLOYMENT_SCALE)
-    async def scale(self, replicas: int) -> DeploymentView:
-        """Set the replica count; answers once the instances to add or stop are chosen."""
+    async def scale(self, *args: Any) -> DeploymentView:
+        """Set the replica count; answers once the instances to add or stop are chosen. Its input
+        arrives untyped (``*args``): the converter would read ``true`` and ``"3"`` as numbers."""
+        replicas = int(args[0])  # the validator let only a whole number in (a history before it: as it was read then)
         await self._within_limits(replicas)
         self.replicas, self.dirty = replicas, True
         return await self._applied()
 
     @scale.validator
-    def _check_scale(self, replicas: int) -> None:
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise ValueError(f"replicas must be a whole number >= 0, got {replicas!r}")
+    def _check_scale(self, *args: Any) -> None:
+        replicas = args[0] if len(args) == 1 else None
+        if type(replicas) is not int or replicas < 0:
+            shown = f"{len(args)} inputs" if len(args) != 1 else f"{str(replicas)[:20]!r} ({type(replicas).__name__})"
+            raise ValueError(f"scale takes one whole number of replicas >= 0 (not true, \"3\" or 3.0), got {shown}")
         problem = (f"replicas {replicas} is more than the ceiling of {REPLICAS_CEILING}" if replicas > REPLICAS_CEILING
                    else self.limits.replicas_problem(replicas) if self.limits else None)
         if problem:
