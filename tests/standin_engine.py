@@ -1,10 +1,11 @@
 """A stand-in inference server speaking the OpenAI API (a real process, for the gateway's tests
 and bench): ``--token-s`` per generated token, ``max_tokens`` tokens (default 4), streaming or
 not, with ``usage``; ``--mode error`` answers 500, ``--mode hang`` never answers, ``--mode linger``
-keeps a stream open for 2 s after its ``[DONE]``. Every answer
+keeps a stream open for 2 s after its ``[DONE]``, ``--mode huge-usage`` reports ``prompt_tokens: 2**70``
+(issue 40's M5: more than any store's column). Every answer
 names the replica (``system_fingerprint`` and the ``x-replica`` header).
 
-    python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang|linger]"""
+    python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang|linger|huge-usage]"""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def make_app(name: str, token_s: float, mode: str) -> Starlette:
         chat = request.url.path.endswith("chat/completions")
         prompt = len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 4 + 1
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        if mode == "huge-usage":
+            usage["prompt_tokens"] = usage["total_tokens"] = 2**70
         base = {"id": f"cmpl-{name}-{time.monotonic_ns()}", "created": int(time.time()), "model": body.get("model"),
                 "system_fingerprint": name}
         if body.get("stream"):
@@ -100,7 +103,7 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--name", default="standin")
     p.add_argument("--token-s", type=float, default=0.005)
-    p.add_argument("--mode", choices=["ok", "error", "hang", "linger"], default="ok")
+    p.add_argument("--mode", choices=["ok", "error", "hang", "linger", "huge-usage"], default="ok")
     p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, as the agent sets it)")
     a = p.parse_args()
     uvicorn.run(guarded(make_app(a.name, a.token_s, a.mode), key_from(a.api_key)), host=a.host, port=a.port, log_level="warning", access_log=False,
