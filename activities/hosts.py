@@ -21,7 +21,7 @@ from contracts.control import HostNews, HostReport
 from contracts.hosts import HostCordon, HostLost, HostRef, ModelPaths, ReadersAsk
 from contracts.usage import RECORD_USAGE, UsageBatch
 from scheduler.estimate_inputs import ReaderHosts
-from store import ledger, records, usage
+from store import host_credentials, ledger, records, usage
 
 
 class HostStateActivities:
@@ -58,9 +58,13 @@ class HostStateActivities:
 
     @activity.defn(name=c.HOST_FORGET)
     async def host_forget(self, host: HostRef) -> str | None:
-        """An operator forgets a host that is gone for good: its row leaves the store (None), or
-        the reason it may not yet (records.forget_worker)."""
-        return await self.runner.run(records.forget_worker, self.engine, host.name)
+        """An operator forgets a host that is gone for good: its row and its credential leave the
+        store (None; its next agent joins afresh, with the join token), or the reason it may not yet
+        (records.forget_worker)."""
+        problem = await self.runner.run(records.forget_worker, self.engine, host.name)
+        if problem is None:
+            await self.runner.run(host_credentials.forget, self.engine, host.name)
+        return problem
 
     @activity.defn(name=c.HOST_CORDON)
     async def host_cordon(self, cordon: HostCordon) -> bool | None:

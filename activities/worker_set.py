@@ -8,6 +8,7 @@ its settings (``gpuflow server``: gpuflow/server.py), with the shared pieces eac
 | ``SnapshotCache`` | the cluster snapshot, refreshed incrementally | the Decider, the wake |
 | ``Decider`` | the policy with tenancy; its lock: one decision at a time | placement (and its batches) |
 | ``Waker`` | the PENDING queue's wake, one at a time | placement, records, hosts, queue, cluster |
+| ``ControlMetrics`` | the control plane's Prometheus registry | placement, host_auth, autoscale |
 | ``RecordBatch`` | the instance rows' group commit | records |
 """
 
@@ -25,6 +26,7 @@ from activities.decider import Decider
 from activities.decision_keeper import DecisionKeeper
 from activities.drain import DrainActivities
 from activities.estimate_cache import EstimateCache
+from activities.host_auth import HostAuthActivities
 from activities.hosts import HostStateActivities
 from activities.metrics import ControlMetrics
 from activities.place_batch import place_batches
@@ -54,6 +56,7 @@ class WorkerSet:
     placement: PlacementActivities
     records: RecordActivities
     hosts: HostStateActivities
+    host_auth: HostAuthActivities  # the check of every host report (a local activity of the host workflow)
     drain: DrainActivities
     queue: QueueActivities
     booking: BookingActivities
@@ -63,8 +66,8 @@ class WorkerSet:
 
     def all(self) -> list:
         """Every activity, for the worker's ``activities=``."""
-        return [fn for group in (self.placement, self.records, self.hosts, self.drain, self.queue, self.booking,
-                                 self.rollout, self.autoscale, self.cluster) for fn in group.all()]
+        return [fn for group in (self.placement, self.records, self.hosts, self.host_auth, self.drain, self.queue,
+                                 self.booking, self.rollout, self.autoscale, self.cluster) for fn in group.all()]
 
 
 def control_activities(engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
@@ -92,6 +95,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
                                       metrics, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
         hosts=HostStateActivities(engine, reads, client, runner, waker.wake),
+        host_auth=HostAuthActivities(engine, reads, runner, metrics.registry),
         drain=DrainActivities(engine, runner),
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
         booking=BookingActivities(reads, runner),

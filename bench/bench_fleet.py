@@ -185,7 +185,8 @@ async def main(a) -> None:
         sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", str(a.hosts),
                                 "--inventory", inv, "--address", stack.temporal.address,
                                 "--data-dir", os.path.join(tmp, "sim"),
-                                "--start-delay", "0.5"], env={**os.environ, **ENV},
+                                "--start-delay", "0.5"],
+                               env={**os.environ, **ENV, "GPUFLOW_AGENT__JOIN_TOKEN": stack.join_token()},
                                stdout=open(os.path.join(tmp, "sim.log"), "w"), stderr=subprocess.STDOUT)
         client = await connect(TemporalSettings(address=stack.temporal.address), wait_s=30)
         t = time.perf_counter()

@@ -15,6 +15,7 @@ from contracts.agent import KEY_ID_PATTERN
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from contracts.host import CordonReason
+from contracts.host_auth import Refusal
 from scheduler.bounds import Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 from scheduler.naming import NAME_MAX
@@ -143,6 +144,7 @@ class HostView(BaseModel):
     reason: str = ""  # why it is "broken": its workflow does not answer (gpuflow hosts)
     cordoned: bool = False  # an operator cordoned it: no new replicas there (its running ones stay)
     cordon_reason: str = ""
+    refusal: Refusal | None = None  # the last report its workflow refused (contracts/host_auth.py)
 
 
 class CordonAsk(BaseModel):

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from contracts.host_auth import MAX_MS, HostAuth, Refusal
 from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
@@ -75,11 +76,15 @@ class HostReport(BaseModel):
     # each replica's measured memory (contracts/usage.py), sampled every liveness_s; carried on the
     # watch's return, not part of the inventory (the fingerprint leaves it out). None: not sampled
     usage: list[ReplicaUse] | None = Field(None, max_length=MAX_REPLICAS)
+    # who made it (contracts/host_auth.py): checked by the host workflow before the report counts;
+    # not part of what its MAC covers, nor of the inventory (the fingerprint leaves it out)
+    auth: HostAuth | None = None
 
     def fingerprint(self) -> str:
         import hashlib
 
-        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage"}).encode()).hexdigest()[:16]
+        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth"}).encode()
+                              ).hexdigest()[:16]
 
 
 CORDON_REASON_MAX = 200
@@ -118,6 +123,8 @@ class HostInput(BaseModel):
     state: Literal["ready", "not_ready"] = "not_ready"
     cordoned: bool = False  # carried across continue-as-new, as the operator left it
     cordon_reason: CordonReason = ""
+    last_hello: int = Field(0, ge=0, le=MAX_MS)  # the stamp (ms) of the last hello accepted: an older one is a replay
+    refusal: Refusal | None = None  # the last report refused (contracts/host_auth.py), still shown
 
 
 # The booking check (no engine runs without its booking): before an agent starts a process it asks

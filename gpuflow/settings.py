@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from contracts.control import Timings
@@ -28,11 +28,19 @@ class TemporalSettings(BaseModel):
     api_key: str | None = Field(None, description="Temporal Cloud / server API key (implies TLS).")
 
 
+class AgentSettings(BaseModel):
+    """``gpuflow agent``'s (and ``gpuflow simulate``'s hosts'): how a host joins the cluster."""
+
+    join_token: SecretStr | None = Field(None, description="The cluster's join token ('gpuflow hosts join-token' prints it), needed at a host's first start only: the agent then keeps a credential of its own in its data dir. Default none.")
+    join_token_file: str | None = Field(None, description="A file holding the join token (keep it mode 0600). Default none.")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLOW_", env_nested_delimiter="__", extra="ignore")
 
     scheduler: PolicyConfig = PolicyConfig()
     temporal: TemporalSettings = TemporalSettings()
+    agent: AgentSettings = AgentSettings()
     timings: Timings = Timings()
     limits: Limits = Limits()
     data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files.")

@@ -141,8 +141,10 @@ def check_args(hosts: int, prefix: str, start_delay: float, fail_rate: float, vr
 
 async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: str, hosts: int, prefix: str = "sim",
                     start_delay: float = 0.5, fail_rate: float = 0.0, stop: asyncio.Event | None = None,
-                    seed: int | None = None, started: asyncio.Event | None = None, vram_use_ratio: float = 0.9) -> None:
-    """Serve ``hosts`` simulated hosts until ``stop``; SIGUSR1 reads DATA_DIR/simulate/kill."""
+                    seed: int | None = None, started: asyncio.Event | None = None, vram_use_ratio: float = 0.9,
+                    join_token: str | None = None) -> None:
+    """Serve ``hosts`` simulated hosts until ``stop``; SIGUSR1 reads DATA_DIR/simulate/kill. Each host
+    joins with ``join_token`` at its first start, and keeps its credential in DATA_DIR/simulate/HOST."""
     from worker_agent.agent import run_agent
     from worker_agent.engines import EngineConfig
     from worker_agent.inventory import discover
@@ -171,7 +173,7 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
             hc, h.name, data_dir, timings, inventory, {"simulator": prefix}, stop=h.stop, table=h.table,
             serve_metrics=lambda registry, extra: None, address="127.0.0.1",
             engines=EngineConfig(allow_custom=True), serving=serving,  # nothing is executed: argv is only logged
-            memory_probe=ClaimShare(vram_use_ratio)))
+            memory_probe=ClaimShare(vram_use_ratio), join_token=join_token))
     with open(fleet_file(data_dir), "w") as f:
         json.dump({"pid": os.getpid(), "hosts": sorted(fleet)}, f)
 
@@ -236,6 +238,33 @@ def kill(data_dir: str, host: str) -> None:
         raise InvalidInput(f"the simulator (pid {fleet.get('pid')}) is not running any more") from None
 
 
+def fleet_token(s, path: str | None = None) -> str:
+    """The join token the simulated hosts join with: as an agent's (GPUFLOW_AGENT__JOIN_TOKEN, or the
+    file ``path`` or the settings name), else read from the store when it is at hand (--database-url,
+    or --data-dir's SQLite file: a rehearsal on the control plane's own machine)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gpuflow.serving_view import open_store
+    from store import host_credentials
+    from worker_agent.credential import read_token
+
+    given = s.agent.join_token.get_secret_value() if s.agent.join_token else None
+    token = read_token(given, path or s.agent.join_token_file)
+    engine = None if token else open_store(s, False)
+    if engine is not None:
+        try:
+            token = host_credentials.join_token(engine)
+        except (SQLAlchemyError, ValueError):  # not a store of ours, or not made yet: said below
+            token = None
+        finally:
+            engine.dispose()
+    if not token:
+        raise InvalidInput("gpuflow simulate needs the cluster's join token for its hosts: GPUFLOW_AGENT__JOIN_TOKEN "
+                           "or --join-token-file FILE ('gpuflow hosts join-token' prints it), or the control plane's "
+                           "store to read it from (--database-url URL, or --data-dir DIR of its gpuflow.db)")
+    return token
+
+
 def cmd_simulate(a) -> int:
     from gpuflow.cli.connection import run_command, settings_from
     from gpuflow.runtime import connect
@@ -249,11 +278,13 @@ def cmd_simulate(a) -> int:
     if a.hosts is None or not a.inventory:
         raise InvalidInput("gpuflow simulate needs --hosts N and --inventory FILE (or --kill HOST)")
     check_args(a.hosts, a.name_prefix, a.start_delay, a.fail_rate, a.vram_use_ratio)
+    token = fleet_token(s, a.join_token_file)
 
     async def go():
         client = await connect(s.temporal, wait_s=30)
         await run_fleet(client, s.data_dir, s.timings, a.inventory, a.hosts, a.name_prefix, a.start_delay,
-                        a.fail_rate, stop=until_signalled(), seed=a.seed, vram_use_ratio=a.vram_use_ratio)
+                        a.fail_rate, stop=until_signalled(), seed=a.seed, vram_use_ratio=a.vram_use_ratio,
+                        join_token=token)
 
     return run_command(go())
 
@@ -272,5 +303,9 @@ def add_command(sub) -> None:
     p.add_argument("--vram-use-ratio", type=float, default=0.9,
                    help="each replica's simulated VRAM use, as a share of its claim (default 0.9; >1: over its claim)")
     p.add_argument("--kill", metavar="HOST", help="make HOST of the running simulator (same --data-dir) vanish")
-    p.add_argument("--data-dir")
+    p.add_argument("--data-dir", help="the simulator's files (each host's credential under DATA_DIR/simulate); "
+                                      "without a join token, the store's gpuflow.db there gives it")
+    p.add_argument("--database-url", help="without a join token: the control plane's store, which gives it")
+    p.add_argument("--join-token-file", metavar="FILE", help="a file holding the cluster's join token (or "
+                                                             "GPUFLOW_AGENT__JOIN_TOKEN)")
     p.set_defaults(fn=cmd_simulate, temporal=True)

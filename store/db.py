@@ -153,9 +153,12 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
 
 
 def init_db(engine: Engine) -> None:
+    from store import host_credentials
+
     SQLModel.metadata.create_all(engine)
     add_new_columns(engine)
     changes.ensure_counter(engine)
+    host_credentials.ensure_cluster(engine)  # the cluster's keys and join secret, made once
 
 
 def add_new_columns(engine: Engine) -> None:

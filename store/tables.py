@@ -106,3 +106,27 @@ class TenantsRow(SQLModel, table=True):
     doc: dict[str, Any] = _json(dict)
     version: int = 0
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ClusterKeyRow(SQLModel, table=True):
+    """The cluster's own credential (store/host_credentials.py), one row made once: its X25519
+    private key and the join secret, each 32 bytes in base64url. Every control-plane worker and
+    gateway sharing the database shares them; nothing of them crosses Temporal."""
+
+    __tablename__ = "gpuflow_cluster_keys"
+    id: int = Field(default=1, primary_key=True)
+    private: str
+    join_secret: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class HostCredentialRow(SQLModel, table=True):
+    """A joined host: the public key it joined with (its reports must verify with it until an
+    operator forgets the host), and the last hello accepted from it (a replay is not newer)."""
+
+    __tablename__ = "gpuflow_host_credentials"
+    name: str = Field(primary_key=True)
+    public: str
+    joined_at: datetime = Field(default_factory=utcnow)
+    hello_ms: int = Field(default=0, sa_type=BigInteger)
+    hello_mac: str = ""

@@ -49,6 +49,14 @@ class Dev:
         threading.Thread(target=self._drain, daemon=True).start()
         self.gateway = f"http://127.0.0.1:{self.gw_port}/v1"
 
+    def join_env(self) -> dict[str, str]:
+        """The environment another agent started beside this stack joins it with: the join token,
+        read as an operator reads it (``gpuflow hosts join-token --data-dir``)."""
+        p = subprocess.run([sys.executable, "-m", "gpuflow", "hosts", "join-token", "--data-dir", str(self.tmp / "dev")],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return {"GPUFLOW_AGENT__JOIN_TOKEN": p.stdout.strip()}
+
     def _drain(self) -> None:
         for line in self.p.stdout:
             self.out += line

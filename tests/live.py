@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 import yaml
 
@@ -78,6 +78,10 @@ class Live:
             raise
         return self
 
+    def join_env(self) -> dict[str, str]:
+        """The environment an agent (or ``gpuflow simulate``) started beside this stack joins it with."""
+        return {"GPUFLOW_AGENT__JOIN_TOKEN": self.stack.join_token()}
+
     def add_host(self, name: str, gpus: list[float], extra: list[str] | None = None) -> None:
         inv = write_inventory(os.path.join(self.tmp, f"{name}.yaml"), gpus)
         self.stack.start_agent(name, inv, extra=extra)
@@ -99,6 +103,15 @@ class Live:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout:g} s waiting for: {what}; instances: "
                                      + ", ".join(f"{i.name}={i.state}@{i.worker}:{i.reason}" for i in self.instances()))
+            await asyncio.sleep(every)
+
+    async def wait_async(self, pred: Callable[[], Awaitable[bool]], timeout: float, what: str,
+                         every: float = 0.3) -> None:
+        """``wait`` for a condition that must be awaited (a workflow's query, its history)."""
+        deadline = time.monotonic() + timeout
+        while not await pred():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:g} s waiting for: {what}")
             await asyncio.sleep(every)
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from contracts import control as cp
 from contracts import drain, hosts, placement, queue, records
 from contracts.host import BookingAsk
 from contracts import host as ch
+from contracts import host_auth as ha
 from scheduler.bounds import MAX_TEXT
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
@@ -32,9 +33,9 @@ INPUTS = [
     # signals, updates, queries
     RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest, cp.CordonAsk,
     # the agent's activities (callable by anything that can schedule on a host's queue)
-    hp.LaunchRequest, hp.ModelFetch,
+    hp.LaunchRequest, hp.ModelFetch, ha.WatchAsk,
     # activities the workflows call: each one's input
-    cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk, cp.InstanceNames, cp.InstanceRef,
+    ha.ReportCheck, cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk, cp.InstanceNames, cp.InstanceRef,
     placement.EstimateAsk, placement.PlaceAsk, placement.PreemptAsk, placement.ScaleDownAsk,
     records.SaveDeployment, records.StartInstances, hosts.HostRef, hosts.HostLost, hosts.HostCordon, hosts.ReadersAsk,
     hosts.ModelPaths, queue.TenantAsk, drain.DrainAsk, ap.DeploymentRef, ap.StepAsk, ap.ApplyAsk,
@@ -61,6 +62,8 @@ FREE_FORM = {
     "PlaceAsk.inputs": "likewise",
     "InstanceRecord.decision": "the decision's summary, written by the workflow",
     "ModelFetch.source": "validated as a spec Source by the agent before use",
+    "ReportCheck.report": "a host's report as it arrived: its MAC checked (contracts/host_proof.py), then validated "
+                          "as a HostReport (bounded) by the host workflow",
     "RolloutState.good": "validated as a ModelSpec with the rest of the state (rollout_steps.state_from)",
     "RolloutState.steps": "the workflow's own records of its steps; the list is bounded",
 }

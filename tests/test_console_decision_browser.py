@@ -55,7 +55,7 @@ def dev(tmp_path_factory):
             agent = subprocess.Popen(
                 [sys.executable, "-m", "gpuflow", "agent", "--name", "box2", "--inventory", inv, "--label", "pool=b",
                  "--allow-custom", "--data-dir", str(tmp / "box2"), "--metrics-address", "off",
-                 "--address", d.address], stdout=log, stderr=subprocess.STDOUT)
+                 "--address", d.address], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **d.join_env()})
         until("both hosts READY", lambda: {"box", "box2"} <= {
             ln.split()[0] for ln in d.run("hosts").splitlines() if " READY" in ln.upper()}, timeout=60)
         d.tmp_dir = tmp

@@ -65,7 +65,7 @@ async def test_a_burst_of_50_is_admitted_in_queue_order_waking_only_the_heads(tm
     inv = write_inventory(str(tmp_path / "inv.yaml"), [20] * 5)  # 2 hosts x 5 GPUs of 20 GiB: one replica of 20 GiB a GPU
     sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", "2", "--inventory", inv,
                             "--address", lv.stack.temporal.address, "--data-dir", str(tmp_path / "sim"),
-                            "--start-delay", "0.2"], env={**os.environ, **timings_env(T)},
+                            "--start-delay", "0.2"], env={**os.environ, **timings_env(T), **lv.join_env()},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         await lv.wait(lambda: len([w for w in records.workers(lv.engine) if w.state == "ready"]) == 2, 120,

@@ -33,8 +33,8 @@ async def test_ten_simulated_hosts_deploy_scale_kill_delete(tmp_path):
     inv = write_inventory(str(tmp_path / "inv.yaml"), [24, 24])  # 2 GPUs of 24 GiB: 4 replicas of 10 GiB each
     sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", "10", "--inventory", inv,
                             "--address", lv.stack.temporal.address, "--data-dir", data_dir, "--start-delay", "0.3"],
-                           env={**os.environ, **timings_env(FAST)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+                           env={**os.environ, **timings_env(FAST), **lv.join_env()}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
     try:
         await lv.wait(lambda: sorted(w.name for w in records.workers(lv.engine) if w.state == "ready")
                       == [f"sim-{i}" for i in range(10)], 120, "10 simulated hosts READY")

@@ -14,6 +14,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from datetime import timedelta
 
@@ -107,8 +108,15 @@ async def test_one_bad_host_never_stops_placement_elsewhere(tmp_path):
                               "--address", lv.stack.temporal.address, "--data-dir", str(tmp_path / "bad-agent")],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and "gpus" in out.stderr and "GPU index 0 appears twice" in out.stderr, out.stderr
-        # a report that does not validate, sent straight through Temporal as an older agent (or anyone) would
-        report = {"name": "bad", "ram_total": 64 * 2**30, "gpus": BAD_GPUS}
+        # a report that does not validate, signed with the host's own credential (an agent of another
+        # version's, say: an unsigned one changes nothing, tests/test_trust_hosts_live.py), sent straight
+        # through Temporal
+        from worker_agent.credential import open_credential
+
+        cred = open_credential(str(tmp_path / "bad-credential"), "bad", lv.stack.join_token())
+        report = cred.signed({"name": "bad", "ram_total": 64 * 2**30, "gpus": BAD_GPUS}, "hello",
+                             str(int(time.time() * 1000)))
+        cred.close()
         await lv.client.start_workflow("HostWorkflow", {"name": "bad", "timings": FAST.model_dump()}, id="host/bad",
                                        task_queue=CONTROL_QUEUE, start_signal="hello", start_signal_args=[report])
         # a row an older gpuflow wrote for another host, which no longer validates

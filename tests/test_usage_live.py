@@ -62,13 +62,15 @@ async def test_status_shows_vram_used_against_claimed_for_simulated_and_nvml_hos
     sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", "1", "--inventory", inv,
                             "--address", lv.stack.temporal.address, "--data-dir", str(tmp_path / "sim"),
                             "--start-delay", "0.2", "--vram-use-ratio", "0.9"],
-                           env={**os.environ, **timings_env(T)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                           env={**os.environ, **timings_env(T), **lv.join_env()}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
     table = ProcessTable(str(tmp_path / "nv" / "agent"))
     nvml, stop, registries = TreeNVML(table), asyncio.Event(), []
     agent = asyncio.ensure_future(run_agent(
         lv.client, "gpu-a", str(tmp_path / "nv"), T, inventory_file=inv, labels={"kind": "nvml"}, stop=stop,
         engines=EngineConfig(allow_custom=True), table=table, memory_probe=NvmlProbe(nvml),
-        serve_metrics=lambda registry, extra: registries.append(registry), serving=lambda line: None))
+        serve_metrics=lambda registry, extra: registries.append(registry), serving=lambda line: None,
+        join_token=lv.stack.join_token()))
     try:
         await wait_hosts(lv)
         await ops.deploy(lv.client, spec("sv", vram_gib=10, worker_selector={"simulator": "sim"}), T)

@@ -19,12 +19,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.host import HostReport
+from contracts.host_auth import WatchAsk
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from contracts import agent as p
 from worker_agent import pinning
 from worker_agent.bookings import BookingUnknown, Bookings, refusal
+from worker_agent.credential import HostCredential
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engine_key import EngineKeys, bearer, key_env, new_nonce, sglang_config, write_secret
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
@@ -127,10 +129,17 @@ class HostActivities:
         return [self.watch_host, self.prepare_model, self.launch_instance, self.supervise_instance, self.stop_instance]
 
     @activity.defn(name=p.WATCH_HOST)
-    async def watch_host(self, known: str) -> HostReport:
-        """Heartbeat while the inventory stays as ``known`` (its fingerprint); return the new
+    async def watch_host(self, ask: WatchAsk) -> dict:
+        """Heartbeat while the inventory stays as ``ask.known`` (its fingerprint); return the new
         report as soon as it differs, or after the schedule-to-close budget runs low, or when the
-        replicas' measured memory is news (usage.py); the report carries that memory."""
+        replicas' measured memory is news (usage.py); the report carries that memory. It is signed
+        with the host's credential for the watch's nonce (contracts/host_proof.py)."""
+        report = await self._watch(ask.known)
+        body = report.model_dump(mode="json", exclude={"auth"})
+        signer = self.credential if isinstance(self.credential, HostCredential) else None
+        return signer.signed(body, "watch", ask.nonce) if signer else body
+
+    async def _watch(self, known: str) -> HostReport:
         info = activity.info()
         deadline = time.monotonic() + (info.start_to_close_timeout.total_seconds() * 0.8
                                        if info.start_to_close_timeout else 300)

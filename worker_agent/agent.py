@@ -1,12 +1,19 @@
 """``gpuflow agent --name HOST``: the host agent. A Temporal worker on ``gpuflow-host-<HOST>``
 that says hello to its HostWorkflow with its inventory, then serves watch/launch/supervise/stop.
-Processes it started survive an agent restart and are adopted by the next run."""
+Processes it started survive an agent restart and are adopted by the next run.
+
+Every report it makes is signed with the host's own credential (worker_agent/credential.py), made
+at its first start from the cluster's join token. It says hello before it polls its queue and waits
+a moment for the verdict: an agent whose hello is refused for good (another agent holds the host's
+name, or its join token is not this cluster's) exits saying why, having taken none of the host's
+tasks."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+import time
 import uuid
 from datetime import timedelta
 from typing import Callable
@@ -16,8 +23,12 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from contracts import ui_text
+from contracts.control import HostView
 from contracts.ids import host_id
-from contracts.host import CONTROL_QUEUE, HostInput, Timings, host_queue
+from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue
+from contracts.host_auth import Refusal
+from scheduler.errors import InvalidInput
+from worker_agent.credential import HostCredential, open_credential
 from worker_agent.activities import HostActivities
 from worker_agent.bookings import LedgerBookings
 from worker_agent.capabilities import runnable_backends, with_backends
@@ -52,11 +63,55 @@ def advertised_address(temporal_address: str) -> str:
         return "127.0.0.1"
 
 
-async def say_hello(client: Client, name: str, report, timings: Timings) -> None:
+HELLO_WAIT_S = 10.0  # how long the agent waits for its hello's verdict before it polls its queue anyway
+FATAL = ("other_credential", "not_joined")  # refusals no retry can change: the agent exits
+
+
+def agent_folder(data_dir: str, name: str) -> str:
+    """Where host ``name``'s agent keeps its processes' table, logs and credential."""
+    from scheduler.naming import check_name, path_in
+
+    return path_in(os.path.join(data_dir, "agent"), check_name("worker", name))
+
+
+async def say_hello(client: Client, name: str, report: HostReport, timings: Timings,
+                    credential: HostCredential | None = None) -> None:
+    """Signal-with-start ``hello`` with ``report``, signed with ``credential`` and stamped with this
+    host's clock (ms): the host workflow refuses a stamp no later than the last it took."""
+    body = report.model_dump(mode="json", exclude={"auth"})
+    signed = credential.signed(body, "hello", str(int(time.time() * 1000))) if credential else body
     await client.start_workflow(
         "HostWorkflow", HostInput(name=name, timings=timings), id=host_id(name), task_queue=CONTROL_QUEUE,
-        start_signal="hello", start_signal_args=[report], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="hello", start_signal_args=[signed], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"liveness of host {name}", static_details=ui_text.host_details(report))
+
+
+async def hello_verdict(client: Client, name: str, boot: str, every_s: float = 0.3) -> Refusal | None:
+    """None once the host workflow took this agent run's hello (its report names ``boot``); the
+    refusal when it refused it. Asks its status query until one or the other."""
+    h = client.get_workflow_handle(host_id(name))
+    while True:
+        try:
+            view = await h.query("status", result_type=HostView, rpc_timeout=timedelta(seconds=5))
+        except Exception:  # noqa: BLE001  not started yet, its first task not done, the server away
+            view = None
+        if view is not None and view.report is not None and view.report.boot == boot:
+            return None
+        if view is not None and view.refusal is not None and view.refusal.boot == boot:
+            return view.refusal
+        await asyncio.sleep(every_s)
+
+
+def _verdict(name: str, task: asyncio.Future) -> None:
+    """Raise when ``task`` (hello_verdict) is done with a refusal no retry changes; print any other."""
+    if not task.done() or task.cancelled():
+        return
+    refusal = task.result()
+    if refusal is not None and refusal.kind in FATAL:
+        raise InvalidInput(f"gpuflow agent {name}: the control plane refused this agent: {refusal.why}")
+    if refusal is not None:
+        print(f"gpuflow agent {name}: the control plane refused its hello ({refusal.why}); it answers the "
+              "host's probe instead", flush=True)
 
 
 async def reap_orphans(client: Client, name: str, table: ProcessTable, stop_grace_s: float = 10.0,
@@ -105,17 +160,31 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     serve_metrics: Callable | None = None, address: str = "127.0.0.1",
                     hub: HubConfig | None = None, table: ProcessTable | None = None,
                     serving: Callable[[str], None] | None = None, memory_probe: MemoryProbe | None = None,
-                    keep_logs: int = KEEP_LOGS) -> None:
+                    keep_logs: int = KEEP_LOGS, credential: HostCredential | None = None,
+                    join_token: str | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's.
     ``serving`` is told the line that says the agent serves (default: printed). ``memory_probe``
     measures each replica's memory every liveness_s (default: NVML, or the claim's share on
-    simulated GPUs)."""
-    from scheduler.naming import check_name, path_in
+    simulated GPUs). ``credential``: the host's (default: the one in the process table's folder,
+    made from ``join_token`` at the first start; worker_agent/credential.py)."""
+    table = table or ProcessTable(agent_folder(data_dir, name))
+    own = credential is None
+    credential = credential or open_credential(os.path.dirname(table.run_dir), name, join_token)
+    try:
+        await _serve(client, name, data_dir, timings, inventory_file, labels, stop, max_instances, engines,
+                     serve_metrics, address, hub, table, serving, memory_probe, keep_logs, credential)
+    finally:
+        if own:
+            credential.close()
 
-    table = table or ProcessTable(path_in(os.path.join(data_dir, "agent"), check_name("worker", name)))
-    # the engine probes start other interpreters (a second or so): meanwhile this agent starts serving,
-    # so a process of its previous run is adopted without waiting; the first report waits for them
+
+async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None,
+                 labels: dict[str, str] | None, stop: asyncio.Event | None, max_instances: int,
+                 engines: EngineConfig | None, serve_metrics: Callable | None, address: str, hub: HubConfig | None,
+                 table: ProcessTable, serving: Callable[[str], None] | None, memory_probe: MemoryProbe | None,
+                 keep_logs: int, credential: HostCredential) -> None:
+    # the engine probes start other interpreters (a second or so), while the orphans are reaped
     finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))
     runnable: list[str] = []
 
@@ -136,16 +205,21 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
     prune_table_logs(table, keep_logs)  # the logs of the last keep_logs instances that ended here stay
     hub = hub or HubConfig(cache_dir=os.path.join(data_dir, "models"))
     acts = HostActivities(name, table, probe, bookings=LedgerBookings(client, name), engines=engines, metrics=metrics,
-                          address=address, hub=hub, usage=book)
+                          address=address, hub=hub, usage=book, credential=credential)
     headers = ModelHeaders(name, acts.engines.model_roots)
+    runnable.extend(await finding)
+    report = probe()
+    # hello first, and a moment for its verdict, before this agent polls the host's queue: one refused
+    # for good (a second agent with a live host's name) leaves without taking a task of the first's
+    await say_hello(client, name, report, timings, credential)
+    verdict = asyncio.ensure_future(hello_verdict(client, name, boot))
+    await asyncio.wait({verdict}, timeout=HELLO_WAIT_S)
+    _verdict(name, verdict)
     async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       workflows=[logs_workflow(host_queue(name), table.log_dir)],
                       max_concurrent_activities=2 * max_instances + 8,
                       max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE_CAP,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
-        runnable.extend(await finding)
-        report = probe()
-        await say_hello(client, name, report, timings)
         await open_reader(client, name, host_queue(name))
         kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
         engines_found = ", ".join(report.backends or []) or "none"
@@ -154,9 +228,13 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter,
                                                     keep_logs))
         sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name)) if book else None
+        stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
         try:
-            await (stop or asyncio.Event()).wait()
+            if not verdict.done():  # no verdict yet (the control plane is away, say): one that comes later counts
+                await asyncio.wait({stopping, verdict}, return_when=asyncio.FIRST_COMPLETED)
+                _verdict(name, verdict)
+            await stopping
         finally:
-            check.cancel()
-            if sampler is not None:
-                sampler.cancel()
+            for task in (check, sampler, stopping, verdict):
+                if task is not None:
+                    task.cancel()

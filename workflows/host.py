@@ -11,7 +11,13 @@ latest report (its ``status`` query answers it) and written to the store in one 
 forgets a host that is gone for good with the ``forget`` update (``gpuflow hosts forget``): its row
 leaves the store and the workflow ends. An operator cordons a host with the ``cordon`` update
 (``gpuflow hosts cordon``): no new replica is placed there (the scheduler's cordon filter reads the
-store's row) while those running there keep running, until the ``uncordon`` update."""
+store's row) while those running there keep running, until the ``uncordon`` update.
+
+Every report (the hello, each watch's and probe's answer, the usage it carries) is checked before it
+changes anything (workflows/host_reports.py): signed by the host's own credential, fresh (a hello's
+stamp is newer than the last; a watch's answer carries the nonce that watch was sent), or joining
+with the cluster's join token. A report refused changes nothing; nothing but a checked report is
+written to the store, so a host workflow that no joined host started holds no capacity."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from contracts import ui_text
+    from contracts.host_auth import WatchAsk
     from contracts.ids import host_id
     from contracts.host import BookingAsk
     from contracts.control import CordonAsk, HostInput, HostReport, HostView, host_queue
@@ -35,52 +42,30 @@ with workflow.unsafe.imports_passed_through():
     from contracts.usage import RECORD_USAGE, UsageBatch
     from workflows import common as c
     from workflows import guards
+    from workflows.host_reports import HostReports, checked_report  # noqa: F401  (checked_report: its old home)
     from workflows.inputs import compact, one_input
 
 
-def checked_report(raw: Any, name: str) -> tuple[HostReport | None, str]:
-    """(the report, "") when ``raw`` is a valid report of host ``name``; (None, why) otherwise. Reports
-    arrive from the agent (or anyone who can signal this workflow): validated here, never by the SDK,
-    whose failed decoding would drop the hello without a word or fail the workflow task forever."""
-    if isinstance(raw, HostReport):
-        raw = raw.model_dump(mode="json")
-    if not isinstance(raw, dict):
-        return None, f"its report is not a JSON object (got {type(raw).__name__})"
-    try:
-        report = HostReport.model_validate(raw)
-    except ValidationError as e:
-        return None, f"its report does not validate: {compact(e)}"[:1000]
-    if report.name != name:
-        return None, f"the report names host {report.name!r}"
-    return report, ""
-
-
 @workflow.defn(name="HostWorkflow")
-class HostWorkflow:
+class HostWorkflow(HostReports):
     @workflow.init
     def __init__(self, *args: Any) -> None:
         inp = one_input(args, HostInput, "HostWorkflow")
         self.inp, self.t = inp, inp.timings
         self.report = inp.report
         self.state = inp.state
-        self.greeting: HostReport | None = None
+        self._init_reports(inp.last_hello, inp.refusal)  # hellos queued, the last accepted, the last refused
         self.since = ""
         self.forgotten = False  # an operator forgot the host (update forget): the workflow ends
         self.reason = ""  # why it is NOT_READY, when it is for its report
-        self.refused: str | None = None  # a report that does not validate arrived: recorded NOT_READY with this
         self.just_lost = False  # the watch failed a moment ago: probe at once (_probe)
         self.cordoned, self.cordon_reason = inp.cordoned, inp.cordon_reason  # an operator's (update cordon)
         self.cordoning = asyncio.Lock()  # one cordon change at a time: its store write, then the state
 
     @workflow.signal
     def hello(self, *args: Any) -> None:
-        report, why = checked_report(args[0] if len(args) == 1 else None, self.inp.name)
-        if report is not None:
-            self.greeting = report
-        elif self.state != "ready" and not why.startswith("the report names"):
-            # a READY host's watch speaks for it (its agent refuses to start on a bad inventory, so a
-            # bad hello then is somebody else's); another host's report is not this host's news
-            self.refused = why
+        """The agent's report as it starts (or anyone's: checked in the run loop, never here)."""
+        self._queue_hello(args[0] if len(args) == 1 else None)
 
     @workflow.update
     async def forget(self) -> str:
@@ -176,7 +161,7 @@ class HostWorkflow:
     @workflow.query
     def status(self) -> HostView:
         return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since, reason=self.reason,
-                        cordoned=self.cordoned, cordon_reason=self.cordon_reason)
+                        cordoned=self.cordoned, cordon_reason=self.cordon_reason, refusal=self.refusal)
 
     async def _set(self, state: str, reason: str = "") -> None:
         self.state, self.since, self.reason = state, workflow.now().isoformat(), reason
@@ -184,8 +169,12 @@ class HostWorkflow:
         self._show()
 
     def _show(self) -> None:
-        """The Temporal UI's current details: the state, the cordon, and the GPUs the last report named."""
+        """The Temporal UI's current details: the state, the cordon, the last report refused, and the GPUs
+        the last report named."""
+        r = self.refusal
+        refused = f"\n**REFUSED** a {r.purpose} report at {r.at}: {ui_text.code(r.why[:500])}" if r is not None else ""
         workflow.set_current_details(ui_text.host_current(self.state, self.reason, self.cordoned, self.cordon_reason)
+                                     + refused
                                      + ("\n" + ui_text.host_details(self.report) if self.report is not None else ""))
 
     @workflow.run
@@ -195,11 +184,7 @@ class HostWorkflow:
         guards.workflow_id(host_id(inp.name), f"worker name {inp.name!r}")
         workflow.upsert_search_attributes([c.SA_WORKER.value_set(inp.name)])
         while True:
-            if self.refused is not None:
-                why, self.refused = self.refused, None
-                if self.greeting is None and (self.state, self.reason) != ("not_ready", why):  # a valid hello after it wins
-                    await self._refuse(why)
-                    continue
+            await self._take_hellos()
             if self.greeting is not None:
                 self.report, self.greeting = self.greeting, None
                 await workflow.execute_activity(c.HOST_SEEN, self.report, **c.STORE_CALL)
@@ -218,7 +203,8 @@ class HostWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state,
-                                                   cordoned=self.cordoned, cordon_reason=self.cordon_reason))
+                                                   cordoned=self.cordoned, cordon_reason=self.cordon_reason,
+                                                   last_hello=self.last_hello, refusal=self.refusal))
 
     async def _refuse(self, why: str) -> None:
         """A report that does not validate: the host is NOT_READY with the reason (the store's row
@@ -237,7 +223,7 @@ class HostWorkflow:
         if lost:
             return await self._ask()
         try:
-            await workflow.wait_condition(lambda: self.greeting is not None or self.forgotten,
+            await workflow.wait_condition(lambda: bool(self.hellos) or self.forgotten,
                                           timeout=c.secs(self.t.host_schedule_to_start_s))
             return
         except asyncio.TimeoutError:
@@ -245,9 +231,11 @@ class HostWorkflow:
         await self._ask()
 
     async def _ask(self) -> None:
-        """One probe on the host's queue: a report from an agent that answers is taken as its hello."""
+        """One probe on the host's queue: a report from an agent that answers (checked: signed for
+        this probe's nonce) is taken as its hello."""
+        nonce = str(workflow.uuid4())
         h = workflow.start_activity(
-            hp.WATCH_HOST, "", result_type=dict, task_queue=host_queue(self.inp.name),
+            hp.WATCH_HOST, WatchAsk(nonce=nonce), result_type=dict, task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
             start_to_close_timeout=c.secs(self.t.host_watch_s), heartbeat_timeout=c.secs(self.t.host_heartbeat_s),
             retry_policy=RetryPolicy(maximum_attempts=1))
@@ -258,16 +246,25 @@ class HostWorkflow:
             raw = await h
         except (ActivityError, asyncio.CancelledError):
             return
-        self.hello(raw)
+        report = await self._checked(raw, "watch", nonce)
+        if report is not None:
+            self.greeting = report
 
     async def _watch(self, known: str) -> None:
+        """One watch on the host's queue, for the inventory ``known``: its answer, checked (signed for
+        this watch's nonce), is the host's news. A hello that passes its check meanwhile (the agent
+        restarted) ends it. An answer refused (another agent polling the host's queue, a forgery)
+        changes nothing, and the next watch waits host_heartbeat_s: a stream of them costs little."""
+        nonce = str(workflow.uuid4())
         h = workflow.start_activity(
-            hp.WATCH_HOST, known, result_type=dict, task_queue=host_queue(self.inp.name),
+            hp.WATCH_HOST, WatchAsk(known=known, nonce=nonce), result_type=dict, task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
             start_to_close_timeout=c.secs(self.t.host_watch_s),
             heartbeat_timeout=c.secs(self.t.host_heartbeat_s), retry_policy=RetryPolicy(maximum_attempts=1))
-        await workflow.wait_condition(lambda: h.done() or self.greeting is not None)
-        if not h.done():  # the agent restarted and said hello: start over with its report
+        while not h.done() and self.greeting is None:
+            await workflow.wait_condition(lambda: h.done() or bool(self.hellos))
+            await self._take_hellos()
+        if self.greeting is not None:  # the agent restarted and said hello: start over with its report
             h.cancel()
             try:
                 await h
@@ -282,9 +279,13 @@ class HostWorkflow:
             await self._set("not_ready", why)
             self.just_lost = True
             return
-        report, why = checked_report(raw, self.inp.name)
+        report = await self._checked(raw, "watch", nonce)
         if report is None:
-            await self._refuse(why)
+            if self.state == "ready":  # refused, not the host's own invalid report (that made it NOT_READY)
+                try:
+                    await workflow.wait_condition(lambda: bool(self.hellos), timeout=c.secs(self.t.host_heartbeat_s))
+                except asyncio.TimeoutError:
+                    pass
             return
         if report.usage is not None:
             await self._record_usage(report)

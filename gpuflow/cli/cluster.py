@@ -44,11 +44,18 @@ def cmd_agent(a) -> int:
 
     for why in filter(None, map(allow_flag_problem, a.allow_engine_flag or [])):
         raise InvalidInput(why)
+    name = a.name or socket.gethostname()
+    if a.inventory:  # a broken file is named now, not after a wait for an unreachable Temporal
+        from worker_agent.inventory import from_file
+
+        from_file(name, a.inventory)
+    from gpuflow.cli.join import agent_credential
+
+    credential = agent_credential(a, s, name)  # the host's own (made from the join token at its first start)
 
     async def go():
         from gpuflow.metrics_http import parse_address, sdk_runtime, serve
 
-        name = a.name or socket.gethostname()
         addr = parse_address(a.metrics_address)
         runtime, sdk_addr = sdk_runtime() if addr else (None, None)
         client = await connect(s.temporal, wait_s=30, runtime=runtime)
@@ -65,9 +72,12 @@ def cmd_agent(a) -> int:
                         engines=engines, serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
                         hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
-                                      hf_endpoint=s.hf_endpoint), keep_logs=a.keep_logs)
+                                      hf_endpoint=s.hf_endpoint), keep_logs=a.keep_logs, credential=credential)
 
-    return run_command(go())
+    try:
+        return run_command(go())
+    finally:
+        credential.close()
 
 
 def cmd_deploy(a) -> int:
@@ -205,6 +215,12 @@ def cmd_explain(a) -> int:
 
 def cmd_hosts(a) -> int:
     s = settings_from(a)
+    if a.action == "join-token":
+        if a.names:
+            raise InvalidInput("gpuflow hosts join-token takes no host names")
+        from gpuflow.cli.join import print_join_token
+
+        return print_join_token(s)
     if a.action and not a.names:
         raise InvalidInput(f"gpuflow hosts {a.action} needs the names of the hosts to {a.action}")
     if a.reason is not None and a.action != "cordon":
@@ -345,6 +361,13 @@ def add_commands(sub) -> None:
                         f"(default {KEEP_LOGS}; a running instance's log is always kept)")
     p.add_argument("--model-root", action="append",
                    help="a directory model files may come from (repeatable); paths outside every root are refused")
+    p.add_argument("--join-token-file", metavar="FILE",
+                   help="a file holding the cluster's join token ('gpuflow hosts join-token' prints it; or "
+                        "GPUFLOW_AGENT__JOIN_TOKEN), needed at this host's first start only: the agent then keeps a "
+                        "credential of its own in its data dir")
+    p.add_argument("--join-token", metavar="TOKEN",
+                   help="the join token itself (other local users can read a process's arguments: prefer "
+                        "--join-token-file or GPUFLOW_AGENT__JOIN_TOKEN)")
     p.set_defaults(fn=cmd_agent, temporal=True)
 
     p = sub.add_parser("deploy", help="create or update a deployment from a model spec")
@@ -405,17 +428,24 @@ def add_commands(sub) -> None:
     p.set_defaults(fn=cmd_explain, temporal=True)
 
     p = sub.add_parser("hosts", help="hosts with their state and GPUs; 'hosts forget HOST': one gone for good; "
-                                     "'hosts cordon HOST': no new replicas there",
+                                     "'hosts cordon HOST': no new replicas there; 'hosts join-token': the token "
+                                     "a new host joins with",
                        description="List the hosts, or forget hosts that are gone for good: a NOT_READY host "
                                    "that holds no reservation leaves the store and the listing (its agent, if it "
                                    "ever says hello again, brings it back). Cordon a host: no new replica is "
                                    "placed there while the replicas running there keep running; uncordon it: "
-                                   "it takes new replicas again, PENDING ones first.")
+                                   "it takes new replicas again, PENDING ones first. Print the cluster's join token "
+                                   "(read from the store: --data-dir/--database-url): a new host's agent needs it "
+                                   "at its first start.")
     temporal_flags(p)
-    p.add_argument("action", nargs="?", choices=["forget", "cordon", "uncordon"], metavar="forget|cordon|uncordon",
-                   help="forget, cordon or uncordon the HOSTs named (without it: list every host)")
+    p.add_argument("action", nargs="?", choices=["forget", "cordon", "uncordon", "join-token"],
+                   metavar="forget|cordon|uncordon|join-token",
+                   help="forget, cordon or uncordon the HOSTs named, or print the join token (without it: list "
+                        "every host)")
     p.add_argument("names", nargs="*", metavar="HOST", help="a host name, as 'gpuflow hosts' lists it")
     p.add_argument("--reason", help="with cordon: why, shown beside the host (at most 200 characters: letters, "
                                     "digits, spaces and .,:;_()#@+=/'-)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", help="with join-token: the store's SQLite file gpuflow.db in this directory")
+    p.add_argument("--database-url", help="with join-token: the store's SQLAlchemy URL")
     p.set_defaults(fn=cmd_hosts, temporal=True)

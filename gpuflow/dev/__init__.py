@@ -38,6 +38,7 @@ class Stack:
         self.agents: dict[str, subprocess.Popen] = {}
         self.metrics: dict[str, str] = {}  # process -> its Prometheus endpoint
         self.metrics_defaults = metrics_defaults  # first server on 9400, first agent on 9401, when free
+        self.token: str | None = None  # the cluster's join token (join_token), once read from the store
         self.log_dir = os.path.join(self.data_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
 
@@ -55,7 +56,26 @@ class Stack:
     def start_temporal(self) -> None:
         self.temporal.start()
 
+    def join_token(self) -> str:
+        """The cluster's join token, read from this stack's store (its tables and the cluster's keys
+        made first, before any process of the stack starts: store/host_credentials.py). The agents
+        this stack starts find it in their environment (GPUFLOW_AGENT__JOIN_TOKEN), never in argv,
+        which every local user can read; the stack's other processes hold the store anyway."""
+        if self.token is None:
+            from store import db, host_credentials
+
+            engine = db.make_engine(self.database_url, schema=self.env.get("GPUFLOW_DATABASE_SCHEMA"))
+            try:
+                db.init_db(engine)
+                self.token = host_credentials.join_token(engine)
+            finally:
+                engine.dispose()
+            assert self.token is not None
+            self.env["GPUFLOW_AGENT__JOIN_TOKEN"] = self.token
+        return self.token
+
     def start_server(self) -> subprocess.Popen:
+        self.join_token()  # the store made before the server reads it, and the token for the agents
         addr = self._metrics_port(9400)
         p = self._spawn(f"server-{len(self.servers)}.log", "server", "--metrics-address", addr)
         self.servers.append(p)
@@ -65,6 +85,7 @@ class Stack:
     def start_agent(self, name: str, inventory: str | None = None, labels: dict[str, str] | None = None,
                     extra: list[str] | None = None, allow_custom: bool = True) -> subprocess.Popen:
         # the dev stack's agents serve its owner's own commands: custom run commands are on
+        self.join_token()
         args = ["agent", "--name", name] + (["--allow-custom"] if allow_custom else []) + \
             (["--inventory", inventory] if inventory else [])
         addr = self._metrics_port(9401)

@@ -60,6 +60,10 @@ def hosts(hs: list[dict[str, Any]]) -> str:
         topo = topology((h.get("report") or {}).get("gpus") or [])
         if topo:
             lines.append(f"{'':<16} topology: {topo}")
+        refused = h.get("refusal")  # the last report its workflow refused (a forgery, a second agent)
+        if refused:
+            lines.append(f"{'':<16} refused a {refused.get('purpose') or ''} report at {refused.get('at', '')[:19]}: "
+                         f"{refused.get('why', '')[:200]}")
     return "\n".join(lines)
 
 
