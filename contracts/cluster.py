@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.scopes import ADMIN_SCOPES, CLUSTER_ADMIN, METRICS, SCOPES, TENANT, TENANT_ADMIN, admin_scope  # noqa: F401
+from contracts.scopes import (ADMIN_SCOPES, CLUSTER_ADMIN, METRICS, SCOPES, TENANT, TENANT_ADMIN,  # noqa: F401
+                              admin_scope)
 from scheduler.bounds import Flag
 from scheduler.naming import NAME_MAX, NAME_PATTERN
 

@@ -3,13 +3,13 @@
 A page on ``evil.example`` whose name the attacker re-points at 127.0.0.1 is, to the browser,
 same-origin with itself: its script may send the console's action header, and its ``Origin``
 matches its own ``Host``. What it cannot change is that both name ``evil.example``. So the
-gateway answers only to the names it was given, as Kubernetes' API server and Jupyter do
-(``allow_remote_access`` / a host allowlist), and compares ``Origin`` with those names, never with
-the request's own ``Host``:
+gateway answers only to the names it was given, as Jupyter's server (``allow_remote_access``) and
+webpack-dev-server (``allowedHosts``) do against the same attack, and compares ``Origin`` with those
+names, never with the request's own ``Host``:
 
 - the console (``/console...``): loopback names on the gateway's port (``127.0.0.1:P``,
-  ``localhost:P``, ``[::1]:P``, and the address it listens on) and, once a key exists, the ``--public-name`` ones; while no key
-  exists (the console is open), loopback names only;
+  ``localhost:P``, ``[::1]:P``, and the address it listens on) and, once a key exists, the
+  ``--public-name`` ones; while no key exists (the console is open), loopback names only;
 - the API and ``/metrics`` while the gateway is open (no key exists) and not started with
   ``--allow-anonymous``: loopback and public names. An open gateway trusts whoever reaches
   loopback, and a rebinding page reaches it through the victim's browser;

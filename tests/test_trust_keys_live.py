@@ -121,7 +121,8 @@ def test_a_tenant_admin_acts_in_its_own_tenant_only(dev, keyed):
     until("a-chat scaled to 0", lambda: dev.status("a-chat")["deployments"][0]["replicas"] == 0, timeout=30)
     assert ask(port, "POST", "/console/hosts/box/cordon", {**a, **ACTION}, {"on": True})[0] == 403  # every tenant's
     # a cluster-admin may, and a keyed console still answers only to its own names
-    assert ask(port, "POST", "/console/deployments/b-chat/scale", {**keyed["root"], **ACTION}, {"replicas": 1})[0] == 200
+    root = {**keyed["root"], **ACTION}
+    assert ask(port, "POST", "/console/deployments/b-chat/scale", root, {"replicas": 1})[0] == 200
     assert ask(port, "GET", "/console/", {**keyed["root"], "Host": f"evil.example:{port}"})[0] == 421
 
 
@@ -155,7 +156,7 @@ def test_a_raw_update_is_refused_naming_the_field(dev, keyed):
             await client.get_workflow_handle(CLUSTER_ID).execute_update(CLUSTER_CREATE_KEY, {**good, "tenant": "ghost"})
         return refused, str(e.value.cause)
     refused, ghost = asyncio.run(go())
-    assert "admin: Input should be a valid boolean" in refused[0] and "admin: Input should be a valid boolean" in refused[1]
+    assert all("admin: Input should be a valid boolean" in r for r in refused[:2])  # "yes", 1
     assert "scope: Input should be 'tenant', 'tenant-admin', 'cluster-admin' or 'metrics'" in refused[2]
     assert "scale takes one whole number of replicas" in refused[3] and "'True' (bool)" in refused[3]
     assert "'3' (str)" in refused[4]
