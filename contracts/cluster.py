@@ -57,11 +57,11 @@ class KeyAdd(StrictMessage):
     of the days before scopes (an older CLI sends it): it means ``admin_scope(tenant)`` and is
     refused beside another scope."""
 
-    id: Annotated[str, Field(pattern=KEY_ID)]
-    tenant: Annotated[str, Field(pattern=KEY_TENANT)]
-    name: Annotated[str, Field(pattern=KEY_NAME)] = ""
-    salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]  # 16 random bytes, hex
-    hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # HMAC-SHA-256(salt, secret), hex
+    id: Annotated[str, Field(pattern=KEY_ID, max_length=12)]
+    tenant: Annotated[str, Field(pattern=KEY_TENANT, max_length=64)]
+    name: Annotated[str, Field(pattern=KEY_NAME, max_length=200)] = ""
+    salt: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$", max_length=32)]  # 16 random bytes, hex
+    hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", max_length=64)]  # HMAC-SHA-256(salt, secret), hex
     scope: Scope = TENANT
     admin: Flag = False
 
@@ -79,7 +79,7 @@ class KeyAdd(StrictMessage):
 
 
 class KeyRevoke(StrictMessage):
-    id: Annotated[str, Field(pattern=KEY_ID)]
+    id: Annotated[str, Field(pattern=KEY_ID, max_length=12)]
 
 
 class KeyView(Message):

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from contracts import autoscale as ap
 from contracts import control as cp
+from contracts import cluster as cc
 from contracts import drain, hosts, placement, queue, records
 from contracts.host import BookingAsk
 from contracts import host as ch
@@ -32,6 +33,8 @@ INPUTS = [
     cp.InstanceInput, cp.DeploymentInput, ch.HostInput, ap.AutoscalerInput,
     # signals, updates, queries
     RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest, cp.CordonAsk,
+    # the cluster workflow's updates (keys, and the reads through the control plane)
+    cc.KeyAdd, cc.KeyRevoke, cc.Page, cc.ServingAsk, cc.AuditAsk,
     # the agent's activities (callable by anything that can schedule on a host's queue)
     hp.LaunchRequest, hp.ModelFetch, ha.WatchAsk,
     # activities the workflows call: each one's input
