@@ -115,6 +115,11 @@ async def _open(gw, route: Route, url: str, headers: dict[str, str], body: bytes
     a failure up to here can still be retried elsewhere)."""
     resp = await gw.client.open(url, headers, body)
     try:
+        if resp.status == 401:  # the engine refused the key the gateway showed: its own, never the client's fault
+            gw.balancer.mark_bad(route)
+            log.warning("gateway: %s (%s:%s) refused its engine key (401): a key the store did not make for it, "
+                        "or its host is not joined", route.instance, route.address, route.port)
+            raise UpstreamError(f"{route.instance} refused the gateway's engine key")
         if resp.status >= 500 and others:  # the replica failed; nobody saw it yet
             gw.balancer.mark_bad(route)
             raise UpstreamError(f"{route.instance} answered {resp.status}")

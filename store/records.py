@@ -10,6 +10,7 @@ from sqlmodel import Session, select
 
 from contracts.control import HostReport, InstanceRecord
 from store import changes
+from store.engine_keys import engine_keys
 from store.tables import DeploymentRow, InstanceRow, ModelFileRow, WorkerRow, utcnow
 
 
@@ -120,13 +121,14 @@ def record_instances(engine: Engine, recs: list[InstanceRecord]) -> None:
     change, and on SQLite the writers take turns (db.py)."""
     now = utcnow()
     t = InstanceRow.__table__
+    keys = engine_keys(engine, recs)  # each launched engine's key, from its nonce (store/engine_keys.py)
     with Session(engine) as s:
         conn = s.connection()
         for rec in recs:
             vals: dict[str, Any] = dict(
                 deployment=rec.deployment, model=rec.model, state=rec.state, reason=rec.reason, worker=rec.worker,
                 gpu_indexes=list(rec.gpu_indexes), restarts=rec.restarts, pid=rec.pid, port=rec.port,
-                address=rec.address, kv_events_port=rec.kv_events_port, updated_at=now)
+                address=rec.address, kv_events_port=rec.kv_events_port, engine_key=keys.get(rec.name), updated_at=now)
             if rec.decision is not None:
                 vals["decision"] = rec.decision
             queued = rec.state in QUEUED

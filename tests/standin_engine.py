@@ -3,7 +3,8 @@ and bench): ``--token-s`` per generated token, ``max_tokens`` tokens (default 4)
 not, with ``usage``; ``--mode error`` answers 500, ``--mode hang`` never answers, ``--mode linger``
 keeps a stream open for 2 s after its ``[DONE]``, ``--mode huge-usage`` reports ``prompt_tokens: 2**70``
 (issue 40's M5: more than any store's column). Every answer
-names the replica (``system_fingerprint`` and the ``x-replica`` header).
+names the replica (``system_fingerprint`` and the ``x-replica`` header). Behind the replica's engine
+key when it has one (``--api-key``, or GPUFLOW_ENGINE_API_KEY as the agent sets it: gpuflow/demo/engine_guard.py).
 
     python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang|linger|huge-usage]"""
 
@@ -38,6 +39,7 @@ def make_app(name: str, token_s: float, mode: str) -> Starlette:
         if failed is not None:
             return failed
         body = await request.json()
+        seen = {"x-headers-seen": ",".join(sorted(request.headers.keys()))}  # which headers reached the engine
         n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 4)
         chat = request.url.path.endswith("chat/completions")
         prompt = len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 4 + 1
@@ -49,13 +51,13 @@ def make_app(name: str, token_s: float, mode: str) -> Starlette:
         if body.get("stream"):
             return StreamingResponse(_stream(base, n, chat, token_s, usage, body, 2.0 if mode == "linger" else 0.0),
                                      media_type="text/event-stream",
-                                     headers=hdr)
+                                     headers={**hdr, **seen})
         await asyncio.sleep(token_s * n)
         text = "".join(f"tok{i} " for i in range(n))
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"} if chat
                   else {"index": 0, "text": text, "finish_reason": "length"})
         return JSONResponse({**base, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
-                             "usage": usage}, headers=hdr)
+                             "usage": usage}, headers={**hdr, **seen})
 
     async def embeddings(request: Request) -> Response:
         failed = await gate()
