@@ -5,12 +5,14 @@ that replica's host (contracts/credential.py: X25519 between the cluster's priva
 host's joined public key, store/host_credentials.py). The row keeps the key; the gateways read it
 with the routing table (store/serving.py) and send it to the engine.
 
-Why the store makes it, not each gateway: a gateway then holds the keys of the engines it routes
-to and nothing more. Making them itself, it would need the cluster's private key, with which it
-could make every host's key and so sign any host's reports. The key is made once per recorded
-state (not per table refresh), and a nonce never names a key the host did not make: without the
-host's credential (not joined, or forgotten) a replica gets no key, the gateways send none, and
-its engine refuses them (401): a host the control plane cannot vouch for serves nothing."""
+Why the store makes it, not each gateway: a gateway needs only the keys of the engines it routes
+to, read with the rows it reads already; making them itself, its code would use the cluster's
+private key, with which any host's key is made and any host's reports signed. (A gateway that
+shares the database can still read that key's row today: a database role that lets gateways read
+the instance rows only would close that, and this split is what makes such a role possible.) The
+key is made once per recorded state, not per table refresh. Without the host's credential (not
+joined, or forgotten) a replica gets no key, the gateways send none, and its engine refuses them
+(401): a host the control plane cannot vouch for serves nothing."""
 
 from __future__ import annotations
 
