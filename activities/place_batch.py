@@ -13,7 +13,8 @@ A call that finds nothing under way starts a batch of one at once. In a burst, e
 its own refresh, its own transaction and its own commit; at 100 hosts and 1,500 replicas those were
 about a fifth of the control plane's CPU time. Correctness is the ledger's, as before: a plan the
 ledger refuses (the capacity moved under another control-plane worker) is decided again by its
-caller, in a later batch, at most PLACE_TRIES times."""
+caller, in a later batch, at most PLACE_TRIES times. An instance that is not one its deployment wants
+is refused by the ledger too (ledger.NotWanted): its call fails with that, for good."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def place_batches(decider: Decider, engine: Engine, runner: Runner) -> Batch[Pla
 def place_many(decider: Decider, engine: Engine, asks: list[Placing]) -> list[PlaceResult | None | GpuflowError]:
     """For each ask, in order: its result (booked, or a decision that does not place it outright),
     None when the ledger refused its plan (decide again), or the GpuflowError the policy raised
-    for its spec. ``decider`` decides (under its lock) and hears of refused plans; ``engine``
+    for its spec (or the ledger's NotWanted). ``decider`` decides (under its lock) and hears of refused plans; ``engine``
     is the store the batch is booked in."""
     decided = decider.decide_many([(a.instance, a.spec, a.request) for a in asks])
     out: list[PlaceResult | None | GpuflowError] = []
@@ -67,13 +68,17 @@ def place_many(decider: Decider, engine: Engine, asks: list[Placing]) -> list[Pl
         if d.places_outright:
             recorded = d.booked_row(est.summary)  # the row's summary of the decision (InstanceRecord.decision)
             reason = "" if a.then == "starting" else f"{d.strategy}: score {d.score}"
-            books.append((len(out) - 1, ledger.Booking(a.instance, d.plan, reason, recorded, a.then)))
+            books.append((len(out) - 1, ledger.Booking(a.instance, d.plan, reason, recorded, a.then,
+                                                       a.spec.backend.value)))
     if books:
         got = ledger.reserve_many(engine, [b for _, b in books])
         for (i, b), g in zip(books, got):
             if isinstance(g, ledger.StaleDecision):
                 decider.refused(b.instance)
                 out[i] = None
+            elif isinstance(g, ledger.NotWanted):
+                decider.snapshots.forget(b.instance)  # not booked: no longer assumed taken
+                out[i] = g
             else:
                 plan, now = g
                 out[i] = out[i].model_copy(update={"booked": ReserveResult(plan=plan, booked_now=now)})

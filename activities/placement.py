@@ -77,7 +77,8 @@ class PlacementActivities:
         one store write and one local activity fewer per replica. A plan the ledger refuses (the
         capacity moved since the snapshot) is decided again, up to PLACE_TRIES times; then the
         activity fails and is retried with backoff. A decision that does not place the replica
-        outright (it does not fit, a quota, victims to preempt) is returned unbooked."""
+        outright (it does not fit, a quota, victims to preempt) is returned unbooked. An instance
+        that is not one its deployment wants fails it for good (NotWanted, non-retryable)."""
         spec, instance, then = valid_spec(ask.spec), ask.instance, ask.then
         if then not in ("scheduled", "starting"):
             raise ApplicationError(f"a booking records SCHEDULED or STARTING, not {then!r}", type="InvalidInput",
@@ -93,6 +94,8 @@ class PlacementActivities:
             except asyncio.CancelledError:
                 fut.cancel()  # not placed yet: its batch drops it
                 raise
+            except ledger.NotWanted as e:  # started by hand, or its deployment is going: never placed
+                raise ApplicationError(str(e), type="NotWanted", non_retryable=True) from None
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
             if got is not None:
@@ -115,6 +118,9 @@ class PlacementActivities:
         except ledger.StaleDecision as e:
             self.decider.refused(instance)  # its victims are no longer assumed gone
             raise ApplicationError(str(e), type="StaleDecision", non_retryable=True) from None
+        except ledger.NotWanted as e:
+            self.decider.snapshots.forget(instance)
+            raise ApplicationError(str(e), type="NotWanted", non_retryable=True) from None
         if now:
             for v in d.victims:
                 self.metrics.preemptions.labels(d.tenant, v.tenant).inc()

@@ -49,7 +49,9 @@ def stats(ms: list[float]) -> str:
 
 def one_booking(engine, k: int) -> None:
     """What happens between two decisions in a burst: a replica is created and booked."""
-    name = f"new{k:05d}"
+    name = f"new-{k:05d}"  # a replica of deployment "new": only those its deployment wants are booked
+    if k == 0:
+        records.save_deployment(engine, "new", SPEC.model_dump(mode="json"), 1)
     records.create_instance(engine, InstanceRecord(name=name, deployment="new", model="c", state="pending"))
     w = f"w{k:05d}"
     ledger.reserve(engine, name, PlacementPlan(worker=w, gpu_indexes=[7], claim={"vram": {7: GiB}, "ram": GiB}))

@@ -21,4 +21,6 @@ VICTIMS_LEFT = "victims_left"
 SWEEP_QUEUE = "sweep_queue"
 PLACE_REPLICA = "place_replica"
 BOOKING_ON = "booking_on"
+BOOKINGS_ON = "bookings_on"  # the orphan check's read: several instances on one host
+HELD_PLAN = "held_plan"  # whether the ledger holds a placement carried across continue-as-new
 CHECK_HOST_REPORT = "check_host_report"

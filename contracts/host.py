@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from contracts.host_auth import MAX_MS, HostAuth, Refusal
+from contracts.decision import PlacementPlan
 from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
@@ -129,23 +130,67 @@ class HostInput(BaseModel):
 
 # The booking check (no engine runs without its booking): before an agent starts a process it asks
 # its own host workflow (``host/<worker>``, run by the control plane) with this update, whose handler
-# reads the reservation ledger. The answer, not the launch request, says which GPUs the instance
-# may use on this host.
+# reads the reservation ledger. The answer, not the launch request, says which processes (parts) the
+# instance may run on this host, on which GPUs, and what its server's claim is there.
 BOOKING_UPDATE = "booking"
+# The orphan check's read, once per check: the bookings on this host of every instance the agent runs
+# a process for (worker_agent/reconcile.py).
+BOOKINGS_UPDATE = "bookings"
+MAX_ASKED = 1024  # instances one bookings update asks about (an agent runs 64 by default)
+PART_PATTERN = r"^[a-z0-9-]*$"  # "" (the server), rpc0, ray-head, ray0, node1 (contracts/booked_parts.py)
+PART_MAX = 40  # LaunchRequest.part's bound
+Part = Annotated[str, Field(max_length=PART_MAX, pattern=PART_PATTERN)]
+Role = Literal["server", "rpc-server", "ray-head", "ray-worker", "sglang-node"]  # contracts/agent.py ROLES
+_Index = Annotated[int, Field(ge=0, le=MAX_GPUS)]
 
 
 class BookingQuery(BaseModel):
-    """Which of this host's GPUs the ledger booked for ``instance`` (a name: checked by the handler)."""
+    """Which of this host's GPUs and parts the ledger booked for ``instance`` (a name: checked by the
+    handler's validator, which refuses any other field)."""
 
+    model_config = ConfigDict(extra="forbid")
     instance: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
 
 
+class BookingsQuery(BaseModel):
+    """The bookings on this host of each of ``instances`` (the orphan check's one read per check)."""
+
+    model_config = ConfigDict(extra="forbid")
+    instances: list[Name] = Field(max_length=MAX_ASKED)
+
+
+class BookedPart(BaseModel):
+    """One process a booking lets this host run: ``part`` "" is the inference server itself, the
+    others the helpers of a placement across several workers (contracts/launch_parts.py), each in
+    its ``role`` and on its GPUs (a subset of the ledger's lines here)."""
+
+    part: Part = ""
+    role: Role = "server"
+    gpu_indexes: list[_Index] = Field([], max_length=MAX_GPUS)
+
+
 class Booking(BaseModel):
-    """The ledger's lines for one instance on one host: ``booked`` false when it holds none there
-    (a CPU-only booking holds a line without a GPU: booked, with no indexes)."""
+    """The ledger's booking of one instance on one host: ``booked`` false when it holds none there,
+    or when the instance is not one its deployment wants (``reason`` says which); a CPU-only
+    booking holds a line without a GPU: booked, with no indexes. ``parts``: the processes it may
+    run here, each at most once; ``vram_claim``/``ram_claim``: what the ledger booked here for its
+    server (the main worker's lines), which the agent measures its use against."""
 
     booked: bool = False
-    gpu_indexes: list[int] = Field([], max_length=MAX_GPUS)
+    gpu_indexes: list[_Index] = Field([], max_length=MAX_GPUS)
+    parts: list[BookedPart] = Field([], max_length=MAX_GPUS + 2)
+    vram_claim: dict[_Index, Annotated[int, Field(ge=0, le=MAX_BYTES)]] = Field({}, max_length=MAX_GPUS)
+    ram_claim: int = Field(0, ge=0, le=MAX_BYTES)
+    reason: str = Field("", max_length=1000)
+
+    def part(self, name: str) -> BookedPart | None:
+        return next((p for p in self.parts if p.part == name), None)
+
+
+class HostBookings(BaseModel):
+    """The answer to BookingsQuery: instance -> its booking here (one not booked is left out)."""
+
+    bookings: dict[Name, Booking] = Field({}, max_length=MAX_ASKED)
 
 
 class BookingAsk(BaseModel):
@@ -153,3 +198,18 @@ class BookingAsk(BaseModel):
 
     instance: Name
     worker: Name
+
+
+class BookingsAsk(BaseModel):
+    """The orphan check's read (activities/booking.py), run by the host workflow for its agent."""
+
+    instances: list[Name] = Field(max_length=MAX_ASKED)
+    worker: Name
+
+
+class HeldAsk(BaseModel):
+    """Whether the ledger holds exactly ``plan`` for ``instance``, a wanted replica (the instance
+    workflow asks before it trusts a placement carried across continue-as-new)."""
+
+    instance: Name
+    plan: PlacementPlan

@@ -17,10 +17,18 @@ Replicas decided one after another in one control-plane process do not pick the 
 
 Both legs are idempotent and keyed by instance: reserving the same plan twice books once;
 releasing twice (or releasing what was never reserved) is a no-op.
+
+Only a wanted instance is booked (``wanted_problem``, in the booking's transaction): its deployment
+exists and is active, started it (its row is ``wanted``: store/records.py create_instances) and has
+not deleted it, and its name is one of that deployment's (``<deployment>-<n>``). An instance workflow
+started by hand, or a workflow of one's own continued as new into one, holds nothing: ``NotWanted``.
+The booking names the backend it was made for, so the ledger's read (store/bookings.py) can say
+which processes each host may run for it (contracts/booked_parts.py).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -31,7 +39,7 @@ from sqlmodel import Session, select
 from contracts.control import PlacementPlan
 from store import changes, tenants
 from store.snapshot import worker_model
-from store.tables import InstanceRow, ReservationRow, WorkerRow, utcnow
+from store.tables import DeploymentRow, InstanceRow, ReservationRow, WorkerRow, utcnow
 from scheduler.allocatable import Allocated, allocatable
 from scheduler.errors import GpuflowError
 from scheduler.units import gib
@@ -44,6 +52,43 @@ class StaleDecision(GpuflowError):
 class OverQuota(StaleDecision):
     """The booking would take the instance's tenant over a limit (checked on the ledger, under a
     lock per tenant): decided again, the instance then waits PENDING with the quota named."""
+
+
+class NotWanted(GpuflowError):
+    """The instance is not one its deployment wants (``wanted_problem``): nothing is booked, and no
+    decision mends it."""
+
+
+def unwanted(instance: str, row) -> str | None:
+    """Why the instance of store row ``row`` (deployment, state, wanted; None: no row) is not one
+    its deployment wants, whatever that deployment's state (None: it is)."""
+    if row is None:
+        return (f"instance {instance} was not started by a deployment (no record of it in the store); replicas are "
+                "started by their deployment (gpuflow deploy)")
+    if row.state == "deleted":
+        return f"instance {instance} of deployment {row.deployment} was deleted"
+    if row.wanted is False:
+        return (f"instance {instance} was not started by its deployment {row.deployment} (it was started by hand); "
+                "replicas are started by their deployment (gpuflow deploy)")
+    if not re.fullmatch(re.escape(row.deployment) + r"-[0-9]+", instance):
+        return f"instance {instance} is not one of deployment {row.deployment}'s (they are named {row.deployment}-<n>)"
+    return None
+
+
+def wanted_problem(s: Session, instance: str) -> str | None:
+    """Why ``instance`` may not be booked now (None: it may): ``unwanted``, or its deployment is
+    missing or not active (a deleting one's replicas keep what they hold until they stop)."""
+    t, d = InstanceRow.__table__, DeploymentRow.__table__
+    row = s.connection().execute(select(t.c.deployment, t.c.state, t.c.wanted).where(t.c.name == instance)).first()
+    why = unwanted(instance, row)
+    if why:
+        return why
+    dep = s.connection().execute(select(d.c.state).where(d.c.name == row.deployment)).first()
+    if dep is None:
+        return f"instance {instance}: its deployment {row.deployment} does not exist"
+    if dep.state != "active":
+        return f"instance {instance}: its deployment {row.deployment} is {dep.state}"
+    return None
 
 
 def plan_rows(instance: str, plan: PlacementPlan) -> list[ReservationRow]:
@@ -130,14 +175,15 @@ def check(workers: dict[str, WorkerRow], booked: dict[str, Allocated], rows: lis
     return problems
 
 
-def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = "",
-            decision: dict | None = None, state: str = "scheduled") -> tuple[PlacementPlan, bool]:
+def reserve(engine: Engine, instance: str, plan: PlacementPlan, reason: str = "", decision: dict | None = None,
+            state: str = "scheduled", backend: str | None = None) -> tuple[PlacementPlan, bool]:
     """Book ``plan`` for ``instance``: returns (the plan booked, booked now?). False: this exact
-    plan was already held. Raises StaleDecision when it does not fit (nothing is written). The
-    instance's row is ``state`` (SCHEDULED, or STARTING when its launch follows at once) in the
-    same transaction, with ``reason`` and ``decision``."""
-    out = reserve_many(engine, [Booking(instance, plan, reason, decision, state)])[0]
-    if isinstance(out, StaleDecision):
+    plan was already held. Raises StaleDecision when it does not fit, NotWanted when the instance is
+    not one its deployment wants (nothing is written). The instance's row is ``state``
+    (SCHEDULED, or STARTING when its launch follows at once) in the same transaction, with
+    ``reason``, ``decision`` and the ``backend`` it is booked for."""
+    out = reserve_many(engine, [Booking(instance, plan, reason, decision, state, backend)])[0]
+    if isinstance(out, GpuflowError):
         raise out
     return out
 
@@ -149,23 +195,24 @@ class Booking:
     reason: str = ""
     decision: dict | None = None
     state: str = "scheduled"
+    backend: str | None = None  # the spec's: which parts the booking names (None: any, as before it was stored)
 
 
-def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[PlacementPlan, bool] | StaleDecision]:
+def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[PlacementPlan, bool] | StaleDecision | NotWanted]:
     """``reserve`` for several instances in one transaction and one commit (a batch of placements:
     activities/place_batch.py). The workers of every plan are locked together first, in name
     order, so two batches cannot deadlock. Each plan is checked against the ledger as the bookings
-    before it in the batch left it; one that does not fit gets its StaleDecision (or OverQuota),
-    nothing of it written, and the others are booked."""
+    before it in the batch left it; one that does not fit gets its StaleDecision (or OverQuota), one
+    not wanted its NotWanted, nothing of it written, and the others are booked."""
     wanted = [plan_rows(b.instance, b.plan) for b in bookings]
-    out: list[tuple[PlacementPlan, bool] | StaleDecision] = []
+    out: list[tuple[PlacementPlan, bool] | StaleDecision | NotWanted] = []
     with Session(engine) as s:
         workers = _lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
         touched: dict[str, WorkerRow] = {}
         for b, rows in zip(bookings, wanted):
             try:
                 now = _reserve_in(s, workers, b, rows)
-            except StaleDecision as e:
+            except (StaleDecision, NotWanted) as e:
                 out.append(e)
                 continue
             out.append((b.plan, now))
@@ -178,6 +225,9 @@ def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[Placemen
 
 def _reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
     """One booking inside the batch's transaction; True when it was booked now (False: held already)."""
+    why = wanted_problem(s, b.instance)
+    if why:
+        raise NotWanted(why)
     held = _held(s, b.instance)
     if held and _same(held, wanted):
         return False
@@ -192,21 +242,26 @@ def _reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: l
         s.exec(delete(ReservationRow).where(ReservationRow.instance == b.instance))
     s.add_all(wanted)
     s.flush()  # the next booking of the batch reads the ledger with Core statements: they see these rows
-    _mark_scheduled(s, b.instance, b.plan, b.reason, b.decision, b.state)
+    _mark_scheduled(s, b.instance, b.plan, b.reason, b.decision, b.state, b.backend)
     return True
 
 
 def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[str, PlacementPlan],
-            reason: str) -> tuple[PlacementPlan, bool]:
+            reason: str, backend: str | None = None) -> tuple[PlacementPlan, bool]:
     """Move the victims' GPUs to ``instance`` in one transaction: their ledger lines deleted,
     ``plan`` booked, so no third replica can take what they free. Under the locks of every worker
     touched, each victim must still hold exactly what the decision assumed (``victims``: name ->
     the placement it held in the snapshot), ``plan`` must fit beside the rest, and the tenant's
     limits must hold; else StaleDecision (nothing written). Idempotent like ``reserve``: the same
     plan already held returns (plan, False). The victims' rows keep their state (their processes
-    still run until their workflows stop them) with ``reason``, and no placement."""
+    still run until their workflows stop them) with ``reason``, and no placement. NotWanted (nothing
+    written) when ``instance`` is not one its deployment wants. ``backend``: the one it is booked
+    for; None: its deployment's spec's."""
     wanted = plan_rows(instance, plan)
     with Session(engine) as s:
+        why = wanted_problem(s, instance)
+        if why:
+            raise NotWanted(why)
         held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
         if held and _same(held, wanted):
             return plan, False
@@ -237,19 +292,27 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
                 row.placement, row.reason, row.updated_at = None, reason, utcnow()
                 s.add(row)
             changes.bump(s, v)
-        _mark_scheduled(s, instance, plan)
+        _mark_scheduled(s, instance, plan, backend=backend or _spec_backend(s, instance))
         s.commit()
         return plan, True
 
 
+def _spec_backend(s: Session, instance: str) -> str | None:
+    """The backend of ``instance``'s deployment's spec (a preemption's booking carries no spec)."""
+    row = s.get(InstanceRow, instance)
+    dep = s.get(DeploymentRow, row.deployment) if row is not None else None
+    backend = dep.spec.get("backend") if dep is not None and isinstance(dep.spec, dict) else None
+    return backend if isinstance(backend, str) else None
+
+
 def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str = "",
-                    decision: dict | None = None, state: str = "scheduled") -> None:
+                    decision: dict | None = None, state: str = "scheduled", backend: str | None = None) -> None:
     """The booked instance's row, in the booking's transaction: SCHEDULED (or ``state``) with its
     placement, out of the PENDING queue (a later return is a new arrival). A Core statement: it
     runs under the write lock of every booking."""
     t = InstanceRow.__table__
     vals = dict(state=state, reason=reason, updated_at=utcnow(), queued_at=None, worker=plan.worker,
-                gpu_indexes=list(plan.gpu_indexes), placement=plan.model_dump(mode="json"))
+                gpu_indexes=list(plan.gpu_indexes), placement=plan.model_dump(mode="json"), backend=backend)
     if decision is not None:
         vals["decision"] = decision
     s.connection().execute(update(t).where(t.c.name == instance).values(**vals))
@@ -285,15 +348,6 @@ def workers_of(engine: Engine, instance: str) -> list[str]:
     """The workers ``instance`` holds ledger lines on (its main worker and its subordinates')."""
     with Session(engine) as s:
         return sorted(set(s.exec(select(ReservationRow.worker).where(ReservationRow.instance == instance))))
-
-
-def booking_on(engine: Engine, instance: str, worker: str) -> tuple[bool, list[int]]:
-    """(whether ``instance`` holds any ledger line on ``worker``, the GPU indexes they book there):
-    what an agent may start for the instance (the booking check, contracts/host.py)."""
-    with Session(engine) as s:
-        idx = list(s.exec(select(ReservationRow.gpu_index).where(ReservationRow.instance == instance,
-                                                                ReservationRow.worker == worker)))
-    return bool(idx), sorted({i for i in idx if i >= 0})
 
 
 def instances_on(engine: Engine, worker: str) -> list[str]:

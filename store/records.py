@@ -132,9 +132,13 @@ def record_instances(engine: Engine, recs: list[InstanceRecord]) -> None:
             if rec.decision is not None:
                 vals["decision"] = rec.decision
             queued = rec.state in QUEUED
+            if rec.state == "deleted":
+                vals["wanted"] = False  # for good: its deployment starts a new one to replace it
             if not conn.execute(update(t).where(t.c.name == rec.name).values(
                     **vals, queued_at=func.coalesce(t.c.queued_at, now) if queued else None)).rowcount:
-                conn.execute(insert(t).values(**vals, name=rec.name, queued_at=now if queued else None))
+                # a workflow its deployment did not start (start_instances writes the first row): shown, never booked
+                conn.execute(insert(t).values(**{**vals, "wanted": False}, name=rec.name,
+                                              queued_at=now if queued else None))
             file_state = "ready" if rec.state == "running" else rec.model_file_state
             if file_state and rec.worker and rec.model_source and not rec.model_source.startswith("/"):
                 # a server that came up there had its hub files there: the locality scorer prefers this
@@ -174,19 +178,27 @@ def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
 
 def create_instances(engine: Engine, recs: list[InstanceRecord]) -> list[str]:
     """Insert the first row of each instance in one transaction (one commit for a batch of
-    replicas, not one each); a row its workflow has written since is left as it is. Returns the
-    names inserted."""
+    replicas, not one each), wanted: its deployment asked for it, so the ledger may book it. A row
+    its workflow has written since is left as it is (it is wanted all the same); a deleted one
+    (a deployment made again after a delete reuses the names) is a new instance's first row.
+    Returns the names inserted."""
     if not recs:
         return []
     with Session(engine) as s:
-        have = set(s.exec(select(InstanceRow.name).where(InstanceRow.name.in_([r.name for r in recs]))).all())
+        have = {r.name: r for r in s.exec(select(InstanceRow).where(InstanceRow.name.in_([r.name for r in recs])))}
         made = []
         for rec in recs:
-            if rec.name in have:
+            row = have.get(rec.name)
+            if row is not None and row.state != "deleted":
+                if not row.wanted:
+                    row.wanted = True
+                    s.add(row)
                 continue
-            have.add(rec.name)
-            s.add(InstanceRow(name=rec.name, deployment=rec.deployment, model=rec.model, state=rec.state,
-                              queued_at=utcnow() if rec.state in QUEUED else None))
+            row = row or InstanceRow(name=rec.name, deployment=rec.deployment)
+            row.deployment, row.model, row.state, row.reason, row.wanted = rec.deployment, rec.model, rec.state, "", True
+            row.queued_at, row.updated_at = (utcnow() if rec.state in QUEUED else None), utcnow()
+            have[rec.name] = row
+            s.add(row)
             changes.bump(s, rec.name)
             made.append(rec.name)
         s.commit()
@@ -204,7 +216,7 @@ def mark_gone(engine: Engine, name: str, why: str) -> str | None:
         if row is None or row.state == "deleted":
             return None
         worker = row.worker if row.state in ON_A_HOST else None
-        row.state, row.reason, row.updated_at = "deleted", why, utcnow()
+        row.state, row.reason, row.updated_at, row.wanted = "deleted", why, utcnow(), False
         s.add(row)
         changes.bump(s, name)
         s.commit()

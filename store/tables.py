@@ -71,6 +71,11 @@ class InstanceRow(SQLModel, table=True):
     engine_key: str | None = None
     queued_at: datetime | None = None  # when it entered the PENDING queue (its arrival); None once placed
     updated_at: datetime = Field(default_factory=utcnow)
+    # its deployment started it (start_instances) and it is not deleted: only then is it booked
+    # (store/ledger.py). False: a row its own workflow wrote (nobody asked for it), or deleted.
+    # None: a row made before the column (an upgrade keeps such instances running)
+    wanted: bool | None = None
+    backend: str | None = None  # the backend its booking was made for: which parts it runs (contracts/booked_parts.py)
 
 
 class ReservationRow(SQLModel, table=True):

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from store import db
+from store import db, records
 
 PG_URL = os.environ.get("GPUFLOW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -55,3 +55,25 @@ def store(request, tmp_path):
     yield PG_URL, schema, engine
     engine.dispose()
     drop()
+
+
+def want(engine, *names: str, spec: dict | None = None) -> None:
+    """Replicas their deployment started (records.create_instances: wanted), each under an active
+    deployment named by its prefix (``a`` for ``a-0``; made when missing, with ``spec``): only such
+    replicas are booked (store/ledger.py wanted_problem)."""
+    from contracts.control import InstanceRecord
+
+    for d in sorted({n.rsplit("-", 1)[0] for n in names}):
+        if not _has_deployment(engine, d):
+            records.save_deployment(engine, d, {"name": d, **(spec or {})}, 1)
+    records.create_instances(engine, [InstanceRecord(name=n, deployment=n.rsplit("-", 1)[0],
+                                                     model=n.rsplit("-", 1)[0], state="pending") for n in names])
+
+
+def _has_deployment(engine, name: str) -> bool:
+    from sqlmodel import Session
+
+    from store.tables import DeploymentRow
+
+    with Session(engine) as s:
+        return s.get(DeploymentRow, name) is not None

@@ -32,16 +32,20 @@ INPUTS = [
     # workflow inputs
     cp.InstanceInput, cp.DeploymentInput, ch.HostInput, ap.AutoscalerInput,
     # signals, updates, queries
-    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, hp.LogRequest, cp.CordonAsk,
+    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, ch.BookingsQuery, hp.LogRequest,
+    cp.CordonAsk,
     # the cluster workflow's updates (keys, and the reads through the control plane)
     cc.KeyAdd, cc.KeyRevoke, cc.Page, cc.ServingAsk, cc.AuditAsk,
     # the agent's activities (callable by anything that can schedule on a host's queue)
     hp.LaunchRequest, hp.ModelFetch, ha.WatchAsk,
     # activities the workflows call: each one's input
     ha.ReportCheck, cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk, cp.InstanceNames, cp.InstanceRef,
+    ch.BookingsAsk, ch.HeldAsk,
     placement.EstimateAsk, placement.PlaceAsk, placement.PreemptAsk, placement.ScaleDownAsk,
     records.SaveDeployment, records.StartInstances, hosts.HostRef, hosts.HostLost, hosts.HostCordon, hosts.ReadersAsk,
     hosts.ModelPaths, queue.TenantAsk, drain.DrainAsk, ap.DeploymentRef, ap.StepAsk, ap.ApplyAsk,
+    # what the control plane answers the agent's booking checks with (the updates' results)
+    ch.Booking, ch.HostBookings,
     # what a user writes
     ModelSpec, TenantsFile,
 ]

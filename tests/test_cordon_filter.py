@@ -97,6 +97,7 @@ def test_the_store_records_a_cordon_and_the_ledger_refuses_new_bookings_there(st
     from contracts.control import HostReport, PlacementPlan
     from store import ledger, records
     from store.snapshot import generations, load_snapshot
+    from tests.store_fixtures import want
 
     _, _, engine = store
 
@@ -105,6 +106,7 @@ def test_the_store_records_a_cordon_and_the_ledger_refuses_new_bookings_there(st
 
     assert records.cordon_worker(engine, "sim-1", True, "disk swap") is None  # no row yet
     records.upsert_worker(engine, HostReport(name="sim-1", ram_total=64 * GiB, gpus=[gpu(0, 24)], simulated=True))
+    want(engine, "old-0", "new-0")
     ledger.reserve(engine, "old-0", plan(16))
     gen = generations(engine)["sim-1"]
     assert records.cordon_worker(engine, "sim-1", True, "disk swap") is True

@@ -9,6 +9,7 @@ from contracts.control import HostReport, PlacementPlan
 from store import ledger, records
 from scheduler.cluster import GPU
 from scheduler.units import GiB
+from tests.store_fixtures import want
 
 
 def report(boot: str, gpus: int = 1) -> HostReport:
@@ -41,6 +42,7 @@ def test_the_instances_on_a_host_are_those_with_ledger_lines_there(store):
         records.upsert_worker(engine, report("x").model_copy(update={"name": h, "gpus": [GPU(index=i, vram_total=24 * GiB)
                                                                                           for i in range(2)]}))
     one = {"vram": {0: GiB}, "ram": GiB}
+    want(engine, "a-0", "b-0", "c-0")
     ledger.reserve(engine, "a-0", PlacementPlan(worker="h1", gpu_indexes=[0], claim=one))
     ledger.reserve(engine, "b-0", PlacementPlan(worker="h2", gpu_indexes=[0], claim=one))
     # c-0 spans both: main on h2, a subordinate on h1 (it must hear of h1 too)
@@ -64,6 +66,7 @@ def test_a_host_is_forgotten_only_when_it_holds_nothing_and_does_not_answer(stor
     _, _, engine = store
     records.upsert_worker(engine, report("x"))
     one = {"vram": {0: GiB}, "ram": GiB}
+    want(engine, "a-0", "b-0")
     ledger.reserve(engine, "a-0", PlacementPlan(worker="h1", gpu_indexes=[0], claim=one))
     with Session(engine) as s:
         s.add(ModelFileRow(worker="h1", source="hf:o/m", state="ready"))

@@ -4,6 +4,7 @@ and release, stale plans rejected, and no overbooking under concurrent threads a
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,7 @@ from store import db, ledger, records
 from store.snapshot import load_snapshot
 from scheduler.cluster import GPU
 from scheduler.units import GiB
+from tests.store_fixtures import want
 
 
 
@@ -30,6 +32,7 @@ def plan(worker: str, gpu: int, vram_gib: float, ram_gib: float = 1) -> Placemen
 def test_reserve_is_idempotent_and_release_symmetric(store):
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
+    want(engine, "a-0")
     assert ledger.reserve(engine, "a-0", plan("h1", 0, 10))[1] is True
     assert ledger.reserve(engine, "a-0", plan("h1", 0, 10))[1] is False  # same plan again: books once
     assert ledger.booked_per_gpu(engine) == {("h1", 0): 10 * GiB}
@@ -44,6 +47,7 @@ def test_a_plan_from_a_moved_snapshot_that_still_fits_is_booked_as_it_is(store):
     booked as decided while it still fits (the check guards capacity, not the generation), once."""
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
+    want(engine, "a-0", "b-0")
     decided = plan("h1", 0, 10)
     records.upsert_worker(engine, host("h1", gpus=2, gib=48))  # the inventory moved: generations bumped
     ledger.reserve(engine, "b-0", plan("h1", 1, 10))  # and a booking on the other GPU
@@ -58,6 +62,7 @@ def test_a_new_plan_replaces_the_held_lines_even_on_the_same_gpu(store):
     worker and GPU; an INSERT flushed before the DELETE failed here forever)."""
     _, _, engine = store
     records.upsert_worker(engine, host("h1", gpus=2, gib=48))
+    want(engine, "a-0")
     ledger.reserve(engine, "a-0", plan("h1", 0, 30))
     again = plan("h1", 0, 40)  # the same GPU of 48 GiB: 30 + 40 > 48, so it fits only in place of its own 30
     assert ledger.reserve(engine, "a-0", again) == (again, True)
@@ -72,6 +77,7 @@ def test_a_new_plan_replaces_the_held_lines_even_on_the_same_gpu(store):
 def test_stale_plan_rejected_with_numbers(store, first, second, fits):
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
+    want(engine, "a-0", "a-1")
     ledger.reserve(engine, "a-0", plan("h1", 0, first))
     if fits:
         assert ledger.reserve(engine, "a-1", plan("h1", 0, second))
@@ -89,6 +95,7 @@ def test_a_batch_books_what_fits_as_the_bookings_before_it_left_the_ledger(store
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
     records.upsert_worker(engine, host("h2"))
+    want(engine, "a-0", "b-0", "c-0")
     gen0 = {w.name: w.generation for w in records.workers(engine)}
     got = ledger.reserve_many(engine, [ledger.Booking("a-0", plan("h1", 0, 20)), ledger.Booking("b-0", plan("h1", 0, 10)),
                                        ledger.Booking("c-0", plan("h1", 1, 10)), ledger.Booking("a-0", plan("h1", 0, 20))])
@@ -102,6 +109,7 @@ def test_a_batch_books_what_fits_as_the_bookings_before_it_left_the_ledger(store
 def test_system_reserve_and_worker_state_are_checked(store):
     _, _, engine = store
     records.upsert_worker(engine, host("h1", reserve_vram=2))  # 24 - 2 = 22 GiB bookable per GPU
+    want(engine, "a-0")
     with pytest.raises(ledger.StaleDecision, match="needs 23"):
         ledger.reserve(engine, "a-0", plan("h1", 0, 23))
     records.set_worker_state(engine, "h1", "not_ready", "missed heartbeats")
@@ -116,6 +124,7 @@ def test_snapshot_shows_reserved_claims(store):
     records.upsert_worker(engine, host("h1"))
     from contracts.control import InstanceRecord
 
+    want(engine, "m-0")
     records.record_instance(engine, InstanceRecord(name="m-0", deployment="m", model="m", state="pending"))
     ledger.reserve(engine, "m-0", plan("h1", 1, 8))
     snap = load_snapshot(engine)
@@ -154,6 +163,7 @@ def test_no_overbooking_under_concurrency(store):
     url, schema, engine = store
     for h in ("h1", "h2"):
         records.upsert_worker(engine, host(h))
+    want(engine, *[name for seed in [*range(8), *range(100, 104)] for name, _ in _attempts(40, seed)])
     with ThreadPoolExecutor(8) as ex:
         won = sum(ex.map(lambda s: _try_all(engine, _attempts(40, s)), range(8)))
     q = mp.get_context("spawn").Queue()
@@ -173,3 +183,66 @@ def test_no_overbooking_under_concurrency(store):
     per_gpu = ledger.booked_per_gpu(engine)
     assert won >= 8  # every GPU takes at least two 9 GiB plans: the race did not starve everyone
     assert all(b <= 24 * GiB for b in per_gpu.values())
+
+
+def _own_row(engine, name: str) -> None:  # a workflow's own first record: what an instance started by hand writes
+    from contracts.control import InstanceRecord
+
+    records.record_instance(engine, InstanceRecord(name=name, deployment=name.rsplit("-", 1)[0], model="m",
+                                                   state="analyzing"))
+
+
+def _deleted(engine, name: str) -> None:  # its workflow's teardown
+    from contracts.control import InstanceRecord
+
+    records.record_instance(engine, InstanceRecord(name=name, deployment=name.rsplit("-", 1)[0], model="m",
+                                                   state="deleted"))
+
+
+def _pre_upgrade(engine, name: str) -> None:  # a row made before the wanted column: NULL, left running
+    from sqlalchemy import update
+
+    from store.tables import InstanceRow
+
+    want(engine, name)
+    with engine.begin() as c:
+        c.execute(update(InstanceRow.__table__).where(InstanceRow.__table__.c.name == name).values(wanted=None))
+
+
+@pytest.mark.parametrize("setup, name, refused", [
+    (lambda e: None, "m-0", "instance m-0 was not started by a deployment"),  # M2, the quick path: no row at all
+    (lambda e: (records.save_deployment(e, "m", {"name": "m"}, 1), _own_row(e, "m-9")),
+     "m-9", "instance m-9 was not started by its deployment m (it was started by hand)"),  # M2: its own row
+    (lambda e: (want(e, "m-0"), _deleted(e, "m-0")), "m-0", "instance m-0 of deployment m was deleted"),
+    (lambda e: (want(e, "m-0"), _deleted(e, "m-0"), _own_row(e, "m-0")),
+     "m-0", "was not started by its deployment m"),  # a deleted replica's name, revived by hand: still not wanted
+    (lambda e: (want(e, "m-0"), records.save_deployment(e, "m", {}, 1, "deleting")), "m-0",
+     "its deployment m is deleting"),
+    (lambda e: (want(e, "m-0"), records.save_deployment(e, "m", {}, 0, "deleted")), "m-0", "its deployment m is deleted"),
+    (lambda e: records.create_instances(e, [_rec("gone-0", "gone")]), "gone-0", "its deployment gone does not exist"),
+    (lambda e: (records.save_deployment(e, "other", {}, 1), records.create_instances(e, [_rec("m-0", "other")])),
+     "m-0", "is not one of deployment other's (they are named other-<n>)"),
+    (lambda e: want(e, "m-0"), "m-0", None),  # its deployment started it and is active: booked
+    (lambda e: _pre_upgrade(e, "m-0"), "m-0", None),  # a row from before the column: kept as it was
+    (lambda e: (want(e, "m-0"), _deleted(e, "m-0"), want(e, "m-0")), "m-0", None),  # deployed again after a delete
+])
+def test_only_a_replica_its_deployment_wants_is_booked(store, setup, name, refused):
+    """At the ledger, not only at the agent (issue 40, M2 and M3): an instance workflow started by
+    hand, or continued as new into from one's own, is booked like any replica before this rule."""
+    _, _, engine = store
+    records.upsert_worker(engine, host("h1"))
+    setup(engine)
+    if refused is None:
+        assert ledger.reserve(engine, name, plan("h1", 0, 10))[1] is True
+        return
+    with pytest.raises(ledger.NotWanted, match=re.escape(refused)):
+        ledger.reserve(engine, name, plan("h1", 0, 10))
+    with pytest.raises(ledger.NotWanted, match=re.escape(refused)):  # nor by preemption
+        ledger.preempt(engine, name, plan("h1", 0, 10), {}, "x")
+    assert ledger.booked_per_gpu(engine) == {}  # nothing of it written
+
+
+def _rec(name: str, deployment: str):
+    from contracts.control import InstanceRecord
+
+    return InstanceRecord(name=name, deployment=deployment, model=deployment, state="pending")

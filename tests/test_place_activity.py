@@ -49,10 +49,10 @@ async def test_place_books_what_it_decides_and_returns_the_rest_unbooked(store):
 
 async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(store, monkeypatch):
     """Two GPUs. This worker decides GPU 0 for a-0; before it books, the other control-plane
-    worker books b-0 there (its cache did not know). The ledger refuses a-0's plan; the same call
+    worker books a-1 there (its cache did not know). The ledger refuses a-0's plan; the same call
     decides again and books GPU 1."""
     _, _, engine = store
-    seed(engine, 2, ["a-0", "b-0"])
+    seed(engine, 2, ["a-0", "a-1"])
     acts, other = control_activities(engine, None), control_activities(engine, None)
     real = ledger.reserve_many
     calls: list[str] = []
@@ -60,9 +60,9 @@ async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(st
     def reserve_many(engine_, bookings):
         calls.extend(f"{b.instance}@{b.plan.gpu_indexes}" for b in bookings)
         if len(calls) == 1:
-            theirs = other.decider.decide("b-0", acts_spec(), other.estimates.get(acts_spec()))
+            theirs = other.decider.decide("a-1", acts_spec(), other.estimates.get(acts_spec()))
             assert theirs.plan.gpu_indexes == bookings[0].plan.gpu_indexes  # it picked the same GPU
-            real(engine_, [ledger.Booking("b-0", theirs.plan)])
+            real(engine_, [ledger.Booking("a-1", theirs.plan)])
         return real(engine_, bookings)
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)

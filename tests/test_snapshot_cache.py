@@ -51,6 +51,7 @@ STEPS = [
 def test_incremental_refresh_equals_full_load(store):
     _, _, engine = store
     records.upsert_worker(engine, host("h1"))
+    records.save_deployment(engine, "a", {"name": "a"}, 2)  # the deployment its replicas are booked for
     cache = SnapshotCache()
     same(cache, engine)
     assert cache.stats.full == 1
@@ -84,6 +85,7 @@ def test_refreshes_racing_bookings_never_show_a_booking_without_its_generation(s
 
     _, _, engine = store
     records.upsert_worker(engine, host("h1", gpus=8, gib=80))
+    records.save_deployment(engine, "b", {"name": "b"}, n)
     cache = SnapshotCache()
 
     def book(i: int) -> None:
@@ -123,6 +125,7 @@ def test_an_assumed_placement_holds_its_gpu_until_the_store_shows_it_booked(stor
 
     _, _, engine = store
     records.upsert_worker(engine, host("h1", gpus=2, gib=24))
+    records.save_deployment(engine, "a", {"name": "a"}, 2)
     for n in ("a-0", "a-1"):
         records.create_instance(engine, InstanceRecord(name=n, deployment="a", model="m", state="pending"))
     cache = SnapshotCache()

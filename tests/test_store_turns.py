@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 from contracts.control import InstanceRecord
 from store import db, ledger, records
 from store.tables import InstanceRow
+from tests.store_fixtures import want
 
 
 @pytest.fixture
@@ -50,6 +51,7 @@ def test_many_threads_write_without_locked_errors(engine):
 
 @pytest.mark.parametrize("how", ["exception", "closed without commit", "rollback"])
 def test_every_way_a_write_ends_gives_the_turn_back(engine, how):
+    want(engine, "m-0")
     records.record_instance(engine, rec("m-0", "pending"))
     if how == "exception":  # the ledger refuses a plan (nothing written): its transaction rolls back
         with pytest.raises(ledger.StaleDecision):

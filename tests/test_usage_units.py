@@ -9,6 +9,7 @@ import os
 import pytest
 
 from contracts.agent import LaunchRequest
+from contracts.host import Booking
 from contracts.usage import GpuUse, ReplicaUse
 from scheduler.units import GiB, MiB
 from tests.test_inventory_nvml import FakeNVML, engine_with_child
@@ -105,8 +106,9 @@ def test_the_book_keeps_the_latest_and_the_peak_per_replica():
     book.gpu_names = {0: "NVIDIA H100 80GB HBM3"}
     req = LaunchRequest(instance="w-0", model="w", backend="llama.cpp", gpu_indexes=[0], vram_claim={0: 10 * GiB},
                         ram_claim=GiB, source="huggingface:Qwen/Qwen2-0.5B-GGUF:q4.gguf", backend_parameters=["-c", "4096"])
-    book.watch(req)
-    book.watch(req.model_copy(update={"role": "rpc-server", "part": "rpc0"}))
+    booked = Booking(booked=True, gpu_indexes=[0], vram_claim={0: 10 * GiB}, ram_claim=GiB)  # the ledger's, here
+    book.watch(req, booked)
+    book.watch(req.model_copy(update={"role": "rpc-server", "part": "rpc0"}), booked)
     recs = [Record("w-0", 11, 8000, [], ""), Record("w-0@rpc0", 12, 8001, [], "")]
     assert book.report() is None and not book.due()  # nothing sampled yet: nothing to say
     for _ in range(3):
@@ -119,6 +121,34 @@ def test_the_book_keeps_the_latest_and_the_peak_per_replica():
     book.probe = lambda procs: {}
     book.sample([])
     assert book.due() and book.report() == []  # the replica is gone: news, and nothing to report
+
+
+class Flat:
+    """The probe seam: every process holds 5 GiB on GPU 0 and 1 GiB of RSS."""
+
+    def __call__(self, procs):
+        from worker_agent.memory_probe import Held
+
+        return {p.key: Held({0: 5 * GiB}, GiB, "nvml") for p in procs}
+
+
+def test_a_relaunch_never_wipes_the_claim_and_only_booked_parts_are_reported():
+    """The claim is the ledger's (the booking's), not the request's: the probe's relaunch of the
+    booked server carried vram_claim {} and had wiped the replica's reported claim (10 -> 0 GiB).
+    A process the table runs but no booking check let through (an earlier run's p9, a pid file
+    written by hand) is neither measured nor reported."""
+    book = UsageBook(Flat(), clock=lambda: 1000.0)
+    booked = Booking(booked=True, gpu_indexes=[0], vram_claim={0: 10 * GiB}, ram_claim=GiB)
+    first = LaunchRequest(instance="w-0", model="w", backend="vllm", gpu_indexes=[0], vram_claim={0: 10 * GiB},
+                          ram_claim=GiB)
+    book.watch(first, booked)
+    book.watch(first.model_copy(update={"vram_claim": {}, "ram_claim": 0}), booked)  # the relaunch: adopted
+    book.watch(first.model_copy(update={"vram_claim": {0: 80 * GiB}}), booked)  # nor can one inflate it
+    recs = [Record("w-0", 11, 8000, [], ""), Record("w-0@p9", 12, 8001, [], ""), Record("ghost-0", 13, 8002, [], "")]
+    (r,) = book.sample(recs).values()
+    # w-0 alone: 5 GiB used of the ledger's 10 (p9's 5 GiB and ghost-0's are not counted: not booked)
+    assert (r.instance, r.vram_used, r.vram_claimed, r.ram_claimed) == ("w-0", 5 * GiB, 10 * GiB, GiB)
+    assert [x.instance for x in book.report()] == ["w-0"]
 
 
 def test_what_crosses_temporal_is_bounded():

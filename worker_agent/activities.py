@@ -18,14 +18,14 @@ from typing import Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from contracts.host import HostReport
+from contracts.host import Booking, HostReport
 from contracts.host_auth import WatchAsk
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from contracts import agent as p
 from worker_agent import pinning
-from worker_agent.bookings import BookingUnknown, Bookings, refusal
+from worker_agent.bookings import BookingUnknown, Bookings, part_of, refusal
 from worker_agent.credential import HostCredential
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engine_key import EngineKeys, bearer, key_env, new_nonce, sglang_config, write_secret
@@ -204,7 +204,7 @@ class HostActivities:
             check_launch(req, self.engines)
         except LaunchRefused as e:
             raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
-        await self._check_booking(req)
+        booking = await self._check_booking(req)
         key = req.key
         rec = self.table.find(key)
         adopted = rec is not None and self.table.alive(rec.pid)
@@ -237,7 +237,7 @@ class HostActivities:
                                        non_retryable=True) from None
         dist = _dist_port(rec.argv)
         if self.usage is not None:
-            self.usage.watch(req)
+            self.usage.watch(req, booking)  # measured against the ledger's claim, never the request's
         if not req.wait_ready:
             return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                                   address=self.address, dist_port=dist, binding=bound,
@@ -271,20 +271,36 @@ class HostActivities:
                               address=self.address, dist_port=dist, binding=bound,
                               kv_events_port=rec.kv_events_port, key_id=rec.key_id)
 
-    async def _check_booking(self, req: p.LaunchRequest) -> None:
-        """No process without its booking: the ledger, not the request, says which GPUs of this host
-        the instance holds. Refused with NotBooked (not retried) when it holds none or not these: its
-        workflow places it again; retried (BookingUnknown) when the control plane cannot be asked."""
-        instance = p.instance_of(req.key)
+    async def _check_booking(self, req: p.LaunchRequest) -> Booking:
+        """No process without its booking: the ledger, not the request, says which processes (parts)
+        the instance may run on this host, in which role and on which GPUs (bookings.py). Refused
+        with NotBooked (not retried) when it holds none here, or not this part, role or these GPUs:
+        its workflow places it again; retried (BookingUnknown) when the control plane cannot be asked."""
         try:
-            booking = await self.bookings.booked(instance)
+            booking = await self.bookings.booked(p.instance_of(req.key))
         except BookingUnknown as e:
             raise ApplicationError(str(e), type="BookingUnknown") from None
-        why = refusal(instance, self.name, list(req.gpu_indexes), booking)
+        why = refusal(req.key, self.name, req.role, list(req.gpu_indexes), booking)
         if why:
             if self.metrics:
                 self.metrics.failures.labels(self.name, req.backend).inc()
             raise ApplicationError(why, type="NotBooked", non_retryable=True)
+        self.table.seen_booked(req.key)
+        return booking
+
+    async def _watch_booked(self, req: p.LaunchRequest) -> None:
+        """A supervised process that the usage book does not measure yet (adopted by a new agent run):
+        measured once the ledger says its part is booked here, against the ledger's claim; a part
+        not booked (or a ledger that does not answer) is not measured, nor reported."""
+        if self.usage is None or self.usage.watching(req.key):
+            return
+        try:
+            booking = await self.bookings.booked(p.instance_of(req.key))
+        except BookingUnknown:
+            return
+        if booking.booked and booking.part(part_of(req.key)) is not None:
+            self.table.seen_booked(req.key)
+            self.usage.watch(req, booking)
 
     async def _answers(self, req: p.LaunchRequest, port: int, timeout: float = 1.0, key: str | None = None) -> bool:
         if req.role == "server":
@@ -317,8 +333,7 @@ class HostActivities:
         rec = self.table.find(key)
         if rec is None:
             return p.ExitReport(reason=f"{what}the process is not running on this host")
-        if self.usage is not None:
-            self.usage.watch(req)  # an adopted process (a new agent run) is measured against its claim again
+        await self._watch_booked(req)  # an adopted process (a new agent run) is measured against its claim again
         # Each heartbeat the SDK sends is a write of the workflow's state on the Temporal server;
         # at 1,500 replicas, one a minute each was 25 writes/s for a cluster at rest. Called every
         # quarter of the timeout, the first one after that quarter (the start counts), and sent

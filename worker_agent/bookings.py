@@ -1,12 +1,14 @@
 """The booking check, on the agent's side: before it starts any process for an instance, the agent
-asks the control plane which of this host's GPUs the reservation ledger booked for that instance,
-and starts nothing the ledger does not hold. A placement in a workflow's input or in a launch
-request is never trusted on its own: anyone who can start a workflow or an activity through
-Temporal can write one.
+asks the control plane what the reservation ledger booked for that instance on this host, and
+starts nothing the ledger does not hold. One booking, one set of processes: the booking names
+each process (part) its placement needs here (contracts/booked_parts.py), in its role and on its
+GPUs; any other part is refused, naming it, and a part that runs already is adopted, never
+started twice. A placement in a workflow's input or in a launch request is never trusted on its
+own: anyone who can start a workflow or an activity through Temporal can write one.
 
-A seam with one method (STYLE.md §5): :class:`LedgerBookings` asks the host's own workflow
-(``host/<worker>``, update ``booking``; its handler reads the ledger); :class:`HeldBookings` is
-an in-memory ledger for the agent's unit tests."""
+A seam with one method per read (STYLE.md §5): :class:`LedgerBookings` asks the host's own
+workflow (``host/<worker>``, updates ``booking`` and ``bookings``; their handlers read the
+ledger); :class:`HeldBookings` is an in-memory ledger for the agent's unit tests."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from typing import Protocol
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from contracts.agent import instance_of
 from contracts.ids import host_id
-from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
+from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, MAX_ASKED, BookedPart, Booking, BookingQuery,
+                            BookingsQuery, HostBookings)
 
 
 class BookingUnknown(Exception):
@@ -29,6 +33,10 @@ class Bookings(Protocol):
         """The ledger's booking for ``instance`` on this host (raises BookingUnknown when it cannot say)."""
         ...
 
+    async def booked_here(self, instances: list[str]) -> dict[str, Booking]:
+        """Those of ``instances`` the ledger books on this host, with their bookings (BookingUnknown likewise)."""
+        ...
+
 
 class LedgerBookings:
     """Asks the host workflow, which reads the ledger (workflows/host.py, activities/booking.py)."""
@@ -36,35 +44,76 @@ class LedgerBookings:
     def __init__(self, client: Client, host: str):
         self.client, self.host = client, host
 
-    async def booked(self, instance: str) -> Booking:
+    async def _ask(self, update: str, arg, result_type, what: str):
         handle = self.client.get_workflow_handle(host_id(self.host))
         try:
-            return await handle.execute_update(BOOKING_UPDATE, BookingQuery(instance=instance), result_type=Booking)
+            return await handle.execute_update(update, arg, result_type=result_type)
         except (RPCError, WorkflowUpdateFailedError) as e:
-            raise BookingUnknown(f"cannot ask the control plane for the booking of {instance} on {self.host}: "
+            raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: "
                                  f"{getattr(e, 'cause', None) or e}") from None
+
+    async def booked(self, instance: str) -> Booking:
+        return await self._ask(BOOKING_UPDATE, BookingQuery(instance=instance), Booking, instance)
+
+    async def booked_here(self, instances: list[str]) -> dict[str, Booking]:
+        out: dict[str, Booking] = {}
+        for i in range(0, len(instances), MAX_ASKED):
+            chunk = instances[i:i + MAX_ASKED]
+            got = await self._ask(BOOKINGS_UPDATE, BookingsQuery(instances=chunk), HostBookings,
+                                  f"{len(chunk)} instance(s)")
+            out.update(got.bookings)
+        return out
 
 
 class HeldBookings:
-    """An in-memory ledger: instance -> the GPU indexes booked on this host (``[]``: CPU only)."""
+    """An in-memory ledger: instance -> its Booking on this host, or the GPU indexes booked for its
+    server alone (``[]``: CPU only)."""
 
-    def __init__(self, held: dict[str, list[int]] | None = None):
+    def __init__(self, held: dict[str, list[int] | Booking] | None = None):
         self.held = dict(held or {})
 
     async def booked(self, instance: str) -> Booking:
-        if instance not in self.held:
+        got = self.held.get(instance)
+        if got is None:
             return Booking()
-        return Booking(booked=True, gpu_indexes=sorted(self.held[instance]))
+        if isinstance(got, Booking):
+            return got
+        gpus = sorted(got)
+        return Booking(booked=True, gpu_indexes=gpus, parts=[BookedPart(part="", role="server", gpu_indexes=gpus)])
+
+    async def booked_here(self, instances: list[str]) -> dict[str, Booking]:
+        out = {n: await self.booked(n) for n in instances}
+        return {n: b for n, b in out.items() if b.booked}
 
 
-def refusal(instance: str, host: str, gpus: list[int], booking: Booking) -> str | None:
-    """Why a launch of ``instance`` on ``gpus`` of ``host`` is refused given the ledger's ``booking``
-    (None: it may start)."""
+def part_of(key: str) -> str:
+    """The part a process key names: "" for ``m-0`` (the server), ``rpc0`` for ``m-0@rpc0``."""
+    return key.partition("@")[2]
+
+
+def _listed(parts: list[BookedPart]) -> str:
+    return ", ".join(repr(p.part) for p in parts) or "none"
+
+
+def refusal(key: str, host: str, role: str, gpus: list[int], booking: Booking) -> str | None:
+    """Why a launch of the process ``key`` (instance, or instance@part) in ``role`` on ``gpus`` of
+    ``host`` is refused given the ledger's ``booking`` (None: it may start)."""
+    instance, part = instance_of(key), part_of(key)
     if not booking.booked:
-        return (f"no booking in the ledger for instance {instance} on host {host}: an instance launches only "
-                "what the control plane booked for it (start it through its deployment)")
-    extra = sorted(set(gpus) - set(booking.gpu_indexes))
+        said = f"no booking in the ledger for instance {instance} on host {host}"
+        why = f" ({booking.reason})" if booking.reason and booking.reason != said else ""
+        return (f"{said}{why}: an instance launches only what the control plane booked for it "
+                "(start it through its deployment)")
+    booked = booking.part(part)
+    if booked is None:
+        return (f"instance {instance} has no part {part!r} booked on host {host} (booked here: "
+                f"{_listed(booking.parts)}): one booking runs only the processes its placement needs")
+    if booked.role != role:
+        return f"part {part!r} of instance {instance} is booked on host {host} as {booked.role}, not {role}"
+    allowed = set(booked.gpu_indexes) & set(booking.gpu_indexes)
+    extra = sorted(set(gpus) - allowed)
     if extra:
-        return (f"instance {instance} asks for GPU(s) {', '.join(map(str, extra))} of host {host}, which the ledger "
-                f"did not book for it (booked: {', '.join(map(str, booking.gpu_indexes)) or 'none'})")
+        what = f"instance {instance}" + (f" (part {part})" if part else "")
+        return (f"{what} asks for GPU(s) {', '.join(map(str, extra))} of host {host}, which the ledger "
+                f"did not book for it (booked: {', '.join(map(str, sorted(allowed))) or 'none'})")
     return None

@@ -140,6 +140,9 @@ class ProcessTable:
         os.makedirs(self.log_dir, exist_ok=True)
         self.children: dict[int, subprocess.Popen] = {}
         self.poll_s = 1.0  # how often wait_exit looks at a real process
+        # process key -> when (monotonic) the ledger last said it is booked here (the launch's booking
+        # check, the orphan check): a booking that goes away is wound down, not cut (reconcile.py)
+        self.booked_at: dict[str, float] = {}
 
     def _pidfile(self, instance: str) -> str:
         return path_in(self.run_dir, instance, ".json")
@@ -254,6 +257,9 @@ class ProcessTable:
                     await asyncio.sleep(0.05)
         self.forget(instance)
         return True
+
+    def seen_booked(self, key: str) -> None:
+        self.booked_at[key] = time.monotonic()
 
     def forget(self, instance: str) -> None:
         for path in (self._pidfile(instance), self.secret_path(instance)):

@@ -1,32 +1,33 @@
-"""The agent's orphan check: a process this agent started whose instance is gone, or whose
-instance is now placed on other hosts, is stopped and reported (a log line and
-``gpuflow_agent_orphans_stopped_total``). It runs at start-up, before the agent serves (so
-nothing is adopted that should not be), and then every ``Timings.orphan_check_s`` while it
-serves: an instance re-placed while this host was cut off leaves no second copy behind, even
-when the agent itself never restarts.
+"""The agent's orphan check: a process this agent's table knows of whose (instance, part) the
+reservation ledger does not book on this host is stopped and reported (a log line and
+``gpuflow_agent_orphans_stopped_total``, by why). It runs at start-up, before the agent serves (so
+nothing is adopted that should not be), and then every ``Timings.orphan_check_s`` while it serves:
+an instance re-placed while this host was cut off leaves no second copy behind, a part no booking
+names (a helper of a booking that has none, a part a probe invented, a pid file written outside
+any launch) runs no longer than one check, even when the agent itself never restarts.
 
-The verdict per process comes from its instance's workflow (``instance/<name>``; a helper's key
-``instance@part`` belongs to its instance):
+The ledger is asked once per check (the host workflow's ``bookings`` update, worker_agent/bookings.py:
+the parts each instance may run here, contracts/booked_parts.py); a process's instance workflow
+(``instance/<name>``) is asked only when its part is not booked:
 
-| the workflow | its placement | verdict |
-| --- | --- | --- |
-| running | names this host (main or subordinate) | keep: its workflow adopts or supervises it |
-| running | names other hosts, or none (released, PENDING) | stop: ``elsewhere`` |
-| closed, or not found | | stop: ``gone`` |
-| the server or the query does not answer | | keep: not knowing is not gone |
+| the ledger | the process | its instance's workflow | verdict |
+| --- | --- | --- | --- |
+| books its part here | | | keep |
+| does not | never seen booked by this agent run | | stop: ``unbooked`` |
+| does not | seen booked before | closed or not found | stop: ``gone`` |
+| does not | seen booked before | placed on other hosts, or none | stop: ``elsewhere`` |
+| does not | seen booked before | says it is placed here, or does not answer | keep for ``wind_down_s`` after it was last seen booked, then stop: ``unbooked`` |
+| cannot be asked | | as the three rows above | as they say; else keep (not knowing is not gone) |
 
-One visibility query per check first lists the running instance workflows whose main worker
-(the ``GpuflowWorker`` search attribute, set when a placement is booked) is this host: their
-processes are kept without asking each workflow. Only the others (a helper on a subordinate host,
-an instance that visibility does not show yet, an orphan) are described and queried. Asking
-every workflow had cost a describe and a query (a replay of its history, where the control plane
-no longer caches it) per process per ``orphan_check_s``: 50 calls/s at 1,500 replicas. A
-placement moved away in the last moments may still be listed here: its process is then judged by
-the next check.
+The wind-down is a preempted victim's: the ledger moves its GPUs to the preemptor at once, while
+its processes drain (``drain_timeout_s``) before its workflow stops them. A workflow can only make a
+process stop sooner: anybody can start a workflow that says anything, but none keeps a process
+that no booking names past the wind-down.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -36,16 +37,20 @@ from contracts.ids import INSTANCE_STATUS, instance_id
 from contracts.search import SA_WORKER
 from scheduler.naming import name_problem
 from contracts.agent import instance_of
-from worker_agent.processes import ProcessTable
+from worker_agent.bookings import BookingUnknown, Bookings, LedgerBookings, part_of
+from worker_agent.processes import ProcessTable, Record
 
-KEEP, GONE, ELSEWHERE, UNKNOWN = "keep", "gone", "elsewhere", "unknown"
+KEEP, GONE, ELSEWHERE, UNKNOWN, UNBOOKED = "keep", "gone", "elsewhere", "unknown", "unbooked"
+# How long a process whose booking here went away may go on while its workflow says it still runs
+# here: a preempted victim drains (drain_timeout_s, 30 s by default), then its workflow stops it.
+WIND_DOWN_S = 90.0
 
 
 @dataclass(frozen=True)
 class Orphan:
     key: str  # the process key: instance, or instance@part
     pid: int
-    why: str  # gone | elsewhere
+    why: str  # unbooked | gone | elsewhere
     detail: str
 
 
@@ -85,15 +90,67 @@ async def placed_here(client: Client, host: str) -> set[str]:
         return set()
 
 
-async def find_orphans(client: Client, host: str, table: ProcessTable) -> list[Orphan]:
-    """The live processes of ``table`` that should not run here; records of dead ones are dropped."""
-    out, records = [], []
+async def find_orphans(client: Client, host: str, table: ProcessTable, bookings: Bookings | None = None,
+                       wind_down_s: float = WIND_DOWN_S) -> list[Orphan]:
+    """The live processes of ``table`` that should not run here; records of dead ones are dropped.
+    ``bookings``: the ledger's reads (default: the host workflow's)."""
+    records = []
     for rec in table.records():
         if table.alive(rec.pid):
             records.append(rec)
         else:
             table.forget(rec.instance)
-    here = await placed_here(client, host) if records else set()
+    if not records:
+        return []
+    try:
+        booked = await (bookings or LedgerBookings(client, host)).booked_here(
+            sorted({instance_of(r.instance) for r in records}))
+    except BookingUnknown:
+        return await by_workflows(client, host, records)
+    out, now = [], time.monotonic()
+    for rec in records:
+        b = booked.get(instance_of(rec.instance))
+        if b is not None and b.part(part_of(rec.instance)) is not None:
+            table.seen_booked(rec.instance)
+            continue
+        o = await unbooked(client, host, table, rec, now, wind_down_s)
+        if o is not None:
+            out.append(o)
+    return out
+
+
+def unbooked_verdict(last_booked: float | None, now: float, wind_down_s: float, workflow: str | None) -> str:
+    """What becomes of a live process whose part the ledger does not book here (the module's table):
+    ``last_booked``: when this agent run last saw it booked (None: never); ``workflow``: its
+    instance workflow's verdict (KEEP, GONE, ELSEWHERE or UNKNOWN), asked only when it was seen
+    booked. KEEP, or why it is stopped."""
+    if last_booked is None:
+        return UNBOOKED
+    if workflow in (GONE, ELSEWHERE):
+        return workflow
+    return UNBOOKED if now - last_booked >= wind_down_s else KEEP
+
+
+async def unbooked(client: Client, host: str, table: ProcessTable, rec: Record, now: float,
+                   wind_down_s: float) -> Orphan | None:
+    """The orphan that a live process whose part the ledger does not book here is, or None (kept)."""
+    last = table.booked_at.get(rec.instance)
+    verdict, detail = await placement_verdict(client, host, rec.instance) if last is not None else (None, "")
+    why = unbooked_verdict(last, now, wind_down_s, verdict)
+    if why == KEEP:
+        return None
+    if why == UNBOOKED:
+        detail = (f"no booking in the ledger names part {part_of(rec.instance)!r} of instance "
+                  f"{instance_of(rec.instance)} on this host") + (
+            "" if last is None else f" since over {wind_down_s:g} s (its workflow still says it runs here)")
+    return Orphan(rec.instance, rec.pid, why, detail)
+
+
+async def by_workflows(client: Client, host: str, records: list[Record]) -> list[Orphan]:
+    """The control plane's ledger cannot be asked: each process judged by its instance's workflow
+    alone (closed, not found, or placed elsewhere: stopped; else kept)."""
+    out = []
+    here = await placed_here(client, host)
     for rec in records:
         if instance_of(rec.instance) in here:
             continue  # its workflow runs placed on this host: keep
@@ -104,10 +161,10 @@ async def find_orphans(client: Client, host: str, table: ProcessTable) -> list[O
 
 
 async def stop_orphans(client: Client, host: str, table: ProcessTable, stop_grace_s: float = 10.0,
-                       counter=None) -> list[Orphan]:
+                       counter=None, bookings: Bookings | None = None, wind_down_s: float = WIND_DOWN_S) -> list[Orphan]:
     """Stop every orphan (process group: SIGTERM, grace, SIGKILL), log it, count it by why."""
     stopped = []
-    for o in await find_orphans(client, host, table):
+    for o in await find_orphans(client, host, table, bookings, wind_down_s):
         rec = table.find(o.key)
         if rec is None or rec.pid != o.pid:  # stopped or relaunched meanwhile: not the process judged
             continue

@@ -6,7 +6,12 @@ Carried on the existing report, not a new message: the watch returns early only 
 moved enough to matter (``worth_reporting``: a replica came or went, a card's use moved by more
 than a sixteenth and 64 MiB, a replica went over its claim or back); otherwise the figures ride
 the watch's regular return (every 0.8 x host_watch_s). A replica whose use holds still, as a
-loaded engine's does, costs no message of its own."""
+loaded engine's does, costs no message of its own.
+
+Only booked parts are measured and reported: a process is watched once the ledger said its part
+is booked here (the launch's booking check, or a supervisor's after an agent restart), and its
+claim is the one the ledger booked for its server on this host, never a launch request's own
+figures (a relaunch that carried an empty claim had wiped the replica's reported claim)."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import time
 from typing import Callable
 
 from contracts.agent import LaunchRequest, instance_of
+from contracts.host import Booking
 from contracts.usage import GpuUse, ReplicaUse
 from worker_agent.memory_probe import MemoryProbe, Proc
 from worker_agent.processes import Record
@@ -59,16 +65,24 @@ class UsageBook:
         self.reported: dict[str, ReplicaUse] | None = None  # what the watch last carried
         self._lock = threading.Lock()  # samples run in a thread; the watch reads from the event loop
 
-    def watch(self, req: LaunchRequest) -> None:
-        """A process of this host's to measure against its request's claim (launched or adopted)."""
-        self.requests[req.key] = req
+    def watch(self, req: LaunchRequest, booking: Booking) -> None:
+        """A booked process of this host's to measure (launched or adopted): its server against the
+        claim ``booking`` (the ledger's) holds here; a helper carries none."""
+        server = req.role == "server" and not req.part
+        self.requests[req.key] = req.model_copy(update={"vram_claim": dict(booking.vram_claim) if server else {},
+                                                        "ram_claim": booking.ram_claim if server else 0})
+
+    def watching(self, key: str) -> bool:
+        return key in self.requests
 
     def sample(self, records: list[Record]) -> dict[str, ReplicaUse]:
         """Measure every process the table runs; keep the latest figures and each replica's peak."""
         procs = []
         for rec in records:
             req = self.requests.get(rec.instance)
-            claim = req if req is not None and req.role == "server" else None  # helpers carry no claim
+            if req is None:  # not a booked part (watch): neither measured nor reported
+                continue
+            claim = req if req.role == "server" else None  # helpers carry no claim
             procs.append(Proc(rec.instance, rec.pid, dict(claim.vram_claim) if claim else {},
                               claim.ram_claim if claim else 0))
         held = self.probe(procs)

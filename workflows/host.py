@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.host import BookingAsk
     from contracts.control import CordonAsk, HostInput, HostReport, HostView, host_queue
     from contracts.hosts import HostCordon, HostLost, HostRef
-    from contracts.host import BOOKING_UPDATE, Booking, BookingQuery
+    from contracts.host import BOOKING_UPDATE, BOOKINGS_UPDATE, Booking, BookingQuery, BookingsAsk, BookingsQuery, HostBookings
     from contracts import agent as hp
     from contracts.usage import RECORD_USAGE, UsageBatch
     from workflows import common as c
@@ -153,10 +153,27 @@ class HostWorkflow(HostReports):
 
     @booking.validator
     def _check_booking(self, *args: Any) -> None:
-        """Untrusted input, refused before anything is recorded: exactly one BookingQuery."""
+        """Untrusted input, refused before anything is recorded: exactly one BookingQuery, no field
+        besides its own (BookingQuery forbids them, naming each)."""
         if len(args) != 1 or not isinstance(args[0], dict):
             raise ValueError("booking takes one BookingQuery JSON object")
         BookingQuery.model_validate(args[0])
+
+    @workflow.update(name=BOOKINGS_UPDATE)
+    async def bookings(self, *args: Any) -> HostBookings:
+        """The orphan check's read (worker_agent/reconcile.py): which of the instances the agent runs
+        processes for the ledger books on this host, and their parts; one read per check."""
+        ask = BookingsQuery.model_validate(args[0])
+        return await workflow.execute_local_activity(
+            c.BOOKINGS_ON, BookingsAsk(instances=ask.instances, worker=self.inp.name), result_type=HostBookings,
+            **c.STORE_LOCAL)
+
+    @bookings.validator
+    def _check_bookings(self, *args: Any) -> None:
+        """Untrusted input, refused before anything is recorded: exactly one BookingsQuery."""
+        if len(args) != 1 or not isinstance(args[0], dict):
+            raise ValueError("bookings takes one BookingsQuery JSON object")
+        BookingsQuery.model_validate(args[0])
 
     @workflow.query
     def status(self) -> HostView:

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
 
     from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, INSTANCE_CAPACITY_CHANGED, INSTANCE_HOST_NEWS, INSTANCE_PREEMPT, INSTANCE_STATUS, INSTANCE_STOP, INSTANCE_VICTIM_STOPPED, deployment_id, instance_id
     from contracts.control import HostNews, InstanceInput, InstanceView, PreemptNotice
+    from contracts.host import HeldAsk
     from scheduler.naming import name_problem
     from scheduler.spec import ModelSpec
     from workflows import common as c
@@ -55,10 +56,17 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         # The state, whole. ``step`` replaces it between actions; within an action it is one
         # object, which the signals below write to.
         self.s = InstanceState(plan=inp.placement, restarts=inp.restarts, decision=inp.decision)
+        self.unwanted = ""  # why the ledger refused to place it (NotWanted): it ends, failed, naming that
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal(name=INSTANCE_STOP)
-    def stop(self) -> None:
+    def stop(self, *args: Any) -> None:
+        """Stop for good. It takes nothing: a stop that carries anything was not sent by gpuflow
+        (``gpuflow delete``, a scale-down) and is refused, logged naming what it carried; nothing stops."""
+        if args:
+            workflow.logger.warning(f"instance {self.inp.name}: refused a stop signal carrying {len(args)} "
+                                    f"argument(s) ({str(args[0])[:80]!r}...): stop takes none; nothing stopped")
+            return
         self.s.stop_requested = True
 
     @workflow.signal(name=INSTANCE_CAPACITY_CHANGED)
@@ -101,6 +109,8 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         except ValidationError as e:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
         self._check_names(spec)
+        if self.s.plan is not None:
+            await self._check_carried()
         self.s.source_key = spec.source.key
         sa = workflow.info().typed_search_attributes  # as the run started (its first event): deterministic
         if sa.get(c.SA_MODEL) != spec.name or sa.get(c.SA_DEPLOYMENT) != inp.deployment:
@@ -114,7 +124,24 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             await self._teardown()
             raise
         await self._teardown()
+        if self.unwanted:
+            raise ApplicationError(self.unwanted, type="NotWanted", non_retryable=True)
         return self.status()
+
+    async def _check_carried(self) -> None:
+        """A placement in the input is this workflow's own, carried across continue-as-new (the guard
+        in ``_check_names``). ``continued_run_id`` says only that some run continued as new into
+        this one, and a workflow of anybody's can: so the placement is kept only when the ledger
+        holds exactly it for this instance, a replica its deployment wants. Otherwise whatever it
+        names is stopped, the ledger's lines (if any) released, and the replica placed again (which
+        the ledger refuses to a replica nobody wants)."""
+        why = await workflow.execute_local_activity(
+            c.HELD_PLAN, HeldAsk(instance=self.inp.name, plan=self.s.plan), result_type=str, **c.STORE_LOCAL)
+        if why:
+            await self._stop_everywhere()
+            await self._release()
+            await self._record("pending", f"the placement its input carried is not the ledger's ({why}); "
+                                          "placing it again")
 
     def _check_names(self, spec: ModelSpec) -> None:
         """Names from whoever started this workflow: checked before any host hears them."""
@@ -201,7 +228,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
                 await self._stop_everywhere()
             await self._release()
         s.pid = s.port = s.address = s.kv_events_port = s.key_id = None
-        await self._record("deleted")
+        await self._record("deleted", f"not placed: {self.unwanted}" if self.unwanted else "")
         try:
             await workflow.get_external_workflow_handle(deployment_id(self.inp.deployment)).signal(
                 DEPLOYMENT_INSTANCE_ENDED, self.inp.name)

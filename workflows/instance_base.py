@@ -23,6 +23,7 @@ class InstanceBase:
     inp: InstanceInput
     t: Timings
     s: InstanceState
+    unwanted: str  # why the ledger would not place it (NotWanted): the workflow ends, failed, naming it
 
     @property
     def spec_name(self) -> str:

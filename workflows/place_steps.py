@@ -87,7 +87,11 @@ class PlaceSteps(ModelRead, PreemptSteps):
                         start_to_close_timeout=c.secs(120), heartbeat_timeout=c.CONTROL_HEARTBEAT,
                         summary=f"place {name}")
             except (ActivityError, ApplicationError, TemporalTimeout) as e:  # a local activity's failure arrives unwrapped
-                await self._give_up(f"cannot place the model: {c.cause(e)[1]}")
+                kind, why = c.cause(e)
+                if kind == "NotWanted":  # not one its deployment wants (started by hand, or going): it ends
+                    self.unwanted, s.stop_requested = why, True
+                    return False
+                await self._give_up(f"cannot place the model: {why}")
                 return False
             d, booked, est = got.decision, got.booked, est or got.estimate
             s.decision = d

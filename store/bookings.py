@@ -1,0 +1,73 @@
+"""The ledger's reads for the booking check (no engine runs without its booking): what a host may
+run for an instance, and whether a placement is the one the ledger holds. The host workflow runs
+them as local activities for its agent (activities/booking.py); the instance workflow asks the
+second before it trusts a placement carried across continue-as-new."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from contracts.booked_parts import booked_parts
+from contracts.control import PlacementPlan
+from contracts.host import Booking
+from store.ledger import _held, _same, plan_rows, unwanted
+from store.tables import InstanceRow, ReservationRow
+
+
+def booking_on(engine: Engine, instance: str, worker: str) -> Booking:
+    """What an agent may start for ``instance`` on ``worker`` (the booking check, contracts/host.py)."""
+    return bookings_on(engine, [instance], worker)[instance]
+
+
+def bookings_on(engine: Engine, instances: list[str], worker: str) -> dict[str, Booking]:
+    """The booking on ``worker`` of each of ``instances``, from its ledger lines there and its stored
+    placement: the GPUs the lines book, the processes (parts) the placement runs there
+    (contracts/booked_parts.py), and the claim of its server there (the main worker's lines). An
+    instance without a line there, or not one its deployment wants (``unwanted``), is not booked,
+    with the reason. One read for all (the orphan check asks once per check)."""
+    r, t = ReservationRow.__table__, InstanceRow.__table__
+    names = sorted(set(instances))
+    with Session(engine) as s:
+        c = s.connection()
+        lines = list(c.execute(select(r.c.instance, r.c.gpu_index, r.c.vram, r.c.ram, r.c.role)
+                               .where(r.c.worker == worker, r.c.instance.in_(names))))
+        rows = {x.name: x for x in c.execute(select(t.c.name, t.c.deployment, t.c.state, t.c.wanted, t.c.placement,
+                                                    t.c.backend).where(t.c.name.in_(names)))}
+    return {n: _booking_of(n, worker, [x for x in lines if x.instance == n], rows.get(n)) for n in names}
+
+
+def _booking_of(instance: str, worker: str, lines: list, row) -> Booking:
+    if not lines:
+        return Booking(reason=f"no booking in the ledger for instance {instance} on host {worker}")
+    why = unwanted(instance, row)
+    if why:
+        return Booking(reason=why)
+    try:
+        plan = PlacementPlan.model_validate(row.placement)
+    except ValidationError as e:
+        return Booking(reason=f"instance {instance}'s stored placement does not validate: {e.errors()[0]['msg']}")
+    main = [x for x in lines if x.role == "main"]
+    return Booking(booked=True, gpu_indexes=sorted({x.gpu_index for x in lines if x.gpu_index >= 0}),
+                   parts=booked_parts(row.backend, plan, worker),
+                   vram_claim={x.gpu_index: x.vram for x in main if x.gpu_index >= 0 and x.vram > 0},
+                   ram_claim=sum(x.ram for x in main))
+
+
+def holds_problem(engine: Engine, instance: str, plan: PlacementPlan) -> str | None:
+    """Why ``plan`` is not what the ledger holds for ``instance``, a replica its deployment wants
+    (None: it is). The instance workflow asks before it trusts a placement carried across
+    continue-as-new: anybody's workflow can continue as new into one."""
+    with Session(engine) as s:
+        t = InstanceRow.__table__
+        row = s.connection().execute(select(t.c.deployment, t.c.state, t.c.wanted).where(t.c.name == instance)).first()
+        why = unwanted(instance, row)
+        held = _held(s, instance)
+    if why:
+        return why
+    if not held:
+        return f"the ledger holds no booking for instance {instance}"
+    if not _same(held, plan_rows(instance, plan)):
+        return f"the ledger holds another booking for instance {instance} than the placement given"
+    return None
