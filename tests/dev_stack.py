@@ -52,8 +52,8 @@ class Dev:
     def join_env(self) -> dict[str, str]:
         """The environment another agent started beside this stack joins it with: the join token,
         read as an operator reads it (``gpuflow hosts join-token --data-dir``)."""
-        p = subprocess.run([sys.executable, "-m", "gpuflow", "hosts", "join-token", "--data-dir", str(self.tmp / "dev")],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run([sys.executable, "-m", "gpuflow", "hosts", "join-token", "--data-dir",
+                            str(self.tmp / "dev")], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
         return {"GPUFLOW_AGENT__JOIN_TOKEN": p.stdout.strip()}
 

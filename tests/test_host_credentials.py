@@ -103,7 +103,8 @@ def test_two_agents_cannot_share_one_folder(tmp_path):
     ("another host's credential", None, "h2", None, "is host 'h1''s credential, not 'h2''s"),
     ("another cluster's token", None, "h1", "other", "the join token is another cluster's"),
     ("readable by others", 0o644, "h1", None, "is readable by others (mode 644)"),
-    ("a token that is not one", "fresh", "h1", "gfjoin1.abc.def", "the join token: the join token's secret is not 32 bytes"),
+    ("a token that is not one", "fresh", "h1", "gfjoin1.abc.def",
+     "the join token: the join token's secret is not 32 bytes"),
     ("a token of another form", "fresh", "h1", "hello", "the join token: a join token has the form"),
 ])
 def test_a_credential_that_is_not_this_hosts_is_named(tmp_path, case, setup, name, token, words):

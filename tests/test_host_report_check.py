@@ -77,7 +77,8 @@ CASES = [
     ("a newer hello from h1's agent", lambda w: check(w.hello(w.h1, NOW)), ""),
     ("the accepted hello checked again (its local activity ran twice)", lambda w: check(w.first), ""),
     ("the accepted hello again, to the workflow that took it", lambda w: check(w.first, after=JOINED), "replay"),
-    ("an older hello replayed (20 s ago < the 10 s ago accepted)", lambda w: check(w.hello(w.h1, NOW - 20 * S)), "replay"),
+    ("an older hello replayed (20 s ago < the 10 s ago accepted)", lambda w: check(w.hello(w.h1, NOW - 20 * S)),
+     "replay"),
     # 301 s either way is past the 300 s HELLO_SKEW_S
     ("a hello stamped 301 s ago", lambda w: check(w.hello(w.h1, NOW - (HELLO_SKEW_S + 1) * S)), "stale"),
     ("a hello stamped 301 s ahead", lambda w: check(w.hello(w.h1, NOW + (HELLO_SKEW_S + 1) * S)), "stale"),

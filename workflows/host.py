@@ -274,7 +274,8 @@ class HostWorkflow(HostReports):
         changes nothing, and the next watch waits host_heartbeat_s: a stream of them costs little."""
         nonce = str(workflow.uuid4())
         h = workflow.start_activity(
-            hp.WATCH_HOST, WatchAsk(known=known, nonce=nonce), result_type=dict, task_queue=host_queue(self.inp.name),
+            hp.WATCH_HOST, WatchAsk(known=known, nonce=nonce), result_type=dict,
+            task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
             start_to_close_timeout=c.secs(self.t.host_watch_s),
             heartbeat_timeout=c.secs(self.t.host_heartbeat_s), retry_policy=RetryPolicy(maximum_attempts=1))

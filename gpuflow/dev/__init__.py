@@ -245,6 +245,8 @@ def cmd_dev(a) -> int:
             return code
         if not a.demo:
             print(f"status: gpuflow status --address {stack.temporal.address}", flush=True)
+            print(f"another host joins with the token 'gpuflow hosts join-token --data-dir {data_dir}' prints, in its "
+                  "agent's GPUFLOW_AGENT__JOIN_TOKEN (or --join-token-file FILE)", flush=True)
         print("gpuflow dev is up; Ctrl-C stops every process it started.", flush=True)
         while True:
             time.sleep(3600)
