@@ -182,3 +182,42 @@ def test_what_crosses_temporal_names_no_key():
     nonce = new_nonce()
     blob = json.dumps([LaunchResult(pid=1, key_id=nonce).model_dump(), rec("m-0", "h1", nonce).model_dump()])
     assert cr.ENGINE_KEY_PREFIX not in blob
+
+
+def test_what_is_read_of_a_log_shows_no_engine_key(tmp_path):
+    """SGLang logs its ServerArgs at start, api_key included; a custom command may echo its key. A
+    log read in chunks of any size (``gpuflow logs``), from the end, or as a failed start's last
+    lines (LaunchFailed's message, kept in the workflow's history) shows it starred, same length."""
+    from contracts.agent import LogRequest
+    from worker_agent.log_reader import read_chunk
+
+    table = ProcessTable(str(tmp_path))
+    line = f"INFO server_args=ServerArgs(model_path='/m', api_key='{KEY}', port=30000)\n"
+    text = f"--- gpuflow: starting sglang\n{line}boom\n"
+    with open(table.log_path("m-0"), "w") as f:
+        f.write(text)
+    starred = text.replace(KEY, "gfe-" + "*" * 43)
+    assert KEY[4:] not in table.tail("m-0") and "gfe-" + "*" * 43 in table.tail("m-0")
+    for size in (1, 5, 46, 47, 48, 100):  # every chunk size, so a key is cut at every place
+        got, offset = "", 0
+        while offset < len(text):
+            chunk = read_chunk(table.log_dir, LogRequest(instance="m-0", worker="h1", offset=offset, max_bytes=size))
+            got, offset = got + chunk.text, chunk.offset
+        assert got == starred, size
+    for back in range(1, len(text)):  # from the end, as 'gpuflow logs' starts
+        assert KEY[4:20] not in read_chunk(table.log_dir, LogRequest(instance="m-0", worker="h1", offset=-back)).text
+
+
+def test_a_key_being_written_is_not_shown_until_whole(tmp_path):
+    from contracts.agent import LogRequest
+    from worker_agent.log_reader import read_chunk
+
+    table = ProcessTable(str(tmp_path))
+    with open(table.log_path("m-0"), "w") as f:
+        f.write(f"key: {KEY[:30]}")  # the engine is still writing it
+    first = read_chunk(table.log_dir, LogRequest(instance="m-0", worker="h1", offset=0))
+    assert first.text == "key: " and first.offset == 5  # held back, and read again next time
+    with open(table.log_path("m-0"), "a") as f:
+        f.write(f"{KEY[30:]}\n")
+    assert read_chunk(table.log_dir, LogRequest(instance="m-0", worker="h1", offset=first.offset)).text == \
+        "gfe-" + "*" * 43 + "\n"

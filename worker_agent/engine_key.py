@@ -17,13 +17,20 @@ argv (``/proc/PID/cmdline`` is readable by every local user), a log line or a wo
 | custom | ``GPUFLOW_ENGINE_API_KEY``, and ``{api_key}`` in run_command (argv: readable by local users; the log and the recorded argv show ``{api_key}``) | what the command does with it |
 
 A spec can set none of these (scheduler/spec_env.py OWNED, the engines' ``--api-key`` and
-SGLang's ``--config`` are owned flags), so a spec can neither read nor replace the key."""
+SGLang's ``--config`` are owned flags), so a spec can neither read nor replace the key.
+
+An engine may print its key itself (SGLang logs its whole ServerArgs at start, api_key included; a
+custom command may echo it), and an engine's log leaves the host: ``gpuflow logs`` (the agent's
+read_log query) and a failed start's last lines (in the LaunchFailed error, so in the workflow's
+history). So what is read of a log shows every key as ``gfe-`` and stars (``read_redacted``: same
+length, so offsets hold, and a key being written at the file's end waits until it is whole)."""
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from contracts.agent import LaunchRequest
 
@@ -78,3 +85,26 @@ def write_secret(path: str, text: str) -> None:
 def bearer(key: str | None) -> dict[str, str]:
     """The header that shows ``key`` to an engine ({} without one)."""
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+KEY_LEN = 47  # 'gfe-' and 43 characters of base64url: contracts/credential.py engine_key
+_KEY = re.compile(rb"gfe-[A-Za-z0-9_-]{43}")
+_PARTIAL_AT_END = re.compile(rb"gfe-[A-Za-z0-9_-]{0,42}\Z")
+
+
+def redact(data: bytes) -> bytes:
+    """``data`` with every engine key's 43 characters starred (the same length)."""
+    return _KEY.sub(lambda m: m.group(0)[:4] + b"*" * (len(m.group(0)) - 4), data)
+
+
+def read_redacted(f: BinaryIO, start: int, end: int) -> tuple[bytes, int]:
+    """Bytes ``start``..``end`` of the open file ``f``, keys starred, and where they end: ``end``,
+    or earlier when a key is still being written there (the next read shows it whole, starred). A
+    key across ``start`` or ``end`` is found by reading a key's length beyond each."""
+    lo = max(0, start - KEY_LEN)
+    f.seek(lo)
+    buf = redact(f.read(end + KEY_LEN - lo))
+    part = buf[:end - lo]
+    if len(buf) < end + KEY_LEN - lo and (m := _PARTIAL_AT_END.search(part)) and m.start() >= start - lo:
+        part = part[:m.start()]  # the file ends inside what may become a key
+    return part[start - lo:], lo + len(part)

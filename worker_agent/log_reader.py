@@ -22,6 +22,7 @@ from temporalio import workflow
 from contracts.ids import host_logs_id
 from scheduler.errors import InvalidInput
 from contracts.agent import LogChunk, LogRequest
+from worker_agent.engine_key import read_redacted
 
 QUERY = "read_log"
 WORKFLOW = "HostLogsWorkflow"
@@ -59,11 +60,9 @@ def read_chunk(log_dir: str, req: LogRequest) -> LogChunk:
                 if f.read(1) != b"\n":  # mid-line: skip to the next line, if one starts in this window
                     cut = f.read(limit).find(b"\n")
                     start += cut + 1 if 0 <= cut < size - start - 1 else 0
-            f.seek(start)
-            data = f.read(limit)
+            data, end = read_redacted(f, start, min(size, start + limit))  # engine keys starred (engine_key.py)
     except OSError:
         return LogChunk(text="", offset=max(req.offset, 0), found=False)
-    end = start + len(data)
     return LogChunk(text=data.decode(errors="replace"), offset=end, found=True, more=end < size)
 
 

@@ -21,6 +21,7 @@ from typing import Callable
 
 from scheduler.errors import InvalidInput
 from scheduler.naming import path_in
+from worker_agent.engine_key import read_redacted
 
 PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}", "{kv_events_port}", "{api_key}")
 
@@ -228,8 +229,8 @@ class ProcessTable:
         every start's output, each after a ``--- gpuflow: starting`` line; earlier ones are left out."""
         try:
             with open(self.log_path(instance), "rb") as f:
-                f.seek(max(0, os.path.getsize(self.log_path(instance)) - 4096))
-                text = f.read().decode(errors="replace")
+                size = os.path.getsize(self.log_path(instance))
+                text = read_redacted(f, max(0, size - 4096), size)[0].decode(errors="replace")  # no engine key
         except OSError:
             return ""
         return " | ".join(latest_run(text)[-lines:])
