@@ -221,3 +221,31 @@ def test_a_key_being_written_is_not_shown_until_whole(tmp_path):
         f.write(f"{KEY[30:]}\n")
     assert read_chunk(table.log_dir, LogRequest(instance="m-0", worker="h1", offset=first.offset)).text == \
         "gfe-" + "*" * 43 + "\n"
+
+
+def test_the_demos_toy_engine_answers_only_its_key_and_serves_no_file(tmp_path):
+    """gpuflow/demo/toy_server.py replaced 'python3 -m http.server', which listed and served the
+    agent's working folder to anyone on the port."""
+    import subprocess
+    import sys
+
+    import httpx2 as httpx
+
+    from gpuflow.ports import free_port
+    from tests.gateway_stack import wait_port
+
+    port = free_port()
+    (tmp_path / "secret.txt").write_text("s3cr3t")
+    p = subprocess.Popen([sys.executable, "-m", "gpuflow.demo.toy_server", "--port", str(port)], cwd=tmp_path,
+                         env={**os.environ, "GPUFLOW_ENGINE_API_KEY": KEY})
+    try:
+        wait_port(port, p)
+        base, ok = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}
+        assert httpx.get(f"{base}/health").status_code == 200  # the probes' path
+        assert [httpx.get(f"{base}/").status_code, httpx.get(f"{base}/", headers=ok).status_code] == [401, 200]
+        assert httpx.get(f"{base}/", headers={"Authorization": "Bearer gfe-wrong"}).status_code == 401
+        got = httpx.get(f"{base}/secret.txt", headers=ok)
+        assert got.status_code == 404 and b"s3cr3t" not in got.content
+    finally:
+        p.terminate()
+        p.wait(10)
