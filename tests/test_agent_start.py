@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from contracts import credential as cr
@@ -59,3 +60,25 @@ def test_join_token_is_read_from_the_store(tmp_path):
     # the same store through the environment, as every other offline command reads it
     _, p = gpuflow("hosts", "join-token", env={"GPUFLOW_DATABASE_URL": db.sqlite_url(str(tmp_path / "gpuflow.db"))})
     assert p.returncode == 0 and p.stdout.count(".") == 2, p.stderr
+
+
+def test_simulate_takes_the_token_as_an_agent_does_or_from_the_store_at_hand(tmp_path, monkeypatch):
+    from gpuflow.settings import Settings
+    from gpuflow.simulate import fleet_token
+    from scheduler.errors import InvalidInput
+
+    for k in [k for k in os.environ if k.startswith("GPUFLOW_")]:
+        monkeypatch.delenv(k)
+    here = Settings().model_copy(update={"data_dir": str(tmp_path)})
+    with pytest.raises(InvalidInput, match="GPUFLOW_AGENT__JOIN_TOKEN.*--data-dir"):
+        fleet_token(here)  # no token, and no store here
+    engine = db.make_engine(db.sqlite_url(str(tmp_path / "gpuflow.db")))
+    db.init_db(engine)
+    token = host_credentials.join_token(engine)
+    engine.dispose()
+    assert fleet_token(here) == token  # the control plane's own machine: its store gives it
+    f = tmp_path / "token"
+    f.write_text("gfjoin1.given.here\n")
+    assert fleet_token(here, str(f)) == "gfjoin1.given.here"  # a token given wins (checked as each host joins)
+    monkeypatch.setenv("GPUFLOW_AGENT__JOIN_TOKEN", "gfjoin1.from.env")
+    assert fleet_token(Settings()) == "gfjoin1.from.env"

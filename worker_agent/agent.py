@@ -86,9 +86,12 @@ async def say_hello(client: Client, name: str, report: HostReport, timings: Timi
         static_summary=f"liveness of host {name}", static_details=ui_text.host_details(report))
 
 
-async def hello_verdict(client: Client, name: str, boot: str, every_s: float = 0.3) -> Refusal | None:
+async def hello_verdict(client: Client, name: str, boot: str, every_s: float = 0.3, most_s: float = 15.0
+                        ) -> Refusal | None:
     """None once the host workflow took this agent run's hello (its report names ``boot``); the
-    refusal when it refused it. Asks its status query until one or the other."""
+    refusal when it refused it. Asks its status query until one or the other, every ``every_s``
+    at first, then less often (at most every ``most_s``): a control plane away is not asked 3 times
+    a second by every agent."""
     h = client.get_workflow_handle(host_id(name))
     while True:
         try:
@@ -100,6 +103,7 @@ async def hello_verdict(client: Client, name: str, boot: str, every_s: float = 0
         if view is not None and view.refusal is not None and view.refusal.boot == boot:
             return view.refusal
         await asyncio.sleep(every_s)
+        every_s = min(every_s * 1.5, most_s)
 
 
 def _verdict(name: str, task: asyncio.Future) -> None:
