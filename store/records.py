@@ -179,9 +179,11 @@ def create_instance(engine: Engine, rec: InstanceRecord) -> bool:
 def create_instances(engine: Engine, recs: list[InstanceRecord]) -> list[str]:
     """Insert the first row of each instance in one transaction (one commit for a batch of
     replicas, not one each), wanted: its deployment asked for it, so the ledger may book it. A row
-    its workflow has written since is left as it is (it is wanted all the same); a deleted one
-    (a deployment made again after a delete reuses the names) is a new instance's first row.
-    Returns the names inserted."""
+    written since is left as it is: its own workflow's (a retried start), or one that somebody's
+    workflow of that name wrote before the deployment started it, which stays unwanted (the
+    deployment's start adopts a running workflow of that id: this one is never booked, and the
+    deployment replaces it once it ends). A deleted one (a deployment made again after a delete
+    reuses the names) is a new instance's first row. Returns the names inserted."""
     if not recs:
         return []
     with Session(engine) as s:
@@ -190,9 +192,6 @@ def create_instances(engine: Engine, recs: list[InstanceRecord]) -> list[str]:
         for rec in recs:
             row = have.get(rec.name)
             if row is not None and row.state != "deleted":
-                if not row.wanted:
-                    row.wanted = True
-                    s.add(row)
                 continue
             row = row or InstanceRow(name=rec.name, deployment=rec.deployment)
             row.deployment, row.model, row.state, row.reason, row.wanted = rec.deployment, rec.model, rec.state, "", True

@@ -216,6 +216,8 @@ def _pre_upgrade(engine, name: str) -> None:  # a row made before the wanted col
     (lambda e: (want(e, "m-0"), _deleted(e, "m-0")), "m-0", "instance m-0 of deployment m was deleted"),
     (lambda e: (want(e, "m-0"), _deleted(e, "m-0"), _own_row(e, "m-0")),
      "m-0", "was not started by its deployment m"),  # a deleted replica's name, revived by hand: still not wanted
+    (lambda e: (records.save_deployment(e, "m", {"name": "m"}, 2), _own_row(e, "m-1"), want(e, "m-1")),
+     "m-1", "was not started by its deployment m"),  # started by hand just before its deployment would have
     (lambda e: (want(e, "m-0"), records.save_deployment(e, "m", {}, 1, "deleting")), "m-0",
      "its deployment m is deleting"),
     (lambda e: (want(e, "m-0"), records.save_deployment(e, "m", {}, 0, "deleted")), "m-0", "its deployment m is deleted"),

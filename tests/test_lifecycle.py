@@ -115,12 +115,14 @@ async def test_orphan_of_a_moved_placement_is_stopped_without_an_agent_restart(t
         lv.close()
 
 
-async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_path):
+async def test_a_process_whose_instance_never_existed_is_stopped_as_unbooked(tmp_path):
     """A process in the agent's table (started the way the agent starts one: own session, pid
-    file) whose instance workflow does not exist, beside a RUNNING instance's: the running agent
-    stops the first within its interval (why=gone) and leaves the second alone. The RUNNING one is
-    kept on one visibility query for the host (reconcile.placed_here: its main worker's search
-    attribute), not by asking its workflow; a host name outside the name rule queries nothing."""
+    file) whose instance the ledger never booked, beside a RUNNING instance's: the running agent
+    stops the first within its interval (why=unbooked: no booking names it, and this agent run never
+    saw it booked, so no workflow is asked) and leaves the second alone. The RUNNING one is kept on
+    the ledger's one read per check (the host workflow's ``bookings`` update), not by asking its
+    workflow. The visibility query the check falls back on when the ledger cannot be asked
+    (reconcile.placed_here) lists it; a host name outside the name rule queries nothing."""
     t = FAST.model_copy(update={"orphan_check_s": 2})
     lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
     try:
@@ -142,7 +144,7 @@ async def test_a_process_whose_instance_never_existed_is_stopped_as_gone(tmp_pat
         assert await reconcile.placed_here(lv.client, "h2") == set()
         assert await reconcile.placed_here(lv.client, "h1' OR WorkflowType = 'x") == set()
         text = urllib.request.urlopen(f"http://{lv.stack.metrics['agent h1']}/metrics", timeout=10).read().decode()
-        assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="gone"} 1.0' in text
+        assert 'gpuflow_agent_orphans_stopped_total{host="h1",why="unbooked"} 1.0' in text
     finally:
         lv.close()
 
