@@ -238,7 +238,8 @@ async def test_llama_cpp_serves_a_real_completion(tmp_path, smollm2):
         await ops.deploy(lv.client, spec, FAST.model_copy(update={"ready_timeout_s": 120}))
         await lv.wait(lambda: lv.states("smol") == {"smol-0": "running"}, 150, "smol RUNNING")
         row = lv.instances("smol")[0]
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{row.port}/v1", api_key="none", timeout=120)
+        # the replica's engine key (store/engine_keys.py): its port answers nobody without it
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{row.port}/v1", api_key=row.engine_key, timeout=120)
         out = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=8, temperature=0)
         assert out.usage.completion_tokens > 0 and out.choices[0].text.strip(), out
         assert [m.id for m in client.models.list().data] == ["smol"]  # the deployment's name, not a path
