@@ -12,7 +12,8 @@ from sqlmodel import Session, select
 from contracts.booked_parts import booked_parts
 from contracts.control import PlacementPlan
 from contracts.host import Booking
-from store.ledger import _held, _same, plan_rows, unwanted
+from store.ledger import _held, _same, plan_rows
+from store.wanted import unwanted
 from store.tables import InstanceRow, ReservationRow
 
 

@@ -18,17 +18,16 @@ Replicas decided one after another in one control-plane process do not pick the 
 Both legs are idempotent and keyed by instance: reserving the same plan twice books once;
 releasing twice (or releasing what was never reserved) is a no-op.
 
-Only a wanted instance is booked (``wanted_problem``, in the booking's transaction): its deployment
-exists and is active, started it (its row is ``wanted``: store/records.py create_instances) and has
-not deleted it, and its name is one of that deployment's (``<deployment>-<n>``). An instance workflow
-started by hand, or a workflow of one's own continued as new into one, holds nothing: ``NotWanted``.
+Only a wanted instance is booked (store/wanted.py, checked in the booking's transaction): its
+deployment exists and is active, started it and has not deleted it, and its name is one of that
+deployment's (``<deployment>-<n>``). An instance workflow started by hand, or a workflow of one's
+own continued as new into one, holds nothing: ``NotWanted``.
 The booking names the backend it was made for, so the ledger's read (store/bookings.py) can say
 which processes each host may run for it (contracts/booked_parts.py).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -40,6 +39,7 @@ from contracts.control import PlacementPlan
 from store import changes, tenants
 from store.snapshot import worker_model
 from store.tables import DeploymentRow, InstanceRow, ReservationRow, WorkerRow, utcnow
+from store.wanted import NotWanted, wanted_problem  # noqa: F401  (ledger.NotWanted: the name its callers catch)
 from scheduler.allocatable import Allocated, allocatable
 from scheduler.errors import GpuflowError
 from scheduler.units import gib
@@ -52,43 +52,6 @@ class StaleDecision(GpuflowError):
 class OverQuota(StaleDecision):
     """The booking would take the instance's tenant over a limit (checked on the ledger, under a
     lock per tenant): decided again, the instance then waits PENDING with the quota named."""
-
-
-class NotWanted(GpuflowError):
-    """The instance is not one its deployment wants (``wanted_problem``): nothing is booked, and no
-    decision mends it."""
-
-
-def unwanted(instance: str, row) -> str | None:
-    """Why the instance of store row ``row`` (deployment, state, wanted; None: no row) is not one
-    its deployment wants, whatever that deployment's state (None: it is)."""
-    if row is None:
-        return (f"instance {instance} was not started by a deployment (no record of it in the store); replicas are "
-                "started by their deployment (gpuflow deploy)")
-    if row.state == "deleted":
-        return f"instance {instance} of deployment {row.deployment} was deleted"
-    if row.wanted is False:
-        return (f"instance {instance} was not started by its deployment {row.deployment} (it was started by hand); "
-                "replicas are started by their deployment (gpuflow deploy)")
-    if not re.fullmatch(re.escape(row.deployment) + r"-[0-9]+", instance):
-        return f"instance {instance} is not one of deployment {row.deployment}'s (they are named {row.deployment}-<n>)"
-    return None
-
-
-def wanted_problem(s: Session, instance: str) -> str | None:
-    """Why ``instance`` may not be booked now (None: it may): ``unwanted``, or its deployment is
-    missing or not active (a deleting one's replicas keep what they hold until they stop)."""
-    t, d = InstanceRow.__table__, DeploymentRow.__table__
-    row = s.connection().execute(select(t.c.deployment, t.c.state, t.c.wanted).where(t.c.name == instance)).first()
-    why = unwanted(instance, row)
-    if why:
-        return why
-    dep = s.connection().execute(select(d.c.state).where(d.c.name == row.deployment)).first()
-    if dep is None:
-        return f"instance {instance}: its deployment {row.deployment} does not exist"
-    if dep.state != "active":
-        return f"instance {instance}: its deployment {row.deployment} is {dep.state}"
-    return None
 
 
 def plan_rows(instance: str, plan: PlacementPlan) -> list[ReservationRow]:
