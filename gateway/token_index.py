@@ -24,13 +24,14 @@ is held while any of them is."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from gateway.kv_events import Batch, Cleared, EngineHash, Removed, Skipped, Stored
 
 CAPACITY = 1 << 17  # blocks per replica when the engine did not report its cache (2 M tokens at 16)
-MAX_TOTAL = 1_000_000  # blocks over every replica (~200 MB of entries at most)
+MAX_TOTAL = 1_000_000  # blocks over every replica: ~350 MiB of the gateway's RSS at the cap (bench/bench_token_index.py)
 
 
 def token_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> tuple[int, ...]:
@@ -60,11 +61,41 @@ class Replica:
     block_size: int | None = None  # from its first stored event
     ours: dict[EngineHash, int] = field(default_factory=dict)  # engine hash -> our hash (stored first, first)
     held: dict[int, int] = field(default_factory=dict)  # our hash -> how many engine hashes name it
+    # engine hashes in the order stored, some since removed (skipped when met): the oldest is found in
+    # O(1) amortized. Iterating a dict from its front after many deletions there scans every deleted
+    # slot first: at the cap each eviction did, 1 M stores took 100 s of the gateway's CPU
+    order: deque = field(default_factory=deque)
+    stale: dict[EngineHash, int] = field(default_factory=dict)  # engine hash -> its entries in ``order`` dropped since
+    peak: int = 0  # the most entries ``ours`` held since it was last rebuilt (a dict never shrinks)
 
     def limit(self) -> int:
         if self.capacity_tokens and self.block_size:
             return max(1, self.capacity_tokens // self.block_size)
         return self.default
+
+    def oldest(self) -> EngineHash:
+        """The engine hash stored longest ago and still held. An engine hash's entries in ``order`` come
+        in the order stored, and each drop makes its earliest one stale: one removed and stored again
+        is as young as its last store."""
+        while True:
+            eh = self.order[0]
+            n = self.stale.get(eh, 0)
+            if not n:
+                return eh
+            self.order.popleft()
+            if n == 1:
+                del self.stale[eh]
+            else:
+                self.stale[eh] = n - 1
+
+    def compact(self) -> None:
+        """Give back what removals left behind: the order once it is mostly stale, the dicts once they
+        hold under a quarter of their peak (a dict keeps its table at its largest size)."""
+        n = len(self.ours)
+        if len(self.order) > 2 * n + 1024:
+            self.order, self.stale = deque(self.ours), {}
+        if self.peak > 4 * n + 4096:
+            self.ours, self.held, self.peak = dict(self.ours), dict(self.held), n
 
 
 class TokenIndex:
@@ -121,14 +152,17 @@ class TokenIndex:
             if eh in r.ours:  # stored again under the same engine hash: already counted
                 continue
             r.ours[eh] = h
+            r.order.append(eh)
             r.held[h] = r.held.get(h, 0) + 1
             self.total += 1
             done.stored += 1
+        r.peak = max(r.peak, len(r.ours))
 
     def _drop(self, r: Replica, eh: EngineHash) -> int:
         h = r.ours.pop(eh, None)
         if h is None:
             return 0
+        r.stale[eh] = r.stale.get(eh, 0) + 1
         self.total -= 1
         n = r.held[h] - 1
         if n:
@@ -139,17 +173,20 @@ class TokenIndex:
 
     def _clear(self, r: Replica) -> None:
         self.total -= len(r.ours)
-        r.ours.clear()
-        r.held.clear()
+        r.ours, r.held, r.order, r.stale, r.peak = {}, {}, deque(), {}, 0  # new ones: clear() keeps the tables' size
 
     def _bound(self, r: Replica) -> None:
         """Over the replica's capacity, or over ``max_total``: the blocks stored first go."""
         cap = min(r.limit(), self.max_total)
         while len(r.ours) > cap:
-            self._drop(r, next(iter(r.ours)))
-        while self.total > self.max_total:
-            big = max(self.replicas.values(), key=lambda x: len(x.ours))
-            self._drop(big, next(iter(big.ours)))
+            self._drop(r, r.oldest())
+        while self.total > self.max_total:  # from the largest, down to the next largest at most, then again
+            big, *rest = sorted(self.replicas.values(), key=lambda x: len(x.ours), reverse=True)
+            runner = max((len(x.ours) for x in rest), default=0)
+            for _ in range(min(self.total - self.max_total, max(1, len(big.ours) - runner))):
+                self._drop(big, big.oldest())
+            big.compact()
+        r.compact()
 
     def block_size(self, instance: str) -> int | None:
         r = self.replicas.get(instance)

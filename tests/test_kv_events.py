@@ -187,6 +187,26 @@ def test_the_total_bound_takes_from_the_biggest_replica():
     assert (ix.size("a"), ix.size("b"), ix.total) == (6, 4, 10)
 
 
+def test_eviction_at_the_cap_follows_the_order_stored_and_gives_memory_back():
+    # capacity 1000 blocks, 10 batches of 500 at the cap: 4,000 evicted, oldest first; a block removed
+    # then stored again (engine hash 7) is young again, never taken for the oldest
+    ix = TokenIndex(capacity=1000, max_total=10_000)
+    for k in range(10):
+        ix.apply("r", stored(range(k * 500, (k + 1) * 500), None, range(k * 2000, (k + 1) * 2000)))
+    r = ix.replicas["r"]
+    assert len(r.ours) == 1000 and min(r.ours) == 4000 and len(r.order) <= 2 * 1000 + 1024
+    ix.apply("r", Batch(0.0, (Removed((4000,)),)))
+    ix.apply("r", stored([4000], None, range(90_000, 90_004)))  # back, now the youngest
+    ix.apply("r", stored([9999], None, range(91_000, 91_004)))  # one over the cap: 4001 goes, not 4000
+    assert 4000 in r.ours and 4001 not in r.ours
+    # 20,000 blocks stored, then all but 100 removed: the tables are rebuilt (a dict never shrinks)
+    big = TokenIndex(capacity=100_000, max_total=100_000)
+    big.apply("r", stored(range(20_000), None, range(80_000)))
+    big.apply("r", Batch(0.0, (Removed(tuple(range(19_900))),)))
+    br = big.replicas["r"]
+    assert big.size("r") == 100 and br.peak == 100 and len(br.order) == 100
+
+
 # --- the agent's part: which launches publish, and the flag it adds ---------------------------------
 
 from contracts.agent import LaunchRequest  # noqa: E402
