@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFail
 
 from contracts.ids import INSTANCE_STOP
 from contracts.control import CONTROL_QUEUE
-from scheduler.errors import InvalidInput
+from gpuflow.runtime import Unreachable
 
 QUERY_TIMEOUT_S = 10.0
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -67,7 +67,7 @@ async def query(handle: WorkflowHandle, q) -> Any:
     try:
         return await asyncio.wait_for(handle.query(q), QUERY_TIMEOUT_S)
     except asyncio.TimeoutError:
-        raise InvalidInput(f"{handle.id} did not answer a query within {QUERY_TIMEOUT_S:g} s "
+        raise Unreachable(f"{handle.id} did not answer a query within {QUERY_TIMEOUT_S:g} s "
                            "(is a control-plane worker running? its history in the Temporal UI says more)") from None
 
 

@@ -7,7 +7,7 @@ import asyncio
 import re
 from typing import Any, Callable
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -17,6 +17,7 @@ from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, Deploy
                                  Timings)
 from contracts.host import cordon_reason_problem
 from gpuflow import broken
+from gpuflow.runtime import Unreachable
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem
@@ -36,8 +37,8 @@ async def _update(handle, update, *args):
         return await asyncio.wait_for(handle.execute_update(update, *args), UPDATE_TIMEOUT_S)
     except WorkflowUpdateFailedError as e:
         raise _update_error(e) from None
-    except asyncio.TimeoutError:
-        raise InvalidInput(f"{handle.id} did not answer within {UPDATE_TIMEOUT_S:g} s; "
+    except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # ours, or the server's RPC deadline
+        raise Unreachable(f"{handle.id} did not answer within {UPDATE_TIMEOUT_S:g} s; "
                            "is a control-plane worker (gpuflow server) running? Its history in the UI says more") from None
 
 

@@ -27,7 +27,7 @@ from gateway.console import access, rules, serving_stats, temporal
 from gateway.console.charts import replicas_chart
 from gateway.console.deployment_view import detail, listing
 from gateway.console.web import Page, action_body, page, page_number
-from scheduler.errors import InvalidInput
+from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem
 
@@ -53,7 +53,7 @@ async def _asked(what: str, call) -> tuple[Any, str]:
     """(its answer, '') or (None, why it has none)."""
     try:
         return await asyncio.wait_for(call(), TEMPORAL_S), ""
-    except InvalidInput as e:
+    except GpuflowError as e:  # refused (InvalidInput) or not answered (gpuflow.runtime.Unreachable)
         return None, str(e)
     except asyncio.TimeoutError:
         return None, f"the {what} did not answer within {TEMPORAL_S:g} s"

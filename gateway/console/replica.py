@@ -19,7 +19,7 @@ from contracts.ids import instance_id
 from gateway.console import temporal
 from gateway.console.web import Page, page
 from gpuflow.render.explain import explain, request_text
-from scheduler.errors import InvalidInput
+from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import name_problem
 from store.tables import DeploymentRow, InstanceRow, ReservationRow
 
@@ -81,7 +81,7 @@ async def _explain(gw, name: str) -> tuple[dict[str, Any] | None, str]:
     try:
         client = await temporal.client(gw)
         return await asyncio.wait_for(ops.explain(client, name), EXPLAIN_S), ""
-    except InvalidInput as e:
+    except GpuflowError as e:  # refused (InvalidInput) or not answered (gpuflow.runtime.Unreachable)
         return None, str(e)
     except asyncio.TimeoutError:
         return None, f"its workflow did not answer within {EXPLAIN_S:g} s (is a control-plane worker running?)"

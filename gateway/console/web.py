@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from gateway.console import access
 from gateway.relay import TooLarge, read_body
-from scheduler.errors import InvalidInput
+from scheduler.errors import GpuflowError, InvalidInput
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES_DIR = os.path.join(HERE, "templates")
@@ -141,6 +141,8 @@ def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[An
                 out = await fn(gw, request, caller)
             except InvalidInput as e:
                 return JSONResponse({"error": str(e)}, 400) if action else error_page(400, str(e), caller)
+            except GpuflowError as e:  # Temporal or a workflow did not answer (gpuflow.runtime.Unreachable): an outage
+                return JSONResponse({"error": str(e)}, 503) if action else error_page(503, str(e), caller)
             except access.Forbidden as e:
                 return JSONResponse({"error": str(e)}, 403) if action else error_page(403, str(e), caller)
             except Exception as e:  # noqa: BLE001  a page that fails says so; the gateway serves on
