@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from gpuflow.ports import free_port, server_port
 from worker_agent.processes import ProcessTable, pid_alive
 
@@ -84,12 +86,24 @@ def _check_gateway(out: str) -> None:
     assert got["model"] and got["choices"][0]["message"]["content"].strip(), got
 
 
+def engine_key(data, instance: str) -> str:
+    """The replica's engine key, as the store the dev stack made holds it (store/engine_keys.py)."""
+    from store import db, records
+
+    engine = db.make_engine(db.sqlite_url(str(data / "gpuflow.db")))
+    try:
+        return next(r.engine_key for r in records.instances_of(engine) if r.name == instance)
+    finally:
+        engine.dispose()
+
+
 def test_dev_serves_a_real_gguf_out_of_the_box(tmp_path, smollm2):
     """Plain `gpuflow dev`, no engine flags: its agent finds llama-cpp-python in this Python, a
     deployed GGUF answers at the address:port `gpuflow status` reports, and through the gateway
     whose base URL dev printed (where this checkout has the gateway)."""
     import importlib.util
     import json
+    import urllib.error
     import urllib.request
 
     port, data = server_port(), tmp_path / "dev"
@@ -117,6 +131,9 @@ def test_dev_serves_a_real_gguf_out_of_the_box(tmp_path, smollm2):
         body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}).encode()
         rq = urllib.request.Request(f"http://{where}/v1/chat/completions", data=body,
                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # the port alone answers nobody
+            urllib.request.urlopen(rq, timeout=120)
+        rq.add_header("Authorization", f"Bearer {engine_key(data, 'smol-0')}")  # what the gateway sends
         with urllib.request.urlopen(rq, timeout=120) as r:
             assert json.loads(r.read())["choices"][0]["message"]["content"]
         if importlib.util.find_spec("gateway") is not None:

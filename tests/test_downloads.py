@@ -132,8 +132,9 @@ async def test_a_hub_gguf_is_estimated_from_its_header_downloaded_and_served(tmp
         row = lv.instances("smol")[0]
         assert row.decision["placement"]["claim"]["offload_layers"] == 31  # the same estimate as the local file's
         body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode()
-        rq = urllib.request.Request(f"http://127.0.0.1:{row.port}/v1/completions", data=body,
-                                    headers={"Content-Type": "application/json"})
+        rq = urllib.request.Request(f"http://127.0.0.1:{row.port}/v1/completions", data=body,  # its engine key:
+                                    headers={"Content-Type": "application/json",  # store/engine_keys.py
+                                             "Authorization": f"Bearer {row.engine_key}"})
         with urllib.request.urlopen(rq, timeout=120) as r:
             out = json.loads(r.read())
         assert out["usage"]["completion_tokens"] > 0 and out["choices"][0]["text"].strip(), out
