@@ -10,11 +10,12 @@ from typing import Awaitable, Callable
 
 from sqlalchemy.engine import Engine
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.ids import instance_id
+from contracts.ids import deployment_id, instance_id
 from activities.record_batch import RecordBatch
 from activities.runner import Runner
 from contracts import activity_names as c, ui_text
@@ -49,6 +50,21 @@ async def listed_running(client: Client, names: list[str]) -> set[str]:
     return found
 
 
+def caller_problem(inputs: list) -> None:
+    """The replicas start_instances makes wanted (store/records.py create_instances: the ledger books
+    only those) are its caller's own: the workflow of their deployment, ``deployment/<name>``, as the
+    Temporal server names it (a workflow of anybody's, scheduling this activity on the control
+    plane's queue, would otherwise make any name of a running deployment a wanted replica).
+    Refused otherwise, naming both, non-retryable; nothing is written."""
+    info = activity.info()
+    for inp in inputs:
+        if info.workflow_type != "ModelDeploymentWorkflow" or info.workflow_id != deployment_id(inp.deployment):
+            raise ApplicationError(
+                f"start_instances starts only the replicas of the deployment whose workflow calls it: "
+                f"{info.workflow_type or 'no workflow'} {info.workflow_id!r} may not start {inp.name} of deployment "
+                f"{inp.deployment}", type="InvalidInput", non_retryable=True)
+
+
 class RecordActivities:
     def __init__(self, engine: Engine, client: Client, runner: Runner, rows: RecordBatch,
                  wake: Callable[[], Awaitable[int]]):
@@ -74,6 +90,7 @@ class RecordActivities:
         rows already written are kept, and a workflow already running is used as it is
         (USE_EXISTING)."""
         inputs = batch.instances
+        caller_problem(inputs)
         await self.runner.run(records.create_instances, self.engine, [InstanceRecord(
             name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending")
             for inp in inputs])

@@ -18,17 +18,21 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ActivityError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from contracts import agent as hp
 from contracts.control import CONTROL_QUEUE, InstanceInput, PlacementPlan
 from contracts.host import BOOKING_UPDATE
 from contracts.ids import INSTANCE_STOP
+from contracts.records import StartInstances
 from gpuflow import ops
 from scheduler.cluster import Claim
 from store import ledger
@@ -48,6 +52,21 @@ class Bypass:
     @workflow.run
     async def run(self, inp: InstanceInput) -> None:
         workflow.continue_as_new(inp, workflow="ModelInstanceWorkflow", task_queue=CONTROL_QUEUE)
+
+
+@workflow.defn(name="StartOthers", sandboxed=False)
+class StartOthers:
+    """Somebody's own workflow scheduling the control plane's start_instances, which makes the
+    replicas it starts wanted (the ledger books those): the deployment's own call, made by another."""
+
+    @workflow.run
+    async def run(self, batch: StartInstances) -> str:
+        try:
+            await workflow.execute_activity("start_instances", batch, task_queue=CONTROL_QUEUE,
+                                            start_to_close_timeout=timedelta(seconds=30))
+        except ActivityError as e:
+            return f"{getattr(e.cause, 'type', '')}: {getattr(e.cause, 'message', e.cause)}"
+        return "started"
 
 
 async def legit(lv: Live, marks: str) -> None:
@@ -115,7 +134,8 @@ async def test_instance_workflows_started_by_hand_or_continued_into_hold_nothing
     """M2: started by hand without a placement (the ledger would have booked it like a replica that
     ``status`` never lists); M3: somebody's workflow continued as new into one, carrying a
     placement past the new-instance guard (it trusted ``continued_run_id``). Both end, failed,
-    naming why; neither holds a ledger line nor starts a process, though a GPU is free."""
+    naming why; neither holds a ledger line nor starts a process, though a GPU is free. Nor does
+    calling the deployment's own start_instances from a workflow of one's own make a replica."""
     marks = str(tmp_path / "marks")
     os.mkdir(marks)
     lv = await Live(str(tmp_path), t=T).start({"h1": [24, 24]})
@@ -126,7 +146,7 @@ async def test_instance_workflows_started_by_hand_or_continued_into_hold_nothing
             name="legit-7", deployment="legit", spec=raw, timings=T), id="instance/legit-7", task_queue=CONTROL_QUEUE)
         plan = PlacementPlan(worker="h1", gpu_indexes=[1], claim=Claim(ram=2**30, vram={1: 20 * 2**30}))
         queue = f"bypass-{uuid.uuid4().hex[:8]}"
-        async with Worker(lv.client, task_queue=queue, workflows=[Bypass]):
+        async with Worker(lv.client, task_queue=queue, workflows=[Bypass, StartOthers]):
             await lv.client.start_workflow("Bypass", InstanceInput(name="legit-8", deployment="legit", spec=raw,
                                                                    timings=T, placement=plan),
                                            id="instance/legit-8", task_queue=queue)
@@ -137,6 +157,14 @@ async def test_instance_workflows_started_by_hand_or_continued_into_hold_nothing
                 assert e.value.cause.type == "NotWanted", e.value.cause
                 assert f"instance {name} was not started by" in str(e.value.cause), e.value.cause
                 assert ledger.workers_of(lv.engine, name) == []
+            start = StartInstances(instances=[InstanceInput(name="legit-9", deployment="legit", spec=raw, timings=T)])
+            await lv.client.start_workflow("StartOthers", start, id=f"start/{queue}", task_queue=queue)
+            said = await lv.client.get_workflow_handle(f"start/{queue}").result()
+        assert said.startswith("InvalidInput: start_instances starts only the replicas of the deployment whose "
+                               "workflow calls it: StartOthers"), said
+        assert "legit-9" not in lv.states() and ledger.workers_of(lv.engine, "legit-9") == []
+        with pytest.raises(RPCError):  # no workflow was started for it either
+            await lv.client.get_workflow_handle("instance/legit-9").describe()
         assert ledger.booked_per_gpu(lv.engine) == {("h1", lv.instances("legit")[0].gpu_indexes[0]): 20 * 2**30}
         assert sorted(os.listdir(marks)) == ["legit"]
     finally:
