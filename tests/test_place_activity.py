@@ -6,6 +6,8 @@ refresh and booked in one transaction (activities/place_batch.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from temporalio.testing import ActivityEnvironment
 
@@ -23,6 +25,13 @@ RAW = {"name": "a", "backend": "custom", "run_command": "x {port}", "source": {"
        "resources": {"vram": 20 * GiB, "ram": GiB}}  # 20 GiB: one replica a 24 GiB GPU
 
 
+def called_by(instance: str) -> ActivityEnvironment:
+    """The activity as the instance's own workflow calls it (activities/placement.py own_call)."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_type="ModelInstanceWorkflow", workflow_id=f"instance/{instance}")
+    return env
+
+
 def seed(engine, gpus: int, names: list[str]) -> None:
     records.upsert_worker(engine, host("h1", gpus=gpus, gib=24))
     records.save_deployment(engine, "a", RAW, len(names))
@@ -35,13 +44,13 @@ async def test_place_books_what_it_decides_and_returns_the_rest_unbooked(store):
     seed(engine, 1, ["a-0", "a-1"])
     acts = control_activities(engine, None)
     try:
-        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
+        got = await called_by("a-0").run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
         assert got.booked is not None and got.booked.plan.gpu_indexes == [0] and got.decision.scheduled
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB}
         row = {r.name: r for r in records.instances_of(engine)}["a-0"]
         assert row.state == "scheduled" and row.reason == f"{got.decision.strategy}: score {got.decision.score}"  # in the booking's transaction
         assert row.decision["placement"]["gpu_indexes"] == [0] and row.queued_at is None
-        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-1", spec=RAW))
+        got = await called_by("a-1").run(acts.placement.place_replica, PlaceAsk(instance="a-1", spec=RAW))
         assert got.booked is None and not got.decision.scheduled  # 20 + 20 > 24: it waits
     finally:
         acts.runner.shutdown()
@@ -67,7 +76,7 @@ async def test_a_plan_refused_by_the_ledger_is_decided_again_in_the_same_call(st
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
-        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
+        got = await called_by("a-0").run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
         assert got.booked is not None
         assert calls == ["a-0@[0]", "a-0@[1]"]  # refused on GPU 0, booked on GPU 1
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB, ("h1", 1): 20 * GiB}
@@ -93,12 +102,12 @@ async def test_a_replica_launched_at_once_is_booked_starting_and_a_bad_state_is_
     seed(engine, 2, ["a-0", "a-1"])
     acts = control_activities(engine, None)
     try:
-        got = await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW, then="starting"))
+        got = await called_by("a-0").run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW, then="starting"))
         row = {r.name: r for r in records.instances_of(engine)}["a-0"]
         assert (row.state, row.reason, row.worker, row.queued_at) == ("starting", "", "h1", None)
         assert row.decision["placement"]["gpu_indexes"] == got.booked.plan.gpu_indexes
         with pytest.raises(ApplicationError, match="not 'running'"):
-            await ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance="a-1", spec=RAW, then="running"))
+            await called_by("a-1").run(acts.placement.place_replica, PlaceAsk(instance="a-1", spec=RAW, then="running"))
         assert ledger.booked_per_gpu(engine) == {("h1", got.booked.plan.gpu_indexes[0]): 20 * GiB}  # a-1 booked nothing
     finally:
         acts.runner.shutdown()
@@ -149,10 +158,36 @@ async def test_replicas_asking_at_once_are_placed_without_conflicts(store, monke
 
     monkeypatch.setattr(ledger, "reserve_many", reserve_many)
     try:
-        got = await asyncio.gather(*(ActivityEnvironment().run(acts.placement.place_replica, PlaceAsk(instance=n, spec=RAW)) for n in names))
+        got = await asyncio.gather(*(called_by(n).run(acts.placement.place_replica, PlaceAsk(instance=n, spec=RAW)) for n in names))
         placed = sorted(g.booked.plan.gpu_indexes[0] for g in got if g.booked)
         assert placed == [0, 1, 2] and len(offered) == 3
         assert acts.metrics.conflicts.labels("rejected")._value.get() == 0
         assert ledger.overbooked(engine) == []
+    finally:
+        acts.runner.shutdown()
+
+
+async def test_only_the_instances_own_workflow_books_or_releases_it(store):
+    """Somebody's workflow scheduling the place or release activity for a replica (here: a test's
+    default caller, and a-1's workflow acting for a-0) is refused, naming both; nothing moves.
+    Release had let anybody free a running replica's GPUs for a second booking."""
+    from temporalio.exceptions import ApplicationError
+
+    from contracts.control import InstanceRef
+
+    _, _, engine = store
+    seed(engine, 1, ["a-0", "a-1"])
+    acts = control_activities(engine, None)
+    try:
+        for env in (ActivityEnvironment(), called_by("a-1")):
+            with pytest.raises(ApplicationError, match="place_replica acts only for the instance workflow that calls "
+                                                       "it: .* may not act for instance a-0") as e:
+                await env.run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
+            assert e.value.type == "InvalidInput" and e.value.non_retryable
+        assert ledger.booked_per_gpu(engine) == {}
+        await called_by("a-0").run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
+        with pytest.raises(ApplicationError, match="may not act for instance a-0"):
+            await called_by("a-1").run(acts.placement.release_placement, InstanceRef(instance="a-0"))
+        assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB}  # a-0 still holds its GPU
     finally:
         acts.runner.shutdown()
