@@ -109,6 +109,7 @@ class UsageCounts(Message):
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_tokens: int = 0  # of the prompt and completion tokens, those a gateway estimated (store/key_usage.py)
 
 
 class UsageRow(Message):

@@ -132,6 +132,7 @@ class Gateway:
         if isinstance(r, Relay):
             r.cold = cold
             r.hide = HideUsage() if hide and r.status_code == 200 else None
+            r.asked = (data, request.scope["path"].endswith("/chat/completions"), prompt.tokens)
             if prompt.choice is not None and "route" in request.headers.get(DEBUG, "").lower():
                 r.extra_headers = [(ROUTE, prompt.choice.header().encode("latin-1", "replace"))]
         return r, name
@@ -213,6 +214,7 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await self.usage.settle()  # the streams still being counted
             await self.usage.flush(self.engine, s.gateway_id, time.time(), force=True)
             await asyncio.to_thread(self.refresher.forget)
             await self.caches.close()

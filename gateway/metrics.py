@@ -41,8 +41,11 @@ class Metrics:
         self.tenant_rejections = Counter("gpuflow_gateway_tenant_rejections", "Requests refused with 429 because "
                                          "their tenant was over a limit in the tenants file, by tenant and "
                                          "reason (requests_per_s, max_concurrent)", ["tenant", "reason"], registry=r)
-        self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage",
-                              ["model", "kind"], registry=r)
+        self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage (a stream without "
+                              "usage: counted by the gateway, gateway/stream_tokens.py)", ["model", "kind"], registry=r)
+        self.estimated = Counter("gpuflow_gateway_estimated_tokens", "Of gpuflow_gateway_tokens, those the "
+                                 "gateway estimated (a stream's prompt, with no tokenizer at hand)", ["model"],
+                                 registry=r)
         self.prefix_match = Histogram("gpuflow_gateway_prefix_match_ratio", "Of a routed prompt's whole blocks, "
                                       "the share its replica was thought to hold (prompts of a block or more, "
                                       "cache-aware deployments)", ["model"], buckets=RATIOS, registry=r)
@@ -59,32 +62,40 @@ class Metrics:
         if choice.blocks and choice.reason != "least-outstanding":
             self.prefix_match.labels(model).observe(choice.matched / choice.blocks)
 
-    def usage(self, model: str, usage) -> None:
+    def usage(self, model: str, usage, estimated: int = 0) -> None:
         for kind, n in zip(("prompt", "completion"), tokens(usage)):
             if n:
                 self.tokens.labels(model, kind).inc(n)
+        if estimated > 0:
+            self.estimated.labels(model).inc(estimated)
 
 
-def carries_content(event: dict) -> bool:
-    """A chat delta with content (or reasoning / a tool call), or a completion's text."""
-    for c in event.get("choices") or ():
+def content_pieces(event: dict) -> int:
+    """How many of an event's choices carry content: a chat delta with content (or reasoning / a
+    tool call), or a completion's text. An engine streams one token a piece (llama.cpp's servers,
+    vLLM and SGLang without speculative decoding): gateway/stream_tokens.py counts them."""
+    n = 0
+    choices = event.get("choices")
+    for c in choices if isinstance(choices, list) else ():
         if not isinstance(c, dict):
             continue
         d = c.get("delta")
         if isinstance(d, dict) and (d.get("content") or d.get("reasoning_content") or d.get("tool_calls")):
-            return True
-        if c.get("text"):
-            return True
-    return False
+            n += 1
+        elif c.get("text"):
+            n += 1
+    return n
 
 
 class SSEWatch:
     """Reads a server-sent-event stream as it passes (the bytes are forwarded untouched): the
-    time of each content chunk, and the usage a final chunk may carry."""
+    time of each content chunk, the usage a final chunk may carry, and how many pieces of content
+    went by (a stream's tokens when its engine sends no usage: gateway/stream_tokens.py)."""
 
     def __init__(self):
         self.tail = b""
         self.usage = None
+        self.pieces = 0  # choices carrying content, over every event
         self.done = False  # the stream's closing ``data: [DONE]`` went by
 
     def feed(self, data: bytes) -> int:
@@ -109,7 +120,9 @@ class SSEWatch:
                 continue
             if ev.get("usage"):
                 self.usage = ev["usage"]
-            content += carries_content(ev)
+            n = content_pieces(ev)
+            self.pieces += n
+            content += n > 0
         if len(self.tail) > 1 << 20:  # no newline for a MiB: not an event stream we can read
             self.tail = b""
         return content

@@ -16,6 +16,7 @@ from store.serving import Route
 from gateway import errors
 from gateway.balance import Prompt, QueueFull, QueueTimeout, UnknownModel
 from gateway.metrics import SSEWatch
+from gateway.stream_tokens import stream_usage
 from gateway.upstream import (Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers,
                               to_engine)
 
@@ -152,6 +153,8 @@ class Relay(Response):
         self.admitted = False  # set by the gateway: the tenant's admission (tenant_limits.py) ends with this answer
         self.key_id = ""  # set by the gateway: the caller's key, which its usage is counted under
         self.hide = None  # set by the gateway: a HideUsage when it asked for the stream's usage (stream_usage.py)
+        self.asked = None  # set by the gateway: (the request's JSON, chat?, its prompt's ids or None), to count a
+        #                    stream that brings no usage (stream_tokens.py)
 
     async def __call__(self, scope, receive, send) -> None:
         m, kept, last_content, n_kept, sent = self.gw.metrics, [], None, 0, 0
@@ -220,10 +223,27 @@ class Relay(Response):
 
     def _usage(self, kept: list[bytes]) -> None:
         usage = self.sse.usage if self.sse is not None else None
+        if usage is None and self.sse is not None and self.asked is not None and self.resp.status == 200:
+            self.gw.usage.later(self._count_stream())  # its prompt is tokenized off the event loop
+            return
         if kept and usage is None:
             try:
                 usage = json.loads(b"".join(kept)).get("usage")
             except (ValueError, AttributeError):
                 usage = None
-        self.gw.metrics.usage(self.model, usage)
-        self.gw.usage.count(time.time(), self.key_id, self.tenant, self.model, usage)
+        self._count(usage)
+
+    async def _count_stream(self) -> None:
+        """A stream that carried no usage, counted from what it carried (gateway/stream_tokens.py)."""
+        data, chat, ids = self.asked
+        m = self.gw.balancer.table.models.get(self.model)
+        source = m.tokenizer if m is not None else None
+        tokenizers = self.gw.caches.tokenizers
+        tokenizers.want(source)  # for this deployment's next streams, where this gateway may load it
+        usage, estimated = await stream_usage(tokenizers.get(source), data, chat, self.gw.settings.max_prompt_chars,
+                                              ids, self.sse.pieces)
+        self._count(usage, estimated)
+
+    def _count(self, usage, estimated: int = 0) -> None:
+        self.gw.metrics.usage(self.model, usage, estimated)
+        self.gw.usage.count(time.time(), self.key_id, self.tenant, self.model, usage, estimated)

@@ -2,7 +2,9 @@
 and added to the store (store/key_usage.py) by the refresh loop every ``FLUSH_S``, off the event
 loop. A request counts once an engine answered it (a relayed answer, whatever its status); its
 tokens are the answer's ``usage`` (a JSON answer's, or a stream's usage chunk: see
-gateway/stream_usage.py), and an answer without one counts the request with 0 tokens.
+gateway/stream_usage.py); a stream without one is counted from what it carried, its prompt's
+tokens estimated where this gateway has no tokenizer (gateway/stream_tokens.py: ``estimated``,
+kept apart), and a JSON answer without one counts the request with 0 tokens.
 
 Counting is a dict update on the request's path; a flush swaps the dict for an empty one. A
 flush that fails puts its buckets back (they add up again), so a store outage loses nothing
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable
 
 from sqlalchemy.engine import Engine
 
@@ -48,16 +51,35 @@ class UsageCounter:
         self.dropped = 0  # requests not counted: the buckets were full
         self.flushed_at: float | None = None
         self.pruned_at: float | None = None
+        self.pending: set[asyncio.Task] = set()  # counts being made (``later``)
 
-    def count(self, now_s: float, key_id: str, tenant: str, model: str, usage) -> None:
-        """One answered request at ``now_s`` (seconds since the epoch)."""
+    def count(self, now_s: float, key_id: str, tenant: str, model: str, usage, estimated: int = 0) -> None:
+        """One answered request at ``now_s`` (seconds since the epoch); ``estimated``: how many of
+        its ``usage``'s tokens the gateway estimated (gateway/stream_tokens.py), at most their sum."""
         b = (key_usage.minute_of(now_s), key_id, tenant, model)
         have = self.buckets.get(b)
         if have is None and len(self.buckets) >= self.max_buckets:
             self.dropped += 1
             return
         p, c = tokens(usage)
-        self.buckets[b] = (have or Counts()) + Counts(1, p, c)
+        e = min(estimated, p + c) if type(estimated) is int and estimated > 0 else 0
+        self.buckets[b] = (have or Counts()) + Counts(1, p, c, e)
+
+    def later(self, counting: Awaitable[None]) -> None:
+        """Count when ``counting`` is done (a stream's prompt tokenized off the event loop)."""
+        t = asyncio.get_running_loop().create_task(counting)
+        self.pending.add(t)
+        t.add_done_callback(self._done)
+
+    def _done(self, t: asyncio.Task) -> None:
+        self.pending.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.warning("gateway: a stream's tokens could not be counted: %s", t.exception())
+
+    async def settle(self, timeout_s: float = 5.0) -> None:
+        """Wait (at most ``timeout_s``) for the counts still being made, before the last flush."""
+        if self.pending:
+            await asyncio.wait(set(self.pending), timeout=timeout_s)
 
     def take(self) -> dict[Bucket, Counts]:
         taken, self.buckets = self.buckets, {}

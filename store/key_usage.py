@@ -7,7 +7,10 @@ flushed twice in the same minute sums, and each gateway has its own rows (no two
 row). Rows older than ``KEEP_DAYS`` are pruned by the gateways. A minute is an integer, minutes
 since the Unix epoch (UTC): no time zone to get wrong between SQLite and PostgreSQL.
 
-``key_id`` is the key's public id, or ``""`` for an open gateway's requests (no key exists)."""
+``key_id`` is the key's public id, or ``""`` for an open gateway's requests (no key exists).
+``estimated_tokens``: of the prompt and completion tokens, those the gateway estimated (a stream
+whose engine sent no usage, with no tokenizer at hand: gateway/stream_tokens.py); a store made
+before it has the column added, 0 in its old rows."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import BigInteger, case, delete, func
+from sqlalchemy import BigInteger, case, delete, func, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
@@ -35,6 +38,7 @@ class KeyUsageRow(SQLModel, table=True):
     requests: int = Field(default=0, sa_type=BigInteger)
     prompt_tokens: int = Field(default=0, sa_type=BigInteger)
     completion_tokens: int = Field(default=0, sa_type=BigInteger)
+    estimated_tokens: int = Field(default=0, sa_type=BigInteger, sa_column_kwargs={"server_default": text("0")})
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,11 @@ class Counts:
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_tokens: int = 0  # of the two above, those the gateway estimated
 
     def __add__(self, o: "Counts") -> "Counts":
         return Counts(self.requests + o.requests, self.prompt_tokens + o.prompt_tokens,
-                      self.completion_tokens + o.completion_tokens)
+                      self.completion_tokens + o.completion_tokens, self.estimated_tokens + o.estimated_tokens)
 
 
 Bucket = tuple[int, str, str, str]  # (minute, key_id, tenant, model)
@@ -69,7 +74,7 @@ def _insert(engine: Engine):
     return (postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert)(KeyUsageRow)
 
 
-COUNTS = ("requests", "prompt_tokens", "completion_tokens")
+COUNTS = ("requests", "prompt_tokens", "completion_tokens", "estimated_tokens")
 
 
 def clip(n) -> int:

@@ -67,8 +67,19 @@ def _print_usage(rows, as_json: bool) -> None:
     for r in rows:
         key = "(all keys)" if r.key_id is None else (r.key_id or "(no key)")
         h, d = r.hour, r.day
-        print(f"{r.tenant[:19]:<20}{key:<14}{h.requests:>9}{h.prompt_tokens:>12}{h.completion_tokens:>12}"
-              f"{d.requests:>10}{d.prompt_tokens:>13}{d.completion_tokens:>12}")
+        print(f"{r.tenant[:19]:<20}{key:<14}{h.requests:>9}{_prompt(h):>12}{h.completion_tokens:>12}"
+              f"{d.requests:>10}{_prompt(d):>13}{d.completion_tokens:>12}")
+    if any(r.day.estimated_tokens for r in rows):
+        print(ESTIMATED)
+
+
+ESTIMATED = ("~: holds tokens the gateway estimated (a stream whose engine sent no usage, and no tokenizer at the\n"
+             "   gateway: about 4 characters a token; 'gpuflow gateway --tokenizer-root DIR' counts them exactly)")
+
+
+def _prompt(c) -> str:
+    """A prompt token count, marked "~" when some of the tokens counted were estimated."""
+    return f"~{c.prompt_tokens}" if c.estimated_tokens else str(c.prompt_tokens)
 
 
 def _keys_offline(a) -> int:
