@@ -122,7 +122,10 @@ class Gateway:
             return errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model"), ""
         table = self.balancer.table
         if not table.may_use(tenant, keyed, name):
-            return errors.unknown_model(name, table.allowed(tenant, keyed)), ""
+            return errors.unknown_model(name, table.listed_for(tenant, keyed)), ""
+        if not table.models[name].openai:
+            return errors.bad_request(f"Deployment '{name}' serves no OpenAI API (its spec says api: none): the "
+                                      "gateway cannot relay requests to it.", "not_an_openai_model"), name
         cold = not table.models[name].replicas  # scaled to zero: start one now
         if cold:
             self.waker.poke(name)
@@ -167,7 +170,8 @@ class Gateway:
         return r
 
     async def models(self, request: Request) -> Response:
-        """The models the caller's tenant may use (gateway/table.py), no others."""
+        """The models the caller's tenant may use whose engines serve the OpenAI API (gateway/table.py
+        ``listed_for``), no others."""
         try:
             tenant, keyed = await self.auth.caller(request.headers.get("authorization"))
         except NoKey as e:
@@ -180,7 +184,7 @@ class Gateway:
         self.metrics.requests.labels("", tenant, "200").inc()
         return JSONResponse({"object": "list", "data": [
             {"id": n, "object": "model", "created": 0, "owned_by": "gpuflow", "replicas": len(t.models[n].replicas)}
-            for n in t.allowed(tenant, keyed)]})
+            for n in t.listed_for(tenant, keyed)]})
 
     async def healthz(self, request: Request) -> Response:
         at = self.refresher.loaded_at

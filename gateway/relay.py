@@ -81,7 +81,7 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
         except QueueTimeout:
             return errors.no_replica(model, s.queue_timeout_s)
         except UnknownModel:  # deleted while this request waited: the models the caller may use, no others
-            return errors.unknown_model(model, bal.table.allowed(tenant, keyed))
+            return errors.unknown_model(model, bal.table.listed_for(tenant, keyed))
         gw.metrics.queue_wait.labels(model).observe(waited)
         if prompt is not None and prompt.choice is not None:
             gw.metrics.route(model, prompt.choice)

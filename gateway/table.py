@@ -18,6 +18,7 @@ from store.serving import Route
 from gateway.cache_aware import ROUTINGS
 from gateway.prompt_tokens import source_of
 from scheduler import params
+from scheduler.spec import BACKEND_API, Api
 from scheduler.errors import InvalidInput
 
 # An engine's own limit on requests it runs at once, by backend: its flag names.
@@ -39,6 +40,7 @@ class Model:
     shared_with: frozenset[str] = frozenset()  # tenants whose keys may use it besides its own ("*": all)
     routing: str | None = None  # the spec's routing (cache-aware, least-outstanding); None: the gateway's
     tokenizer: tuple | None = None  # where its tokenizer is (gateway/prompt_tokens.py source_of): for KV events
+    openai: bool = True  # its engine serves the OpenAI API (the spec's ``api``, else its backend's: api_of)
 
     @property
     def public(self) -> bool:
@@ -72,11 +74,16 @@ class Table:
         return name in self.public or name in self.own.get(tenant, ())
 
     def allowed(self, tenant: str, keyed: bool = True) -> list[str]:
-        """The models ``tenant``'s keys may use, sorted (for /v1/models and a 404's message)."""
+        """The models ``tenant``'s keys may use, sorted (for a 404's message)."""
         if not keyed:
             return self.names()
         public, own = self.listed
         return list(heapq.merge(public, own.get(tenant, ())))
+
+    def listed_for(self, tenant: str, keyed: bool = True) -> list[str]:
+        """What /v1/models and the playground list: the models ``tenant``'s keys may use whose
+        engines serve the OpenAI API (a spec's ``api: none`` is not one)."""
+        return [n for n in self.allowed(tenant, keyed) if self.models[n].openai]
 
 
 def access_of(models: dict[str, Model]) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
@@ -126,6 +133,15 @@ def routing_of(spec: dict[str, Any]) -> str | None:
     return r if r in ROUTINGS else None
 
 
+def api_of(spec: dict[str, Any]) -> bool:
+    """Whether the spec's engine serves the OpenAI API: its ``api``, else its backend's
+    (scheduler/spec.py BACKEND_API: every backend's is openai)."""
+    api = spec.get("api")
+    if api in (Api.OPENAI.value, Api.NONE.value):
+        return api == Api.OPENAI.value
+    return BACKEND_API.get(str(spec.get("backend", "")), Api.OPENAI) == Api.OPENAI
+
+
 def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_limit: int, version: int = 0) -> Table:
     """Every deployment in ``specs`` (active ones) is routable, with or without replicas: a
     request for one with none waits for one. Routes of a deployment not in ``specs`` are left
@@ -135,5 +151,6 @@ def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_lim
         if r.deployment in by:
             by[r.deployment].append(r)
     return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]),
-                              routing=routing_of(specs[name]), tokenizer=source_of(specs[name]))
+                              routing=routing_of(specs[name]), tokenizer=source_of(specs[name]),
+                              openai=api_of(specs[name]))
                   for name, rs in by.items()}, version)

@@ -154,6 +154,25 @@ class GPUSelector(Strict):
         return out
 
 
+class Api(str, Enum):
+    """The API a deployment's engine serves, for the gateway (it changes no placement): ``openai``
+    (the OpenAI HTTP API: /v1/chat/completions, /v1/completions, /v1/embeddings), or ``none`` (an
+    engine the gateway cannot relay: it is left out of /v1/models and the console's playground,
+    and a request naming it is refused, naming why)."""
+
+    OPENAI = "openai"
+    NONE = "none"
+
+
+# A spec without ``api`` serves its backend's: vLLM, SGLang and llama.cpp's servers serve the OpenAI
+# API, and so does voxbox (its audio routes). A custom command is taken to as well: every custom
+# engine gpuflow starts (its stand-in, the tests') and the engines users run (TGI, LMDeploy, Ollama,
+# LiteLLM) serve it, and the gateway has always relayed them, so specs written before ``api``
+# stay listed; one that serves something else says ``api: none``.
+BACKEND_API = {"vllm": Api.OPENAI, "sglang": Api.OPENAI, "llama.cpp": Api.OPENAI, "voxbox": Api.OPENAI,
+               "custom": Api.OPENAI}
+
+
 class Resources(Strict):
     vram: Bytes | None = None  # per replica, split over its GPUs
     ram: Bytes | None = None
@@ -198,10 +217,16 @@ class ModelSpec(Strict):
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
     shared_with: list[Annotated[str, Field(max_length=63)]] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
     routing: Routing | None = None  # gateway: how requests pick a replica; None: the gateway's --routing
+    api: Api | None = None  # gateway: the API its engine serves (openai, none); None: its backend's (BACKEND_API)
 
     @property
     def tenant_name(self) -> str:
         return self.tenant or "default"
+
+    @property
+    def serves(self) -> Api:
+        """The API its engine serves: ``api``, else its backend's."""
+        return self.api or BACKEND_API[self.backend.value]
 
     @field_validator("shared_with")
     @classmethod

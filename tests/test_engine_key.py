@@ -12,11 +12,14 @@ import stat
 
 import pytest
 
-from contracts import credential as cr
+from sqlmodel import Session
+
+from contracts import credential as cr, launch_proof
 from contracts.agent import LaunchRequest, LaunchResult
 from contracts.control import InstanceRecord
 from gateway.upstream import request_headers, to_engine
 from store import db, host_credentials, records, serving
+from store.tables import ReservationRow
 from store.engine_keys import engine_keys
 from worker_agent.credential import HostCredential
 from worker_agent.engine_key import key_env, new_nonce, sglang_config, write_secret
@@ -129,7 +132,12 @@ def test_the_store_makes_the_key_the_agent_made_from_the_nonce_alone(store):
     cluster's private key with the host's public key), from the nonce that crossed Temporal."""
     agent = joined(store)
     nonce = new_nonce()
-    records.record_instance(store, rec("m-0", "h1", nonce))
+    with Session(store) as s:  # the ledger books m-0 on h1, and h1's agent proved the launch (its MAC)
+        s.add(ReservationRow(instance="m-0", worker="h1", gpu_index=0, vram=2**30))
+        s.commit()
+    fields = launch_proof.body("m-0", "", None, 8000, "127.0.0.1", nonce, None)
+    records.record_instance(store, rec("m-0", "h1", nonce).model_copy(
+        update={"launch_mac": launch_proof.sign(agent.key, "h1", fields)}))
     [route] = serving.routes(store)
     assert route.engine_key == agent.engine_key("m-0", "", nonce)
     assert route.engine_key not in repr(route)  # never in a log line that prints a route
@@ -225,7 +233,8 @@ def test_a_key_being_written_is_not_shown_until_whole(tmp_path):
 
 def test_the_demos_toy_engine_answers_only_its_key_and_serves_no_file(tmp_path):
     """gpuflow/demo/toy_server.py replaced 'python3 -m http.server', which listed and served the
-    agent's working folder to anyone on the port."""
+    agent's working folder to anyone on the port; its name now starts the stand-in engine
+    (gpuflow/demo/standin.py)."""
     import subprocess
     import sys
 

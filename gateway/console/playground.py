@@ -1,11 +1,12 @@
 """The playground: chat with a deployment through the gateway's own API, streaming, and see each
 answer's TTFT and tokens/s as the browser measures them (static/playground.js).
 
-The models listed are those the caller's key may use (gateway/table.py ``allowed``: what
-/v1/models lists for the same key). The browser cannot read the HttpOnly key cookie, so the page
-posts to ``/console/playground/chat``, which hands the request, body still streaming, to the
-gateway's relay as ``/v1/chat/completions`` with the signed-in key as its Authorization: the
-tenant's limits, its routing, its usage and the metrics count it exactly as any API request.
+The models listed are those the caller's key may use whose engines serve the OpenAI API
+(gateway/table.py ``listed_for``: what /v1/models lists for the same key). The browser cannot
+read the HttpOnly key cookie, so the page posts to ``/console/playground/chat``, which hands the
+request, body still streaming, to the gateway's relay as ``/v1/chat/completions`` with the
+signed-in key as its Authorization: the tenant's limits, its routing, its usage and the metrics
+count it exactly as any API request.
 Only the headers an engine needs travel (an allowlist): never the console's cookie, which holds
 the key."""
 
@@ -49,7 +50,7 @@ class Handed(Response):
 
 async def show(gw, request: Request, caller: access.Caller) -> Page:
     table = gw.balancer.table
-    models = table.allowed(caller.tenant, caller.keyed)
+    models = table.listed_for(caller.tenant, caller.keyed)  # as /v1/models lists them: OpenAI engines only
     asked = request.query_params.get("model", "")[:200]
     chosen = asked if asked in models else (models[0] if models else "")
     choices = [(n, len(table.models[n].replicas) if n in table.models else 0) for n in models]

@@ -1,4 +1,5 @@
-"""The gpuflow command line. Dry-run commands: schedule, estimate, rank-scale-down, demo.
+"""The gpuflow command line. Dry-run commands: schedule, estimate, rank-scale-down, dry-run (once
+named demo, an alias kept); ``standin``, gpuflow's stand-in engine.
 
 Exit codes: 0 done (scheduled); 1 Temporal reported an error; 2 invalid input (a file, spec, name
 or argument); 3 unschedulable (schedule); 4 unreachable: Temporal, or a host through it, did not
@@ -94,15 +95,35 @@ def cmd_rank(a) -> int:
     return EXIT_OK
 
 
-def cmd_demo(a) -> int:
+def cmd_dry_run(a) -> int:
     from gpuflow.demo.dryrun import run_demo
 
+    if a.command == "demo":  # the old name, kept as an alias: 'make demo' is the live stack, this one is not
+        print("gpuflow: 'gpuflow demo' is now 'gpuflow dry-run' (the offline dry run); 'make demo' or "
+              "'gpuflow dev --demo' runs the live stack", file=sys.stderr)
     return run_demo(a.data_dir)
+
+
+def cmd_standin(a) -> int:
+    from gpuflow.demo.standin import serve
+
+    return serve(a)
+
+
+def version() -> str:
+    """This gpuflow's version, as installed (pyproject.toml's)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("gpuflow")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def parser(local_only: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuflow", description="GPU-cluster orchestrator for LLM inference servers",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"gpuflow {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("schedule", help="dry run: where would one replica go, and why")
@@ -139,9 +160,18 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.set_defaults(fn=cmd_rank)
 
-    d = sub.add_parser("demo", help="dry-run placements of the bundled examples (no Temporal needed)")
-    d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
-    d.set_defaults(fn=cmd_demo)
+    for name, what in (("dry-run", "dry-run placements of the bundled examples, offline (no Temporal needed; "
+                                   "the live stack is 'make demo' or 'gpuflow dev --demo')"),
+                       ("demo", "the old name of 'gpuflow dry-run' (an alias)")):
+        d = sub.add_parser(name, help=what)
+        d.add_argument("--data-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "gpuflow", "demo"))
+        d.set_defaults(fn=cmd_dry_run)
+
+    si = sub.add_parser("standin", help="gpuflow's stand-in engine: answers the OpenAI API with canned text, runs "
+                                        "no model (a spec's run_command: 'gpuflow standin --port {port} --host {host}')")
+    from gpuflow.demo.standin import add_arguments
+    add_arguments(si)
+    si.set_defaults(fn=cmd_standin)
 
     if not local_only:
         from gpuflow import dev, simulate
@@ -163,12 +193,13 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
 
 
 LOCAL_COMMANDS = ("schedule", "estimate", "rank-scale-down")  # dry runs: no Temporal client to import
+QUICK_COMMANDS = ("standin", "--version")  # nor these (the stand-in engine starts in a fraction of a second)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    local = bool(argv) and argv[0] in LOCAL_COMMANDS
-    if local:
+    local = bool(argv) and argv[0] in LOCAL_COMMANDS + QUICK_COMMANDS
+    if local and argv[0] in LOCAL_COMMANDS:
         # A dry run is one short process that builds a snapshot of tens of thousands of objects and
         # ends: the cyclic collector's passes over them were about half of loading a 1,000-worker file.
         gc.disable()

@@ -1,8 +1,8 @@
 """``gpuflow dev --demo``: three simulated hosts, three deployments placed and started (real
-processes: gpuflow/demo/toy_server.py stands in for an inference server, behind its engine key),
-one scaled down, and the result printed with where to look in the Temporal UI. Where this Python
-has llama-cpp-python, a real model too (gpuflow/demo/llm.py): SmolLM2 on this machine's CPU, asked
-through the gateway."""
+processes: gpuflow's stand-in engine, gpuflow/demo/standin.py, answers the OpenAI API with canned
+text, behind its engine key), one scaled down, and the result printed with where to look in the
+Temporal UI. Where this Python has llama-cpp-python, a real model too (gpuflow/demo/llm.py):
+SmolLM2 on this machine's CPU, asked through the gateway."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ HOSTS = {
     "gpu-c": {"ram_total": "64 GiB", "labels": {"zone": "a"},
               "gpus": [{"index": 0, "vram_total": "16 GiB", "name": "simulated T4"}]},
 }
-SERVER = f"{sys.executable} -m gpuflow.demo.toy_server --port {{port}} --host {{host}}"  # the key: by its env
+SERVER = f"{sys.executable} -m gpuflow.demo.standin --port {{port}} --host {{host}}"  # the key: by its env
 
 
 def demo_specs(models_dir: str) -> list[ModelSpec]:

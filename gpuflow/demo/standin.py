@@ -1,0 +1,195 @@
+"""gpuflow's stand-in engine: a small OpenAI-compatible server that runs no model (issue 36). The
+demo's deployments (chat-8b, llama-70b, embed-small) and any spec that wants a replica which
+answers like a model without a GPU or a model file run it:
+
+    run_command: "gpuflow standin --port {port} --host {host}"
+    (or: python -m gpuflow.demo.standin --port {port} --host {host})
+
+It answers ``GET /v1/models``, ``POST /v1/chat/completions`` and ``/v1/completions`` (plain, and
+streamed as server-sent events with a word a chunk and, when asked, the usage chunk), and
+``POST /v1/embeddings`` (a small vector made from each input's SHA-256: the same input, the same
+vector). Its text is canned and echoes the last message, cut to ``max_tokens`` words; its usage
+counts a word a token and 4 characters a prompt token. Behind the replica's engine key as every
+engine is (engine_guard.py: only /health answers without it); ``GET /`` and ``/health`` say what it
+is. It serves no file. Standard library only (http.server, a thread a connection): it starts in a
+fraction of a second and holds little memory, so a laptop runs many."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gpuflow.demo.engine_guard import UNAUTHORIZED, allowed, key_from
+
+MAX_BODY = 1 << 20  # a request's body, at most
+DIMS = 8  # of an embedding
+CANNED = "This is gpuflow's stand-in engine: no model runs here, so it answers with this text. You said:"
+
+
+def words(body: dict, chat: bool) -> list[str]:
+    """The answer, a word a token: the canned text and the last message (or prompt), cut to
+    ``max_tokens`` (default 16)."""
+    said = ""
+    if chat and isinstance(body.get("messages"), list) and body["messages"]:
+        last = body["messages"][-1]
+        said = last.get("content") if isinstance(last, dict) else ""
+    elif not chat:
+        said = body.get("prompt")
+        said = said[0] if isinstance(said, list) and said and isinstance(said[0], str) else said
+    said = said if isinstance(said, str) else json.dumps(said)[:200]
+    n = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 16
+    return (CANNED.split() + said[:400].split())[:n]
+
+
+def usage(body: dict, completion: int) -> dict:
+    prompt = max(1, len(json.dumps(body.get("messages") or body.get("prompt") or body.get("input") or "")) // 4)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def embedding(value) -> list[float]:
+    digest = hashlib.sha256(json.dumps(value).encode()).digest()
+    return [round(b / 255 * 2 - 1, 4) for b in digest[:DIMS]]
+
+
+class Answer:
+    """One answer's JSON objects (not I/O): a whole answer, or a stream's events."""
+
+    def __init__(self, name: str, body: dict, chat: bool):
+        self.body, self.chat, self.name = body, chat, name
+        self.words = words(body, chat)
+        self.base = {"id": f"standin-{time.monotonic_ns()}", "created": int(time.time()),
+                     "model": body.get("model") or name, "system_fingerprint": "gpuflow-standin"}
+
+    def whole(self) -> dict:
+        text = " ".join(self.words)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"} if self.chat
+                  else {"index": 0, "text": text, "finish_reason": "stop"})
+        return {**self.base, "object": "chat.completion" if self.chat else "text_completion", "choices": [choice],
+                "usage": usage(self.body, len(self.words))}
+
+    def events(self):
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        if self.chat:
+            yield {**self.base, "object": obj, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+        for i, w in enumerate(self.words):
+            piece = w if i == 0 else " " + w
+            yield {**self.base, "object": obj, "choices": [{"index": 0, "delta": {"content": piece}} if self.chat
+                                                           else {"index": 0, "text": piece}]}
+        yield {**self.base, "object": obj, "choices": [{"index": 0, "finish_reason": "stop",
+                                                        **({"delta": {}} if self.chat else {"text": ""})}]}
+        opts = self.body.get("stream_options")
+        if isinstance(opts, dict) and opts.get("include_usage") is True:
+            yield {**self.base, "object": obj, "choices": [], "usage": usage(self.body, len(self.words))}
+
+
+def handler(key: str | None, name: str, token_s: float) -> type[BaseHTTPRequestHandler]:
+    class StandIn(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: the gateway pools its connections
+
+        def _send(self, status: int, obj: dict | bytes) -> None:
+            out = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def _error(self, status: int, message: str) -> None:
+            self._send(status, {"error": {"message": message, "type": "invalid_request_error", "code": status}})
+
+        def _guarded(self) -> bool:
+            auth = self.headers.get("Authorization")
+            if allowed(key, self.path.split("?", 1)[0], auth.encode() if auth is not None else None):
+                return True
+            self._send(401, UNAUTHORIZED)
+            return False
+
+        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            if not self._guarded():
+                return
+            path = self.path.split("?", 1)[0]
+            if path in ("/", "/health"):
+                self._send(200, {"engine": "gpuflow stand-in", "runs": "no model"})
+            elif path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": name, "object": "model", "created": 0,
+                                                             "owned_by": "gpuflow-standin"}]})
+            else:
+                self._error(404, f"no {path[:100]} here: the stand-in engine serves /v1 only")
+
+        def do_POST(self) -> None:  # noqa: N802
+            if not self._guarded():
+                return
+            path = self.path.split("?", 1)[0]
+            n = self.headers.get("Content-Length", "")
+            if not n.isdigit() or int(n) > MAX_BODY:
+                self._error(413 if n.isdigit() else 411, f"a body of at most {MAX_BODY} bytes, with its length")
+                return
+            try:
+                body = json.loads(self.rfile.read(int(n)) or b"{}")
+            except ValueError:
+                self._error(400, "the body is not JSON")
+                return
+            if not isinstance(body, dict):
+                self._error(400, "the body is not a JSON object")
+            elif path == "/v1/embeddings":
+                inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]
+                self._send(200, {"object": "list", "model": body.get("model") or name, "usage": usage(body, 0),
+                                 "data": [{"object": "embedding", "index": i, "embedding": embedding(x)}
+                                          for i, x in enumerate(inputs)]})
+            elif path in ("/v1/chat/completions", "/v1/completions"):
+                answer = Answer(name, body, path.endswith("chat/completions"))
+                if body.get("stream") is True:
+                    self._stream(answer)
+                else:
+                    self._send(200, answer.whole())
+            else:
+                self._error(404, f"no {path[:100]} here: the stand-in engine serves /v1 only")
+
+        def _stream(self, answer: Answer) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for ev in [*answer.events(), "[DONE]"]:
+                data = b"data: " + (ev.encode() if isinstance(ev, str) else json.dumps(ev).encode()) + b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                time.sleep(token_s)
+            self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, *args) -> None:  # quiet: the agent keeps the engine's log
+            pass
+    return StandIn
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--model-name", default="standin", help="the id /v1/models lists (default standin)")
+    p.add_argument("--token-s", type=float, default=0.02, help="a streamed word's pause, in seconds (default 0.02)")
+    p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, which the "
+                                     "agent sets)")
+
+
+def serve(a) -> int:
+    server = ThreadingHTTPServer((a.host, a.port), handler(key_from(a.api_key), a.model_name, max(0.0, a.token_s)))
+    server.daemon_threads = True
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m gpuflow.demo.standin", description="gpuflow's stand-in engine")
+    add_arguments(p)
+    raise SystemExit(serve(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
