@@ -16,6 +16,7 @@ from contracts.decision import PlacementPlan
 from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
+from scheduler.command_set import MAX_CHARS as MAX_COMMAND_SET
 from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S
 from scheduler.naming import NAME_MAX, NAME_PATTERN
 
@@ -71,7 +72,13 @@ class HostReport(BaseModel):
     reserved_vram: int = Field(0, ge=0, le=MAX_BYTES)
     backends: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=64)
     gpus: GPUList = []
-    simulated: bool = False
+    simulated: bool = False  # its GPUs come from an inventory file, not from NVML
+    # what a launch starts here (HOST_KINDS): "processes" (engines run, whatever the GPUs), "nothing"
+    # (gpuflow simulate: nothing is forked, a replica is simulated). None: an agent older than the field
+    runs: Literal["processes", "nothing"] | None = None
+    # the executables on the agent's PATH, for custom commands (scheduler/command_set.py), where it runs
+    # processes and allows custom commands; None: not reported (the command filter keeps the host)
+    commands: str | None = Field(None, max_length=MAX_COMMAND_SET)
     agent_version: str = Field("", max_length=64)
     boot: str = Field("", max_length=64)  # one agent run's id: a hello with a new one is an agent restart
     # each replica's measured memory (contracts/usage.py), sampled every liveness_s; carried on the
@@ -86,6 +93,25 @@ class HostReport(BaseModel):
 
         return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth"}).encode()
                               ).hexdigest()[:16]
+
+
+# The two kinds of host whose GPUs are not NVML's, and their words everywhere a host is shown
+# (gpuflow hosts, the console, the Temporal UI): issue 36 found one word, "simulated", for both.
+HOST_KINDS = {
+    "real": "NVML's GPUs; engines run as processes",
+    "mock-gpus": "GPUs from an inventory file; engines run as real processes (gpuflow dev --demo, tests)",
+    "simulated": "gpuflow simulate's: GPUs from an inventory file, and nothing runs (replicas are simulated)",
+}
+
+
+def host_kind(simulated: bool, runs: str | None) -> str:
+    """A host's kind (HOST_KINDS). A report from an agent older than ``runs`` with simulated GPUs
+    could be either: it keeps the word it had, ``simulated``."""
+    if runs == "nothing":
+        return "simulated"
+    if not simulated:
+        return "real"
+    return "mock-gpus" if runs == "processes" else "simulated"
 
 
 CORDON_REASON_MAX = 200

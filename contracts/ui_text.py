@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from contracts.host import HOST_KINDS, host_kind
+
 GIB = 1 << 30
 MAX_TEXT = 4000  # the UI shows a few lines; a long reason is cut
 
@@ -85,9 +87,9 @@ def instance_current(state: str, reason: str, plan: Any, restarts: int, inputs: 
 
 
 def host_details(report: Any) -> str:
-    """A host: its GPUs and kind."""
-    kind = "simulated" if report.simulated else "real"
-    out = [f"**{kind}** host, {len(report.gpus)} GPU(s), {_gib(report.ram_total)} RAM"]
+    """A host: its GPUs and kind (contracts/host.py HOST_KINDS)."""
+    kind = host_kind(report.simulated, getattr(report, "runs", None))
+    out = [f"**{kind}** host, {len(report.gpus)} GPU(s), {_gib(report.ram_total)} RAM", f"_{HOST_KINDS[kind]}_"]
     out += [f"GPU {g.index}: {code(g.name or g.type)} {_gib(g.vram_total)}" for g in report.gpus[:16]]
     if len(report.gpus) > 16:
         out.append(f"... and {len(report.gpus) - 16} more")

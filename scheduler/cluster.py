@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 
 from scheduler import cpulist
 from scheduler.bounds import Labels
+from scheduler.command_set import MAX_CHARS as MAX_COMMAND_SET
 from scheduler.fields import Bytes, Strict
 from scheduler.spec import Source
 from scheduler.limits import MAX_BYTES, MAX_GPUS
@@ -116,6 +117,8 @@ class Worker(Strict):
     backends: list[str] | None = None  # restricts the built-in backend table when given
     gpus: GPUList = []
     cordoned: bool = False  # an operator cordoned it: no new placements there (filters/cordon.py)
+    # the executables on its agent's PATH (command_set.py), for custom commands (filters/command.py); None: unknown
+    commands: str | None = Field(None, max_length=MAX_COMMAND_SET)
 
     def gpu(self, index: int) -> GPU | None:
         return next((g for g in self.gpus if g.index == index), None)

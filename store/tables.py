@@ -32,6 +32,8 @@ class WorkerRow(SQLModel, table=True):
     backends: list[str] | None = _json(None, nullable=True)
     gpus: list[dict[str, Any]] = _json(list)
     simulated: bool = False
+    runs: str | None = None  # HostReport.runs: processes, nothing (gpuflow simulate); None: an older agent's
+    commands: str | None = None  # HostReport.commands: the executables on its PATH (scheduler/command_set.py)
     fingerprint: str = ""
     generation: int = 0  # bumped by every booking, release and inventory change on this worker
     state_reason: str = ""

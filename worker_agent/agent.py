@@ -25,13 +25,13 @@ from temporalio.worker import Worker
 from contracts import ui_text
 from contracts.control import HostView
 from contracts.ids import host_id
-from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue
+from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_kind, host_queue
 from contracts.host_auth import Refusal
 from scheduler.errors import InvalidInput
 from worker_agent.credential import HostCredential, open_credential
 from worker_agent.activities import HostActivities
 from worker_agent.bookings import LedgerBookings
-from worker_agent.capabilities import runnable_backends, with_backends
+from worker_agent.capabilities import path_commands, runnable_backends, with_capabilities
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
@@ -191,12 +191,14 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
     # the engine probes start other interpreters (a second or so), while the orphans are reaped
     finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))
     runnable: list[str] = []
+    runs = table.runs  # real processes, or nothing (gpuflow simulate's table)
+    commands = await asyncio.to_thread(path_commands, os.environ.get("PATH")) if runs == "processes" else None
 
     boot = uuid.uuid4().hex[:16]  # this run's id: the control plane tells a restart from an inventory change
 
     def probe():
-        return with_backends(discover(name, inventory_file, labels, owner=table.owner), runnable).model_copy(
-            update={"boot": boot})
+        return with_capabilities(discover(name, inventory_file, labels, owner=table.owner), runnable, runs,
+                                 commands).model_copy(update={"boot": boot})
     probe()  # a bad inventory file fails here, before anything is registered
     book = usage_book(timings, inventory_file, memory_probe)
     metrics = None
@@ -225,7 +227,8 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
                       max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE_CAP,
                       graceful_shutdown_timeout=timedelta(seconds=2)):
         await open_reader(client, name, host_queue(name))
-        kind = "simulated GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"
+        kind = (f"{host_kind(report.simulated, report.runs)} host: " +
+                ("GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"))
         engines_found = ", ".join(report.backends or []) or "none"
         (serving or (lambda line: print(line, flush=True)))(
             f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})")

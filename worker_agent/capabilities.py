@@ -9,17 +9,24 @@ on a host that cannot launch it.
 | llama.cpp | ``--llama-cpp-python PY`` given: PY imports ``llama_cpp``; otherwise ``--llama-server`` is found |
 | custom | ``--allow-custom`` |
 
-An inventory file's ``backends`` can only narrow this list (a simulated host still launches
-real processes). A report without ``backends`` (an older agent) means unknown, as in GPUStack:
-the backend filter then keeps the host.
+An inventory file's ``backends`` can only narrow this list (a host of simulated GPUs still
+launches real processes). A report without ``backends`` (an older agent) means unknown, as in
+GPUStack: the backend filter then keeps the host.
+
+Beside the engines, what a launch starts here (``runs``: real processes, or nothing under
+``gpuflow simulate``) and, where custom commands run as processes, the executables on the agent's
+PATH (``path_commands``: scheduler/command_set.py), so that a spec whose command is not on a host
+waits for one that has it instead of going ERROR there (scheduler/filters/command.py).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
 from contracts.host import HostReport
+from scheduler.command_set import encode
 from worker_agent.engines import EngineConfig
 
 _FIND = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)"
@@ -54,3 +61,31 @@ def with_backends(report: HostReport, runnable: list[str]) -> HostReport:
     """The report with ``backends`` = what this host runs (narrowed by the inventory file's list)."""
     keep = runnable if report.backends is None else [b for b in runnable if b in report.backends]
     return report.model_copy(update={"backends": keep})
+
+
+def path_commands(path: str | None) -> str | None:
+    """The executables in the folders of ``path`` (a PATH), as a command set; None when there
+    is no PATH or too many names to report (scheduler/command_set.py MAX_CHARS)."""
+    names: set[str] = set()
+    for folder in (path or "").split(os.pathsep):
+        try:
+            with os.scandir(folder or ".") as entries:
+                names.update(e.name for e in entries if _executable(e))
+        except OSError:  # a folder that is gone or unreadable holds nothing this agent can start
+            continue
+    return encode(names) if path else None
+
+
+def _executable(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file() and os.access(entry.path, os.X_OK)
+    except OSError:
+        return False
+
+
+def with_capabilities(report: HostReport, runnable: list[str], runs: str, commands: str | None) -> HostReport:
+    """The report with what this host runs: its engines (``with_backends``), what a launch starts
+    (``runs``) and, where custom commands start processes, the commands on its PATH."""
+    r = with_backends(report, runnable)
+    keep = commands if runs == "processes" and "custom" in (r.backends or []) else None
+    return r.model_copy(update={"runs": runs, "commands": keep})

@@ -134,6 +134,8 @@ class Record:
 
 
 class ProcessTable:
+    runs = "processes"  # what a launch starts (contracts/host.py HostReport.runs); simulated: "nothing"
+
     def __init__(self, data_dir: str):
         self.run_dir = os.path.join(data_dir, "run")
         self.log_dir = os.path.join(data_dir, "logs")

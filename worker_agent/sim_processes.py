@@ -33,6 +33,8 @@ class _Server:
 
 
 class SimulatedProcessTable(ProcessTable):
+    runs = "nothing"  # nothing is forked: any command "runs" (scheduler/filters/command.py keeps the host)
+
     def __init__(self, data_dir: str, start_delay: float = 0.5, fail_rate: float = 0.0,
                  rng: random.Random | None = None):
         super().__init__(data_dir)

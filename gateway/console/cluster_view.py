@@ -18,6 +18,7 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from contracts.host import host_kind
 from gpuflow.ops import natural_key
 from gpuflow.render.cluster import topology
 from store.ledger import booked_per_gpu
@@ -42,7 +43,7 @@ class Gpu:
 class Host:
     name: str
     state: str
-    simulated: bool
+    kind: str  # contracts/host.py HOST_KINDS
     cordoned: bool
     cordon_reason: str
     reason: str
@@ -87,7 +88,7 @@ def _host(w: WorkerRow, booked: dict[tuple[str, int], int], measured: dict[tuple
         gpus.append(Gpu(index=i, name=str(g.get("name") or "GPU"), vram_total=int(g.get("vram_total") or 0),
                         claimed=booked.get((w.name, i), 0), used=used if used is not None else g.get("vram_used"),
                         foreign=g.get("vram_foreign")))
-    return Host(name=w.name, state=w.state, simulated=w.simulated, cordoned=bool(w.cordoned),
+    return Host(name=w.name, state=w.state, kind=host_kind(w.simulated, w.runs), cordoned=bool(w.cordoned),
                 cordon_reason=w.cordon_reason or "",
                 reason=w.state_reason, gpus=sorted(gpus, key=lambda g: g.index), topology=topology(w.gpus or []),
                 ram_total=w.ram_total, updated_at=w.updated_at)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+from contracts.host import HOST_KINDS
 from gateway.console.cluster_view import overview
 from gateway.console.web import Page, page, page_number
 
@@ -19,7 +20,7 @@ async def show(gw, request, caller) -> Page:
     state = qp.get("state", "")
     state = state if STATE.match(state) else ""
     ov = await asyncio.to_thread(overview, gw.engine, q, state, page_number(request))
-    return Page("overview.html", {"title": "Overview", "ov": ov, "q": q, "state": state})
+    return Page("overview.html", {"title": "Overview", "ov": ov, "q": q, "state": state, "kinds": HOST_KINDS})
 
 
 ROUTES = [("/", page(show), ["GET"])]

@@ -19,6 +19,15 @@ from gpuflow.settings import default_data_dir
 from worker_agent.processes import ProcessTable
 
 
+def with_own_bin(path: str) -> str:
+    """``path`` with this environment's bin folder first (a venv's: its ``gpuflow`` and its
+    python), so the stack's agents find them for a spec's command ('gpuflow standin ...') even
+    where the shell that ran ``make demo`` never put the venv on its PATH."""
+    own = os.path.dirname(sys.executable)
+    rest = [p for p in path.split(os.pathsep) if p and p != own]
+    return os.pathsep.join([own, *rest])
+
+
 class Stack:
     """The processes of one gpuflow installation on this machine (also what the tests drive)."""
 
@@ -30,6 +39,7 @@ class Stack:
                                   extra_args=temporal_args)
         self.env = {**os.environ, "GPUFLOW_TEMPORAL__ADDRESS": self.temporal.address,
                     "GPUFLOW_TEMPORAL__NAMESPACE": "default", "GPUFLOW_DATA_DIR": self.data_dir, **(env or {})}
+        self.env["PATH"] = with_own_bin(self.env.get("PATH", ""))
         if database_url:
             self.env["GPUFLOW_DATABASE_URL"] = database_url
         self.database_url = database_url or f"sqlite:///{os.path.join(self.data_dir, 'gpuflow.db')}"

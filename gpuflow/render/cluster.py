@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.host import HOST_KINDS, host_kind
 from gpuflow.render import usage
 from scheduler.units import gib
 
@@ -52,7 +53,8 @@ def hosts(hs: list[dict[str, Any]]) -> str:
         return "no hosts"
     lines = [f"{'HOST':<16} {'STATE':<10} {'KIND':<10} GPUS"]
     for h in hs:
-        kind = "simulated" if (h.get("report") or {}).get("simulated") else "real"
+        report = h.get("report") or {}
+        kind = host_kind(bool(report.get("simulated")), report.get("runs"))  # contracts/host.py HOST_KINDS
         cordon = ("  CORDONED" + (f" ({h['cordon_reason']})" if h.get("cordon_reason") else "")
                   if h.get("cordoned") else "")  # no new replicas there (gpuflow hosts uncordon)
         lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
@@ -64,6 +66,9 @@ def hosts(hs: list[dict[str, Any]]) -> str:
         if refused:
             lines.append(f"{'':<16} refused a {refused.get('purpose') or ''} report at {refused.get('at', '')[:19]}: "
                          f"{refused.get('why', '')[:200]}")
+    kinds = sorted({host_kind(bool((h.get("report") or {}).get("simulated")), (h.get("report") or {}).get("runs"))
+                    for h in hs} - {"real"})
+    lines += [f"{k}: {HOST_KINDS[k]}" for k in kinds]  # what a kind other than real means
     return "\n".join(lines)
 
 
