@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "installed: gpuflow and temporal are in $(VENV)/bin. To type them as the README does, run once per shell:"
 	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\""
 
-.PHONY: chromium demo dry-run test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing bench-console
+.PHONY: chromium demo dry-run docs docs-serve test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing bench-console
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -52,6 +52,15 @@ chromium:
 
 test: $(VENV)/.installed chromium
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -n 2 --dist loadfile
+
+# The documentation site (mkdocs.yml, docs/): built strictly into site/; its Reference pages are
+# generated from the code at build time (docs/hooks.py). docs-serve rebuilds as you edit.
+# NO_MKDOCS_2_WARNING: Material prints a banner about its successor at every build; nothing to act on here
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_decide.py

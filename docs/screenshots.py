@@ -1,9 +1,9 @@
-"""The console's screenshots in docs/ (issue 28), taken as a user sees the pages: the stack
+"""The console's screenshots in docs/images/ (issues 28, 36), taken as a user sees the pages: the stack
 ``make demo`` starts (``gpuflow dev --demo``: simulated hosts, three deployments of stand-in
 servers and the real SmolLM2 model on llama.cpp), one more deployment too big to place (PENDING),
 then Playwright driving Debian's chromium over the console, the playground asking SmolLM2.
 
-    .venv/bin/python docs/screenshots.py     # writes docs/console-*.png (a few minutes)"""
+    .venv/bin/python docs/screenshots.py     # writes docs/images/console-*.png (a few minutes)"""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ HUGE = {"name": "huge", "backend": "custom", "source": {"local_path": "/models/h
 
 
 def shoot(w: Watched, path: str, name: str) -> None:
-    w.open(path).screenshot(path=str(ROOT / "docs" / f"console-{name}.png"), full_page=True)
-    print(f"docs/console-{name}.png: {path}", flush=True)
+    w.open(path).screenshot(path=str(ROOT / "docs" / "images" / f"console-{name}.png"), full_page=True)
+    print(f"docs/images/console-{name}.png: {path}", flush=True)
 
 
 def main() -> None:
@@ -44,8 +44,8 @@ def main() -> None:
             page.fill("#message", "In one sentence: what is a GPU?")
             page.keyboard.press("Enter")
             page.locator(".turn.assistant .figures").last.wait_for(timeout=120_000)
-            page.screenshot(path=str(ROOT / "docs" / "console-playground.png"), full_page=True)
-            print("docs/console-playground.png: /console/playground?model=smollm2", flush=True)
+            page.screenshot(path=str(ROOT / "docs" / "images" / "console-playground.png"), full_page=True)
+            print("docs/images/console-playground.png: /console/playground?model=smollm2", flush=True)
             for name, path in [("overview", "/console/"), ("deployment", "/console/deployments/smollm2"),
                                ("decision", f"/console/replicas/{chat}"), ("pending", "/console/replicas/huge-0"),
                                ("queue", "/console/queue"), ("tenants", "/console/tenants")]:
