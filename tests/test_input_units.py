@@ -122,7 +122,7 @@ def test_no_bundled_file_writes_a_size_in_bits():
         found += [(p, s) for d in docs for s in _strings(d) if bits.match(s)]
         found += [(p, m) for m in re.findall(r"\b\d+(?:\.\d+)?\s?(?:[kKmMgGtT][iI]?)b\b", text)
                   if not re.match(r"\d+b$", m)]  # "8b" in a model's name (llama3-8b) is not a size
-    for p in glob.glob(os.path.join(ROOT, "docs", "*.md")) + [os.path.join(ROOT, "README.md")]:
+    for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True) + [os.path.join(ROOT, "README.md")]:
         with open(p) as f:
             for block in re.findall(r"```ya?ml\n(.*?)```", f.read(), re.S):
                 found += [(p, m) for m in re.findall(r"\b\d+(?:\.\d+)?\s?(?:[kKmMgGtT][iI]?)b\b", block)
