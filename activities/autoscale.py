@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 
 from contracts import ui_text
 from contracts.ids import DEPLOYMENT_SCALE, autoscaler_id, deployment_id
-from activities import autoscale_inputs, capacity_hook
+from activities import autoscale_inputs, callers, capacity_hook
 from activities.decision_keeper import DecisionKeeper
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
                                  DeploymentRef, Step, StepAsk)
@@ -122,6 +122,7 @@ class AutoscaleActivities:
 
     @activity.defn(name=START_AUTOSCALER)
     async def start_autoscaler(self, ref: DeploymentRef) -> None:
+        callers.check(START_AUTOSCALER, ref)
         deployment = ref.deployment
         spec = await self.runner.run(_saved_spec, self.engine, deployment)
         await self.client.start_workflow(
@@ -134,6 +135,7 @@ class AutoscaleActivities:
     async def autoscale_apply(self, ask: ApplyAsk) -> int:
         """Set the deployment's replicas to ``ask.replicas`` (absolute: applying it twice is applying
         it once); the replicas the deployment then has."""
+        callers.check(AUTOSCALE_APPLY, ask)
         deployment, replicas = ask.deployment, ask.replicas
         h = self.client.get_workflow_handle(deployment_id(deployment))
         try:
@@ -145,6 +147,7 @@ class AutoscaleActivities:
 
     @activity.defn(name=AUTOSCALE_STEP)
     async def autoscale_step(self, ask: StepAsk) -> Step:
+        callers.check(AUTOSCALE_STEP, ask)  # it keeps its inputs (the decision log), and may call the capacity hook
         deployment, carried, now = ask.deployment, ask.carried, ask.now
         view = await self._view(deployment)
         if view is None or view.deleting:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import cluster_reads as r
+from activities import callers, cluster_reads as r
 from activities import decision_replay
 from activities.estimate_cache import EstimateCache
 from activities.runner import Runner
@@ -50,6 +50,7 @@ class ClusterActivities:
     async def apply_tenants(self, ask: cc.TenantsApply) -> cc.TenantsApplied:
         """Store the tenants file, give the waiting replicas their reasons under it, and wake the
         heads it lets through now (a raised limit), not at the next sweep."""
+        callers.check(cc.APPLY_TENANTS, ask)
         tf = TenantsFile.model_validate(ask.file)
         done = await self._store(r.apply_tenants, self.engine, tf, self._request, self.policy)
         await self.wake()
@@ -59,10 +60,12 @@ class ClusterActivities:
     async def add_key(self, k: cc.KeyAdd) -> cc.KeyView:
         """Store a key, for a tenant the tenants file names (``default`` always is): a key for a
         tenant that does not exist is refused, naming the tenants that do."""
+        callers.check(cc.ADD_KEY, k)
         return r.key_view(await self._store(keys.add_known, self.engine, k))
 
     @activity.defn(name=cc.REVOKE_KEY)
     async def revoke_key(self, k: cc.KeyRevoke) -> cc.KeyView:
+        callers.check(cc.REVOKE_KEY, k)
         return r.key_view(await self._store(keys.revoke, self.engine, k.id))
 
     @activity.defn(name=cc.READ_KEYS)

@@ -19,6 +19,7 @@ from typing import Awaitable, Callable
 from sqlalchemy.engine import Engine
 from temporalio import activity
 
+from activities import callers
 from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.drain import DrainAsk
@@ -59,6 +60,7 @@ class DrainActivities:
     async def drain_instance(self, ask: DrainAsk) -> int:
         """Wait until the live gateways have no request in flight on ``ask.instance`` (already out
         of the routing table), at most ``ask.timeout_s``; returns the requests left."""
+        callers.check(c.DRAIN_INSTANCE, ask)
         def read(fn, *args):  # in the pool, not heartbeating: wait_drained beats at every poll itself
             return self.runner.submit(fn, self.engine, *args)
 

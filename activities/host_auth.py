@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.engine import Engine
 from temporalio import activity
 
+from activities import callers
 from activities.runner import Runner
 from contracts import credential as cr
 from contracts.activity_names import CHECK_HOST_REPORT
@@ -44,7 +45,8 @@ class HostAuthActivities:
     @activity.defn(name=CHECK_HOST_REPORT)
     async def check_host_report(self, check: ReportCheck) -> ReportVerdict:
         """The verdict on one report (contracts/host_proof.py), with what it joins or renews
-        recorded; a refusal counted and logged."""
+        recorded; a refusal counted and logged. A local activity of the host's own workflow."""
+        callers.check(CHECK_HOST_REPORT, check)
         verdict = await self.runner.submit(self.check, check)
         if not verdict.ok:
             self.refused.labels(verdict.kind).inc()
@@ -66,6 +68,17 @@ class HostAuthActivities:
             return refused("other_credential", f"host {check.host} is joined with another credential: stop that "
                                                f"agent, or run 'gpuflow hosts forget {check.host}' once it is gone")
         return verdict
+
+    def recheck(self, check: ReportCheck) -> ReportVerdict:
+        """The same rule again, recording nothing, for a report already taken (activities/hosts.py
+        host_seen): only a joined host's report passes (a join is the check's to record)."""
+        known = host_credentials.known(self.reads, check.host)
+        if known is None:
+            return refused("not_joined", f"host {check.host} has not joined (or was forgotten): its report "
+                                         "writes no inventory")
+        if self._cluster is None:
+            self._cluster = host_credentials.ensure_cluster(self.engine)
+        return judge(check, self._cluster, known, self._key)
 
     def _key(self, public: str) -> bytes:
         key = self._keys.get(public)

@@ -21,9 +21,8 @@ from activities.hub_headers import HubUnreachable
 from activities.metrics import ControlMetrics
 from activities.place_batch import Placing
 from activities.runner import Runner
-from activities import tenancy
+from activities import callers, tenancy
 from contracts import activity_names as c
-from contracts.ids import instance_id
 from contracts.control import (EstimateRecord, InstanceNames, InstanceRef, PlaceResult, RequestSummary, ReserveResult,
                                ScaleDownOrder)
 from contracts.placement import EstimateAsk, PlaceAsk, PreemptAsk, ScaleDownAsk
@@ -33,18 +32,6 @@ from scheduler.summary import request_summary, summary_text
 from store import ledger, records
 
 PLACE_TRIES = 3  # decisions the place activity makes while the ledger refuses its plans, before it fails and is retried
-
-
-def own_call(name: str, instance: str) -> None:
-    """The activities that book or release a replica's GPUs act for the instance workflow that calls
-    them, on its own name (``instance/<name>``, as the Temporal server names the caller): a workflow
-    of anybody's, scheduling one on gpuflow-control, could otherwise release a running replica's
-    booking (its GPUs then booked twice) or book one for it. Refused InvalidInput, non-retryable."""
-    info = activity.info()
-    if info.workflow_type != "ModelInstanceWorkflow" or info.workflow_id != instance_id(instance):
-        raise ApplicationError(f"{name} acts only for the instance workflow that calls it: "
-                               f"{info.workflow_type or 'no workflow'} {info.workflow_id!r} may not act for "
-                               f"instance {instance}", type="InvalidInput", non_retryable=True)
 
 
 def valid_spec(raw: dict) -> ModelSpec:
@@ -92,7 +79,7 @@ class PlacementActivities:
         activity fails and is retried with backoff. A decision that does not place the replica
         outright (it does not fit, a quota, victims to preempt) is returned unbooked. An instance
         that is not one its deployment wants fails it for good (NotWanted, non-retryable)."""
-        own_call(c.PLACE_REPLICA, ask.instance)
+        callers.check(c.PLACE_REPLICA, ask)
         spec, instance, then = valid_spec(ask.spec), ask.instance, ask.then
         if then not in ("scheduled", "starting"):
             raise ApplicationError(f"a booking records SCHEDULED or STARTING, not {then!r}", type="InvalidInput",
@@ -122,7 +109,7 @@ class PlacementActivities:
         """Book the decision's plan by taking its victims' GPUs, in one ledger transaction
         (ledger.preempt); StaleDecision when a victim no longer holds what the decision assumed,
         or it no longer fits. The names were validated with the input (scheduler.bounds.Name)."""
-        own_call(c.PREEMPT_PLACEMENT, ask.instance)
+        callers.check(c.PREEMPT_PLACEMENT, ask)
         instance, d = ask.instance, ask.decision
         if d.plan is None or not d.victims:
             raise ApplicationError("a preemption needs a plan and victims", type="InvalidInput", non_retryable=True)
@@ -149,7 +136,7 @@ class PlacementActivities:
     @activity.defn(name=c.RELEASE_PLACEMENT)
     async def release_placement(self, ref: InstanceRef) -> int:
         """The instance's ledger lines released (how many); the PENDING queue is woken for them."""
-        own_call(c.RELEASE_PLACEMENT, ref.instance)
+        callers.check(c.RELEASE_PLACEMENT, ref)
         n = await self.runner.run(ledger.release, self.engine, ref.instance)
         if n or activity.info().attempt > 1:  # a retry finds nothing left to release, but the first try's wake may be lost
             await self.wake()

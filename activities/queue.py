@@ -9,6 +9,7 @@ from typing import Awaitable, Callable
 from sqlalchemy.engine import Engine
 from temporalio import activity
 
+from activities import callers
 from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.queue import TenantAsk
@@ -41,5 +42,6 @@ class QueueActivities:
     async def sweep_queue(self) -> float:
         """The periodic sweep of the PENDING queue (workflows/queue_sweep.py); returns how long
         to wait before the next, this worker's ``pending_recheck_s``."""
+        callers.check(c.SWEEP_QUEUE, None)
         await self.wake(sweep=True)
         return self.pending_recheck_s

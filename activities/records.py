@@ -6,6 +6,7 @@ input (contracts/records.py, contracts/control.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Awaitable, Callable
 
 from sqlalchemy.engine import Engine
@@ -15,7 +16,8 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.ids import deployment_id, instance_id
+from contracts.ids import instance_id
+from activities import callers
 from activities.record_batch import RecordBatch
 from activities.runner import Runner
 from contracts import activity_names as c, ui_text
@@ -24,7 +26,9 @@ from contracts.records import SaveDeployment, StartInstances
 from contracts.search import SA_DEPLOYMENT, SA_MODEL, SA_STATE
 from scheduler.naming import name_problem
 from store import ledger, records
+from store.engine_keys import UnprovenLaunch
 
+log = logging.getLogger("gpuflow.records")
 LIST_CHUNK = 100  # workflow ids in one visibility query (closed_workflows)
 
 
@@ -50,21 +54,6 @@ async def listed_running(client: Client, names: list[str]) -> set[str]:
     return found
 
 
-def caller_problem(inputs: list) -> None:
-    """The replicas start_instances makes wanted (store/records.py create_instances: the ledger books
-    only those) are its caller's own: the workflow of their deployment, ``deployment/<name>``, as the
-    Temporal server names it (a workflow of anybody's, scheduling this activity on the control
-    plane's queue, would otherwise make any name of a running deployment a wanted replica).
-    Refused otherwise, naming both, non-retryable; nothing is written."""
-    info = activity.info()
-    for inp in inputs:
-        if info.workflow_type != "ModelDeploymentWorkflow" or info.workflow_id != deployment_id(inp.deployment):
-            raise ApplicationError(
-                f"start_instances starts only the replicas of the deployment whose workflow calls it: "
-                f"{info.workflow_type or 'no workflow'} {info.workflow_id!r} may not start {inp.name} of deployment "
-                f"{inp.deployment}", type="InvalidInput", non_retryable=True)
-
-
 class RecordActivities:
     def __init__(self, engine: Engine, client: Client, runner: Runner, rows: RecordBatch,
                  wake: Callable[[], Awaitable[int]]):
@@ -77,11 +66,20 @@ class RecordActivities:
 
     @activity.defn(name=c.SAVE_DEPLOYMENT)
     async def save_deployment(self, row: SaveDeployment) -> None:
+        callers.check(c.SAVE_DEPLOYMENT, row)
         await self.runner.run(records.save_deployment, self.engine, row.name, row.spec, row.replicas, row.state)
 
     @activity.defn(name=c.RECORD_INSTANCE)
     async def record_instance(self, rec: InstanceRecord) -> None:
-        await self.runner.heartbeating(self.rows.record(rec))
+        """The instance's row (group-committed). A RUNNING record at a port its host did not vouch
+        for, or on a host the ledger does not book it on, is refused (LaunchUnproven, non-retryable:
+        store/engine_keys.py check_launches) and nothing of it is written."""
+        callers.check(c.RECORD_INSTANCE, rec)
+        try:
+            await self.runner.heartbeating(self.rows.record(rec))
+        except UnprovenLaunch as e:
+            log.warning("%s", e)
+            raise ApplicationError(str(e), type="LaunchUnproven", non_retryable=True) from None
 
     @activity.defn(name=c.START_INSTANCES)
     async def start_instances(self, batch: StartInstances) -> None:
@@ -89,8 +87,8 @@ class RecordActivities:
         together, with their search attributes set (the workflow then upserts none of its own until it is placed). A retry is harmless:
         rows already written are kept, and a workflow already running is used as it is
         (USE_EXISTING)."""
+        callers.check(c.START_INSTANCES, batch)
         inputs = batch.instances
-        caller_problem(inputs)
         await self.runner.run(records.create_instances, self.engine, [InstanceRecord(
             name=inp.name, deployment=inp.deployment, model=str(inp.spec.get("name", "")), state="pending")
             for inp in inputs])
@@ -108,7 +106,9 @@ class RecordActivities:
     async def closed_workflows(self, asked: InstanceNames) -> ClosedInstances:
         """Which of these instances' workflows are not running. One that ended without its own
         teardown (terminated from the UI, say) has its reservation released here and is
-        recorded deleted; the caller stops its process on the host."""
+        recorded deleted; the caller stops its process on the host. Only the deployment's own
+        replicas (``<deployment>-<n>``), for the deployment's workflow."""
+        callers.check(c.CLOSED_WORKFLOWS, asked)
         names, closed, released = asked.names, [], 0
         running = await listed_running(self.client, names)
         for n in names:

@@ -89,13 +89,14 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
     decider = Decider(engine, reads, snapshots, policy, metrics, DecisionKeeper(engine, keep_days, metrics=metrics) if keep_days else None)
     waker = Waker(engine, client, snapshots, estimates, policy, runner.run)
     rows = RecordBatch(lambda recs: runner.submit(store_records.record_instances, engine, recs))  # group commit
+    host_auth = HostAuthActivities(engine, reads, runner, metrics.registry)
     return WorkerSet(
         runner=runner, metrics=metrics, estimates=estimates, snapshots=snapshots, decider=decider, waker=waker,
         placement=PlacementActivities(engine, runner, estimates, decider, place_batches(decider, engine, runner),
                                       metrics, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
-        hosts=HostStateActivities(engine, reads, client, runner, waker.wake),
-        host_auth=HostAuthActivities(engine, reads, runner, metrics.registry),
+        hosts=HostStateActivities(engine, reads, client, runner, waker.wake, host_auth),
+        host_auth=host_auth,
         drain=DrainActivities(engine, runner),
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
         booking=BookingActivities(reads, runner),

@@ -84,7 +84,7 @@ def fill(engine, hosts: int, replicas: int) -> None:
         out = ledger.reserve_many(engine, bookings[i:i + 200])
         bad = [o for o in out if isinstance(o, Exception)]
         assert not bad, bad[:3]
-    records.record_instances(engine, running)
+    records.record_instances(engine, running, check_launch=False)  # no agent launched these
     records.record_instances(engine, [InstanceRecord(
         name=n, deployment=d, model=d, state="pending",
         reason="0/100 hosts fit: every GPU lacks 10.0 GiB (bench)") for d, n in names[len(placed):]])

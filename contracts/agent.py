@@ -114,6 +114,9 @@ class LaunchResult(BaseModel):
     # the nonce its engine key was made from (worker_agent/engine_key.py; None: it has no key). The
     # control plane makes the same key from it; the key itself never crosses Temporal
     key_id: str | None = Field(None, pattern=KEY_ID_PATTERN, max_length=64)
+    # the host's MAC over what the store and the gateways use of it (contracts/launch_proof.py): the
+    # store writes the replica RUNNING at this address only when it verifies ("": no credential)
+    mac: str = Field("", pattern=r"^([0-9a-f]{64})?$", max_length=64)
 
 
 class ExitReport(BaseModel):

@@ -93,6 +93,9 @@ class InstanceRecord(InstanceFields):
     # its engine key's nonce (LaunchResult.key_id): the store makes the key from it and the host's
     # credential (store/records.py), for the gateways; the key itself never crosses Temporal
     key_id: str | None = Field(None, pattern=KEY_ID_PATTERN, max_length=64)
+    # its launch's MAC (LaunchResult.mac): a RUNNING record with a port or an address is written only
+    # when it verifies with the booked host's credential (store/engine_keys.py check_launches)
+    launch_mac: str = Field("", pattern=r"^([0-9a-f]{64})?$", max_length=64)
 
 
 class InstanceView(InstanceFields):

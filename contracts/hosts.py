@@ -39,8 +39,10 @@ class ReadersAsk(BaseModel):
 
 
 class ModelPaths(BaseModel):
-    """Which hosts hold ``path`` and which looked and did not find it."""
+    """Which hosts hold ``path`` and which looked and did not find it; ``instance``: the replica
+    whose workflow read it (activities/callers.py: only that workflow may record it)."""
 
+    instance: Name | None = None
     path: Path
     present: list[Name] = Field([], max_length=MAX_WORKERS)
     missing: list[Name] = Field([], max_length=MAX_WORKERS)

@@ -10,7 +10,8 @@ from sqlmodel import Session, select
 
 from contracts.control import HostReport, InstanceRecord
 from store import changes
-from store.engine_keys import engine_keys
+from store.engine_keys import check_launches, engine_keys, host_keys, needs_proof
+from store.wanted import unwanted
 from store.tables import DeploymentRow, InstanceRow, ModelFileRow, WorkerRow, utcnow
 
 
@@ -111,19 +112,25 @@ QUEUED = ("pending", "analyzing")  # in the PENDING queue: ``queued_at`` (arriva
 # of these states until the instance is placed (or fails, or goes); a later return starts a new arrival
 
 
-def record_instance(engine: Engine, rec: InstanceRecord) -> None:
+def record_instance(engine: Engine, rec: InstanceRecord, check_launch: bool = True) -> None:
     """Set the instance's row to ``rec`` (inserted if missing)."""
-    record_instances(engine, [rec])
+    record_instances(engine, [rec], check_launch)
 
 
-def record_instances(engine: Engine, recs: list[InstanceRecord]) -> None:
+def record_instances(engine: Engine, recs: list[InstanceRecord], check_launch: bool = True) -> None:
     """Set each instance's row to its record, in order, in one transaction (one commit for a batch:
     activities/record_batch.py). Core statements: the instance workflows write one at every state
-    change, and on SQLite the writers take turns (db.py)."""
+    change, and on SQLite the writers take turns (db.py). A RUNNING record with a port or an address
+    is written only when its host proved the launch and the ledger books it there
+    (engine_keys.check_launches: UnprovenLaunch, and nothing of the batch is written);
+    ``check_launch`` False only for rows no agent launched (a test's or a benchmark's fixtures)."""
     now = utcnow()
     t = InstanceRow.__table__
-    keys = engine_keys(engine, recs)  # each launched engine's key, from its nonce (store/engine_keys.py)
+    hosts = host_keys(engine, [r.worker for r in recs if r.worker and (r.key_id or needs_proof(r))])
+    keys = engine_keys(engine, recs, hosts)  # each launched engine's key, from its nonce (store/engine_keys.py)
     with Session(engine) as s:
+        if check_launch:
+            check_launches(s, recs, hosts)
         conn = s.connection()
         for rec in recs:
             vals: dict[str, Any] = dict(
@@ -221,6 +228,14 @@ def mark_gone(engine: Engine, name: str, why: str) -> str | None:
         changes.bump(s, name)
         s.commit()
         return worker
+
+
+def unwanted_problem(engine: Engine, instance: str) -> str | None:
+    """Why ``instance`` is not a replica its deployment wants (store/wanted.py ``unwanted``; None: it is)."""
+    t = InstanceRow.__table__
+    with Session(engine) as s:
+        row = s.connection().execute(select(t.c.deployment, t.c.state, t.c.wanted).where(t.c.name == instance)).first()
+    return unwanted(instance, row)
 
 
 def save_deployment(engine: Engine, name: str, spec: dict[str, Any], replicas: int, state: str = "active") -> None:

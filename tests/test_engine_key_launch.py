@@ -13,7 +13,7 @@ import httpx2 as httpx
 from temporalio.testing import ActivityEnvironment
 
 from contracts import agent as p
-from contracts import credential as cr
+from contracts import credential as cr, launch_proof
 from worker_agent.activities import HostActivities, engine_answers
 from worker_agent.bookings import HeldBookings
 from worker_agent.credential import HostCredential
@@ -65,5 +65,11 @@ async def test_a_restarted_agent_adopts_the_engine_with_its_key(tmp_path):
         again = await ActivityEnvironment().run(agent(str(tmp_path), EngineConfig(allow_custom=True)).launch_instance,
                                                 req)  # a new agent run, the same data folder
         assert (again.adopted, again.pid, again.key_id) == (True, res.pid, res.key_id)
+        # the launch's result is the host's word, MACed with its key (contracts/launch_proof.py): the
+        # control plane's check passes it, and the adopted process's result carries the same MAC
+        fields = launch_proof.body("m-0", "", res.pid, res.port, res.address, res.key_id, res.kv_events_port)
+        assert launch_proof.problem(credential().key, "h1", fields, res.mac) is None
+        assert again.mac == res.mac
+        assert launch_proof.problem(credential().key, "h1", {**fields, "port": res.port + 1}, res.mac)
     finally:
         await first.stop_instance("m-0")

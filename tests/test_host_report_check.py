@@ -18,6 +18,7 @@ from contracts.host import HostReport
 from contracts.host_auth import HELLO_SKEW_S, ReportCheck, WatchAsk
 from gpuflow.converter import DATA_CONVERTER
 from store import db, host_credentials
+from tests.callers_env import called_by
 from worker_agent.activities import HostActivities
 from worker_agent.bookings import HeldBookings
 from worker_agent.credential import open_credential
@@ -147,7 +148,7 @@ def test_what_a_check_records_and_what_a_refusal_leaves(tmp_path):
 async def test_refusals_are_counted_by_kind(tmp_path):
     w = World(tmp_path)
     try:
-        env = ActivityEnvironment()
+        env = called_by("HostWorkflow", "host/h1")  # its own host workflow (activities/callers.py)
         for raw, host in [(body(), "h1"), (body(), "h1"), (w.hello(w.intruder, NOW), "h1"), (w.first, "h1")]:
             await env.run(w.acts.check_host_report, check(raw, host=host, after=JOINED))
         count = {s.labels["reason"]: s.value for m in w.acts.refused.collect() for s in m.samples

@@ -34,7 +34,8 @@ def system(who: str) -> dict:
 def running(store, instance: str, deployment: str, port: int, kv_port: int) -> None:
     records.record_instance(store, InstanceRecord(name=instance, deployment=deployment, model=deployment,
                                                   state="running", worker="w1", port=port, address="127.0.0.1",
-                                                  kv_events_port=kv_port))
+                                                  kv_events_port=kv_port),
+                           check_launch=False)  # a fixture's row: no agent launched it (store/engine_keys.py)
 
 
 @pytest.fixture(scope="module")

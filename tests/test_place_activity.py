@@ -26,7 +26,7 @@ RAW = {"name": "a", "backend": "custom", "run_command": "x {port}", "source": {"
 
 
 def called_by(instance: str) -> ActivityEnvironment:
-    """The activity as the instance's own workflow calls it (activities/placement.py own_call)."""
+    """The activity as the instance's own workflow calls it (activities/callers.py)."""
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, workflow_type="ModelInstanceWorkflow", workflow_id=f"instance/{instance}")
     return env
@@ -180,13 +180,13 @@ async def test_only_the_instances_own_workflow_books_or_releases_it(store):
     acts = control_activities(engine, None)
     try:
         for env in (ActivityEnvironment(), called_by("a-1")):
-            with pytest.raises(ApplicationError, match="place_replica acts only for the instance workflow that calls "
-                                                       "it: .* may not act for instance a-0") as e:
+            with pytest.raises(ApplicationError, match=r"place_replica acts only for the workflow its input names "
+                                                       r"\(ModelInstanceWorkflow 'instance/a-0'\); called by ") as e:
                 await env.run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
             assert e.value.type == "InvalidInput" and e.value.non_retryable
         assert ledger.booked_per_gpu(engine) == {}
         await called_by("a-0").run(acts.placement.place_replica, PlaceAsk(instance="a-0", spec=RAW))
-        with pytest.raises(ApplicationError, match="may not act for instance a-0"):
+        with pytest.raises(ApplicationError, match="'instance/a-0'.*called by ModelInstanceWorkflow 'instance/a-1'"):
             await called_by("a-1").run(acts.placement.release_placement, InstanceRef(instance="a-0"))
         assert ledger.booked_per_gpu(engine) == {("h1", 0): 20 * GiB}  # a-0 still holds its GPU
     finally:

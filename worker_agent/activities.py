@@ -24,6 +24,7 @@ from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from contracts import agent as p
+from contracts import launch_proof
 from worker_agent import pinning
 from worker_agent.bookings import BookingUnknown, Bookings, part_of, refusal
 from worker_agent.credential import HostCredential
@@ -239,9 +240,7 @@ class HostActivities:
         if self.usage is not None:
             self.usage.watch(req, booking)  # measured against the ledger's claim, never the request's
         if not req.wait_ready:
-            return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
-                                  address=self.address, dist_port=dist, binding=bound,
-                                  kv_events_port=rec.kv_events_port, key_id=rec.key_id)
+            return self._result(req, rec, adopted, dist, bound)
         started = time.monotonic()
         # The first heartbeat after ``every``, not at once: the activity's start counts for the
         # heartbeat timeout, and a server ready within it (a custom server, a cached small model)
@@ -267,9 +266,18 @@ class HostActivities:
                 activity.heartbeat({"pid": rec.pid})
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
+        return self._result(req, rec, adopted, dist, bound)
+
+    def _result(self, req: p.LaunchRequest, rec, adopted: bool, dist: int | None, bound: str) -> p.LaunchResult:
+        """The launch's result, MACed with the host key (contracts/launch_proof.py): the store writes
+        the replica RUNNING at this address only when the MAC verifies with this host's credential.
+        An adopted process's figures are the same, and so is its MAC."""
+        fields = launch_proof.body(req.instance, req.part, rec.pid, rec.port, self.address, rec.key_id,
+                                   rec.kv_events_port)
+        mac = launch_proof.sign(self.credential.key, self.name, fields) if self.credential is not None else ""
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                               address=self.address, dist_port=dist, binding=bound,
-                              kv_events_port=rec.kv_events_port, key_id=rec.key_id)
+                              kv_events_port=rec.kv_events_port, key_id=rec.key_id, mac=mac)
 
     async def _check_booking(self, req: p.LaunchRequest) -> Booking:
         """No process without its booking: the ledger, not the request, says which processes (parts)

@@ -39,7 +39,10 @@ ENV = {"vllm": "VLLM_API_KEY", "llama.cpp": "LLAMA_API_KEY", "llama-cpp-python":
 
 
 class EngineKeys(Protocol):
-    """What makes engine keys: the host's credential (worker_agent/credential.py HostCredential)."""
+    """What makes engine keys: the host's credential (worker_agent/credential.py HostCredential).
+    ``key``: the host key, which also MACs each launch's result (contracts/launch_proof.py)."""
+
+    key: bytes
 
     def engine_key(self, instance: str, part: str, nonce: str) -> str: ...
 

@@ -203,8 +203,10 @@ class HostWorkflow(HostReports):
         while True:
             await self._take_hellos()
             if self.greeting is not None:
-                self.report, self.greeting = self.greeting, None
-                await workflow.execute_activity(c.HOST_SEEN, self.report, **c.STORE_CALL)
+                proven, self.greeting = self.greeting, None
+                if not await self._seen(proven):  # refused by host_seen's own check: nothing changed
+                    continue
+                self.report = proven[0]
                 if self.cordoned:  # cordoned before its first hello, its row did not exist: now it says so
                     async with self.cordoning:
                         await self._record_cordon(self.cordoned, self.cordon_reason)
@@ -250,7 +252,7 @@ class HostWorkflow(HostReports):
     async def _ask(self) -> None:
         """One probe on the host's queue: a report from an agent that answers (checked: signed for
         this probe's nonce) is taken as its hello."""
-        nonce = str(workflow.uuid4())
+        nonce = self._nonce()
         h = workflow.start_activity(
             hp.WATCH_HOST, WatchAsk(nonce=nonce), result_type=dict, task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
@@ -263,16 +265,16 @@ class HostWorkflow(HostReports):
             raw = await h
         except (ActivityError, asyncio.CancelledError):
             return
-        report = await self._checked(raw, "watch", nonce)
-        if report is not None:
-            self.greeting = report
+        proven = await self._checked(raw, "watch", nonce)
+        if proven is not None:
+            self.greeting = proven
 
     async def _watch(self, known: str) -> None:
         """One watch on the host's queue, for the inventory ``known``: its answer, checked (signed for
         this watch's nonce), is the host's news. A hello that passes its check meanwhile (the agent
         restarted) ends it. An answer refused (another agent polling the host's queue, a forgery)
         changes nothing, and the next watch waits host_heartbeat_s: a stream of them costs little."""
-        nonce = str(workflow.uuid4())
+        nonce = self._nonce()
         h = workflow.start_activity(
             hp.WATCH_HOST, WatchAsk(known=known, nonce=nonce), result_type=dict,
             task_queue=host_queue(self.inp.name),
@@ -297,18 +299,19 @@ class HostWorkflow(HostReports):
             await self._set("not_ready", why)
             self.just_lost = True
             return
-        report = await self._checked(raw, "watch", nonce)
-        if report is None:
+        proven = await self._checked(raw, "watch", nonce)
+        if proven is None:
             if self.state == "ready":  # refused, not the host's own invalid report (that made it NOT_READY)
                 try:
                     await workflow.wait_condition(lambda: bool(self.hellos), timeout=c.secs(self.t.host_heartbeat_s))
                 except asyncio.TimeoutError:
                     pass
             return
+        report = proven[0]
         if report.usage is not None:
             await self._record_usage(report)
         if report.fingerprint() != known:
-            self.greeting = report
+            self.greeting = proven
         elif report.usage is not None:
             self.report = report  # the same inventory with the replicas' latest memory: the status query shows it
 

@@ -3,7 +3,10 @@ carries): checked first, in one local activity per report (activities/host_auth.
 contracts/host_proof.py: its MAC with the host's own credential, its freshness, or a join with the
 cluster's join token), then validated. Only a report that passes both may change anything; one
 refused changes nothing (no state, no store write, no usage), and is shown (the status query's
-``refusal``, the Temporal UI's current details) while the activity counts and logs it.
+``refusal``, the Temporal UI's current details) while the activity counts and logs it. The report
+taken is handed to host_seen signed, with what it was checked for (its ReportCheck), and host_seen
+checks it again before it writes the inventory (anybody's workflow of this id may call it while this
+one is not running); a watch's nonce names this run (contracts/run_nonce.py).
 
 Anyone who can reach Temporal can signal ``hello`` or answer a watch in a host's place: the check
 is what makes that change nothing. A report whose MAC verifies but does not validate is the host's
@@ -11,7 +14,7 @@ own (an agent of another version, say): the host is NOT_READY with the reason, a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -21,10 +24,14 @@ with workflow.unsafe.imports_passed_through():
 
     from contracts.activity_names import CHECK_HOST_REPORT
     from contracts.control import HostReport
-    from contracts.host_auth import Purpose, Refusal, ReportCheck, ReportVerdict
+    from contracts import run_nonce
+    from contracts.host_auth import Purpose, Refusal, RefusalKind, ReportCheck, ReportVerdict
     from workflows import common as c
     from workflows.inputs import compact
 
+REFUSAL_KINDS = get_args(RefusalKind)
+
+Proven = tuple[HostReport, ReportCheck]  # a report taken (its auth dropped), and the check it passed
 MAX_HELLOS = 4  # hellos queued between two looks; a flood drops the oldest (the probe still finds the host)
 
 
@@ -61,7 +68,7 @@ class HostReports:
         self.hellos: list[Any] = []  # hellos signalled, not yet checked (at most MAX_HELLOS)
         self.last_hello = last_hello  # the stamp (ms) of the last hello accepted
         self.refusal = refusal  # the last report refused
-        self.greeting: HostReport | None = None  # a report checked and valid, not yet taken in
+        self.greeting: Proven | None = None  # a report checked and valid, not yet taken in (host_seen)
 
     def _queue_hello(self, raw: Any) -> None:
         if len(self.hellos) >= MAX_HELLOS:
@@ -71,13 +78,18 @@ class HostReports:
     async def _take_hellos(self) -> None:
         """Check the hellos signalled so far, in order: the last that passes is the greeting."""
         while self.hellos:
-            report = await self._checked(self.hellos.pop(0), "hello")
-            if report is not None:
-                self.greeting = report
+            proven = await self._checked(self.hellos.pop(0), "hello")
+            if proven is not None:
+                self.greeting = proven
 
-    async def _checked(self, raw: Any, purpose: Purpose, nonce: str = "") -> HostReport | None:
-        """``raw``, a report of this host, once it passed the check and validates (its auth dropped);
-        None when it did not: refused (shown), or the host's own and invalid (NOT_READY, _refuse)."""
+    def _nonce(self) -> str:
+        """A watch's nonce, made by this run (contracts/run_nonce.py)."""
+        return run_nonce.nonce(workflow.info().run_id, workflow.uuid4().hex)
+
+    async def _checked(self, raw: Any, purpose: Purpose, nonce: str = "") -> Proven | None:
+        """``raw``, a report of this host, once it passed the check and validates (its auth dropped),
+        with that check; None when it did not: refused (shown), or the host's own and invalid
+        (NOT_READY, _refuse)."""
         check = ReportCheck(host=self.inp.name, purpose=purpose, report=raw if isinstance(raw, dict) else None,
                             nonce=nonce, now_ms=int(workflow.now().timestamp() * 1000), after_ms=self.last_hello)
         try:
@@ -95,7 +107,21 @@ class HostReports:
             if (self.state, self.reason) != ("not_ready", why):
                 await self._refuse(why)
             return None
-        return report.model_copy(update={"auth": None})
+        return report.model_copy(update={"auth": None}), check
+
+    async def _seen(self, proven: Proven) -> bool:
+        """host_seen writes the report (checked again there); False, shown as refused, when it does not."""
+        try:
+            await workflow.execute_activity(c.HOST_SEEN, proven[1], **c.STORE_CALL)
+            return True
+        except ActivityError as e:
+            kind, why = c.cause(e)
+            if kind != "ReportRefused":
+                raise
+            details = getattr(e.cause, "details", None) or ("unchecked",)
+            self._refused(ReportVerdict(kind=details[0] if details[0] in REFUSAL_KINDS else "unchecked", why=why),
+                          proven[1].report, proven[1].purpose)
+            return False
 
     def _refused(self, verdict: ReportVerdict, raw: Any, purpose: str) -> None:
         self.refusal = Refusal(kind=verdict.kind or "unchecked", why=verdict.why, at=workflow.now().isoformat(),

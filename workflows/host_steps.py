@@ -111,13 +111,31 @@ class HostSteps(SuperviseSteps):
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host, False
         s.pid, s.port, s.address, s.kv_events_port = res.pid, res.port, res.address, res.kv_events_port
-        s.key_id = res.key_id
+        s.key_id, s.launch_mac = res.key_id, res.mac
         sts = self.t.host_schedule_to_start_s  # the host answers: supervise with the full patience, not the grace left
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for
         why = "adopted the running process" if res.adopted and not started_here else ""
-        await self._record("running", "; ".join(x for x in (why, res.binding) if x))
+        unproven = await self._record_running("; ".join(x for x in (why, res.binding) if x))
+        if unproven:
+            return "unbooked", unproven, self.worker, True
         kind, why, host = await self._supervise([(self.worker, req)] + parts, sts)
         return kind, why, host, True
+
+    async def _record_running(self, reason: str) -> str:
+        """RUNNING recorded; or, when the store refuses the launch (its MAC does not verify with the
+        booked host's credential, or the ledger no longer books it there: a preemptor took its GPUs
+        meanwhile), why, with its processes stopped: the replica lets go of its placement and is
+        placed again, and nothing routes to an address its host did not vouch for."""
+        try:
+            await self._record("running", reason)
+        except ActivityError as e:
+            kind, why = c.cause(e)
+            if kind != "LaunchUnproven":
+                raise
+            await self._stop_everywhere()
+            self.s.processes_stopped = True
+            return why
+        return ""
 
     async def _fetch_model(self, spec: ModelSpec, req: hp.LaunchRequest, sts: float, quiet: bool) -> hp.LaunchRequest:
         """A hub source: its files into the model cache of the main worker (and, for vLLM and SGLang

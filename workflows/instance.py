@@ -228,6 +228,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
                 await self._stop_everywhere()
             await self._release()
         s.pid = s.port = s.address = s.kv_events_port = s.key_id = None
+        s.launch_mac = ""
         await self._record("deleted", f"not placed: {self.unwanted}" if self.unwanted else "")
         try:
             await workflow.get_external_workflow_handle(deployment_id(self.inp.deployment)).signal(

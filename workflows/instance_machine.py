@@ -55,6 +55,7 @@ class InstanceState(BaseModel):
     port: int | None = None
     kv_events_port: int | None = None  # its engine's KV-cache events (LaunchResult), recorded for the gateways
     key_id: str | None = None  # its engine key's nonce (LaunchResult): the store makes the key from it (not a secret)
+    launch_mac: str = ""  # its host's MAC over the launch (LaunchResult.mac): the store checks it before RUNNING
     address: str | None = None  # where the server listens (the host agent's advertised address)
     decision: DecisionRecord | None = None  # carried across continue-as-new, for explain
     stop_requested: bool = False

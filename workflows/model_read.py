@@ -50,7 +50,8 @@ class ModelRead(InstanceBase):
             have = [h for h, a in answers.items() if isinstance(a, EstimateInputs)]
             missing = [h for h, a in answers.items() if isinstance(a, tuple) and a[0] in NOT_THERE]
             if have or missing:
-                await workflow.execute_activity(c.RECORD_MODEL_PATHS, ModelPaths(path=path, present=have, missing=missing),
+                await workflow.execute_activity(c.RECORD_MODEL_PATHS, ModelPaths(instance=self.inp.name, path=path, present=have,
+                                                                                     missing=missing),
                                                 **c.STORE_CALL)
             if have:
                 return answers[have[0]]
