@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, ApplyAsk, AutoscalerInput,
                                      AutoscaleView, Step, StepAsk)
     from workflows import common as c
-    from workflows import guards
+    from workflows import guards, signals
     from workflows.inputs import one_input
 
 BLOCKED_RECHECK_S = 3.0
@@ -58,9 +58,11 @@ class AutoscalerWorkflow:
                              ended=self.ended, history=list(self.history), cold_starts=list(self.cold_starts))
 
     @workflow.signal(name=AUTOSCALER_WAKE)
-    def wake(self) -> None:
-        """Decide now (the gateway holds a request for a deployment at zero replicas)."""
-        self.woken = True
+    def wake(self, *args: Any) -> None:
+        """Decide now (the gateway holds a request for a deployment at zero replicas). Carries
+        nothing; a wake that does is refused, logged and counted (workflows/signals.py)."""
+        if signals.none(AUTOSCALER_WAKE, args):
+            self.woken = True
 
     @workflow.run
     async def run(self, *args: Any) -> AutoscaleView:

@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduler.limits import REPLICAS_CEILING, Limits
     from scheduler.spec import ModelSpec
     from workflows import common as c
-    from workflows import guards
+    from workflows import guards, signals
     from workflows import rollout_steps as ro
     from workflows.inputs import one_input
 
@@ -175,8 +175,13 @@ class ModelDeploymentWorkflow:
         return self.status()
 
     @workflow.signal(name=DEPLOYMENT_INSTANCE_ENDED)
-    def instance_ended(self, name: str) -> None:
-        self.ended.add(name)
+    def instance_ended(self, *args: Any) -> None:
+        """From a replica's workflow as it ends (untrusted: one of this deployment's replica names,
+        ``<deployment>-<n>``; anything else is refused, logged and counted: workflows/signals.py)."""
+        name = signals.name(DEPLOYMENT_INSTANCE_ENDED, args)
+        if name is not None and signals.check(DEPLOYMENT_INSTANCE_ENDED, signals.of_deployment(name, self.name),
+                                              f"{name} is not a replica of deployment {self.name}"):
+            self.ended.add(name)
 
     # --- reconciliation -------------------------------------------------------------------------
     @workflow.run

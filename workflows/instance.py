@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common as c
     from workflows import guards
     from workflows import instance_machine as m
+    from workflows import signals
     from workflows.host_steps import HostSteps
     from workflows.inputs import one_input
     from workflows.instance_machine import InstanceState
@@ -63,33 +64,38 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
     def stop(self, *args: Any) -> None:
         """Stop for good. It takes nothing: a stop that carries anything was not sent by gpuflow
         (``gpuflow delete``, a scale-down) and is refused, logged naming what it carried; nothing stops."""
-        if args:
-            workflow.logger.warning(f"instance {self.inp.name}: refused a stop signal carrying {len(args)} "
-                                    f"argument(s) ({str(args[0])[:80]!r}...): stop takes none; nothing stopped")
-            return
-        self.s.stop_requested = True
+        if signals.none(INSTANCE_STOP, args):  # garbage arguments stop nothing (refused: logged, counted)
+            self.s.stop_requested = True
 
+    # Every signal below is untrusted (anyone who can reach Temporal may send it): one that does not
+    # validate changes nothing, and is logged and counted (workflows/signals.py).
     @workflow.signal(name=INSTANCE_CAPACITY_CHANGED)
-    def capacity_changed(self) -> None:
-        self.s.woken = True
+    def capacity_changed(self, *args: Any) -> None:
+        if signals.none(INSTANCE_CAPACITY_CHANGED, args):
+            self.s.woken = True
 
     @workflow.signal(name=INSTANCE_PREEMPT)
-    def preempt(self, notice: PreemptNotice) -> None:
-        """From a preemptor whose booking took this replica's GPUs (untrusted: its names are checked)."""
-        if not name_problem(notice.instance) and len(notice.by) <= 300 and len(notice.why) <= 300:
+    def preempt(self, *args: Any) -> None:
+        """From a preemptor whose booking took this replica's GPUs (its names are checked)."""
+        notice = signals.one(INSTANCE_PREEMPT, args, PreemptNotice)
+        if notice is not None and signals.check(INSTANCE_PREEMPT, not name_problem(notice.instance),
+                                                f"its preemptor {notice.instance!r} is not an instance name"):
             self.s.preempted = notice
 
     @workflow.signal(name=INSTANCE_VICTIM_STOPPED)
-    def victim_stopped(self, name: str) -> None:
-        if isinstance(name, str) and len(self.s.victims_stopped) < 1000 and not name_problem(name):
+    def victim_stopped(self, *args: Any) -> None:
+        name = signals.name(INSTANCE_VICTIM_STOPPED, args)
+        if name is not None and signals.check(INSTANCE_VICTIM_STOPPED, len(self.s.victims_stopped) < 1000,
+                                              "it already heard from 1000 victims"):
             self.s.victims_stopped.add(name)
 
     @workflow.signal(name=INSTANCE_HOST_NEWS)
-    def host_news(self, news: HostNews) -> None:
-        """From the control plane (untrusted: checked): a host of the placement was lost, or its agent
+    def host_news(self, *args: Any) -> None:
+        """From the control plane (checked): a host of the placement was lost, or its agent
         restarted. Acted on while it supervises."""
-        if news.kind in ("lost", "restarted") and not name_problem(news.host) and len(news.why) <= 500 \
-                and (news.host in self.s.news or len(self.s.news) < 64):
+        news = signals.one(INSTANCE_HOST_NEWS, args, HostNews)
+        if news is not None and signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
+                                              "it already holds news of 64 hosts"):
             self.s.news[news.host] = news
 
     @workflow.query(name=INSTANCE_STATUS)
