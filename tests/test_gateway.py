@@ -147,6 +147,10 @@ def test_keys_none_bad_revoked_get_401_and_a_good_one_counts_under_its_tenant(sq
                               "--listen", f"0.0.0.0:{port}"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--allow-anonymous" in refused.stderr
 
+    from scheduler.tenancy.config import TenantsFile
+    from store import tenants
+
+    tenants.apply(engine, TenantsFile.model_validate({"tenants": [{"name": "team-a"}, {"name": "team-b"}]}))
     made = keys("create", "--tenant", "team-a", "--name", "ci")
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip().splitlines()[-1]
