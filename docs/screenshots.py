@@ -21,7 +21,7 @@ from tests.console_browser import Watched, browser  # noqa: E402
 from tests.dev_stack import Dev, until  # noqa: E402
 
 HUGE = {"name": "huge", "backend": "custom", "source": {"local_path": "/models/huge"},
-        "run_command": "python3 -m http.server {port} --bind {host}", "resources": {"vram": "400 GiB", "ram": "2 GiB"}}
+        "run_command": "gpuflow standin --port {port} --host {host}", "resources": {"vram": "400 GiB", "ram": "2 GiB"}}
 
 
 def shoot(w: Watched, path: str, name: str) -> None:

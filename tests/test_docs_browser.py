@@ -29,8 +29,11 @@ def served(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     r = build(ROOT / "mkdocs.yml", out)
     assert r.returncode == 0, r.stdout + r.stderr
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
-    handler.log_message = lambda *a: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # one line per request would bury the test's own output
+            pass
+
+    handler = functools.partial(Quiet, directory=str(out))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=httpd.serve_forever, daemon=True)
     t.start()

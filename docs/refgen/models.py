@@ -109,19 +109,29 @@ def type_name(tp, meta=()) -> str:
 
 
 def bounds(f: FieldInfo) -> str:
+    """A field's bounds, short: ``0..4,096``, ``> 0``, ``at most 512``, a pattern."""
+    lo = hi = None
     out = []
     for m in f.metadata:
         for kind, attr, word in ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<")):
             if isinstance(m, kind):
                 v = getattr(m, attr)
-                out.append(f"{word} {v:,}" if isinstance(v, int) else f"{word} {v:g}")
+                shown = f"{v:,}" if isinstance(v, int) else f"{v:g}"
+                if kind in (Ge, Gt):
+                    lo = (word, shown)
+                else:
+                    hi = (word, shown)
         if isinstance(m, MaxLen):
-            out.append(f"at most {m.max_length:,} long")
+            out.append(f"at most {m.max_length:,}")
         if isinstance(m, MinLen) and m.min_length:
-            out.append(f"at least {m.min_length:,} long")
+            out.append(f"at least {m.min_length:,}")
         pattern = getattr(m, "pattern", None)
         if isinstance(pattern, str):
-            out.append(f"matches `{pattern}`")
+            out.append(f"`{pattern}`")
+    if lo and hi and lo[0] == ">=" and hi[0] == "<=":
+        out.insert(0, f"{lo[1]}..{hi[1]}")
+    else:
+        out[:0] = [f"{b[0]} {b[1]}" for b in (lo, hi) if b]
     return "; ".join(out)
 
 

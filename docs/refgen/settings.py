@@ -8,8 +8,10 @@ import dataclasses
 from pydantic import BaseModel
 
 from docs.refgen.md import code, head, table
+from docs.refgen.spec import merged
 from docs.refgen.models import bounds, comments, default, meaning, notes, type_name
 
+HEADER = ("variable", "type (bounds)", "default", "meaning")
 FLAG_OF = {"host": "listen", "port": "listen", "kv_events": "no_kv_events"}  # fields a flag sets under another name
 
 
@@ -71,14 +73,14 @@ def page() -> str:
     parts = [head("Settings reference", "settings", "`gpuflow.settings.Settings` and `gateway.config.GatewaySettings`",
                   intro)]
     top = [r for r in env_rows(Settings, "GPUFLOW_") if r[0].count("__") == 0]
-    parts.append("## Top-level variables\n\n" + table(("variable", "type", "default", "bounds", "meaning"), top))
+    parts.append("## Top-level variables\n\n" + table(HEADER, merged(top)))
     for sec in sections():
         model = Settings.model_fields[sec].annotation
         rows = env_rows(model, f"GPUFLOW_{sec.upper()}__")
         doc = " ".join((model.__doc__ or "").split()) if model.__doc__ and "Usage docs" not in model.__doc__ else ""
         parts.append(f"## {sec}\n\n{doc}\n\nA section can be given whole as JSON "
                      f"(`GPUFLOW_{sec.upper()}='{{...}}'`); its `__` variables then override keys in it.\n\n"
-                     + table(("variable", "type", "default", "bounds", "meaning"), rows))
+                     + table(HEADER, merged(rows)))
     parts.append("## The gateway's settings\n\n`gpuflow gateway` takes its settings as flags (`gateway.config."
                  "GatewaySettings`); those marked *not a flag* are fixed for a gateway started from the CLI, and "
                  "can be set by a program that builds one (`gateway.app.build(engine, GatewaySettings(...))`).\n\n"
