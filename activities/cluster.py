@@ -82,7 +82,8 @@ class ClusterActivities:
 
     @activity.defn(name=cc.READ_QUEUE)
     async def read_queue(self, page: cc.Page) -> cc.QueuePage:
-        return await self._store(r.queue_page, self.reads, page, self._request, self.policy, datetime.now(timezone.utc))
+        # the writer: the reasons it judges are recorded (activities/pending_reasons.py)
+        return await self._store(r.queue_page, self.engine, page, self._request, self.policy, datetime.now(timezone.utc))
 
     @activity.defn(name=cc.READ_SERVING)
     async def read_serving(self, ask: cc.ServingAsk) -> cc.ServingView:

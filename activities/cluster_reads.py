@@ -10,12 +10,12 @@ after page."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Any, Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.wake_queue import current, judge, judge_and_record, read
+from activities.wake_queue import judge_and_record, ordered_replicas, read, shown
 from contracts.cluster import (KeysPage, KeyView, Page, QueuePage, ServingAsk, ServingView, TenantsApplied, TenantsPage,
                                 UsageCounts, UsagePage, UsageRow)
 from store import key_usage, keys, serving, tenants
@@ -98,27 +98,30 @@ def apply_tenants(engine: Engine, tf: TenantsFile, request_of: RequestOf, policy
     return TenantsApplied(version=v, tenants=names[:20], count=len(names), queueing=tf.queueing, reasons=moved)
 
 
-def queue_rows(verdict, now: datetime) -> list[dict]:
-    """The queue's lines in order: position, who, how long it has waited and why (the wake's
-    own verdicts, activities/wake_queue.py)."""
-    out = []
-    for pos, r in enumerate(verdict.order, 1):
-        why = current(r.reason, verdict.reason(r.instance))  # what the wake records (wake_queue.current)
-        if r.instance in verdict.unknown:
-            why = f"request not costed here; its last decision: {r.reason or 'none yet'}"
-        elif r.instance in verdict.wake.woken:
-            why = "fits now: the next wake places it"
-        out.append({"position": pos, "instance": r.instance, "tenant": r.tenant, "tenant_priority": r.tenant_priority,
-                    "priority": r.priority, "deployment": r.deployment, "queued_at": r.queued_at.isoformat(),
-                    "waiting_s": round(max(0.0, (now - r.queued_at).total_seconds()), 1), "reason": why})
-    return out
+def queue_rows(order: list, reason_of: Callable[[Any], str], now: datetime) -> list[dict]:
+    """The queue's lines in ``order``: position, who, how long it has waited and why
+    (``reason_of``: the one reason, activities/pending_reasons.py)."""
+    return [{"position": pos, "instance": r.instance, "tenant": r.tenant, "tenant_priority": r.tenant_priority,
+             "priority": r.priority, "deployment": r.deployment, "queued_at": r.queued_at.isoformat(),
+             "waiting_s": round(max(0.0, (now - r.queued_at).total_seconds()), 1), "reason": reason_of(r) or "-"}
+            for pos, r in enumerate(order, 1)]
 
 
 def queue_page(engine: Engine, page: Page, request_of: RequestOf, policy: PolicyConfig | None,
                now: datetime) -> QueuePage:
+    """``gpuflow queue``: the queue judged on a fresh snapshot, its reasons recorded as a wake
+    records them, and shown as recorded: what status, explain and the console show next."""
+    v = judge_and_record(engine, load_snapshot(engine), request_of, policy)[0]
+    rows = queue_rows(v.order, lambda r: shown(r, v), now)
+    return QueuePage(queueing=tenants.load(engine).queueing, rows=rows[page.offset:page.offset + page.limit],
+                     total=len(rows))
+
+
+def stored_queue(engine: Engine, now: datetime) -> tuple[str, list[dict]]:
+    """The queue in order with each replica's reason as the store holds it: the console's queue
+    page and ``gpuflow queue --data-dir`` (a judgement is the control plane's to make and record)."""
     q = read(engine)
-    rows = queue_rows(judge(q, load_snapshot(engine), request_of, policy), now)
-    return QueuePage(queueing=q.tenants.queueing, rows=rows[page.offset:page.offset + page.limit], total=len(rows))
+    return q.tenants.queueing, queue_rows(ordered_replicas(q.replicas), lambda r: r.reason, now)
 
 
 def serving_view(engine: Engine, ask: ServingAsk, live_s: float = serving.LIVE_S) -> ServingView:

@@ -100,6 +100,7 @@ class PlacementActivities:
             except GpuflowError as e:
                 raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
             if got is not None:
+                await self.wake(taken=True)  # capacity taken: the waiting replicas' reasons follow (pending_reasons.py)
                 return got
         raise ApplicationError(f"instance {instance}: the capacity moved under {PLACE_TRIES} decisions in a row",
                                type="StaleDecision")

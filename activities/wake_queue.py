@@ -16,10 +16,10 @@ The rules (README, "The PENDING queue"):
 - Replicas that do not fit but whose tenant stays within its guarantee with them, while another
   tenant borrows, are woken as well, every one the guarantee covers at once: they decide
   together and preempt as a group.
-- One reason, everywhere: every wake writes each replica it holds back its verdict as its reason
-  in the store (after "preempted by ..." where a preemption put the replica there: that part stays
-  until it is placed again), so ``gpuflow status``, ``explain`` and ``queue`` show the same text,
-  current with the capacity, the tenants file and the preemptors. Those it wakes record their own.
+- One reason, everywhere (activities/pending_reasons.py): every wake writes each waiting replica
+  its verdict as its reason in the store, and every view shows the store's, so ``gpuflow status``,
+  ``explain``, ``queue`` and the console show the same text, current with the capacity (freed, or
+  taken by a booking: ``wake(taken=True)``), the tenants file and the preemptors.
 - Safety net: the queue is swept every ``pending_recheck_s`` (workflows/queue_sweep.py), waking
   the heads that fit and the first waiting replica of each deployment; a PENDING replica keeps
   no timer of its own (before the ``queue-sweep`` patch it re-decided on its own every period).
@@ -32,6 +32,8 @@ wake again on a retry, when the first try's wake may have been lost with it."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
@@ -44,6 +46,7 @@ from temporalio.service import RPCError
 
 from contracts.ids import INSTANCE_CAPACITY_CHANGED, instance_id
 from activities.estimate_cache import EstimateCache
+from activities.pending_reasons import TAKEN_S, changed, current, shown  # noqa: F401  (current, shown: the views')
 from store import records, tenants
 from store.snapshot_cache import SnapshotCache
 from store.tables import DeploymentRow, InstanceRow
@@ -57,6 +60,7 @@ from scheduler.tenancy.config import TenantsFile
 from scheduler.tenancy.queue import Quotas, Wake, Waiting, ordered, to_wake
 from scheduler.tenancy.usage import by_tenant
 
+log = logging.getLogger("gpuflow.control")
 UNKNOWN = "its request is not known here yet: woken to decide itself"
 UNKNOWN_HERE = "its request is not known here yet"
 
@@ -129,40 +133,13 @@ class Verdict:
         return self.wake.held.get(name, "")
 
 
-PREEMPTED = "preempted by "  # a victim's reason (PreemptNotice.reason), kept until it is placed again
-NOW = "; now: "
-
-
-def current(old: str, verdict: str) -> str:
-    """The reason a waiting replica shows: the queue's verdict, after what preempted it, if anything
-    did (that part stays until the replica is placed again; the verdict after it is kept current)."""
-    if old.startswith(PREEMPTED):
-        return old.split(NOW, 1)[0] + NOW + verdict
-    return verdict
-
-
-def current_reasons(v: "Verdict") -> dict[str, tuple[str, str]]:
-    """instance -> (its recorded reason, the current one), for the waiting replicas whose reason
-    moved: those the wake holds back. The ones it wakes decide and record their own."""
-    deciding = set(v.unknown) | set(v.wake.woken) | set(v.wake.reclaim)
-    out = {}
-    for r in v.order:
-        verdict = v.reason(r.instance)
-        if r.instance in deciding or not verdict:
-            continue
-        new = current(r.reason, verdict)
-        if new != r.reason:
-            out[r.instance] = (r.reason, new)
-    return out
-
-
 def judge_and_record(engine: Engine, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
                      policy: PolicyConfig | None = None) -> tuple["Verdict", int]:
     """The queue's verdicts on ``snap``, written as the waiting replicas' reasons (one reason, kept
     current): (the verdict, how many reasons changed). Every wake runs it before it signals; so does
     ``gpuflow tenants apply``, waking nobody, so a new limit or guarantee shows in every reason at once."""
     v = judge(read(engine), snap, request_of, policy)
-    return v, records.set_pending_reasons(engine, current_reasons(v))
+    return v, records.set_pending_reasons(engine, changed(v))
 
 
 def _utc(t: datetime) -> datetime:
@@ -299,19 +276,27 @@ class Waker:
         self.engine, self.client, self.snapshots, self.estimates, self.policy = engine, client, snapshots, estimates, policy
         self.run = run
         self.turns = Turns()
+        self.rejudging: asyncio.Task | None = None  # the judgement a booking asked for (``taken``)
 
-    async def wake(self, sweep: bool = False) -> int:
+    def _plan(self) -> Verdict:
+        snap = self.snapshots.refresh(self.engine)[0]
+        return judge_and_record(self.engine, snap, lambda s: known_request(self.estimates, s), self.policy)[0]
+
+    async def wake(self, sweep: bool = False, taken: bool = False) -> int:
         """Signal the heads that now fit (and those whose request is unknown here); returns how many
         were signalled. ``sweep``: the periodic sweep's choice instead (Verdict.to_sweep); it is
-        never folded away."""
+        never folded away. ``taken``: a booking took capacity; nobody can fit for it, so nobody is
+        signalled, but the waiting replicas' reasons are judged again within TAKEN_S (one
+        judgement for every booking meanwhile), in the background: the booking does not wait."""
+        if taken:
+            if self.rejudging is None or self.rejudging.done():
+                # its own context: the booking's activity ends first, and this must not heartbeat for it
+                self.rejudging = asyncio.get_running_loop().create_task(self._rejudge(), context=contextvars.Context())
+            return 0
         if not await self.turns.take(_beat, fold=not sweep):
             return 0  # one already waits for its turn and will read this change
         try:
-            def plan() -> Verdict:
-                snap = self.snapshots.refresh(self.engine)[0]
-                return judge_and_record(self.engine, snap, lambda s: known_request(self.estimates, s), self.policy)[0]
-
-            verdict = await self.run(plan)
+            verdict = await self.run(self._plan)
             names = verdict.to_sweep() if sweep else verdict.to_signal()
             for n in names:
                 _beat()
@@ -322,6 +307,18 @@ class Waker:
         finally:
             self.turns.release()
         return len(names)
+
+
+    async def _rejudge(self) -> None:
+        await asyncio.sleep(TAKEN_S)
+        if not await self.turns.take(lambda: None):
+            return  # a wake waits for its turn: it judges after this booking
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._plan)
+        except Exception as e:  # noqa: BLE001  the next wake or sweep judges again
+            log.warning("the PENDING queue's reasons after a booking: %s", e)
+        finally:
+            self.turns.release()
 
 
 def _beat() -> None:

@@ -1,9 +1,8 @@
 """The PENDING queue, the tenants' use and the recent preemptions, read from the store itself:
 ``gpuflow queue``/``tenants`` with --data-dir/--database-url, and the web console (which reads the
 store rather than ask the cluster workflow: a page refreshed every few seconds would otherwise
-grow that workflow's history by an update each time). Through the control plane the same rows
-come from activities/cluster_reads.py, with the requests its worker has costed; here a spec that
-states its resources is costed, and one costed from model files shows its own last reason."""
+grow that workflow's history by an update each time). The queue's reasons are the store's, as the
+control plane's verdicts wrote them (activities/pending_reasons.py): the same text everywhere."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from datetime import datetime, timezone
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.cluster_reads import queue_rows, tenant_rows
+from activities.cluster_reads import stored_queue, tenant_rows
 from scheduler.estimate import estimate_request, states_resources
 from scheduler.policy_config import PolicyConfig
 from store import tenants as tenant_store
@@ -28,15 +27,12 @@ def stated(spec):
     return estimate_request(spec) if states_resources(spec) else None
 
 
-def queue(engine: Engine, policy: PolicyConfig, now: datetime | None = None) -> tuple[str, list[dict]]:
-    """(the queueing mode, the PENDING queue's rows in the order the next wake sees it, with the
-    wake's own verdicts: activities/wake_queue.py)."""
-    from activities.wake_queue import judge, read
-    from store.snapshot import load_snapshot
-
-    q = read(engine)
-    v = judge(q, load_snapshot(engine), stated, policy)
-    return q.tenants.queueing, queue_rows(v, now or datetime.now(timezone.utc))
+def queue(engine: Engine, policy: PolicyConfig | None = None, now: datetime | None = None) -> tuple[str, list[dict]]:
+    """(the queueing mode, the PENDING queue's rows in the order the next wake sees it, each with
+    the reason the store holds: the one that status, explain and the console's replica page show,
+    written by the control plane's verdicts, activities/pending_reasons.py). ``policy`` is unused:
+    nothing is judged here."""
+    return stored_queue(engine, now or datetime.now(timezone.utc))
 
 
 def tenants(engine: Engine) -> tuple[str, list[dict]]:

@@ -19,6 +19,7 @@ from sqlmodel import Session
 from activities.estimate_cache import EstimateCache
 from contracts.control import InstanceRecord
 from store import changes, db, ledger, records, tenants
+from store.snapshot import load_snapshot
 from store.snapshot_cache import SnapshotCache
 from store.tables import InstanceRow
 from activities import wake_queue
@@ -211,6 +212,8 @@ def test_gpuflow_queue_shows_positions_and_reasons(store):
     seed(engine, 1)
     enqueue(engine, "q", 2, tenant="poc")
     enqueue(engine, "pr", 2, tenant="prod")
+    # a wake judges and records (the control plane); the store's read shows what it recorded (issue 36: one reason)
+    wake_queue.judge_and_record(engine, load_snapshot(engine), lambda spec: known_request(cache(), spec))
     env = {**os.environ, **({"GPUFLOW_DATABASE_SCHEMA": schema} if schema else {})}
     run = lambda *a: subprocess.run([sys.executable, "-m", "gpuflow", "queue", *a, "--database-url", url],  # noqa: E731
                                     capture_output=True, text=True, timeout=60, env=env)
