@@ -11,6 +11,9 @@ grouped by concern, each class built with only what it uses:
 - ``queue.py``: limits, tenants, the PENDING queue's sweep (the wake: ``wake_queue.py``);
 - ``autoscale.py``: the autoscaler's step; ``rollout_probe.py``: the rollout's look at replicas.
 
+Every writer first checks that its caller is the workflow its input names (``callers.py``: one
+table, one function; the reads it leaves open are listed there with why).
+
 ``worker_set.py`` builds them all for one worker, with the shared pieces (``runner.py``'s pool,
 ``estimate_cache.py``, the snapshot cache, the Decider, the Waker). It may import ``scheduler``,
 ``hubio``, ``contracts`` and ``store``; never ``workflows``, nor ``worker_agent``."""

@@ -42,7 +42,7 @@ class ModelPaths(BaseModel):
     """Which hosts hold ``path`` and which looked and did not find it; ``instance``: the replica
     whose workflow read it (activities/callers.py: only that workflow may record it)."""
 
-    instance: Name | None = None
+    instance: Name | None = None  # the replica whose workflow read the path (its caller)
     path: Path
     present: list[Name] = Field([], max_length=MAX_WORKERS)
     missing: list[Name] = Field([], max_length=MAX_WORKERS)

@@ -160,8 +160,8 @@ async def test_instance_workflows_started_by_hand_or_continued_into_hold_nothing
             start = StartInstances(instances=[InstanceInput(name="legit-9", deployment="legit", spec=raw, timings=T)])
             await lv.client.start_workflow("StartOthers", start, id=f"start/{queue}", task_queue=queue)
             said = await lv.client.get_workflow_handle(f"start/{queue}").result()
-        assert said.startswith("InvalidInput: start_instances starts only the replicas of the deployment whose "
-                               "workflow calls it: StartOthers"), said
+        assert said.startswith("InvalidInput: start_instances acts only for the workflow its input names "
+                               "(ModelDeploymentWorkflow 'deployment/legit'); called by StartOthers"), said
         assert "legit-9" not in lv.states() and ledger.workers_of(lv.engine, "legit-9") == []
         with pytest.raises(RPCError):  # no workflow was started for it either
             await lv.client.get_workflow_handle("instance/legit-9").describe()

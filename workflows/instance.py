@@ -77,7 +77,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
     @workflow.signal(name=INSTANCE_PREEMPT)
     def preempt(self, *args: Any) -> None:
         """From a preemptor whose booking took this replica's GPUs (its names are checked)."""
-        notice = signals.one(INSTANCE_PREEMPT, args, PreemptNotice)
+        notice = signals.one(args, PreemptNotice, INSTANCE_PREEMPT)
         if notice is not None and signals.check(INSTANCE_PREEMPT, not name_problem(notice.instance),
                                                 f"its preemptor {notice.instance!r} is not an instance name"):
             self.s.preempted = notice
@@ -93,7 +93,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
     def host_news(self, *args: Any) -> None:
         """From the control plane (checked): a host of the placement was lost, or its agent
         restarted. Acted on while it supervises."""
-        news = signals.one(INSTANCE_HOST_NEWS, args, HostNews)
+        news = signals.one(args, HostNews, INSTANCE_HOST_NEWS)
         if news is not None and signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
                                               "it already holds news of 64 hosts"):
             self.s.news[news.host] = news

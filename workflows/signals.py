@@ -49,8 +49,9 @@ def none(signal: str, args: tuple) -> bool:
     return True
 
 
-def one(signal: str, args: tuple, model: type[M]) -> M | None:
-    """The signal's one ``model``, or None (refused, naming the problem)."""
+def one(args: tuple, model: type[M], signal: str) -> M | None:
+    """The signal's one ``model``, or None (refused, naming the problem). (Its arguments first, as
+    workflows/inputs.py ``one_input``: docs/refgen reads the model a handler validates from the call.)"""
     if len(args) != 1:
         refuse(signal, f"it takes one {model.__name__}; it carried {len(args)} arguments")
         return None
