@@ -221,7 +221,8 @@ async def status(client: Client, name: str | None = None,
         else:
             insts = await bounded([_instance_row(client, i) for i in listed])
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
-                            "backend": view.spec.get("backend"), "instances": insts})
+                            "backend": view.spec.get("backend"), "resources": view.spec.get("resources"),
+                            "instances": insts})
     st = {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
     from gpuflow.usage_view import with_usage  # each replica's measured memory, from its hosts' reports
 

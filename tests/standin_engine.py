@@ -2,11 +2,13 @@
 and bench): ``--token-s`` per generated token, ``max_tokens`` tokens (default 4), streaming or
 not, with ``usage``; ``--mode error`` answers 500, ``--mode hang`` never answers, ``--mode linger``
 keeps a stream open for 2 s after its ``[DONE]``, ``--mode huge-usage`` reports ``prompt_tokens: 2**70``
-(issue 40's M5: more than any store's column). Every answer
+(issue 40's M5: more than any store's column), ``--mode llama`` streams as llama-cpp-python's server does
+(its ``cache-control: no-store`` and no usage chunk even when asked), ``--mode empty`` streams an
+answer with no text (finish_reason length). Every answer
 names the replica (``system_fingerprint`` and the ``x-replica`` header). Behind the replica's engine
 key when it has one (``--api-key``, or GPUFLOW_ENGINE_API_KEY as the agent sets it: gpuflow/demo/engine_guard.py).
 
-    python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang|linger|huge-usage]"""
+    python tests/standin_engine.py --port P [--name N] [--token-s 0.01] [--mode ok|error|hang|linger|huge-usage|llama|empty]"""
 
 from __future__ import annotations
 
@@ -49,9 +51,12 @@ def make_app(name: str, token_s: float, mode: str) -> Starlette:
         base = {"id": f"cmpl-{name}-{time.monotonic_ns()}", "created": int(time.time()), "model": body.get("model"),
                 "system_fingerprint": name}
         if body.get("stream"):
-            return StreamingResponse(_stream(base, n, chat, token_s, usage, body, 2.0 if mode == "linger" else 0.0),
+            llama = {"cache-control": "no-store", "x-accel-buffering": "no"} if mode == "llama" else {}
+            return StreamingResponse(_stream(base, 0 if mode == "empty" else n, chat, token_s, usage,
+                                             {**body, "stream_options": None} if mode == "llama" else body,
+                                             2.0 if mode == "linger" else 0.0),
                                      media_type="text/event-stream",
-                                     headers={**hdr, **seen})
+                                     headers={**hdr, **seen, **llama})
         await asyncio.sleep(token_s * n)
         text = "".join(f"tok{i} " for i in range(n))
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"} if chat
@@ -105,7 +110,7 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--name", default="standin")
     p.add_argument("--token-s", type=float, default=0.005)
-    p.add_argument("--mode", choices=["ok", "error", "hang", "linger", "huge-usage"], default="ok")
+    p.add_argument("--mode", choices=["ok", "error", "hang", "linger", "huge-usage", "llama", "empty"], default="ok")
     p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, as the agent sets it)")
     a = p.parse_args()
     uvicorn.run(guarded(make_app(a.name, a.token_s, a.mode), key_from(a.api_key)), host=a.host, port=a.port, log_level="warning", access_log=False,

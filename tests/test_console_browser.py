@@ -41,7 +41,7 @@ def test_overview_shows_hosts_gpus_counts_and_the_gateway(dev):
         gpus = row.locator(".gpu")
         assert gpus.count() == 3
         assert re.search(r"80\.0 · 0\.0", gpus.nth(2).inner_text()), gpus.nth(2).inner_text()
-        assert "simulated" in row.inner_text()
+        assert "mock-gpus" in row.inner_text()  # inventory GPUs, real engine processes (contracts/host.py HOST_KINDS)
         assert "ready" in row.inner_text()
         cards = page.locator("#counts").inner_text()
         assert re.search(r"GPUs\s+3\s", cards), cards

@@ -85,7 +85,8 @@ def test_an_admin_creates_a_key_sees_its_use_and_revokes_it(dev):
         assert tenant == ["team-a", *want]
         # the same counts through the control plane (the cluster workflow's key_usage update), and scopes in keys list
         used = {(r["tenant"], r["key_id"]): r["hour"] for r in json.loads(dev.run("keys", "usage", "--json"))}
-        assert used[("team-a", kid)] == {"requests": 2, "prompt_tokens": 2 * PROMPT, "completion_tokens": 8}
+        assert used[("team-a", kid)] == {"requests": 2, "prompt_tokens": 2 * PROMPT, "completion_tokens": 8,
+                                         "estimated_tokens": 0}  # the engine reported every count
         listed = {r["id"]: r for r in json.loads(dev.run("keys", "list", "--json"))}
         assert (listed[kid]["scope"], listed[kid]["admin"]) == ("tenant", False)
         assert [r["scope"] for r in listed.values()].count("cluster-admin") == 1  # default's

@@ -103,6 +103,9 @@ def gateways(s: Session, now: datetime) -> list[dict[str, Any]]:
             for g in s.exec(select(GatewayRow).where(GatewayRow.updated_at >= since).order_by(GatewayRow.id))]
 
 
+GONE = "deleted"  # a deployment's or a replica's state once it is gone
+
+
 def overview(engine: Engine, q: str = "", state: str = "", page: int = 1, now: datetime | None = None) -> Overview:
     """The overview of the cluster; hosts whose name contains ``q`` and whose state is ``state``
     (either may be empty), ``page`` (from 1) of them."""
@@ -111,8 +114,11 @@ def overview(engine: Engine, q: str = "", state: str = "", page: int = 1, now: d
     with Session(engine) as s:
         workers = sorted(s.exec(select(WorkerRow)).all(), key=lambda w: natural_key(w.name))
         measured = _measured(s)
-        deployments = Counter(dict(s.exec(select(DeploymentRow.state, func.count()).group_by(DeploymentRow.state)).all()))
-        replicas = Counter(dict(s.exec(select(InstanceRow.state, func.count()).group_by(InstanceRow.state)).all()))
+        # the headline counts are of what exists: deleted deployments and replicas keep their rows (history), not a count
+        deployments = Counter(dict(s.exec(select(DeploymentRow.state, func.count()).where(DeploymentRow.state != GONE)
+                                          .group_by(DeploymentRow.state)).all()))
+        replicas = Counter(dict(s.exec(select(InstanceRow.state, func.count()).where(InstanceRow.state != GONE)
+                                       .group_by(InstanceRow.state)).all()))
         gws = gateways(s, now)
     hosts = [_host(w, booked, measured) for w in workers]
     kept = [h for h in hosts if q.lower() in h.name.lower() and (not state or _state(h) == state)]

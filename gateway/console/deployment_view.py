@@ -22,6 +22,7 @@ from sqlmodel import Session, select
 from gateway.console.access import Caller
 from gateway.table import owner, routing_of
 from gpuflow.ops import natural_key
+from gpuflow.render.spec_text import readable
 from gpuflow.render.usage import column, warning
 from gpuflow.usage_view import summed
 from store import decision_log
@@ -91,7 +92,8 @@ def masked(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def spec_yaml(spec: dict[str, Any]) -> str:
-    return yaml.safe_dump(masked(spec), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    """The spec as YAML, its env values masked and its sizes in GiB (gpuflow/render/spec_text.py)."""
+    return yaml.safe_dump(readable(masked(spec)), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def _summary(d: DeploymentRow, states: dict[str, int]) -> Summary:

@@ -33,17 +33,24 @@ def handed_scope(scope: dict, token: str) -> dict:
             "headers": headers}
 
 
+ANSWER_HEADERS = frozenset({b"content-type", b"content-length"})  # of the engine's, what the page is sent
+
+
 class Handed(Response):
-    """The relay's own answer, sent as it is (a stream stays a stream); headers set on this one
-    (the console's ``x-gpuflow-data-ms``) join its first message."""
+    """The relay's own answer, its body sent as it is (a stream stays a stream), with only the
+    engine's content-type and content-length of its headers, ``cache-control: no-cache`` and the
+    headers set on this one (the console's ``x-gpuflow-data-ms``). The page needs no more, and an
+    engine's ``cache-control: no-store`` (llama-cpp-python's server sends it) made Chromium end each
+    finished stream as ``net::ERR_ABORTED``: a failed request in the console, per answer (issue 36)."""
 
     def __init__(self, inner: Response):
         self.inner, self.status_code, self.raw_headers, self.background = inner, inner.status_code, [], None
 
     async def __call__(self, scope, receive, send) -> None:
         async def send_with(message):
-            if message["type"] == "http.response.start" and self.raw_headers:
-                message = {**message, "headers": [*message.get("headers", []), *self.raw_headers]}
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() in ANSWER_HEADERS]
+                message = {**message, "headers": [*kept, (b"cache-control", b"no-cache"), *self.raw_headers]}
             await send(message)
         await self.inner(scope, receive, send_with)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.host import HOST_KINDS, host_kind
-from gpuflow.render import usage
+from gpuflow.render import spec_text, usage
 from scheduler.units import gib
 
 
@@ -93,6 +93,9 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
         out.append(f"  instances: {counts(d['instances'])}")
         if summary:
             continue
+        stated = spec_text.resources({"resources": d.get("resources")})
+        if stated:
+            out.append(f"  resources: {stated} (the spec's)")
         out.append(f"  {'INSTANCE':<20} {'STATE':<12} {'WORKER':<12} {'GPUS':<8} {'ADDRESS':<21} {'IN-FLIGHT':<9} "
                    f"{'VRAM USED/CLAIMED':<17} REASON")
         for i in d["instances"]:

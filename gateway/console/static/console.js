@@ -2,12 +2,15 @@
 // - an element with id and data-refresh="MS" is re-read from the same page every MS milliseconds
 //   (while the tab is visible) and replaced by its new copy;
 // - a form with data-action="URL" is sent as a JSON POST with the console's action header, its
-//   answer shown in #notice; data-confirm asks first; data-then="reload" reloads the page after.
+//   answer shown in #notice, which moves to just after that form: the result is shown where the
+//   action was taken, not at the foot of the page; data-confirm asks first; data-then="reload"
+//   reloads the page after.
 "use strict";
 
-function notice(text, ok) {
+function notice(text, ok, form) {
   const n = document.getElementById("notice");
   if (!n) return;
+  if (form && n.previousElementSibling !== form) form.after(n);
   n.textContent = text;
   n.className = ok ? "ok" : "bad";
 }
@@ -34,12 +37,12 @@ async function act(form) {
       headers: {"content-type": "application/json", "x-gpuflow-console": "1"},
       body: JSON.stringify(body)});
     const answer = await r.json().catch(() => ({error: r.statusText}));
-    if (!r.ok) { notice(answer.error || ("failed: " + r.status), false); return; }
-    notice(answer.message || "done", true);
+    if (!r.ok) { notice(answer.error || ("failed: " + r.status), false, form); return; }
+    notice(answer.message || "done", true, form);
     form.dispatchEvent(new CustomEvent("gpuflow:done", {detail: answer, bubbles: true}));
     if (form.dataset.then === "reload") setTimeout(() => location.reload(), 600);
   } catch (e) {
-    notice("failed: " + e, false);
+    notice("failed: " + e, false, form);
   } finally {
     buttons.forEach(b => b.disabled = false);
   }

@@ -3,6 +3,7 @@
 // its text as it arrives (textContent only, never markup) and shows, per answer, what the browser measured:
 // TTFT (sent -> first content) and tokens/s (tokens after the first / time from first to last content:
 // the decode rate, 1/TPOT). Stop aborts the request (AbortController); what arrived stays in the chat.
+// An answer that streamed no text is shown as a failure, with the engine's finish_reason.
 "use strict";
 
 (() => {
@@ -67,7 +68,7 @@
     send.disabled = true;
     stop.disabled = false;
     const t0 = performance.now();
-    let first = null, last = null, chunks = 0, usage = null, note = "";
+    let first = null, last = null, chunks = 0, usage = null, note = "", finish = null;
     try {
       const r = await fetch("/console/playground/chat", {
         method: "POST", credentials: "same-origin", signal: controller.signal,
@@ -88,7 +89,9 @@
         try { event = JSON.parse(data); } catch (e) { return; }
         if (event.error) { note = errorOf(event, r.status); return; }
         if (event.usage) usage = event.usage;
-        const delta = event.choices && event.choices[0] && event.choices[0].delta;
+        const choice = event.choices && event.choices[0];
+        if (choice && choice.finish_reason) finish = choice.finish_reason;
+        const delta = choice && choice.delta;
         if (delta && typeof delta.content === "string" && delta.content) {
           const now = performance.now();
           if (first === null) first = now;
@@ -111,6 +114,13 @@
       stop.disabled = true;
     }
     if (li.classList.contains("failed")) return;
+    if (chunks === 0 && note === "") {  // an answer with no text is no answer: said so, never a blank turn
+      li.classList.add("failed");
+      out.textContent = "The model answered with no text (finish_reason: " + (finish || "none") + ")" +
+        (finish === "length" ? ": max tokens reached before any text" : "") + ". Try again, or another model.";
+      turns.pop();
+      return;
+    }
     const tokens = usage && Number.isInteger(usage.completion_tokens) && note === "" ? usage.completion_tokens : chunks;
     const tps = first !== null && last > first && tokens > 1 ? (tokens - 1) / ((last - first) / 1000) : null;
     figures(li, {ttft: first === null ? null : first - t0, tokens, tps, note});
