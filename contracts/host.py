@@ -152,6 +152,7 @@ class HostInput(BaseModel):
     cordon_reason: CordonReason = ""
     last_hello: int = Field(0, ge=0, le=MAX_MS)  # the stamp (ms) of the last hello accepted: an older one is a replay
     refusal: Refusal | None = None  # the last report refused (contracts/host_auth.py), still shown
+    leaving: bool = False  # it leaves for good (HostWorkflow.leave): forgotten once it holds no reservation
 
 
 # The booking check (no engine runs without its booking): before an agent starts a process it asks

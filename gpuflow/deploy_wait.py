@@ -12,6 +12,10 @@ whenever the counts change. Exit codes, as ``gpuflow schedule``'s:
 
 The first verdict that holds decides, in that order: a failure is reported even while another
 replica waits for room.
+
+Without ``--wait``, deploy looks a few seconds (``first_look``) for the first decisions: a replica
+that no host can take is said at once, with its reason (issue 36: it printed only "created"),
+and the exit code stays 0.
 """
 
 from __future__ import annotations
@@ -81,4 +85,25 @@ async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], 
             last = v.lines[0]
         if time.monotonic() > deadline:
             return Verdict(1, [f"deployment {name}: not done within {timeout_s:g} s: {last}"])
+        await asyncio.sleep(every_s)
+
+
+async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> Verdict:
+    """Within ``look_s``, the replicas of ``name`` that wait because nothing can take them (the
+    lines of a verdict 3), once every replica has had its first decision; no line when all are
+    placed or starting, when one failed (``--wait`` says that), or when they are still deciding."""
+    from gpuflow import ops
+
+    deadline = time.monotonic() + look_s
+    while True:
+        dep = (await ops.status(client, name))["deployments"][0]
+        insts = dep.get("instances", [])
+        v = judge(dep, None)
+        decided = len(insts) >= dep.get("replicas", 0) and all(i["state"] != "pending" or i.get("reason") for i in insts)
+        late = time.monotonic() > deadline
+        if v.code == 3 and (decided or late):
+            return Verdict(0, [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); "
+                                         "'gpuflow deploy --wait' exits 3 for this"])
+        if v.code is not None or decided or late or dep.get("broken"):
+            return Verdict(0, [])
         await asyncio.sleep(every_s)

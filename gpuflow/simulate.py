@@ -139,6 +139,9 @@ def check_args(hosts: int, prefix: str, start_delay: float, fail_rate: float, vr
         raise InvalidInput(f"--vram-use-ratio is the share of its claim a replica uses, 0 to 4, got {vram_use_ratio:g}")
 
 
+LEAVE_WAIT_S = 15.0  # on a clean exit, how long the simulator waits for its hosts that can leave at once
+
+
 async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: str, hosts: int, prefix: str = "sim",
                     start_delay: float = 0.5, fail_rate: float = 0.0, stop: asyncio.Event | None = None,
                     seed: int | None = None, started: asyncio.Event | None = None, vram_use_ratio: float = 0.9,
@@ -218,7 +221,47 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
             pass
         print(f"gpuflow simulate: stopped {len(alive)} host(s)"
               + (f"; {len(fleet) - len(alive)} had vanished" if len(alive) < len(fleet) else ""), flush=True)
+        if stop is not None and stop.is_set():  # a clean exit (Ctrl-C, SIGTERM): the hosts leave the cluster
+            print(await leave(client, [h.name for h in alive]), flush=True)
 
+
+async def leave(client: tclient.Client, names: list[str], wait_s: float = LEAVE_WAIT_S) -> str:
+    """Each host leaves for good (HostWorkflow.leave): forgotten once NOT_READY with no replica left,
+    so at once for those that hold none, else once their replicas are placed elsewhere; its logs
+    workflow ends (nobody is left to read the logs). They stayed NOT_READY until 'gpuflow hosts
+    forget' (issue 36). Waits up to ``wait_s`` for those that can go now; what happened, in a line."""
+    from contracts.ids import host_id, host_logs_id
+    from gpuflow.ops import bounded
+
+    async def tell(name: str) -> bool:
+        try:
+            await client.get_workflow_handle(host_id(name)).execute_update("leave")
+            await client.get_workflow_handle(host_logs_id(name)).terminate(f"host {name} left")
+        except Exception:  # noqa: BLE001  Temporal gone, or the workflow ended: it stays as it was
+            return False
+        return True
+
+    async def gone(name: str) -> bool:
+        try:
+            d = await client.get_workflow_handle(host_id(name)).describe()
+        except Exception:  # noqa: BLE001
+            return False
+        return d.status is not None and d.status.name != "RUNNING"
+
+    told = [n for n, ok in zip(names, await bounded([tell(n) for n in names])) if ok]
+    deadline, left = asyncio.get_running_loop().time() + wait_s, []
+    while True:
+        left = [n for n, g in zip(told, await bounded([gone(n) for n in told])) if g]
+        if len(left) == len(told) or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    out = f"gpuflow simulate: {len(left)} host(s) left the cluster"
+    if len(told) > len(left):
+        out += (f"; {len(told) - len(left)} still hold replicas: each leaves once they are placed elsewhere "
+                "(after their unreachable grace, GPUFLOW_TIMINGS__UNREACHABLE_GRACE_S)")
+    if len(names) > len(told):
+        out += f"; {len(names) - len(told)} could not be told (they stay until 'gpuflow hosts forget')"
+    return out
 
 def kill(data_dir: str, host: str) -> None:
     """Tell the running simulator of ``data_dir`` to make ``host`` vanish."""

@@ -3,7 +3,8 @@ demo's, the tests': ``gpuflow agent --inventory``) and ``gpuflow simulate``'s, w
 The README's simulate example (``run_command: my-server --port {port}``) went ERROR on the demo's
 hosts ("cannot start 'my-server'"): the placement now keeps it off a host whose agent has no such
 command, PENDING with a reason naming the host and the command, and places it on a simulated host
-once one joins. ``gpuflow hosts`` names each kind, and says what the words mean."""
+once one joins. ``gpuflow hosts`` names each kind, and says what the words mean. On a clean exit
+simulate's hosts leave the cluster (they stayed NOT_READY until ``gpuflow hosts forget``)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,16 @@ async def test_a_command_no_host_has_waits_pending_and_goes_to_a_simulated_host(
         assert "simulated: gpuflow simulate's: GPUs from an inventory file, and nothing runs" in legend
         rows = {w.name: (w.runs, bool(w.commands)) for w in records.workers(lv.engine)}
         assert rows == {"box": ("processes", True), "sim-0": ("nothing", False)}
+
+        # a clean exit: simulate's hosts leave (they stayed NOT_READY until 'gpuflow hosts forget');
+        # sim-0 holds mine-0, so it goes once mine-0 is placed elsewhere (here: nowhere, PENDING again)
+        sim.send_signal(signal.SIGINT)
+        out, _ = sim.communicate(timeout=120)
+        assert sim.returncode == 0 and "host(s) left the cluster" in out, out
+        await lv.wait(lambda: [w.name for w in records.workers(lv.engine)] == ["box"], 90, "sim-0 forgotten")
+        await lv.wait(lambda: [(i.state, i.reason) for i in lv.instances("mine")] == [("pending", want)], 60,
+                      "mine-0 PENDING again, for the same reason")
+        assert "sim-0" not in cli(lv, "hosts").stdout
     finally:
         if sim is not None and sim.poll() is None:
             sim.send_signal(signal.SIGINT)

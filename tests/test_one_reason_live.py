@@ -4,7 +4,7 @@ and showed its verdict unrecorded, the others showed the store's, and nothing ju
 another replica *took* capacity (activities/pending_reasons.py). Here a 200 GiB replica waits on
 one 80 GiB GPU, then a 10 GiB replica takes part of that GPU: status, queue (through the control
 plane and from the store), explain, and the console's replica and queue pages all say 70.0 GiB,
-the same text."""
+the same text. And ``gpuflow deploy`` (no --wait) of a replica no GPU can hold says why, exit 0."""
 
 from __future__ import annotations
 
@@ -25,7 +25,12 @@ async def test_status_queue_explain_and_the_console_show_one_reason(tmp_path):
     lv = await Live(str(tmp_path)).start({"gpu-b": [80]})
     g = None
     try:
-        await ops.deploy(lv.client, spec("huge", vram_gib=200), FAST)
+        # deploy without --wait says why a replica cannot be placed (it said only "created"), and exits 0
+        (tmp_path / "huge.json").write_text(spec("huge", vram_gib=200).model_dump_json(exclude_none=True))
+        made = cli(lv, "deploy", str(tmp_path / "huge.json"))
+        assert made.returncode == 0 and made.stdout.startswith("deployment huge: created"), made
+        assert "warning: huge-0: PENDING: unschedulable: " in made.stderr and "has 80.0 GiB" in made.stderr, made.stderr
+        assert "'gpuflow deploy --wait' exits 3 for this" in made.stderr
         await lv.wait(lambda: "has 80.0 GiB" in "".join(i.reason or "" for i in lv.instances("huge")), 60,
                       "huge-0 waits for 80 GiB")
         await ops.deploy(lv.client, spec("echo", vram_gib=10), FAST)  # books 10 GiB of the one GPU

@@ -9,7 +9,8 @@ Every READY/inventory change wakes PENDING instances (in the host_seen activity)
 report also carries each replica's measured memory (contracts/usage.py): kept as the host's
 latest report (its ``status`` query answers it) and written to the store in one batch. An operator
 forgets a host that is gone for good with the ``forget`` update (``gpuflow hosts forget``): its row
-leaves the store and the workflow ends. An operator cordons a host with the ``cordon`` update
+leaves the store and the workflow ends; a host that leaves for good (``gpuflow simulate``'s, on a
+clean exit) says so with ``leave``, and is forgotten as soon as it holds no reservation. An operator cordons a host with the ``cordon`` update
 (``gpuflow hosts cordon``): no new replica is placed there (the scheduler's cordon filter reads the
 store's row) while those running there keep running, until the ``uncordon`` update.
 
@@ -57,6 +58,7 @@ class HostWorkflow(HostReports):
         self._init_reports(inp.last_hello, inp.refusal)  # hellos queued, the last accepted, the last refused
         self.since = ""
         self.forgotten = False  # an operator forgot the host (update forget): the workflow ends
+        self.leaving = inp.leaving  # it leaves for good (update leave): forgotten once it holds nothing
         self.reason = ""  # why it is NOT_READY, when it is for its report
         self.just_lost = False  # the watch failed a moment ago: probe at once (_probe)
         self.cordoned, self.cordon_reason = inp.cordoned, inp.cordon_reason  # an operator's (update cordon)
@@ -78,6 +80,28 @@ class HostWorkflow(HostReports):
             raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
         self.forgotten = True
         return f"host {self.inp.name} forgotten"
+
+    @workflow.update
+    async def leave(self) -> str:
+        """A host leaving for good (``gpuflow simulate``'s hosts, on a clean exit): forgotten by this
+        workflow once it is NOT_READY and holds no reservation, with no ``gpuflow hosts forget``: at
+        once when none of its replicas is left, else once they are placed elsewhere (after their
+        unreachable grace). A hello meanwhile (it is back) cancels it."""
+        self.leaving = True
+        if self.state != "ready" and not self.forgotten:  # already gone: now, if it holds nothing
+            self.forgotten = await self._left()
+        return (f"host {self.inp.name} forgotten" if self.forgotten else
+                f"host {self.inp.name} leaves: forgotten once it is NOT_READY and holds no reservation")
+
+    @leave.validator
+    def _check_leave(self) -> None:
+        self._check_live("leave")
+
+    async def _left(self) -> bool:
+        """Whether a leaving host is forgotten now (the forget activity found no reservation)."""
+        problem = await workflow.execute_activity(c.HOST_FORGET, HostRef(name=self.inp.name), result_type=str | None,
+                                                  **c.STORE_CALL)
+        return problem is None
 
     @forget.validator
     def _check_forget(self) -> None:
@@ -211,7 +235,9 @@ class HostWorkflow(HostReports):
                     async with self.cordoning:
                         await self._record_cordon(self.cordoned, self.cordon_reason)
                 await self._set("ready")
-                self.forgotten = False  # it said hello (perhaps as it was forgotten): it is back
+                self.forgotten = self.leaving = False  # it said hello (perhaps as it was forgotten): it is back
+            if self.leaving and self.state != "ready" and not self.forgotten:
+                self.forgotten = await self._left()
             if self.forgotten and self.state != "ready":
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
@@ -223,7 +249,8 @@ class HostWorkflow(HostReports):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(HostInput(name=inp.name, timings=self.t, report=self.report, state=self.state,
                                                    cordoned=self.cordoned, cordon_reason=self.cordon_reason,
-                                                   last_hello=self.last_hello, refusal=self.refusal))
+                                                   last_hello=self.last_hello, refusal=self.refusal,
+                                                   leaving=self.leaving))
 
     async def _refuse(self, why: str) -> None:
         """A report that does not validate: the host is NOT_READY with the reason (the store's row

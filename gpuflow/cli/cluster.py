@@ -104,6 +104,9 @@ def cmd_deploy(a) -> int:
             print(line, file=sys.stderr, flush=True)
         print("\n".join(said.said), flush=True)
         if not a.wait:
+            if said.said and "nothing changed" not in said.said[0]:
+                for line in (await deploy_wait.first_look(client, view.name, LOOK_S)).lines:
+                    print(f"warning: {line}", file=sys.stderr, flush=True)
             return 0
         v = await deploy_wait.wait(client, view.name, a.timeout or WAIT_S,
                                    lambda line: print(line, file=sys.stderr, flush=True))
@@ -114,6 +117,7 @@ def cmd_deploy(a) -> int:
 
 
 WAIT_S = 300.0  # deploy --wait's default --timeout
+LOOK_S = 10.0  # deploy without --wait: how long it looks for a replica no host can take, to say why (exit 0 stays)
 
 
 def _rolls(old_raw: dict, new) -> bool:
