@@ -50,7 +50,7 @@ def _check_demo(p: subprocess.Popen, data, ui: int) -> None:
     rows = [ln for ln in lines if re.match(r"^  (?!instances:)\S+ +RUNNING ", ln)]
     assert len(rows) == 5, out  # chat-8b x1, embed-small x2, llama-70b x1, smollm2 x1
     assert "  instances: RUNNING 2" in out, out  # embed-small's line of counts
-    assert "llama-70b-0" in out and "simulated" in out
+    assert "llama-70b-0" in out and "mock-gpus" in out  # the demo's hosts: inventory GPUs, real processes
     # the real model: SmolLM2 through llama-cpp-python (found in this Python without flags) on this machine
     assert "smollm2-0            RUNNING      devlocal" in out, out
     llm = ProcessTable(str(data / "agent" / "devlocal")).find("smollm2-0")
@@ -63,6 +63,24 @@ def _check_demo(p: subprocess.Popen, data, ui: int) -> None:
     assert p.wait(60) == 0
     time.sleep(0.5)
     assert not any(pid_alive(r.pid) for r in servers)
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert str(data) not in ps, [ln for ln in ps.splitlines() if str(data) in ln]
+
+
+def test_exit_after_demo_ends_without_an_address_of_the_stack_it_stopped(tmp_path):
+    """``make demo DEMO_ARGS=--exit-after-demo`` ended by printing the addresses of a stack that was
+    gone (issue 36): the demo still says what it did, then that the stack stops; no address after
+    the demo's own result, nothing left running."""
+    data = tmp_path / "dev"
+    p = subprocess.run([sys.executable, "-m", "gpuflow", "dev", "--demo", "--exit-after-demo", "--data-dir", str(data),
+                        "--port", str(server_port()), "--ui-port", str(server_port()), "--gateway-port",
+                        str(free_port()), "--agent-name", "devlocal"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "scaled chat-8b from 3 to 1" in p.stdout and "  A: " in p.stdout, p.stdout  # the demo ran, asked its model
+    tail = p.stdout.split("HOST ", 1)[1]  # from the status's hosts table on
+    assert "the stack stops now (--exit-after-demo)" in tail, tail
+    assert not re.search(r"https?://|127\.0\.0\.1:|--address|curl ", tail), tail  # no address of the stopped stack
+    assert "curl -s" not in p.stdout and "Prometheus metrics of" not in p.stdout
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     assert str(data) not in ps, [ln for ln in ps.splitlines() if str(data) in ln]
 

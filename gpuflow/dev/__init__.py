@@ -243,16 +243,16 @@ def cmd_dev(a) -> int:
         if a.demo:
             from gpuflow.demo.live import run_live_demo
 
-            code = run_live_demo(stack, gateway, (a.agent_name, engines))
+            code = run_live_demo(stack, gateway, (a.agent_name, engines), stays_up=not a.exit_after_demo)
         else:
             code = 0
             stack.start_agent(a.agent_name, a.inventory, extra=engines)
             if "--llama-cpp-python" in engines:
                 print(f"llama.cpp models run through this Python's llama-cpp-python ({sys.executable})", flush=True)
+        if code or (a.demo and a.exit_after_demo):
+            return code  # the stack stops now: none of its addresses is printed
         for proc, addr in stack.metrics.items():
             print(f"Prometheus metrics of {proc}: http://{addr}/metrics", flush=True)
-        if code or (a.demo and a.exit_after_demo):
-            return code
         if not a.demo:
             print(f"status: gpuflow status --address {stack.temporal.address}", flush=True)
             print(f"another host joins with the token 'gpuflow hosts join-token --data-dir {data_dir}' prints, in its "
