@@ -8,11 +8,13 @@ do not ask. So the rule:
   out of what the client receives (``HideUsage``): the client gets the stream it asked for, and
   its tokens are counted;
 - a request that has ``stream_options`` is sent as it is: a client that asked for usage gets the
-  chunk (and it is counted), one that said ``include_usage: false`` is counted with 0 tokens;
+  chunk (and it is counted), one that said ``include_usage: false`` is counted from the stream;
 - anything else (not a stream, embeddings) is sent unchanged; a JSON answer carries its usage.
 
 The added field is spliced before the body's closing brace, so every other byte the client sent
-goes on unchanged (a body that does not end in ``}``, e.g. UTF-16, is left alone: 0 tokens)."""
+goes on unchanged (a body that does not end in ``}``, e.g. UTF-16, is left alone). A stream that
+carries no usage chunk all the same (llama-cpp-python's server sends none even when asked) is
+counted from what it carried: gateway/stream_tokens.py."""
 
 from __future__ import annotations
 

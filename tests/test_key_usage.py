@@ -187,7 +187,7 @@ USAGE = {"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tok
      b'{"model":"m","stream":true,"stream_options":{"include_usage":true}}', True),
     ("/v1/completions", {"model": "m", "stream": True}, b'{"model":"m","stream":true}',
      b'{"model":"m","stream":true,"stream_options":{"include_usage":true}}', True),
-    # the client said: as it is (include_usage false counts 0 tokens)
+    # the client said: as it is (include_usage false: counted from the stream, gateway/stream_tokens.py)
     ("/v1/chat/completions", {"model": "m", "stream": True, "stream_options": {"include_usage": False}},
      b'{"model":"m","stream":true,"stream_options":{"include_usage":false}}', None, False),
     ("/v1/chat/completions", {"model": "m"}, b'{"model":"m"}', None, False),  # not a stream: usage in the JSON

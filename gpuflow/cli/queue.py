@@ -1,10 +1,10 @@
 """``gpuflow queue [--json]``: the PENDING queue as the control plane's next wake sees it: each
 replica's position, tenant, priorities, deployment, how long it has waited and why (quota, does
-not fit, held back for X, StrictFIFO behind X). The verdicts are the wake's own
-(activities/wake_queue.py), computed by the control plane on a fresh snapshot, with the requests
-its decisions costed (gpuflow/cluster_client.py). Offline (--data-dir/--database-url) they are
-computed here: a spec that states its resources is costed, one costed from model files shows the
-instance's own last reason (gpuflow/tenancy_view.py, which the web console reads too)."""
+not fit, held back for X, StrictFIFO behind X). The control plane judges the queue on a fresh
+snapshot, with the requests its decisions costed, and records the reasons as a wake does
+(activities/cluster_reads.py queue_page): what status, explain and the console then show, the
+same text (activities/pending_reasons.py). Offline (--data-dir/--database-url) the queue is read
+in order with the reasons the store holds (gpuflow/tenancy_view.py, which the web console reads too)."""
 
 from __future__ import annotations
 
