@@ -159,15 +159,16 @@ def test_weights_from_environment(tmp_path, llama3_gguf):
     assert all("locality" not in c["scores"] for c in json.loads(p.stdout)["candidates"])
 
 
-def test_demo_runs(tmp_path):
-    p = gpuflow("demo", "--data-dir", str(tmp_path / "demo"), check=0)
+def test_dry_run_runs(tmp_path):
+    p = gpuflow("dry-run", "--data-dir", str(tmp_path / "demo"), check=0)
     assert p.stdout.count("SCHEDULED on") == 3 and "removal order" in p.stdout
 
 
 def test_help_names_the_way_in_and_the_exit_codes():
     out = gpuflow("--help", check=0).stdout
     assert "main job" not in out
-    assert "demo                dry-run placements of the bundled examples" in out
+    assert "dry-run             dry-run placements of the bundled examples, offline" in out  # 'demo': the live stack's
+    assert "demo                the old name of 'gpuflow dry-run' (an alias)" in out
     assert "start here: 'gpuflow dev'" in out
     assert "exit codes: 0 done; 1 Temporal reported an error; 2 invalid input; 3 unschedulable" in out
 
