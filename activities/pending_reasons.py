@@ -21,10 +21,10 @@ the queue said "70.0 GiB" while status, explain and the replica page still said 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # the verdict's type; wake_queue.py imports this module
-    from activities.wake_queue import Queued, Verdict
+# Queued and Verdict are activities/wake_queue.py's, which imports this module: typed Any here
+Queued = Verdict = Any
 
 PREEMPTED = "preempted by "  # a victim's reason (PreemptNotice.reason), kept until it is placed again
 NOW = "; now: "
@@ -41,7 +41,7 @@ def current(old: str, verdict: str) -> str:
     return verdict
 
 
-def shown(r: "Queued", v: "Verdict") -> str:
+def shown(r: Queued, v: Verdict) -> str:
     """The reason of waiting replica ``r`` under verdict ``v``: what every view shows once it is
     recorded. A replica whose request is not known here keeps its own last decision."""
     if r.instance in v.unknown:
@@ -54,7 +54,7 @@ def shown(r: "Queued", v: "Verdict") -> str:
     return current(r.reason, held) if held else r.reason
 
 
-def changed(v: "Verdict") -> dict[str, tuple[str, str]]:
+def changed(v: Verdict) -> dict[str, tuple[str, str]]:
     """instance -> (its recorded reason, the one to record), for the waiting replicas whose reason
     the verdict moves (store/records.py set_pending_reasons writes them, compare-and-set)."""
     out = {}
