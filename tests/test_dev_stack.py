@@ -102,6 +102,17 @@ def _check_gateway(out: str) -> None:
     curl = next(ln.strip() for ln in out.splitlines() if ln.strip().startswith(f"curl -s {url}/chat/completions"))
     got = json.loads(subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=120).stdout)
     assert got["model"] and got["choices"][0]["message"]["content"].strip(), got
+    # the stand-in deployments answer like models (issue 36: HTTP 501 before), streamed too, and are listed
+    import openai
+
+    c = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    assert {"chat-8b", "embed-small", "llama-70b", "smollm2"} <= {m.id for m in c.models.list()}
+    said = c.chat.completions.create(model="chat-8b", messages=[{"role": "user", "content": "hi"}], max_tokens=40)
+    assert said.choices[0].message.content.startswith("This is gpuflow's stand-in engine"), said
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model="llama-70b", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True) if ch.choices)
+    assert streamed == "This is gpuflow's", streamed
+    assert len(c.embeddings.create(model="embed-small", input=["a"]).data[0].embedding) == 8
 
 
 def engine_key(data, instance: str) -> str:
