@@ -38,7 +38,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/gpuflow dev --demo $(DEMO_ARGS)
 
 dry-run: $(VENV)/.installed
-	$(VENV)/bin/gpuflow demo
+	$(VENV)/bin/gpuflow dry-run
 
 # Two pytest workers, a test file each at a time (pytest-xdist): most live tests wait on timers
 # and processes, so two run side by side in about 55% of the time one after the other takes.
