@@ -180,20 +180,8 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
     with open(fleet_file(data_dir), "w") as f:
         json.dump({"pid": os.getpid(), "hosts": sorted(fleet)}, f)
 
-    def on_kill() -> None:
-        try:
-            with open(kill_file) as f:
-                names = [n.strip() for n in f if n.strip()]
-        except OSError:
-            return
-        for n in names:
-            h = fleet.get(n)
-            if h is not None and not h.state.dead.is_set():
-                h.vanish()
-                print(f"gpuflow simulate: {n} vanished", flush=True)
-
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGUSR1, on_kill)
+    loop.add_signal_handler(signal.SIGUSR1, _vanish_listed, fleet, kill_file)
     print(f"gpuflow simulate: {hosts} simulated hosts {prefix}-0..{prefix}-{hosts - 1} "
           f"(start delay {start_delay:g} s, fail rate {fail_rate:g}); Ctrl-C stops", flush=True)
     if started is not None:
@@ -207,22 +195,42 @@ async def run_fleet(client: tclient.Client, data_dir: str, timings, inventory: s
                 raise t.exception()
     finally:
         loop.remove_signal_handler(signal.SIGUSR1)
-        alive = [h for h in fleet.values() if not h.state.dead.is_set()]
-        for h in fleet.values():
-            h.state.exiting = True
-            h.stop.set()
-        await asyncio.gather(*(h.task for h in alive), return_exceptions=True)
-        for h in fleet.values():
-            if h.task is not None and not h.task.done():
-                h.task.cancel()
-        try:
-            os.unlink(fleet_file(data_dir))
-        except OSError:
-            pass
-        print(f"gpuflow simulate: stopped {len(alive)} host(s)"
-              + (f"; {len(fleet) - len(alive)} had vanished" if len(alive) < len(fleet) else ""), flush=True)
+        alive = await _stop_fleet(fleet, data_dir)
         if stop is not None and stop.is_set():  # a clean exit (Ctrl-C, SIGTERM): the hosts leave the cluster
             print(await leave(client, [h.name for h in alive]), flush=True)
+
+
+def _vanish_listed(fleet: dict, kill_file: str) -> None:
+    """SIGUSR1: the hosts named in DATA_DIR/simulate/kill vanish (their processes die with them)."""
+    try:
+        with open(kill_file) as f:
+            names = [n.strip() for n in f if n.strip()]
+    except OSError:
+        return
+    for n in names:
+        h = fleet.get(n)
+        if h is not None and not h.state.dead.is_set():
+            h.vanish()
+            print(f"gpuflow simulate: {n} vanished", flush=True)
+
+
+async def _stop_fleet(fleet: dict, data_dir: str) -> list:
+    """Stop every host still alive and say how many; returns them."""
+    alive = [h for h in fleet.values() if not h.state.dead.is_set()]
+    for h in fleet.values():
+        h.state.exiting = True
+        h.stop.set()
+    await asyncio.gather(*(h.task for h in alive), return_exceptions=True)
+    for h in fleet.values():
+        if h.task is not None and not h.task.done():
+            h.task.cancel()
+    try:
+        os.unlink(fleet_file(data_dir))
+    except OSError:
+        pass
+    print(f"gpuflow simulate: stopped {len(alive)} host(s)"
+          + (f"; {len(fleet) - len(alive)} had vanished" if len(alive) < len(fleet) else ""), flush=True)
+    return alive
 
 
 async def leave(client: tclient.Client, names: list[str], wait_s: float = LEAVE_WAIT_S) -> str:

@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 from contracts.booked_parts import booked_parts
 from contracts.control import PlacementPlan
 from contracts.host import Booking
-from store.ledger import _held, _same, plan_rows
+from store.ledger import held_rows, same_rows, plan_rows
 from store.wanted import unwanted
 from store.tables import InstanceRow, ReservationRow
 
@@ -64,11 +64,11 @@ def holds_problem(engine: Engine, instance: str, plan: PlacementPlan) -> str | N
         t = InstanceRow.__table__
         row = s.connection().execute(select(t.c.deployment, t.c.state, t.c.wanted).where(t.c.name == instance)).first()
         why = unwanted(instance, row)
-        held = _held(s, instance)
+        held = held_rows(s, instance)
     if why:
         return why
     if not held:
         return f"the ledger holds no booking for instance {instance}"
-    if not _same(held, plan_rows(instance, plan)):
+    if not same_rows(held, plan_rows(instance, plan)):
         return f"the ledger holds another booking for instance {instance} than the placement given"
     return None

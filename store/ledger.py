@@ -70,12 +70,12 @@ def plan_rows(instance: str, plan: PlacementPlan) -> list[ReservationRow]:
     return rows
 
 
-def _same(held: list[ReservationRow], wanted: list[ReservationRow]) -> bool:
+def same_rows(held: list[ReservationRow], wanted: list[ReservationRow]) -> bool:
     key = lambda r: (r.worker, r.gpu_index, r.vram, r.ram)  # noqa: E731
     return sorted(map(key, held)) == sorted(map(key, wanted))
 
 
-def _held(s: Session, instance: str) -> list:
+def held_rows(s: Session, instance: str) -> list:
     t = ReservationRow.__table__
     cols = select(t.c.worker, t.c.gpu_index, t.c.vram, t.c.ram)
     return list(s.connection().execute(cols.where(t.c.instance == instance)))
@@ -191,8 +191,8 @@ def _reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: l
     why = wanted_problem(s, b.instance)
     if why:
         raise NotWanted(why)
-    held = _held(s, b.instance)
-    if held and _same(held, wanted):
+    held = held_rows(s, b.instance)
+    if held and same_rows(held, wanted):
         return False
     mine = sorted({r.worker for r in wanted})
     problems = check({w: workers[w] for w in mine if w in workers}, _booked(s, mine, b.instance), wanted)
@@ -226,14 +226,14 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
         if why:
             raise NotWanted(why)
         held = list(s.exec(select(ReservationRow).where(ReservationRow.instance == instance)))
-        if held and _same(held, wanted):
+        if held and same_rows(held, wanted):
             return plan, False
         theirs = {v: plan_rows(v, p) for v, p in victims.items()}
         names = {r.worker for r in wanted} | {r.worker for rows in theirs.values() for r in rows}
         workers = _lock_workers(s, sorted(names))
         for v, rows in sorted(theirs.items()):
             have = list(s.exec(select(ReservationRow).where(ReservationRow.instance == v)))
-            if not have or not _same(have, rows):
+            if not have or not same_rows(have, rows):
                 raise StaleDecision(f"instance {instance}: victim {v} no longer holds what the decision took from it")
         gone = set(victims)
         problems = check(workers, _booked(s, list(workers), gone | {instance}), wanted)

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from worker_agent.activities import HostActivities, engine_answers
+from worker_agent.activities import HostActivities
+from worker_agent.health import engine_answers
 from worker_agent.bookings import HeldBookings
 from worker_agent.engines import EngineConfig, argv_for
 from contracts.agent import LaunchRequest

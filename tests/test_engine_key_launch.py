@@ -14,7 +14,8 @@ from temporalio.testing import ActivityEnvironment
 
 from contracts import agent as p
 from contracts import credential as cr, launch_proof
-from worker_agent.activities import HostActivities, engine_answers
+from worker_agent.activities import HostActivities
+from worker_agent.health import engine_answers
 from worker_agent.bookings import HeldBookings
 from worker_agent.credential import HostCredential
 from worker_agent.engines import EngineConfig

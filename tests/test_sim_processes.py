@@ -8,7 +8,7 @@ import os
 import random
 
 from gpuflow.ports import free_port
-from worker_agent.activities import engine_answers, http_answers
+from worker_agent.health import engine_answers, http_answers
 from worker_agent.sim_processes import SimulatedProcessTable
 
 

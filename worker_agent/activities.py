@@ -29,7 +29,8 @@ from worker_agent import pinning
 from worker_agent.bookings import BookingUnknown, Bookings, part_of, refusal
 from worker_agent.credential import HostCredential
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
-from worker_agent.engine_key import EngineKeys, bearer, key_env, new_nonce, sglang_config, write_secret
+from worker_agent.engine_key import EngineKeys, key_env, new_nonce, sglang_config, write_secret
+from worker_agent.health import engine_answers, tcp_answers
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
                                      needs_port, wants_kv_events)
 from worker_agent.metrics import AgentMetrics
@@ -49,57 +50,6 @@ def _beat_every(cap: float = 5.0) -> float:
     """How often to heartbeat: a quarter of the heartbeat timeout, at most ``cap`` seconds."""
     hb = activity.info().heartbeat_timeout
     return max(0.1, min(hb.total_seconds() / 4, cap)) if hb else cap
-
-
-def health_paths(backend: str) -> tuple[str, ...] | None:
-    """What readiness and liveness ask: an engine's /health or its OpenAI-compatible /v1/models
-    (200 from either); a custom server's / (any status: it answered)."""
-    return None if backend == "custom" else ("/health", "/v1/models")
-
-
-async def engine_answers(port: int, backend: str, timeout: float = 1.0, address: str = "127.0.0.1",
-                         key: str | None = None) -> bool:
-    """``key``: the engine key, shown to the engine (llama-cpp-python guards even /v1/models)."""
-    paths = health_paths(backend)
-    if paths is None:
-        return await http_answers(port, timeout, address=address, key=key)
-    for path in paths:
-        if await http_answers(port, timeout, path, address, key):
-            return True
-    return False
-
-
-async def tcp_answers(address: str, port: int, timeout: float = 1.0) -> bool:
-    """True when address:port accepts a connection (rpc-server, the Ray head: not HTTP)."""
-    try:
-        _, w = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
-    except (OSError, asyncio.TimeoutError):
-        return False
-    w.close()
-    return True
-
-
-async def http_answers(port: int, timeout: float = 1.0, path: str | None = None, address: str = "127.0.0.1",
-                       key: str | None = None) -> bool:
-    """True when address:port (where the server listens) answers an HTTP request: with any
-    status line when ``path`` is None (GET /), with 200 for ``path``; the request shows ``key``."""
-    try:
-        r, w = await asyncio.wait_for(asyncio.open_connection(address, port), timeout)
-    except (OSError, asyncio.TimeoutError):
-        return False
-    try:
-        auth = "".join(f"{k}: {v}\r\n" for k, v in bearer(key).items())
-        w.write(f"GET {path or '/'} HTTP/1.0\r\nHost: {address}\r\n{auth}\r\n".encode())
-        await w.drain()
-        line = await asyncio.wait_for(r.readline(), timeout)
-        if path is None:
-            return line.startswith(b"HTTP/")
-        parts = line.split()
-        return len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1] == b"200"
-    except (OSError, asyncio.TimeoutError):
-        return False
-    finally:
-        w.close()
 
 
 def _dist_port(argv: list[str]) -> int | None:

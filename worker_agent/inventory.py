@@ -94,7 +94,7 @@ def nvml_session(nvml=None):
         nvml.nvmlShutdown()
 
 
-def _processes(nv, h) -> dict[int, int | None] | None:
+def gpu_processes(nv, h) -> dict[int, int | None] | None:
     """pid -> bytes it holds on the card (None: NVML cannot say), compute and graphics; None when
     the driver lists no processes at all (not supported)."""
     out: dict[int, int | None] = {}
@@ -129,7 +129,7 @@ def from_nvml(nvml=None, owner: Callable[[], Callable[[int], bool]] | None = Non
             h = nv.nvmlDeviceGetHandleByIndex(i)
             handles.append(h)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
-            procs = _processes(nv, h)
+            procs = gpu_processes(nv, h)
             foreign = None if procs is None else _bucket(sum(b or 0 for pid, b in procs.items() if not ours(pid)))
             gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
                             uuid=_text(nv.nvmlDeviceGetUUID(h)), vram_total=mem.total, vram_used=_bucket(mem.used),

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worker_agent.inventory import _processes, nvml_session
+from worker_agent.inventory import gpu_processes, nvml_session
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -125,7 +125,7 @@ class NvmlProbe:
                 return None
             cards = {}
             for i in range(nv.nvmlDeviceGetCount()):
-                held = _processes(nv, nv.nvmlDeviceGetHandleByIndex(i))
+                held = gpu_processes(nv, nv.nvmlDeviceGetHandleByIndex(i))
                 if held is not None:
                     cards[i] = held
             return cards or None

@@ -8,7 +8,7 @@ from scheduler.units import gib
 TABLE_ROWS = 30  # candidates a table lists: more are the best by score (--json lists every one)
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
+def text_table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
@@ -31,7 +31,7 @@ def decision(d: Decision, request_summary: str) -> str:
     out.append("filters:")
     rows = [[v.name, f"{len(v.kept)}/{v.before}", "; ".join(f"{w}: {', '.join(r)}" for w, r in v.removed.items()) or "-"]
             for v in d.filters]
-    out.append(_table(rows, ["filter", "kept", "removed (why)"]))
+    out.append(text_table(rows, ["filter", "kept", "removed (why)"]))
     if d.candidates:
         out.append("")
         total = len(d.candidates)
@@ -49,7 +49,7 @@ def decision(d: Decision, request_summary: str) -> str:
             rows.append([mark, c.worker + (" " + subs if subs else ""), str(c.gpu_indexes), _vram(c.claim),
                          f"{gib(c.claim.ram)}", *[f"{c.scores[n]:.2f}" for n in names], f"{c.score:.2f}"]
                         + ([c.link or "-"] if links else []))
-        out.append(_table(rows, ["", "worker", "gpus", "vram GiB", "ram GiB", *names, "score"] + (["link"] if links else [])))
+        out.append(text_table(rows, ["", "worker", "gpus", "vram GiB", "ram GiB", *names, "score"] + (["link"] if links else [])))
     if d.reasons:
         out.append("")
         out.append("reasons:")
@@ -63,4 +63,4 @@ def ranking(ranked) -> str:
     names = list(ranked[0].scores)
     rows = [[str(i + 1), r.instance.name, r.instance.state.value, r.instance.worker or "-", str(r.instance.gpu_indexes),
              *[f"{r.scores[n]:.3f}" for n in names], f"{r.score:.3f}"] for i, r in enumerate(ranked)]
-    return "removal order (first removed first):\n" + _table(rows, ["#", "instance", "state", "worker", "gpus", *names, "score"])
+    return "removal order (first removed first):\n" + text_table(rows, ["#", "instance", "state", "worker", "gpus", *names, "score"])

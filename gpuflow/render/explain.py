@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuflow.render import usage
-from gpuflow.render.dryrun import _table
+from gpuflow.render.dryrun import text_table
 from scheduler.summary import summary_text
 from scheduler.units import gib
 
@@ -44,7 +44,7 @@ def _candidates(dec: dict[str, Any], placed: dict[str, Any] | None) -> list[str]
         rows.append(["*" if same else "", _where(c["worker"], c["gpu_indexes"], c.get("subordinates") or []), vram,
                      gib(claim.get("ram", 0)), *[f"{c['scores'].get(n, 0):.2f}" for n in names], f"{c.get('score', 0):.2f}"])
     head = f"candidates (top {len(cands)} of {dec.get('candidates_total', len(cands))}):"
-    table = _table(rows, ["", "where", "vram GiB", "ram GiB", *names, "score"])
+    table = text_table(rows, ["", "where", "vram GiB", "ram GiB", *names, "score"])
     return ["", head] + ["  " + ln for ln in table.splitlines()]
 
 

@@ -19,25 +19,25 @@ import bisect
 from itertools import combinations
 
 from scheduler.decision import Candidate, Context, claim
-from scheduler.selectors.gguf_strategies import _ram, _vram
+from scheduler.selectors.gguf_strategies import item_ram, item_vram
 from scheduler.units import gib
 
 
 def _one_gpu(ctx: Context, w, best: int) -> Candidate | None:
     req, a, uma = ctx.request, ctx.allocatable[w.name], w.unified_memory
     cur = req.one_gpu(best)
-    if a.vram_total < req.layer_vram(uma) or a.vram_total < _vram(cur, 0, uma):
+    if a.vram_total < req.layer_vram(uma) or a.vram_total < item_vram(cur, 0, uma):
         return None
-    if uma and a.ram < _vram(cur, 0, uma) + _ram(cur, uma):
+    if uma and a.ram < item_vram(cur, 0, uma) + item_ram(cur, uma):
         return None
     gpus = sorted(w.gpus, key=lambda g: -a.vram.get(g.index, 0))
     if req.gpu_layers:  # the user fixed the count: the largest GPU holds it, or none does
         g = gpus[0]
-        if _ram(cur, uma) > a.ram or a.vram.get(g.index, 0) <= _vram(cur, 0, uma):
+        if item_ram(cur, uma) > a.ram or a.vram.get(g.index, 0) <= item_vram(cur, 0, uma):
             return None
-        return _make(ctx, w, [g.index], cur, {g.index: _vram(cur, 0, uma)})
+        return _make(ctx, w, [g.index], cur, {g.index: item_vram(cur, 0, uma)})
     items = [i for i in req.items[1:-1] if i.offload_layers >= best]
-    keys = [_vram(i, 0, uma) for i in items]
+    keys = [item_vram(i, 0, uma) for i in items]
     for g in gpus:
         alloc = a.vram.get(g.index, 0)
         if alloc < req.layer_vram(uma):
@@ -46,11 +46,11 @@ def _one_gpu(ctx: Context, w, best: int) -> Candidate | None:
         if n == 0:
             break  # smaller GPUs follow
         item = items[n - 1]
-        if _ram(item, uma) > a.ram - (_vram(item, 0, uma) if uma else 0):
+        if item_ram(item, uma) > a.ram - (item_vram(item, 0, uma) if uma else 0):
             continue
         if item.offload_layers < best:
             break
-        return _make(ctx, w, [g.index], item, {g.index: _vram(item, 0, uma)})
+        return _make(ctx, w, [g.index], item, {g.index: item_vram(item, 0, uma)})
     return None
 
 
@@ -60,13 +60,13 @@ def _combo(ctx: Context, w, combo, best: int, memo: dict):
     allocs = tuple(al for _, al in combo)
     counts = [req.gpu_layers] if req.gpu_layers else range(len(req.items) - 2, max(best, 1) - 1, -1)
     for n in counts:
-        if sum(allocs) < req.vram_floor(n, uma, 0, len(combo) - 1) or _ram(req.one_gpu(n), uma) > a.ram:
+        if sum(allocs) < req.vram_floor(n, uma, 0, len(combo) - 1) or item_ram(req.one_gpu(n), uma) > a.ram:
             continue
         key = ("partial", allocs, uma, n)
         if key not in memo:
             item = req.run(allocs, gpu_layers=n)
-            vram = [_vram(item, i, uma) for i in range(len(combo))]
-            ok = (_ram(item, uma) + (sum(vram) if uma else 0) <= a.ram
+            vram = [item_vram(item, i, uma) for i in range(len(combo))]
+            ok = (item_ram(item, uma) + (sum(vram) if uma else 0) <= a.ram
                   and all(v <= al for v, al in zip(vram, allocs)))
             memo[key] = (item, vram) if ok else None
         if memo[key] is not None:
@@ -78,7 +78,7 @@ def _combo(ctx: Context, w, combo, best: int, memo: dict):
 
 def _several_gpus(ctx: Context, w, best: int, memo: dict) -> list[Candidate]:
     req, a, uma = ctx.request, ctx.allocatable[w.name], w.unified_memory
-    if len(w.gpus) < 2 or a.vram_total < req.layer_vram(uma) or a.vram_total < _vram(req.one_gpu(best), 0, uma):
+    if len(w.gpus) < 2 or a.vram_total < req.layer_vram(uma) or a.vram_total < item_vram(req.one_gpu(best), 0, uma):
         return []
     first = a.vram.get(w.gpus[0].index, 0)
     usable = [(g, a.vram.get(g.index, 0)) for g in w.gpus if a.vram.get(g.index, 0) >= req.layer_vram(uma)]
@@ -86,7 +86,7 @@ def _several_gpus(ctx: Context, w, best: int, memo: dict) -> list[Candidate]:
     usable.sort(key=lambda x: -x[1])
     found, prev = [], best
     for count in range(2, len(w.gpus) + 1):
-        need = _vram(req.one_gpu(best), 0, uma)
+        need = item_vram(req.one_gpu(best), 0, uma)
         if count > len(usable) or sum(al for _, al in usable[:count]) < need:
             continue
         for i, combo in enumerate(combinations(usable, count)):
@@ -94,7 +94,7 @@ def _several_gpus(ctx: Context, w, best: int, memo: dict) -> list[Candidate]:
                 break  # GPUStack's rule: later combinations of this size are taken to be smaller
             c = _combo(ctx, w, combo, best, memo)
             if c is not None and c.claim.offload_layers >= best:
-                best, need = c.claim.offload_layers, _vram(req.one_gpu(c.claim.offload_layers), 0, uma)
+                best, need = c.claim.offload_layers, item_vram(req.one_gpu(c.claim.offload_layers), 0, uma)
                 found.append(c)
             if equal and i > 0:
                 break
@@ -110,7 +110,7 @@ def _several_gpus(ctx: Context, w, best: int, memo: dict) -> list[Candidate]:
 
 def _make(ctx: Context, w, gpu_indexes, item, vram, tensor_split=None) -> Candidate:
     uma = w.unified_memory
-    return Candidate(w.name, gpu_indexes, claim(ram=_ram(item, uma), vram=vram, offload_layers=item.offload_layers,
+    return Candidate(w.name, gpu_indexes, claim(ram=item_ram(item, uma), vram=vram, offload_layers=item.offload_layers,
                                                 total_layers=ctx.request.total_layers, tensor_split=tensor_split,
                                                 is_unified_memory=uma), gpu_type=w.gpu(gpu_indexes[0]).type)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from scheduler.decision import Candidate, Context, claim, subordinate
-from scheduler.selectors.gguf_strategies import _ram, _vram, gpu_list
+from scheduler.selectors.gguf_strategies import item_ram, item_vram, gpu_list
 from scheduler.units import gib
 
 
@@ -78,12 +78,12 @@ def _most_layers(ctx: Context, main, main_gpus, combo, hi: int, lo: int, memo: d
             if _gpu_short(req, allocs, kinds, uma, n):
                 continue
             item = req.run(allocs, ("rpc",) * k, gpu_layers=-1 if n == total else n)
-            main_vram = [_vram(item, k + i, uma) for i in range(len(main_gpus))]
-            if _ram(item, uma) + (sum(main_vram) if uma else 0) > a_main.ram:
+            main_vram = [item_vram(item, k + i, uma) for i in range(len(main_gpus))]
+            if item_ram(item, uma) + (sum(main_vram) if uma else 0) > a_main.ram:
                 continue
             if any(v > al for v, (_, al) in zip(main_vram, main_gpus)):
                 continue
-            if any(_vram(item, i, u) > al for i, (u, al) in enumerate(zip(kinds, allocs))):
+            if any(item_vram(item, i, u) > al for i, (u, al) in enumerate(zip(kinds, allocs))):
                 continue
             memo[key] = item
         if memo[key] is not None:
@@ -106,14 +106,14 @@ def _gpu_short(req, allocs, kinds, main_uma: bool, n: int) -> bool:
 
 def _candidate(ctx: Context, main, main_gpus, combo, item) -> Candidate:
     total, uma, k = ctx.request.total_layers, main.unified_memory, len(combo)
-    subs = [subordinate(w.name, [g.index], claim(vram={g.index: _vram(item, i, w.unified_memory)},
+    subs = [subordinate(w.name, [g.index], claim(vram={g.index: item_vram(item, i, w.unified_memory)},
                                                  offload_layers=item.vrams[i].handle_layers, total_layers=total,
                                                  is_unified_memory=w.unified_memory))
             for i, (w, g, _) in enumerate(combo)]
-    vram = {g.index: _vram(item, k + i, uma) for i, (g, _) in enumerate(main_gpus)}
+    vram = {g.index: item_vram(item, k + i, uma) for i, (g, _) in enumerate(main_gpus)}
     split = [r[2] for r in combo] + [al for _, al in main_gpus]
     return Candidate(main.name, [g.index for g, _ in main_gpus], claim(
-        ram=_ram(item, uma), vram=vram, offload_layers=item.offload_layers, total_layers=total,
+        ram=item_ram(item, uma), vram=vram, offload_layers=item.offload_layers, total_layers=total,
         tensor_split=split, is_unified_memory=uma), subs, gpu_type=main_gpus[0][0].type)
 
 
@@ -144,7 +144,7 @@ def rpc(ctx: Context, workers, msgs, cpu_offloading: bool) -> list[Candidate]:
     found, best, memo = [], -1, {}
     for k in counts:
         hi, lo = _layer_range(ctx, main_sum + sum(r[2] for r in pool[:k]), uma_pool, best, cpu_offloading)
-        while hi >= max(lo, best, 0) and _ram(req.one_gpu(hi), main.unified_memory) > ctx.allocatable[main.name].ram:
+        while hi >= max(lo, best, 0) and item_ram(req.one_gpu(hi), main.unified_memory) > ctx.allocatable[main.name].ram:
             hi -= 1  # the CPU's share is the same for every split: short here, short for every combination
         if hi < max(lo, best, 0):
             continue

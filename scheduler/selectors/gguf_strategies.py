@@ -20,11 +20,11 @@ from scheduler.units import gib
 MAX_COMBINATIONS = 32  # tensor-split runs tried per GPU count on one worker
 
 
-def _vram(item: EstimateItem, i: int, uma: bool) -> int:
+def item_vram(item: EstimateItem, i: int, uma: bool) -> int:
     return item.vrams[i].uma if uma else item.vrams[i].nonuma
 
 
-def _ram(item: EstimateItem, uma: bool) -> int:
+def item_ram(item: EstimateItem, uma: bool) -> int:
     return item.ram.uma if uma else item.ram.nonuma
 
 
@@ -42,7 +42,7 @@ def single_gpu(ctx: Context, workers, msgs) -> list[Candidate]:
     req = ctx.request
     full, total = req.full, req.total_layers
     out = GpuRows(layers=total)
-    need = {uma: (_vram(full, 0, uma), _ram(full, uma)) for uma in (False, True)}
+    need = {uma: (item_vram(full, 0, uma), item_ram(full, uma)) for uma in (False, True)}
     for w, g, alloc in gpu_list(ctx, workers):
         uma = w.unified_memory
         v, r = need[uma]
@@ -56,9 +56,9 @@ def single_gpu(ctx: Context, workers, msgs) -> list[Candidate]:
 
 
 def _fits(item: EstimateItem, allocs: list[int], alloc_ram: int, uma: bool, offset: int = 0) -> bool:
-    if not _ram_ok(_ram(item, uma), 0, alloc_ram, uma):
+    if not _ram_ok(item_ram(item, uma), 0, alloc_ram, uma):
         return False
-    return all(_vram(item, offset + i, uma) <= a for i, a in enumerate(allocs))
+    return all(item_vram(item, offset + i, uma) <= a for i, a in enumerate(allocs))
 
 
 def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candidate]:
@@ -68,7 +68,7 @@ def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candida
         a, uma = ctx.allocatable[w.name], w.unified_memory
         gpus = sorted(((g, a.vram.get(g.index, 0)) for g in w.gpus), key=lambda x: -x[1])
         gpus = [x for x in gpus if x[1] >= req.layer_vram(uma)]
-        if len(gpus) < 2 or _ram(req.full, uma) > a.ram:
+        if len(gpus) < 2 or item_ram(req.full, uma) > a.ram:
             continue
         for n in range(2, len(gpus) + 1):
             cands = []
@@ -76,13 +76,13 @@ def multi_gpu(ctx: Context, workers, msgs, gpu_layers: int = -1) -> list[Candida
             tries = 1 if equal and not reports(w) else MAX_COMBINATIONS  # equal GPUs differ only by topology
             for comb in islice(gpu_sets.ordered(w, gpus, n, lambda x: x[0]), tries):
                 allocs = [x[1] for x in comb]
-                if sum(allocs) < _vram(req.full, 0, uma):
+                if sum(allocs) < item_vram(req.full, 0, uma):
                     continue
                 item = req.run(tuple(allocs), gpu_layers=gpu_layers)
                 if _fits(item, allocs, a.ram, uma):
-                    vram = {g.index: _vram(item, i, uma) for i, (g, _) in enumerate(comb)}
+                    vram = {g.index: item_vram(item, i, uma) for i, (g, _) in enumerate(comb)}
                     cands.append(Candidate(w.name, [g.index for g, _ in comb], claim(
-                        ram=_ram(item, uma), vram=vram, offload_layers=item.offload_layers,
+                        ram=item_ram(item, uma), vram=vram, offload_layers=item.offload_layers,
                         total_layers=req.total_layers, tensor_split=allocs, is_unified_memory=uma), gpu_type=comb[0][0].type))
             if cands:
                 found.extend(gpu_sets.first_per_level(w, cands))
@@ -98,10 +98,10 @@ def cpu(ctx: Context, workers, msgs) -> list[Candidate]:
     req = ctx.request
     out = []
     for w in sorted(workers, key=lambda w: -ctx.allocatable[w.name].ram):
-        r = _ram(req.cpu_only, w.unified_memory)
+        r = item_ram(req.cpu_only, w.unified_memory)
         if r <= ctx.allocatable[w.name].ram:
             out.append(Candidate(w.name, [], claim(ram=r, offload_layers=0, total_layers=req.total_layers,
                                                     is_unified_memory=w.unified_memory)))
     if not out:
-        msgs.append(f"No worker has {gib(_ram(req.cpu_only, False))} GiB of allocatable RAM for a CPU-only run.")
+        msgs.append(f"No worker has {gib(item_ram(req.cpu_only, False))} GiB of allocatable RAM for a CPU-only run.")
     return out
