@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 
 from contracts import ui_text
 from contracts.ids import DEPLOYMENT_SCALE, autoscaler_id, deployment_id
-from activities import autoscale_inputs, callers, capacity_hook
+from activities import callers, capacity_hook
 from activities.decision_keeper import DecisionKeeper
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
                                  DeploymentRef, Step, StepAsk)
@@ -46,6 +46,7 @@ from contracts.control import CONTROL_QUEUE, DeploymentView
 from store import serving
 from store.tables import DeploymentRow
 from store.snapshot import load_snapshot
+from scheduler.autoscale import kept
 from scheduler.autoscale.fit import demand, fit
 from scheduler.autoscale.histogram import delta, merge
 from scheduler.autoscale.policy import UP, decide
@@ -196,9 +197,9 @@ class AutoscaleActivities:
         starting = max(0, current - len(routes))
         before = carry.policy
         d, carry.policy = decide(cfg, carry.samples, current, starting, now, before)
-        if self.keeper is not None and autoscale_inputs.worth_keeping(d):  # replayable (gpuflow explain --replay)
-            self.keeper.keep_step(deployment, autoscale_inputs.encode(cfg, carry.samples, current, starting, now, before),
-                                  autoscale_inputs.decision_of(d), d.direction, d.reason)
+        if self.keeper is not None and kept.worth_keeping(d):  # replayable (gpuflow explain --replay)
+            self.keeper.keep_step(deployment, kept.encode(cfg, carry.samples, current, starting, now, before),
+                                  kept.decision_of(d), d.direction, d.reason)
         target, outcome, blocked, reasons = d.desired, None, False, []
         if d.direction == UP and d.delta > 0:
             target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)

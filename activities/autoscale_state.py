@@ -2,7 +2,8 @@
 and passes it back in, so a control-plane worker can die between two steps): the previous scrape
 of every source (an engine by instance name, a gateway by its id), the recent samples the policy
 reads (each with its window's histograms, sparse: only the bounds its observations need), and the
-policy's state. Histogram bounds are written as strings ("inf" for +Inf): JSON has no infinity. A
+policy's state (samples and state in the JSON form of scheduler/autoscale/codec.py, which the
+kept steps share). Histogram bounds are written as strings ("inf" for +Inf): JSON has no infinity. A
 carry written before a field existed decodes with that field's default (a sample without
 histograms is no latency evidence; no ``last_step_at`` is no step yet), so running autoscalers
 carry on."""
@@ -12,27 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from activities.autoscale_scrape import Scrape
-from scheduler.autoscale.histogram import Histogram
-from scheduler.autoscale.policy import PolicyState
-from scheduler.autoscale.signals import Sample
+from scheduler.autoscale.codec import hist_in, hist_out, sample_in, sample_out, state_in
 
 MAX_SAMPLES = 400  # a bound on what is carried, whatever the windows
-
-
-HISTOGRAMS = ("latency", "queue_time", "gateway_queue_time")  # a Sample's
-
-
-def hist_out(h: Histogram | None) -> dict | None:
-    if h is None:
-        return None
-    return {"buckets": [[repr(le), n] for le, n in h.buckets], "count": h.count, "sum": h.sum}
-
-
-def hist_in(h: dict | None) -> Histogram | None:
-    if h is None:
-        return None
-    return Histogram(buckets=tuple((float(le), float(n)) for le, n in h["buckets"]),
-                     count=float(h["count"]), sum=float(h["sum"]))
 
 
 def scrape_out(s: Scrape) -> dict:
@@ -42,31 +25,6 @@ def scrape_out(s: Scrape) -> dict:
 def scrape_in(d: dict) -> Scrape:
     return Scrape(gauges={str(k): float(v) for k, v in (d.get("gauges") or {}).items()},
                   histograms={str(k): hist_in(h) for k, h in (d.get("histograms") or {}).items()})
-
-
-def _num(v):
-    return None if v is None else float(v)
-
-
-def sample_in(d: dict) -> Sample:
-    """Every field checked: the carry arrives through Temporal (a bad one raises ValueError/TypeError)."""
-    return Sample(at=float(d["at"]), running_replicas=int(d["running_replicas"]),
-                  complete=bool(d.get("complete", True)), requests=float(d.get("requests", 0.0)),
-                  queue=float(d.get("queue", 0.0)), tpot_s=_num(d.get("tpot_s")),
-                  latency_p95_s=_num(d.get("latency_p95_s")), queue_time_p90_s=_num(d.get("queue_time_p90_s")),
-                  finished=float(d.get("finished", 0.0)), tpot_sum=float(d.get("tpot_sum", 0.0)),
-                  tpot_count=float(d.get("tpot_count", 0.0)), **{k: hist_in(d.get(k)) for k in HISTOGRAMS})
-
-
-def sample_out(s: Sample) -> dict:
-    d = {k: v for k, v in asdict(s).items() if k not in HISTOGRAMS}
-    return {**d, **{k: hist_out(getattr(s, k)) for k in HISTOGRAMS}}
-
-
-def state_in(d: dict | None) -> PolicyState:
-    d = d or {}
-    return PolicyState(direction=int(d.get("direction", 0)), since=_num(d.get("since")),
-                       last_up_at=_num(d.get("last_up_at")), last_step_at=_num(d.get("last_step_at")))
 
 
 class Carry:

@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import callers, cluster_reads as r
-from activities import decision_replay
+from store import decision_replay
 from activities.estimate_cache import EstimateCache
 from activities.runner import Runner
 from activities.wake_queue import known_request

@@ -3,7 +3,8 @@ tenant's verdict, one decision at a time.
 
 ``Decider`` is shared by every call that decides (the place activity's batches:
 activities/placement.py, activities/place_batch.py), so its lock keeps them in one line: each decision sees the placements handed out before it (SnapshotCache.assume),
-whichever path made them. The policy itself is ``decision_inputs.run_policy``, on the inputs kept
+whichever path made them. The policy itself is ``run_policy`` (contracts/decision_of.py over
+scheduler/decision_inputs.py), on the inputs kept
 for each decision (``keeper``: activities/decision_keeper.py), so that it can be re-run later."""
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import time
 from sqlalchemy.engine import Engine
 
 from activities import tenancy
-from activities.decision_inputs import DecisionInputs, run_policy
 from activities.decision_keeper import DecisionKeeper
 from activities.metrics import ControlMetrics
 from contracts.control import ScaleDownOrder
 from contracts.decision import DecisionRecord
+from contracts.decision_of import run_policy
 from scheduler import scale_down
 from scheduler.cluster import ClusterSnapshot
+from scheduler.decision_inputs import DecisionInputs
 from scheduler.errors import GpuflowError
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request

@@ -1,5 +1,5 @@
 """Keeps each placement decision's inputs in the store (store/decision_log.py), off the decisions'
-path: ``keep`` encodes them (activities/decision_inputs.py: the digest goes into the record at
+path: ``keep`` encodes them (store/decision_codec.py: the digest goes into the record at
 once) and queues the write; a thread writes what is queued in one transaction every
 ``every_s``, and prunes past the retention (``keep_days``) once an hour.
 
@@ -19,9 +19,10 @@ import zlib
 
 from sqlalchemy.engine import Engine
 
-from activities.decision_inputs import DecisionInputs, Encoder
 from contracts.decision import DecisionRecord
+from scheduler.decision_inputs import DecisionInputs
 from store import decision_log
+from store.decision_codec import Encoder
 
 log = logging.getLogger("gpuflow.decisions")
 PRUNE_EVERY_S = 3600.0
@@ -60,7 +61,7 @@ class DecisionKeeper:
         return enc.digest
 
     def keep_step(self, deployment: str, inputs: bytes, decision: dict, outcome: str, reason: str) -> str:
-        """An autoscaler step (activities/autoscale_inputs.py): its inputs as one blob, its decision
+        """An autoscaler step (scheduler/autoscale/kept.py): its inputs as one blob, its decision
         as the record; the digest."""
         digest = hashlib.sha256(inputs).hexdigest()
         with self._lock:

@@ -21,7 +21,8 @@ from activities.hub_headers import HubUnreachable
 from activities.metrics import ControlMetrics
 from activities.place_batch import Placing
 from activities.runner import Runner
-from activities import callers, tenancy
+from activities import callers
+from contracts import decision_of
 from contracts import activity_names as c
 from contracts.control import (EstimateRecord, InstanceNames, InstanceRef, PlaceResult, RequestSummary, ReserveResult,
                                ScaleDownOrder)
@@ -114,7 +115,7 @@ class PlacementActivities:
         instance, d = ask.instance, ask.decision
         if d.plan is None or not d.victims:
             raise ApplicationError("a preemption needs a plan and victims", type="InvalidInput", non_retryable=True)
-        why = tenancy.notice(d, instance).reason
+        why = decision_of.notice(d, instance).reason
         try:
             plan, now = await self.runner.run(ledger.preempt, self.engine, instance, d.plan,
                                               {v.name: v.plan for v in d.victims}, why)

@@ -9,7 +9,7 @@ import time
 
 from sqlmodel import Session
 
-from activities.decision_inputs import decision_record
+from contracts.decision_of import decision_record
 from contracts.control import InstanceRecord, PlacementPlan
 from store import db, ledger, records
 from store.snapshot import generations, load_snapshot

@@ -8,7 +8,7 @@ of the policy: a change meant to be a pure speed-up must print the same bytes.
 Clusters come from tests/random_cluster.py (seeded; each also after a burst of changes): custom,
 vLLM, SGLang and GGUF models, spread and binpack, topology policies and CPU pinning, with and
 without an instance being re-placed. Each line holds the whole decision (Decision.to_dict), the
-place activity's record (activities.decision_inputs.decision_record, as DecisionRecord.summary shows it) and, per cluster, the scale-down
+place activity's record (contracts.decision_of.decision_record, as DecisionRecord.summary shows it) and, per cluster, the scale-down
 ranks. ``--seeds N`` (default 120)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
     random_cluster = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(random_cluster)
     changed, snapshot_dict = random_cluster.changed, random_cluster.snapshot_dict
-    from activities.decision_inputs import decision_record
+    from contracts.decision_of import decision_record
     from gpuflow.demo import synthetic
     from scheduler import scale_down
     from scheduler.cluster import ClusterSnapshot

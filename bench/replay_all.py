@@ -21,12 +21,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from activities.decision_inputs import DecisionInputs  # noqa: E402
-from activities.decision_replay import load, replay_row  # noqa: E402
 from gpuflow.settings import Settings  # noqa: E402
+from scheduler.decision_inputs import DecisionInputs  # noqa: E402
 from scheduler.errors import GpuflowError  # noqa: E402
 from scheduler.policy_config import PolicyConfig  # noqa: E402
 from store import db, decision_log  # noqa: E402
+from store.decision_replay import load, replay_row  # noqa: E402
 
 
 def weights(a) -> PolicyConfig | None:

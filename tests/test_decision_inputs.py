@@ -1,4 +1,5 @@
-"""A decision's inputs kept and re-run (activities/decision_inputs.py, store/decision_log.py): what
+"""A decision's inputs kept and re-run (scheduler/decision_inputs.py, store/decision_codec.py and
+store/decision_log.py): what
 is kept decodes to what the policy saw, the policy re-run on it gives the same record, consecutive
 snapshots share their chunks, and the store keeps what the retention says."""
 
@@ -8,8 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from activities.decision_inputs import DecisionInputs, Encoder, decode, differences, run_policy
 from activities.decision_keeper import DecisionKeeper
+from contracts.decision_of import differences, run_policy
+from scheduler.decision_inputs import DecisionInputs
 from scheduler.errors import InvalidInput
 from scheduler.estimate import estimate_request, gguf_request
 from scheduler.policy_config import PolicyConfig
@@ -18,6 +20,7 @@ from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from scheduler.tenancy.preemption import Owners
 from store import decision_log, records
+from store.decision_codec import Encoder, decode
 from contracts.control import InstanceRecord
 from tests.conftest import cluster, gpu, inst, worker
 from scheduler.units import GiB
@@ -153,7 +156,7 @@ def test_the_store_keeps_decisions_and_prunes_past_the_retention(store):
 def test_an_autoscaler_step_is_kept_and_replays_the_same(store):
     # queue 8 >= 8 and TPOT 121 ms > 120 ms over two 15 s samples (with histograms): up by 1, 2 -> 3;
     # kept (it voted), replayed from the store to the same decision, votes and reason included
-    from activities import autoscale_inputs
+    from scheduler.autoscale import kept as autoscale_inputs
     from gpuflow.cli.explain import replay
     from scheduler.autoscale.policy import PolicyState, decide
     from tests.test_autoscale_policy import cfg, s
@@ -217,7 +220,7 @@ def _tamper(engine, what: str, row) -> None:
     ("record: not zlib", r"the kept record of decision \d+ \(m-0\) is damaged: it is not zlib data"),
 ])
 def test_an_altered_or_damaged_kept_decision_is_named(store, what, says):
-    from activities.decision_replay import replay
+    from store.decision_replay import replay
 
     engine = store[2]
     keeper = DecisionKeeper(engine, keep_days=30, every_s=0.01)
@@ -230,3 +233,21 @@ def test_an_altered_or_damaged_kept_decision_is_named(store, what, says):
     _tamper(engine, what, row)
     with pytest.raises(InvalidInput, match=says):
         replay(engine, "m-0", None)
+
+
+@pytest.mark.parametrize("load", [
+    "import gpuflow.cli.explain",  # gpuflow explain --replay / --history / --snapshot
+    "import store.decision_replay",  # the replay itself, as a control-plane worker runs it for the audit read
+    "import runpy, sys; sys.argv = ['replay_all', '--help']\ntry:\n    runpy.run_path('bench/replay_all.py', "
+    "run_name='__main__')\nexcept SystemExit:\n    pass",
+])
+def test_a_replay_imports_no_activity_module(load):
+    # the policy, its inputs and the record diff are pure (scheduler/, contracts/), the kept format
+    # the store's: replaying a decision loads nothing of the control plane's I/O package
+    import subprocess
+    import sys
+
+    code = f"{load}\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'activities'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert out.stdout.strip().splitlines()[-1] == "[]"

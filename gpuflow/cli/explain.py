@@ -18,10 +18,10 @@ import re
 
 from sqlalchemy.engine import Engine
 
-from activities.decision_replay import history, load, replay
 from contracts.decision import DecisionRecord
 from gpuflow.render import replay as render_replay
 from scheduler.errors import InvalidInput
+from store.decision_replay import history, load, replay
 
 SAME, DIFFERENT = 0, 1
 

@@ -1,18 +1,15 @@
-"""What a placement decision saw, and the policy run on it: the same code decides (activities/decider.py)
-and replays a decision later (``gpuflow explain --replay``, bench/replay_all.py).
+"""A decision's inputs kept content-addressed (scheduler/decision_inputs.py's ``DecisionInputs``),
+so ``gpuflow explain --replay`` and bench/replay_all.py re-run the policy on what it saw; the rows
+and blobs themselves are store/decision_log.py's.
 
-``DecisionInputs`` is everything the pure policy reads: the snapshot (workers, instances, model
-files, with the placements the decider assumed laid over it), the spec and its request, the
-tenants file and the owners, the replica's name (or its group's, for replicas that preempt
-together), the policy's weights and the worker generations. ``run_policy`` turns them into the
-decision records.
-
-Kept content-addressed (``Encoder``): the snapshot's rows are cut into chunks at rows whose name's
-hash says so (so one row added or changed changes one chunk, never shifts the others), each chunk
-keyed by the SHA-256 of its rows' digests; the other parts are blobs keyed by their own SHA-256. A
-decision is then a small manifest of digests, and consecutive decisions share nearly all chunks.
-A row's digest is remembered by the row object itself: the snapshot cache hands the same objects to
-decision after decision, so only the rows that changed are serialized again."""
+``Encoder``: the snapshot's rows are cut into chunks at rows whose name's hash says so (so one row
+added or changed changes one chunk, never shifts the others), each chunk keyed by the SHA-256 of
+its rows' digests; the other parts are blobs keyed by their own SHA-256. A decision is then a small
+manifest of digests, and consecutive decisions share nearly all chunks. A row's digest is
+remembered by the row object itself: the snapshot cache hands the same objects to decision after
+decision, so only the rows that changed are serialized again. ``decode`` reads a manifest back,
+each part checked against its digest. The format is kept byte for byte (VERSION): decisions kept
+by earlier builds must replay."""
 
 from __future__ import annotations
 
@@ -22,100 +19,19 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from activities import tenancy
-from contracts.decision import CandidateView, DecisionRecord, FilterView, PlacementPlan, RequestSummary
 from scheduler import request_codec
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
+from scheduler.decision_inputs import DecisionInputs
 from scheduler.errors import InvalidInput
 from scheduler.policy_config import PolicyConfig
-from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.summary import request_summary
-from scheduler.tenancy.admit import admit
 from scheduler.tenancy.config import TenantsFile
-from scheduler.tenancy.group import admit_group
 from scheduler.tenancy.preemption import Owners
 
-TOP_CANDIDATES = 10
 VERSION = 1
 WORKERS_PER_CHUNK = 4  # on average: a worker row (its GPUs and links) is a few KB
 ROWS_PER_CHUNK = 16  # instances and model files
 
-
-@dataclass
-class DecisionInputs:
-    snapshot: ClusterSnapshot
-    spec: ModelSpec
-    request: Request
-    tenants: TenantsFile
-    owners: Owners
-    names: list[str]  # the replica decided, or the replicas of one deployment decided together (in order)
-    policy: PolicyConfig
-    gens: dict[str, int]  # worker -> generation the snapshot reflects
-
-
-def decision_record(d, req: Request, workers: int, gens: dict[str, int]) -> DecisionRecord:
-    """The policy's Decision as the record keeps it: each part typed (contracts/decision.py), the
-    best TOP_CANDIDATES candidates listed (by rounded score, ties in the policy's order)."""
-    plan = None
-    if d.placement is not None:
-        p = d.placement
-        plan = PlacementPlan(worker=p.worker, gpu_indexes=list(p.gpu_indexes),
-                             claim=p.claim.model_dump(exclude_none=True),
-                             subordinates=[s.model_dump(exclude_none=True) for s in p.subordinates],
-                             cpus=p.cpus, numa_nodes=p.numa_nodes)
-    return DecisionRecord(
-        scheduled=d.scheduled, plan=plan, strategy=d.strategy, score=d.score, reasons=list(d.reasons),
-        request=RequestSummary.model_validate(request_summary(req)),
-        placement=CandidateView.model_validate(d.placement.to_dict(with_scores=False)) if d.placement else None,
-        candidates=[CandidateView.model_validate(c.to_dict()) for c in d.top(TOP_CANDIDATES)],
-        candidates_total=len(d.candidates), filters=[FilterView.model_validate(f.to_dict()) for f in d.filters],
-        decisive=d.decisive, workers_seen=workers, generations=gens)
-
-
-def run_policy(inp: DecisionInputs) -> list[DecisionRecord]:
-    """The records of ``inp.names``, in order: each replica's admission (scheduler/tenancy/admit.py;
-    replicas of one deployment that preempt together: group.py) as the record keeps it."""
-    snap, spec, req = inp.snapshot, inp.spec, inp.request
-    if len(inp.names) == 1:
-        adms = [admit(snap, spec, req, inp.tenants, inp.owners, inp.names[0], inp.policy)]
-    else:
-        adms = admit_group(snap, spec, req, inp.tenants, inp.owners, inp.names, inp.policy)
-    return [tenancy.amend(decision_record(a.decision, req, len(snap.workers), inp.gens), a, inp.owners, snap, spec)
-            for a in adms]
-
-
-def differences(recorded: DecisionRecord, now: DecisionRecord) -> list[str]:
-    """Where ``now`` differs from ``recorded`` (the digest aside), as 'field: was -> now' lines;
-    [] when it is the same decision."""
-    return dict_differences(recorded.model_dump(mode="json", exclude={"inputs"}),
-                            now.model_dump(mode="json", exclude={"inputs"}))
-
-
-def dict_differences(a: Any, b: Any) -> list[str]:
-    """Where JSON-like ``b`` differs from ``a``, as 'path: was -> now' lines."""
-    out: list[str] = []
-    _diff("", a, b, out)
-    return out
-
-
-def _diff(path: str, a: Any, b: Any, out: list[str]) -> None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b), key=str):
-            _diff(f"{path}.{k}" if path else str(k), a.get(k), b.get(k), out)
-    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
-            _diff(f"{path}[{i}]", x, y, out)
-    elif a != b:
-        out.append(f"{path}: {_short(a)} -> {_short(b)}")
-
-
-def _short(v: Any) -> str:
-    s = json.dumps(v)
-    return s if len(s) <= 200 else s[:197] + "..."
-
-
-# --- kept content-addressed ----------------------------------------------------------------------
 
 def _canon(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()

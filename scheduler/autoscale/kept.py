@@ -5,7 +5,10 @@ policy's state. ``decision_of`` is what a replay compares: the desired count, th
 deciding rule, the reason and each rule's vote.
 
 A step is kept when it did something or a rule voted (direction up or down, or the count moved):
-a hold with every rule content happens every interval and is in the autoscaler's own history."""
+a hold with every rule content happens every interval and is in the autoscaler's own history.
+Pure (the store keeps the bytes; activities/autoscale.py decides what to keep): ``gpuflow explain
+--replay`` and bench/replay_all.py re-run a step from here. The format is kept byte for byte
+(VERSION): steps kept by earlier builds must replay."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from activities.autoscale_state import sample_in, sample_out, state_in
+from scheduler.autoscale.codec import sample_in, sample_out, state_in
 from scheduler.autoscale.config import Autoscaling
 from scheduler.autoscale.policy import HOLD, Decision, PolicyState, decide
 from scheduler.autoscale.signals import Sample
