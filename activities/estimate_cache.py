@@ -11,8 +11,8 @@ from activities.estimate_process import estimate_in_child
 from activities.host_estimate import request_from_host
 from activities.hub_headers import header_copy
 from scheduler.estimate import estimate_request, states_resources
-from scheduler.estimate_inputs import EstimateInputs
-from scheduler.limits import Limits
+from contracts.estimate_inputs import EstimateInputs
+from contracts.limits import Limits
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 

@@ -19,7 +19,8 @@ from store import changes
 from store.snapshot import load_snapshot
 from store.tables import ModelFileRow, utcnow
 from scheduler.estimate import request_from_inputs
-from scheduler.estimate_inputs import EstimateInputs, ReaderHosts, decode_params
+from contracts.estimate_inputs import EstimateInputs, ReaderHosts
+from scheduler.model_codec import decode_params
 from scheduler.model_readers import reader_hosts
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -27,7 +28,7 @@ from scheduler.spec import ModelSpec
 
 def request_from_host(spec: ModelSpec, inputs: EstimateInputs) -> Request:
     """The request from a host's read (a directory's parameters came parsed: no file here)."""
-    params = decode_params(inputs.params) if inputs.params is not None else None
+    params = decode_params(inputs.params.model_dump()) if inputs.params is not None else None
     return request_from_inputs(spec, inputs, params)
 
 

@@ -27,7 +27,7 @@ from contracts.host_auth import ReportCheck, ReportVerdict
 from contracts.host_proof import refused
 from contracts.hosts import HostCordon, HostLost, HostRef, ModelPaths, ReadersAsk
 from contracts.usage import RECORD_USAGE, UsageBatch
-from scheduler.estimate_inputs import ReaderHosts
+from contracts.estimate_inputs import ReaderHosts
 from store import host_credentials, ledger, records, usage
 
 log = logging.getLogger("gpuflow.hosts")

@@ -13,7 +13,7 @@ from activities import callers
 from activities.runner import Runner
 from contracts import activity_names as c
 from contracts.queue import TenantAsk
-from scheduler.limits import Limits
+from contracts.limits import Limits
 from store import tenants
 
 

@@ -37,7 +37,7 @@ from activities.records import RecordActivities
 from activities.rollout_probe import RolloutProbe
 from activities.runner import Runner
 from activities.wake_queue import Waker
-from scheduler.limits import Limits
+from contracts.limits import Limits
 from scheduler.policy_config import PolicyConfig
 from store import db, records as store_records
 from store.snapshot_cache import SnapshotCache

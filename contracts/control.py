@@ -16,6 +16,7 @@ from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Vi
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from contracts.host import CordonReason
 from contracts.host_auth import Refusal
+from contracts.rollout import RolloutState
 from scheduler.bounds import Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 from scheduler.naming import NAME_MAX
@@ -126,7 +127,7 @@ class DeploymentInput(BaseModel):
     instances: list[Name] = Field([], max_length=2 * REPLICAS_CEILING)
     next_index: Count = 0
     deleting: Flag = False
-    rollout: dict[str, Any] | None = None  # workflows/rollout_steps.py's RolloutState, across continue-as-new
+    rollout: RolloutState | None = None  # the rollout's state, across continue-as-new (contracts/rollout.py)
 
 
 class DeploymentView(BaseModel):

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from contracts.decision import DecisionRecord
 from scheduler.bounds import Name, ShortText
-from scheduler.estimate_inputs import EstimateInputs
+from contracts.estimate_inputs import EstimateInputs
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.spec import PlacementStrategy
 

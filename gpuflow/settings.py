@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from contracts.control import Timings
-from scheduler.limits import Limits
+from contracts.limits import Limits
 from scheduler.policy_config import PolicyConfig
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any, Protocol
 
 from scheduler.errors import InvalidInput, ModelFileError
 from scheduler.gguf.estimate import LlamaCppOptions, estimate_items, gpustack_options
 from scheduler.gguf.model import GGUFModel, load_model
-from scheduler.estimate_inputs import EstimateInputs, decode_header
+from scheduler.model_codec import decode_header
 from scheduler.gguf.reader import GGUFHeader, read_header
 from scheduler.hf import claims
 from scheduler.hf.config import ModelParameters, load_parameters
@@ -94,7 +95,18 @@ def needs_files(spec: ModelSpec) -> bool:
     return bool(spec.source.local_path) and not states_resources(spec)
 
 
-def request_from_inputs(spec: ModelSpec, inputs: EstimateInputs, params: ModelParameters | None = None) -> Request:
+class ModelRead(Protocol):
+    """What a GPU host read of a local model path, as the estimate reads it (the payload that
+    carries it is contracts/estimate_inputs.py ``EstimateInputs``; the encoding, model_codec.py)."""
+
+    path: str
+    kind: str  # "gguf" or "hf"
+    gguf: Any  # encode_header's fields: a mapping, or a model iterating (field, value) pairs; None if not read
+    weight_bytes: int
+    weight_files: list[str]
+
+
+def request_from_inputs(spec: ModelSpec, inputs: ModelRead, params: ModelParameters | None = None) -> Request:
     """The request from what a host read of the spec's local path (``params``: its config.json
     through load_parameters, for a directory). Same result as estimate_request on the host."""
     if states_resources(spec):
@@ -104,7 +116,7 @@ def request_from_inputs(spec: ModelSpec, inputs: EstimateInputs, params: ModelPa
     if inputs.kind == "gguf":
         if inputs.gguf is None:
             raise ModelFileError(inputs.path, "the host sent no GGUF header")
-        return gguf_request_from_header(decode_header(inputs.gguf), spec.backend_parameters)
+        return gguf_request_from_header(decode_header(dict(inputs.gguf)), spec.backend_parameters)
     if spec.source.is_gguf or inputs.path.endswith(".gguf"):
         raise ModelFileError(inputs.path, "not a GGUF file (a directory)")
     if params is None:

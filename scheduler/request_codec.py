@@ -16,7 +16,7 @@ from dataclasses import fields
 from typing import Any
 
 from scheduler.errors import InvalidInput
-from scheduler.estimate_inputs import decode_params, encode_params
+from scheduler.model_codec import decode_params, encode_params
 from scheduler.gguf.estimate import LlamaCppOptions
 from scheduler.gguf.model import GGUFModel
 from scheduler.gguf.reader import TensorInfo

@@ -19,6 +19,8 @@ from contracts import autoscale as ap
 from contracts import control as cp
 from contracts import cluster as cc
 from contracts import drain, hosts, placement, queue, records
+from contracts import estimate_inputs as ei
+from contracts.rollout import RolloutState
 from contracts.host import BookingAsk
 from contracts import host as ch
 from contracts import host_auth as ha
@@ -26,7 +28,6 @@ from scheduler.bounds import MAX_TEXT
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from contracts import agent as hp
-from workflows.rollout_steps import RolloutState
 
 INPUTS = [
     # workflow inputs
@@ -40,12 +41,14 @@ INPUTS = [
     hp.LaunchRequest, hp.ModelFetch, ha.WatchAsk,
     # activities the workflows call: each one's input
     ha.ReportCheck, cp.InstanceRecord, cp.PlacementPlan, cp.DecisionRecord, BookingAsk, cp.InstanceNames, cp.InstanceRef,
-    ch.BookingsAsk, ch.HeldAsk,
+    ch.BookingsAsk, ch.HeldAsk, ei.HeaderRequest,
     placement.EstimateAsk, placement.PlaceAsk, placement.PreemptAsk, placement.ScaleDownAsk,
     records.SaveDeployment, records.StartInstances, hosts.HostRef, hosts.HostLost, hosts.HostCordon, hosts.ReadersAsk,
     hosts.ModelPaths, queue.TenantAsk, drain.DrainAsk, ap.DeploymentRef, ap.StepAsk, ap.ApplyAsk,
     # what the control plane answers the agent's booking checks with (the updates' results)
     ch.Booking, ch.HostBookings,
+    # what a host answers that the control plane reads (activity results from a host's queue)
+    ei.EstimateInputs, ei.ReaderHosts,
     # what a user writes
     ModelSpec, TenantsFile,
 ]
@@ -54,7 +57,6 @@ INPUTS = [
 FREE_FORM = {
     "InstanceInput.spec": "validated as a ModelSpec (bounded) as the workflow starts",
     "DeploymentInput.spec": "validated as a ModelSpec as the workflow starts",
-    "DeploymentInput.rollout": "validated as the rollout's state (workflows/rollout_steps.py)",
     "AutoscalerInput.carry": "validated by activities/autoscale_state.py",
     "AutoscalerInput.history": "the workflow's own records; the list is bounded",
     "AutoscalerInput.cold_starts": "the workflow's own records; the list is bounded",
@@ -63,16 +65,13 @@ FREE_FORM = {
     "ReadersAsk.spec": "validated as a ModelSpec by the activity",
     "SaveDeployment.spec": "the deployment workflow's spec, validated as a ModelSpec as that workflow started",
     "StepAsk.carried": "validated by activities/autoscale_state.py (Carry); a bad one starts afresh",
-    # scheduler/estimate_inputs.py's EstimateInputs is not bounded field by field yet (its file is
-    # the policy's): a host's read of a model file, which the estimate validates as it decodes it
-    "EstimateAsk.inputs": "a host's read of a model file (EstimateInputs, not yet bounded: see above)",
-    "PlaceAsk.inputs": "likewise",
+    "GGUFData.metadata[item]": "a GGUF header's values (numbers, strings, arrays as type and length), read by the "
+                               "scheduler's GGUF model with its own checks; the map is bounded",
     "InstanceRecord.decision": "the decision's summary, written by the workflow",
     "ModelFetch.source": "validated as a spec Source by the agent before use",
     "ReportCheck.report": "a host's report as it arrived: its MAC checked (contracts/host_proof.py), then validated "
                           "as a HostReport (bounded) by the host workflow",
-    "RolloutState.good": "validated as a ModelSpec with the rest of the state (rollout_steps.state_from)",
-    "RolloutState.steps": "the workflow's own records of its steps; the list is bounded",
+    "RolloutState.good": "a spec as written, validated as a ModelSpec with the rest of the state (rollout_steps.state_from)",
 }
 
 
@@ -154,3 +153,22 @@ def test_a_model_files_figures_are_clipped_not_refused(field, value, kept):
     s = RequestSummary.model_validate({"kind": "gguf", field: value})
     assert kept(getattr(s, field))
     DecisionRecord(scheduled=False, request=s)  # the record that carries it validates too
+
+
+def test_a_hosts_read_past_the_bounds_is_the_files_fault(tmp_path):
+    # A GGUF header with 70,000 metadata keys (the contract keeps 65,536): the agent refuses to send
+    # it, as ModelError naming the field (the instance goes ERROR with it), rather than an answer the
+    # control plane could not decode. 4 layers, 64 wide: a real, tiny llama file besides.
+    from temporalio.exceptions import ApplicationError
+
+    from contracts.estimate_inputs import HeaderRequest, MAX_KEYS
+    from gpuflow.demo import synthetic
+    from worker_agent.model_header import ModelHeaders
+
+    extra = {f"junk.{i}": 1 for i in range(MAX_KEYS + 4464)}  # 65,536 + 4,464 = 70,000
+    path = synthetic.write_llama_gguf(str(tmp_path / "m.gguf"), n_layer=4, n_embd=64, n_ff=128, n_head=8,
+                                      n_head_kv=2, n_vocab=32, ctx=256, recipe="F16", header=extra)
+    with pytest.raises(ApplicationError) as e:
+        ModelHeaders("h1").read(HeaderRequest(path=path, gguf=True))
+    assert e.value.type == "ModelError" and e.value.non_retryable
+    assert "gguf.metadata: Dictionary should have at most 65536 items" in e.value.message

@@ -18,7 +18,7 @@ from gpuflow import ops
 from gpuflow.ports import free_port
 from gpuflow.demo.synthetic import llama_like_hf
 from scheduler.estimate import estimate_request
-from scheduler.estimate_inputs import HeaderRequest
+from contracts.estimate_inputs import HeaderRequest
 from scheduler.spec import ModelSpec
 from scheduler.summary import request_summary
 from tests.live import FAST, Live, write_inventory
@@ -50,7 +50,7 @@ def test_a_directory_sends_parameters_not_its_config_file(tmp_path):
     d.mkdir()
     (d / "config.json").write_text('{"auths": {"registry": {"auth": "SECRET-TOKEN"}}, "num_hidden_layers": 2}')
     inputs = ModelHeaders("h1").read(HeaderRequest(path=str(d), gguf=False))
-    assert "SECRET" not in inputs.model_dump_json() and inputs.params["num_layers"] == 2
+    assert "SECRET" not in inputs.model_dump_json() and inputs.params.num_layers == 2
 
 
 def test_reads_are_cached_per_mtime_and_refused_outside_the_roots(tmp_path, smollm2):

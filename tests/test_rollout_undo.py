@@ -87,8 +87,8 @@ def test_undo_after_a_rollback_lands_on_the_good_version_before_the_current_one(
     d.undo()
     assert d.running == "v1" and d.ro.version == 3 and d.ro.rolling
     assert d.ro.history[-1].undo_of == 0 and d.ro.history[-1].result == "rolling"
-    undo_step = [s for s in d.ro.steps if s["action"] == "undo"][-1]
-    assert undo_step["reason"].startswith("from version 1 to version 0's spec") and "skipped version 2" in undo_step["reason"]
+    undo_step = [s for s in d.ro.steps if s.action == "undo"][-1]
+    assert undo_step.reason.startswith("from version 1 to version 0's spec") and "skipped version 2" in undo_step.reason
     d.finish()
     assert d.results()[-1] == (3, "good")
 
@@ -178,7 +178,7 @@ def test_the_rollout_view_shows_the_versions_and_where_undo_goes():
     from gpuflow.cli.rollout import render
 
     d = Deployment("v1").deploy("v2").finish().deploy("v3").fail().finish()
-    v = ro.view(d.ro, d.name, d.replicas, d.instances, d.stopping)
+    v = ro.view(d.ro, d.name, d.replicas, d.instances, d.stopping).model_dump(mode="json")  # as the query answers
     assert [(h["version"], h["result"], h["reason"]) for h in v["history"]] == [
         (0, "deployed", ""), (1, "good", ""), (2, "rolled back", "chat-2 is ERROR")]
     assert v["undo"]["to"] == 0 and v["can_undo"] and all("spec" not in h for h in v["history"])
@@ -187,7 +187,7 @@ def test_the_rollout_view_shows_the_versions_and_where_undo_goes():
     assert "v1  2025-01-01T00:00:00+00:00  good  (current)" in text
     assert "undo would go to version 0's spec" in text
     d = Deployment("v1")
-    v = ro.view(d.ro, d.name, d.replicas, d.instances, d.stopping)
+    v = ro.view(d.ro, d.name, d.replicas, d.instances, d.stopping).model_dump(mode="json")  # as the query answers
     assert not v["can_undo"] and "undo: nothing to undo to: no version before version 0 was good" in render(v)
 
 

@@ -14,11 +14,13 @@ import asyncio
 import os
 import threading
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from scheduler.errors import GpuflowError, InvalidInput
-from scheduler.estimate_inputs import EstimateInputs, HeaderRequest, encode_header, encode_params
+from contracts.estimate_inputs import EstimateInputs, HeaderRequest
+from scheduler.model_codec import encode_header, encode_params
 from scheduler.gguf.reader import read_header
 from scheduler.hf.config import load_parameters
 from scheduler.hf.safetensors_header import directory_weight_bytes
@@ -75,6 +77,11 @@ class ModelHeaders:
         except (GpuflowError, OSError) as e:
             raise ApplicationError(f"model path {req.path} on host {self.worker}: {e}", type="ModelError",
                                    non_retryable=True) from None
+        except ValidationError as e:  # a figure past the contract's bounds (contracts/estimate_inputs.py): the file's
+            first = e.errors()[0]
+            raise ApplicationError(f"model path {req.path} on host {self.worker}: its header says what no model file "
+                                   f"does: {'.'.join(map(str, first['loc']))}: {first['msg']}"[:2000],
+                                   type="ModelError", non_retryable=True) from None
         with self._lock:
             if len(self._cache) >= CACHED:
                 self._cache.clear()

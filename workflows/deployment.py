@@ -26,7 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes
     from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT
     from contracts import agent as hp, ui_text
-    from scheduler.limits import REPLICAS_CEILING, Limits
+    from contracts.limits import Limits
+    from scheduler.limits import REPLICAS_CEILING
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import guards, signals
@@ -251,7 +252,7 @@ class ModelDeploymentWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(DeploymentInput(
                     spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
-                    next_index=self.next_index, deleting=self.deleting, rollout=self.ro.model_dump()))
+                    next_index=self.next_index, deleting=self.deleting, rollout=self.ro))
 
     def _show(self, state: str) -> None:
         """Its current details in the Temporal UI (contracts/ui_text.py)."""

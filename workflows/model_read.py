@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from contracts.control import host_queue
     from contracts.hosts import ModelPaths, ReadersAsk
-    from scheduler.estimate_inputs import EstimateInputs, HeaderRequest, ReaderHosts
+    from contracts.estimate_inputs import EstimateInputs, HeaderRequest, ReaderHosts
     from scheduler.spec import ModelSpec
     from contracts import agent as hp
     from workflows import common as c

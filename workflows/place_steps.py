@@ -21,7 +21,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 with workflow.unsafe.imports_passed_through():
     from contracts.control import DecisionRecord, EstimateRecord, PlaceResult
     from contracts.placement import EstimateAsk, PlaceAsk
-    from scheduler.estimate_inputs import EstimateInputs
+    from contracts.estimate_inputs import EstimateInputs
     from scheduler.estimate import needs_files, states_resources
     from scheduler.reasons import pending_text
     from scheduler.spec import ModelSpec

@@ -17,13 +17,14 @@ that was good, never to one rolled back for failing (:func:`undo_choice`)."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 
-from contracts.rollout import ReplicaProbe
-from scheduler.bounds import MAX_TEXT, Count, Flag, Name, ShortText, Text
+from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, Outcome, OutcomeView, ReplicaProbe, RolloutState, RolloutStep,
+                               RolloutView, UndoView)
+from scheduler.bounds import MAX_TEXT
 from scheduler.rollout import DONE, ROLLBACK, WAIT, Replica, Step, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
@@ -31,60 +32,19 @@ from workflows.inputs import compact, invalid
 
 POLL_S = 2.0  # between looks at the replicas while a rollout runs
 SEEN_S = 2.0  # a replica answers this long before it counts as ready (the gateways re-read every 0.5 s)
-KEEP_STEPS = 100
-KEEP_HISTORY = 10  # versions kept, each with its spec: how far `gpuflow rollout undo` can look back
-KEEP_HISTORY_BYTES = 256 * 1024  # their specs together, as JSON (the state travels in continue-as-new's input)
+KEEP_HISTORY_BYTES = 256 * 1024  # the kept versions' specs together, as JSON (they travel in continue-as-new's input)
 GOOD = ("good", "deployed")  # results undo may go back to
 FAILED = ("rolled back", "halted")  # results undo never goes back to
 NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with",  # changing only these restarts nothing
            "routing"}  # read by the gateways only (from the deployment's row), never by a replica
 
 
-Spec = Annotated[ModelSpec, PlainSerializer(lambda s: s.model_dump(mode="json", exclude_none=True))]
-
-
-class Outcome(BaseModel):
-    """One version of the deployment's spec and how it ended: ``rolling`` (the rollout to it is
-    under way), ``good`` (its rollout finished: every replica ran it and answered), ``deployed``
-    (applied without a rollout: the first spec, or ``strategy: recreate``), ``replaced`` (a newer
-    spec came before its rollout finished), ``rolled back`` (a replica of it failed; ``reason``
-    says which), ``halted`` (it failed while being rolled back to)."""
-    model_config = ConfigDict(extra="forbid")
-
-    version: Count
-    result: Literal["rolling", "good", "deployed", "replaced", "rolled back", "halted"]
-    reason: Text = ""
-    at: ShortText = ""  # when the result was recorded (workflow time, ISO)
-    undo_of: Count | None = None  # applied by `gpuflow rollout undo`: the version whose spec it is
-    spec: Spec
-
-    def raw(self) -> dict[str, Any]:
-        return self.spec.model_dump(mode="json", exclude_none=True)
-
-
-class RolloutState(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # carried across continue-as-new, and untrusted: nothing unknown
-
-    version: Count = 0  # the target spec's version
-    latest: Count = 0  # the highest version handed out
-    versions: dict[Name, Count] = Field({}, max_length=4000)  # instance -> the version it runs (absent: 0)
-    rolling: Flag = False
-    from_version: Count = 0
-    good: dict[str, Any] | None = None  # the last good spec while a rollout runs
-    good_version: Count = 0
-    rolled_back: Flag = False
-    status: Text = ""
-    steps: list[dict[str, Any]] = Field([], max_length=KEEP_STEPS)
-    pending_since: dict[Name, Annotated[float, Field(ge=0, le=1e11)]] = Field({}, max_length=4000)
-    answering_since: dict[Name, Annotated[float, Field(ge=0, le=1e11)]] = Field({}, max_length=4000)
-    history: list[Outcome] = Field([], max_length=KEEP_HISTORY)  # oldest first; the current and good kept
-
-
-def state_from(raw: dict | None) -> RolloutState:
-    """The state carried in DeploymentInput (untrusted, like every input): a bad one fails the
-    workflow at once with the problem named, never a workflow task retried forever."""
+def state_from(raw: RolloutState | dict | None) -> RolloutState:
+    """The state carried in DeploymentInput (untrusted, like every input; validated field by field
+    with the input): what its fields cannot say is checked here. A bad one fails the workflow at
+    once with the problem named, never a workflow task retried forever."""
     try:
-        r = RolloutState.model_validate(raw or {})
+        r = raw if isinstance(raw, RolloutState) else RolloutState.model_validate(raw or {})
         if r.good is not None:
             ModelSpec.model_validate(r.good)
     except ValidationError as e:
@@ -220,10 +180,10 @@ def _now() -> str:
 def log_step(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
     """A step of the rollout, in its log (a WAIT repeating the last one is not logged again)."""
     last = r.steps[-1] if r.steps else None
-    if action == WAIT and last and last["action"] == WAIT and last["reason"] == reason:
+    if action == WAIT and last and last.action == WAIT and last.reason == reason:
         return
-    r.steps.append({"at": _now(), "action": action, "names": names,
-                    "reason": reason, "fallback": fallback, "version": r.version})
+    r.steps.append(RolloutStep(at=_now(), action=action, names=names, reason=reason, fallback=fallback,
+                               version=r.version))
     del r.steps[:-KEEP_STEPS]
 
 
@@ -291,16 +251,15 @@ def _prune(r: RolloutState, keep: set[str]) -> None:
     r.answering_since = {n: t for n, t in r.answering_since.items() if n in keep}
 
 
-def view(r: RolloutState, name: str, replicas: int, instances: list[str], stopping: set[str]) -> dict[str, Any]:
+def view(r: RolloutState, name: str, replicas: int, instances: list[str], stopping: set[str]) -> RolloutView:
     """The ``rollout`` query: progress, old and new counts, the steps."""
     new = [n for n in instances if r.versions.get(n, 0) == r.version]
     old = [n for n in instances if r.versions.get(n, 0) != r.version]
     to, said = undo_choice(r)
-    return {"name": name, "status": r.status or "no rollout yet", "rolling": r.rolling, "version": r.version,
-            "from_version": r.from_version, "desired": replicas, "old": old, "new": new,
-            "stopping": sorted(stopping), "can_undo": to is not None,
-            "undo": {"to": to.version if to else None, "says": said}, "steps": list(r.steps),
-            "history": [h.model_dump(mode="json", exclude={"spec"}) for h in r.history]}
+    return RolloutView(name=name, status=r.status or "no rollout yet", rolling=r.rolling, version=r.version,
+                       from_version=r.from_version, desired=replicas, old=old, new=new, stopping=sorted(stopping),
+                       can_undo=to is not None, undo=UndoView(to=to.version if to else None, says=said),
+                       steps=list(r.steps), history=[OutcomeView(**h.model_dump(exclude={"spec"})) for h in r.history])
 
 
 def timeout(r: RolloutState, reconcile_s: float) -> timedelta:
