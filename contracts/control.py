@@ -7,9 +7,9 @@ drain.py, autoscale.py, rollout.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.agent import KEY_ID_PATTERN
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
@@ -154,6 +154,9 @@ class HostView(BaseModel):
 class CordonAsk(BaseModel):
     """The host workflow's ``cordon`` update: the operator's reason, optional (contracts/host.py
     says which characters it may hold)."""
+
+    model_config = ConfigDict(extra="forbid")
+    TAKES: ClassVar[str] = 'nothing or one JSON object {"reason": "..."}'
 
     reason: CordonReason = ""
 

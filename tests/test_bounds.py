@@ -20,6 +20,7 @@ from contracts import control as cp
 from contracts import cluster as cc
 from contracts import drain, hosts, placement, queue, records
 from contracts import estimate_inputs as ei
+from contracts.deployment import InstanceEnded, ScaleAsk
 from contracts.rollout import RolloutState
 from contracts.host import BookingAsk
 from contracts import host as ch
@@ -33,8 +34,8 @@ INPUTS = [
     # workflow inputs
     cp.InstanceInput, cp.DeploymentInput, ch.HostInput, ap.AutoscalerInput,
     # signals, updates, queries
-    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, ch.BookingsQuery, hp.LogRequest,
-    cp.CordonAsk,
+    RolloutState, cp.PreemptNotice, cp.VictimStopped, cp.HostNews, ch.HostReport, ch.BookingQuery, ch.BookingsQuery, hp.LogRequest,
+    cp.CordonAsk, ScaleAsk, InstanceEnded,
     # the cluster workflow's updates (keys, and the reads through the control plane)
     cc.KeyAdd, cc.KeyRevoke, cc.Page, cc.ServingAsk, cc.AuditAsk,
     # the agent's activities (callable by anything that can schedule on a host's queue)

@@ -1,6 +1,7 @@
 """ModelDeploymentWorkflow (id ``deployment/<name>``): holds a model's spec and keeps its
 replicas. Updates: ``scale``, ``update_spec`` (a changed spec rolls the replicas: workflows/rollout_steps.py),
-``delete``. Scale-down asks the rank activity for the cluster-wide removal order (ERROR and
+``rollout_undo``, ``delete``, each input one model validated as it arrives (contracts/deployment.py;
+workflows/messages.py). Scale-down asks the rank activity for the cluster-wide removal order (ERROR and
 unreachable before healthy RUNNING) and stops the lowest first. Instances whose workflows end
 on their own are replaced. Continue-as-new keeps the history bounded."""
 
@@ -20,17 +21,17 @@ with workflow.unsafe.imports_passed_through():
     from contracts.autoscale import START_AUTOSCALER, DeploymentRef
     from contracts.control import (ClosedInstances, DeploymentInput, DeploymentView, InstanceInput, InstanceNames,
                                    ScaleDownOrder, Timings, host_queue)
+    from contracts.deployment import InstanceEnded, ScaleAsk
     from contracts.placement import ScaleDownAsk
     from contracts.queue import TenantAsk
     from contracts.records import SaveDeployment, StartInstances
-    from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes
+    from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes, RolloutView
     from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT
     from contracts import agent as hp, ui_text
     from contracts.limits import Limits
-    from scheduler.limits import REPLICAS_CEILING
     from scheduler.spec import ModelSpec
     from workflows import common as c
-    from workflows import guards, signals
+    from workflows import guards, messages, signals
     from workflows import rollout_steps as ro
     from workflows.inputs import one_input
 
@@ -79,14 +80,18 @@ class ModelDeploymentWorkflow:
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
 
     @workflow.update
-    async def accepted(self) -> DeploymentView:
+    async def accepted(self, *args: Any) -> DeploymentView:
         """Answers once the control plane's checks passed (``gpuflow deploy`` waits on it); a spec
-        they refuse fails the workflow instead, with the reason."""
+        they refuse fails the workflow instead, with the reason. Takes no input."""
         await workflow.wait_condition(lambda: self.checked)
         return self.status()
 
+    @accepted.validator
+    def _check_accepted(self, *args: Any) -> None:
+        messages.none(args, "accepted")
+
     @workflow.query(name=DEPLOYMENT_ROLLOUT)
-    def rollout(self) -> dict:
+    def rollout(self) -> RolloutView:
         return ro.view(self.ro, self.name, self.replicas or 0, self.instances, self.stopping)
 
     async def _applied(self) -> DeploymentView:
@@ -104,21 +109,17 @@ class ModelDeploymentWorkflow:
 
     @workflow.update(name=DEPLOYMENT_SCALE)
     async def scale(self, *args: Any) -> DeploymentView:
-        """Set the replica count; answers once the instances to add or stop are chosen. Its input
-        arrives untyped (``*args``): the converter would read ``true`` and ``"3"`` as numbers."""
-        replicas = int(args[0])  # the validator let only a whole number in (a history before it: as it was read then)
-        await self._within_limits(replicas)
-        self.replicas, self.dirty = replicas, True
+        """Set the replica count (a ScaleAsk, or a bare whole number); answers once the instances to
+        add or stop are chosen."""
+        ask = messages.one(args, ScaleAsk, DEPLOYMENT_SCALE)  # the validator let only this in
+        await self._within_limits(ask.replicas)
+        self.replicas, self.dirty = ask.replicas, True
         return await self._applied()
 
     @scale.validator
     def _check_scale(self, *args: Any) -> None:
-        replicas = args[0] if len(args) == 1 else None
-        if type(replicas) is not int or replicas < 0:
-            shown = f"{len(args)} inputs" if len(args) != 1 else f"{str(replicas)[:20]!r} ({type(replicas).__name__})"
-            raise ValueError(f"scale takes one whole number of replicas >= 0 (not true, \"3\" or 3.0), got {shown}")
-        problem = (f"replicas {replicas} is more than the ceiling of {REPLICAS_CEILING}" if replicas > REPLICAS_CEILING
-                   else self.limits.replicas_problem(replicas) if self.limits else None)
+        replicas = messages.one(args, ScaleAsk, DEPLOYMENT_SCALE).replicas
+        problem = self.limits.replicas_problem(replicas) if self.limits else None
         if problem:
             raise ValueError(problem)
         if self.deleting:
@@ -132,8 +133,12 @@ class ModelDeploymentWorkflow:
             raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
 
     @workflow.update
-    async def update_spec(self, spec: dict) -> DeploymentView:
-        return await self._change_spec(spec)
+    async def update_spec(self, *args: Any) -> DeploymentView:
+        """Make this the deployment's spec (one model spec, as written): a change outside the fields
+        that restart nothing rolls the replicas (workflows/rollout_steps.py)."""
+        new = messages.one(args, ModelSpec, "update_spec", "model spec")  # the validator let only this in
+        return await self._change_spec(args[0] if isinstance(args[0], dict) else new.model_dump(mode="json",
+                                                                                                exclude_none=True))
 
     async def _change_spec(self, spec: dict, undo: tuple[ro.Outcome, str] | None = None) -> DeploymentView:
         new = parse_spec(spec)
@@ -146,7 +151,7 @@ class ModelDeploymentWorkflow:
         return await self._applied()
 
     @workflow.update
-    async def rollout_undo(self) -> DeploymentView:
+    async def rollout_undo(self, *args: Any) -> DeploymentView:
         """Back to the last good spec before the current one, never one rolled back for failing
         (rollout_steps.undo_choice), rolled the same way; the replica count stays."""
         to, said = ro.undo_choice(self.ro)
@@ -156,33 +161,42 @@ class ModelDeploymentWorkflow:
         return await self._change_spec({**to.raw(), "replicas": self.replicas}, (to, said))
 
     @rollout_undo.validator
-    def _check_undo(self) -> None:
+    def _check_undo(self, *args: Any) -> None:
+        messages.none(args, "rollout_undo")
         to, said = ro.undo_choice(self.ro)
         if to is None:
             raise ValueError(f"deployment {self.name}: nothing to undo to: {said}")
-        self._check_spec(to.raw())
+        self._check_new(parse_spec(to.raw()))
 
     @update_spec.validator
-    def _check_spec(self, spec: dict) -> None:
-        new = parse_spec(spec)
+    def _check_spec(self, *args: Any) -> None:
+        self._check_new(messages.one(args, ModelSpec, "update_spec", "model spec"))
+
+    def _check_new(self, new: ModelSpec) -> None:
         if new.name != self.name:
             raise ValueError(f"spec name {new.name!r} does not match deployment {self.name!r}")
         if self.deleting:
             raise ValueError(f"deployment {self.name} is being deleted")
 
     @workflow.update
-    async def delete(self) -> DeploymentView:
+    async def delete(self, *args: Any) -> DeploymentView:
+        """Stop every replica and end; answers at once. Takes no input."""
         self.deleting, self.dirty = True, True
         return self.status()
 
+    @delete.validator
+    def _check_delete(self, *args: Any) -> None:
+        messages.none(args, "delete")
+
     @workflow.signal(name=DEPLOYMENT_INSTANCE_ENDED)
     def instance_ended(self, *args: Any) -> None:
-        """From a replica's workflow as it ends (untrusted: one of this deployment's replica names,
-        ``<deployment>-<n>``; anything else is refused, logged and counted: workflows/signals.py)."""
-        name = signals.name(DEPLOYMENT_INSTANCE_ENDED, args)
-        if name is not None and signals.check(DEPLOYMENT_INSTANCE_ENDED, signals.of_deployment(name, self.name),
-                                              f"{name} is not a replica of deployment {self.name}"):
-            self.ended.add(name)
+        """From a replica's workflow as it ends (untrusted: an InstanceEnded naming one of this
+        deployment's replicas, ``<deployment>-<n>``; anything else is refused, logged and counted:
+        workflows/signals.py)."""
+        ended = signals.one(args, InstanceEnded, DEPLOYMENT_INSTANCE_ENDED)
+        if ended is not None and signals.check(DEPLOYMENT_INSTANCE_ENDED, signals.of_deployment(ended.instance, self.name),
+                                               f"{ended.instance} is not a replica of deployment {self.name}"):
+            self.ended.add(ended.instance)
 
     # --- reconciliation -------------------------------------------------------------------------
     @workflow.run

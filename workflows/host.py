@@ -30,8 +30,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     from contracts import ui_text
     from contracts.host_auth import WatchAsk
     from contracts.ids import host_id
@@ -42,9 +40,9 @@ with workflow.unsafe.imports_passed_through():
     from contracts import agent as hp
     from contracts.usage import RECORD_USAGE, UsageBatch
     from workflows import common as c
-    from workflows import guards
+    from workflows import guards, messages
     from workflows.host_reports import HostReports, checked_report  # noqa: F401  (checked_report: its old home)
-    from workflows.inputs import compact, one_input
+    from workflows.inputs import one_input
 
 
 @workflow.defn(name="HostWorkflow")
@@ -66,14 +64,15 @@ class HostWorkflow(HostReports):
 
     @workflow.signal
     def hello(self, *args: Any) -> None:
-        """The agent's report as it starts (or anyone's: checked in the run loop, never here)."""
+        """The agent's report as it starts, signed (or anyone's: checked in the run loop, never here,
+        against the MAC of the report as it arrived: contracts/host_auth.py ReportCheck)."""
         self._queue_hello(args[0] if len(args) == 1 else None)
 
     @workflow.update
-    async def forget(self) -> str:
+    async def forget(self, *args: Any) -> str:
         """``gpuflow hosts forget``: a host gone for good leaves the store, and this workflow ends.
         Refused while the host holds reservations (records.forget_worker says whose). An agent that
-        says hello later starts the host afresh."""
+        says hello later starts the host afresh. Takes no input."""
         problem = await workflow.execute_activity(c.HOST_FORGET, HostRef(name=self.inp.name), result_type=str | None,
                                                   **c.STORE_CALL)
         if problem:
@@ -82,11 +81,11 @@ class HostWorkflow(HostReports):
         return f"host {self.inp.name} forgotten"
 
     @workflow.update
-    async def leave(self) -> str:
+    async def leave(self, *args: Any) -> str:
         """A host leaving for good (``gpuflow simulate``'s hosts, on a clean exit): forgotten by this
         workflow once it is NOT_READY and holds no reservation, with no ``gpuflow hosts forget``: at
         once when none of its replicas is left, else once they are placed elsewhere (after their
-        unreachable grace). A hello meanwhile (it is back) cancels it."""
+        unreachable grace). A hello meanwhile (it is back) cancels it. Takes no input."""
         self.leaving = True
         if self.state != "ready" and not self.forgotten:  # already gone: now, if it holds nothing
             self.forgotten = await self._left()
@@ -94,7 +93,8 @@ class HostWorkflow(HostReports):
                 f"host {self.inp.name} leaves: forgotten once it is NOT_READY and holds no reservation")
 
     @leave.validator
-    def _check_leave(self) -> None:
+    def _check_leave(self, *args: Any) -> None:
+        messages.none(args, "leave")
         self._check_live("leave")
 
     async def _left(self) -> bool:
@@ -104,7 +104,8 @@ class HostWorkflow(HostReports):
         return problem is None
 
     @forget.validator
-    def _check_forget(self) -> None:
+    def _check_forget(self, *args: Any) -> None:
+        messages.none(args, "forget")
         if self.state == "ready" or self.greeting is not None:
             raise ValueError(f"host {self.inp.name} is READY; stop its agent first "
                              "(a host that answers keeps running its servers)")
@@ -114,7 +115,7 @@ class HostWorkflow(HostReports):
         """``gpuflow hosts cordon``: no new replica is placed on this host; those running there keep
         running. Takes one optional CordonAsk (the operator's reason). Cordoning a cordoned host
         again changes only its reason."""
-        ask = CordonAsk.model_validate(args[0]) if args else CordonAsk()
+        ask = messages.one(args, CordonAsk, "cordon") if args else CordonAsk()
         if not await self._cordon(True, ask.reason):
             return f"host {self.inp.name} was already cordoned"
         return f"host {self.inp.name} cordoned: no new replicas are placed there; those running there keep running"
@@ -122,28 +123,24 @@ class HostWorkflow(HostReports):
     @cordon.validator
     def _check_cordon(self, *args: Any) -> None:
         """Untrusted input, refused before anything is recorded: nothing, or one CordonAsk."""
-        if len(args) > 1 or (args and not isinstance(args[0], dict)):
-            raise ValueError('cordon takes nothing or one JSON object {"reason": "..."}')
+        extra = sorted(set(args[0]) - set(CordonAsk.model_fields)) if len(args) == 1 and isinstance(args[0], dict) else []
+        if extra:
+            raise ValueError(f"cordon takes only a reason; it was given {', '.join(map(repr, extra))[:200]}")
         if args:
-            extra = sorted(set(args[0]) - set(CordonAsk.model_fields))
-            if extra:
-                raise ValueError(f"cordon takes only a reason; it was given {', '.join(map(repr, extra))[:200]}")
-            try:
-                CordonAsk.model_validate(args[0])
-            except ValidationError as e:
-                raise ValueError(compact(e)[:1000]) from None
+            messages.one(args, CordonAsk, "cordon")
         self._check_live("cordon")
 
     @workflow.update
-    async def uncordon(self) -> str:
+    async def uncordon(self, *args: Any) -> str:
         """``gpuflow hosts uncordon``: new replicas may be placed here again, and the PENDING queue
-        is woken (the host_cordon activity), so a replica waiting for room can take it now."""
+        is woken (the host_cordon activity), so a replica waiting for room can take it now. Takes no input."""
         if not await self._cordon(False, ""):
             return f"host {self.inp.name} was not cordoned"
         return f"host {self.inp.name} uncordoned: new replicas may be placed there"
 
     @uncordon.validator
-    def _check_uncordon(self) -> None:
+    def _check_uncordon(self, *args: Any) -> None:
+        messages.none(args, "uncordon")
         self._check_live("uncordon")
 
     def _check_live(self, what: str) -> None:
@@ -170,7 +167,7 @@ class HostWorkflow(HostReports):
         """The booking check: the host's agent asks, before it starts any process, which of this
         host's GPUs the ledger booked for the instance; the answer is the ledger's, read now, never
         what the launch request says (contracts/host.py)."""
-        ask = BookingQuery.model_validate(args[0])
+        ask = messages.one(args, BookingQuery, BOOKING_UPDATE)
         return await workflow.execute_local_activity(
             c.BOOKING_ON, BookingAsk(instance=ask.instance, worker=self.inp.name), result_type=Booking,
             **c.STORE_LOCAL)
@@ -179,15 +176,13 @@ class HostWorkflow(HostReports):
     def _check_booking(self, *args: Any) -> None:
         """Untrusted input, refused before anything is recorded: exactly one BookingQuery, no field
         besides its own (BookingQuery forbids them, naming each)."""
-        if len(args) != 1 or not isinstance(args[0], dict):
-            raise ValueError("booking takes one BookingQuery JSON object")
-        BookingQuery.model_validate(args[0])
+        messages.one(args, BookingQuery, BOOKING_UPDATE)
 
     @workflow.update(name=BOOKINGS_UPDATE)
     async def bookings(self, *args: Any) -> HostBookings:
         """The orphan check's read (worker_agent/reconcile.py): which of the instances the agent runs
         processes for the ledger books on this host, and their parts; one read per check."""
-        ask = BookingsQuery.model_validate(args[0])
+        ask = messages.one(args, BookingsQuery, BOOKINGS_UPDATE)
         return await workflow.execute_local_activity(
             c.BOOKINGS_ON, BookingsAsk(instances=ask.instances, worker=self.inp.name), result_type=HostBookings,
             **c.STORE_LOCAL)
@@ -195,9 +190,7 @@ class HostWorkflow(HostReports):
     @bookings.validator
     def _check_bookings(self, *args: Any) -> None:
         """Untrusted input, refused before anything is recorded: exactly one BookingsQuery."""
-        if len(args) != 1 or not isinstance(args[0], dict):
-            raise ValueError("bookings takes one BookingsQuery JSON object")
-        BookingsQuery.model_validate(args[0])
+        messages.one(args, BookingsQuery, BOOKINGS_UPDATE)
 
     @workflow.query
     def status(self) -> HostView:
