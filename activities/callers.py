@@ -111,12 +111,6 @@ READS: dict[str, str] = {
     c.BOOKINGS_ON: "the ledger's bookings on one host (local)",
     c.HELD_PLAN: "whether the ledger holds a placement (local)",
     ROLLOUT_PROBE: "the replicas' status queries and whether their ports answer",
-    cc.READ_KEYS: "keys' ids, tenants and scopes (never a secret)",
-    cc.READ_KEY_USAGE: "requests and tokens per key",
-    cc.READ_TENANTS: "the tenants file",
-    cc.READ_QUEUE: "the PENDING queue",
-    cc.READ_SERVING: "gateways and requests in flight",
-    cc.READ_AUDIT: "a kept decision replayed, or a deployment's decisions",
 }
 
 

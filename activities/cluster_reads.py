@@ -1,85 +1,46 @@
-"""What the cluster workflow's reads and the tenants file's apply do in the store, one function
-each, in blocking code: the control plane's activities run them (activities/cluster.py) and so
-do the CLI's offline commands (``--data-dir``/``--database-url``), so a page reads the same
-either way.
+"""What the cluster's reads and the tenants file's apply do in the store, one function each, in
+blocking code, and ``StoreReads``: the reads as a control-plane worker answers the queries of the
+reads workflow (workflows/cluster_reads.py). The rows are the views' (views/keys.py,
+views/tenancy.py), which the CLI's offline commands (``--data-dir``/``--database-url``) and the
+web console read from the store themselves, so a page reads the same either way.
 
 A read answers one page of rows (contracts/cluster.py ``Page``, at most ``PAGE_MAX``) and the
-total: an answer stays small in the history whatever the cluster's size, and the CLI asks page
-after page."""
+total: an answer stays small whatever the cluster's size, and the CLI asks page after page."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any, Callable
+from concurrent.futures import Executor, TimeoutError as Late
+from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.wake_queue import judge_and_record, ordered_replicas, read, shown
-from contracts.cluster import (KeysPage, KeyView, Page, QueuePage, ServingAsk, ServingView, TenantsApplied, TenantsPage,
-                                UsageCounts, UsagePage, UsageRow)
-from store import key_usage, keys, serving, tenants
+from activities.wake_queue import judge_and_record, shown
+from contracts.cluster import (AuditAsk, AuditView, KeysPage, Page, QueuePage, ServingAsk, ServingView,
+                               TenantsApplied, TenantsPage, UsagePage)
+from store import decision_replay, keys, serving, tenants
 from store.snapshot import load_snapshot
 from store.tables import InstanceRow, utcnow
+from scheduler.errors import InvalidInput
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.admission import borrowing
-from scheduler.tenancy.config import RESOURCES, Tenant, TenantsFile
-from scheduler.tenancy.usage import Usage
+from scheduler.tenancy.config import TenantsFile
+from views.keys import key_usage_rows, key_view
+from views.tenancy import queue_rows, tenant_rows
 
 RequestOf = Callable[[ModelSpec], Request | None]
-
-
-def _iso(t: datetime | None) -> str | None:
-    return None if t is None else t.isoformat()
-
-
-def key_view(k: keys.KeyInfo) -> KeyView:
-    return KeyView(id=k.id, tenant=k.tenant, name=k.name, created_at=_iso(k.created_at), revoked_at=_iso(k.revoked_at),
-                   admin=k.admin, scope=k.scope)
+READ_S = 1.5  # a read's deadline: the query waits on the worker's workflow thread, which the SDK calls deadlocked at 2 s
 
 
 def keys_page(engine: Engine, page: Page) -> KeysPage:
     return KeysPage(keys=[key_view(k) for k in keys.list_keys(engine, page.offset, page.limit)], total=keys.count(engine))
 
 
-def usage_rows(hour: key_usage.Totals, day: key_usage.Totals) -> list[UsageRow]:
-    """Each tenant with use in the day (``day`` holds the hour's too): its total, then its keys."""
-    def counts(c: key_usage.Counts | None) -> UsageCounts:
-        return UsageCounts(**vars(c)) if c else UsageCounts()
-    out = []
-    for t in sorted(day.by_tenant):
-        out.append(UsageRow(tenant=t, hour=counts(hour.by_tenant.get(t)), day=counts(day.by_tenant[t])))
-        out += [UsageRow(tenant=t, key_id=k, hour=counts(hour.by_key.get(k)), day=counts(day.by_key[k]))
-                for k in sorted(k for k, kt in day.key_tenant.items() if kt == t)]
-    return out
-
-
-def key_usage_rows(engine: Engine, now: datetime) -> list[UsageRow]:
-    """Requests and tokens per tenant and per key over the last hour and the last day."""
-    return usage_rows(key_usage.totals(engine, now - timedelta(hours=1), now),
-                      key_usage.totals(engine, now - timedelta(days=1), now))
-
-
 def key_usage_page(engine: Engine, page: Page, now: datetime) -> UsagePage:
     rows = key_usage_rows(engine, now)
     return UsagePage(rows=rows[page.offset:page.offset + page.limit], total=len(rows))
-
-
-def tenant_rows(tf: TenantsFile, used: dict[str, Usage], pending: dict[str, int]) -> list[dict]:
-    """One line per tenant (the file's, then ``default``, then any holding capacity unnamed)."""
-    names = [t.name for t in tf.tenants] + sorted(({"default"} | set(used) | set(pending)) - {t.name for t in tf.tenants})
-    out = []
-    for n in names:
-        t: Tenant = tf.get(n) or Tenant(name=n)
-        u = used.get(n, Usage())
-        out.append({"tenant": n, "priority": t.priority, "borrowing": borrowing(t, u) and bool(t.guarantee.named()),
-                    "pending": pending.get(n, 0),
-                    "requests_per_s": t.requests_per_s, "max_concurrent": t.max_concurrent,
-                    **{r: {"used": getattr(u, r), "guarantee": getattr(t.guarantee, r), "limit": getattr(t.limit, r)}
-                       for r in RESOURCES}})
-    return out
 
 
 def tenants_page(engine: Engine, page: Page) -> TenantsPage:
@@ -98,15 +59,6 @@ def apply_tenants(engine: Engine, tf: TenantsFile, request_of: RequestOf, policy
     return TenantsApplied(version=v, tenants=names[:20], count=len(names), queueing=tf.queueing, reasons=moved)
 
 
-def queue_rows(order: list, reason_of: Callable[[Any], str], now: datetime) -> list[dict]:
-    """The queue's lines in ``order``: position, who, how long it has waited and why
-    (``reason_of``: the one reason, activities/pending_reasons.py)."""
-    return [{"position": pos, "instance": r.instance, "tenant": r.tenant, "tenant_priority": r.tenant_priority,
-             "priority": r.priority, "deployment": r.deployment, "queued_at": r.queued_at.isoformat(),
-             "waiting_s": round(max(0.0, (now - r.queued_at).total_seconds()), 1), "reason": reason_of(r) or "-"}
-            for pos, r in enumerate(order, 1)]
-
-
 def queue_page(engine: Engine, page: Page, request_of: RequestOf, policy: PolicyConfig | None,
                now: datetime) -> QueuePage:
     """``gpuflow queue``: the queue judged on a fresh snapshot, its reasons recorded as a wake
@@ -115,13 +67,6 @@ def queue_page(engine: Engine, page: Page, request_of: RequestOf, policy: Policy
     rows = queue_rows(v.order, lambda r: shown(r, v), now)
     return QueuePage(queueing=tenants.load(engine).queueing, rows=rows[page.offset:page.offset + page.limit],
                      total=len(rows))
-
-
-def stored_queue(engine: Engine, now: datetime) -> tuple[str, list[dict]]:
-    """The queue in order with each replica's reason as the store holds it: the console's queue
-    page and ``gpuflow queue --data-dir`` (a judgement is the control plane's to make and record)."""
-    q = read(engine)
-    return q.tenants.queueing, queue_rows(ordered_replicas(q.replicas), lambda r: r.reason, now)
 
 
 def serving_view(engine: Engine, ask: ServingAsk, live_s: float = serving.LIVE_S) -> ServingView:
@@ -137,3 +82,48 @@ def serving_view(engine: Engine, ask: ServingAsk, live_s: float = serving.LIVE_S
                          .where(InstanceRow.name.in_(names), InstanceRow.state == "pending")).all() if names else []
     return ServingView(gateways=gateways, in_flight=flying,
                        reasons={n: r for n, r in reasons if r})
+
+
+def audit(engine: Engine, ask: AuditAsk, policy: PolicyConfig | None) -> AuditView:
+    """A kept decision replayed with this worker's build (and, ``with_settings``, its weights:
+    ``policy``), compared with the store's copy of its record; or a deployment's kept decisions."""
+    if ask.history:
+        return AuditView(rows=decision_replay.history(engine, ask.name, ask.limit))
+    return AuditView(replay=decision_replay.replay(engine, ask.name, None, ask.decision or None,
+                                                   policy if ask.with_settings else None))
+
+
+class StoreReads:
+    """The six reads as this control-plane worker answers them (workflows/cluster_reads.py
+    ``Reader``): each in ``pool``, given READ_S. ``reads``: the read-only engine (db.reader);
+    ``engine``: the writer, for the queue, whose verdicts are recorded (the one reason);
+    ``request_of``: the requests this worker costed, so a verdict knows what the decisions knew."""
+
+    def __init__(self, engine: Engine, reads: Engine, pool: Executor, request_of: RequestOf, policy: PolicyConfig):
+        self.engine, self.reads, self.pool, self.request_of, self.policy = engine, reads, pool, request_of, policy
+
+    def _run(self, what: str, fn, *args):
+        try:
+            return self.pool.submit(fn, *args).result(timeout=READ_S)
+        except Late:
+            raise InvalidInput(f"the control plane's store did not answer the {what} read within {READ_S:g} s "
+                               "(a busy worker, or a slow database): ask again") from None
+
+    def keys(self, page: Page) -> KeysPage:
+        return self._run("keys", keys_page, self.reads, page)
+
+    def key_usage(self, page: Page) -> UsagePage:
+        return self._run("key usage", key_usage_page, self.reads, page, datetime.now(timezone.utc))
+
+    def tenants(self, page: Page) -> TenantsPage:
+        return self._run("tenants", tenants_page, self.reads, page)
+
+    def queue(self, page: Page) -> QueuePage:
+        return self._run("queue", queue_page, self.engine, page, self.request_of, self.policy,
+                         datetime.now(timezone.utc))
+
+    def serving(self, ask: ServingAsk) -> ServingView:
+        return self._run("serving", serving_view, self.reads, ask)
+
+    def audit(self, ask: AuditAsk) -> AuditView:
+        return self._run("audit", audit, self.reads, ask, self.policy)

@@ -34,12 +34,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -47,54 +45,21 @@ from temporalio.service import RPCError
 from contracts.ids import INSTANCE_CAPACITY_CHANGED, instance_id
 from activities.estimate_cache import EstimateCache
 from activities.pending_reasons import TAKEN_S, changed, current, shown  # noqa: F401  (current, shown: the views')
-from store import records, tenants
+from store import records
+from store.pending_queue import Queue, Queued, ordered_replicas, read  # noqa: F401  (read: the wake's, and tests')
 from store.snapshot_cache import SnapshotCache
-from store.tables import DeploymentRow, InstanceRow
 from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import GpuflowError
 from scheduler.estimate import states_resources
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.config import TenantsFile
-from scheduler.tenancy.queue import Quotas, Wake, Waiting, ordered, to_wake
+from scheduler.tenancy.queue import Quotas, Wake, to_wake
 from scheduler.tenancy.usage import by_tenant
 
 log = logging.getLogger("gpuflow.control")
 UNKNOWN = "its request is not known here yet: woken to decide itself"
 UNKNOWN_HERE = "its request is not known here yet"
-
-
-@dataclass(frozen=True)
-class Queued:
-    """One PENDING replica as the queue sees it."""
-
-    instance: str
-    deployment: str
-    tenant: str
-    tenant_priority: int
-    priority: int
-    queued_at: datetime
-    reason: str  # its own last word (the instance's recorded reason)
-
-    def waiting(self) -> Waiting:
-        return Waiting(self.instance, self.deployment, self.tenant_priority, self.priority,
-                       self.queued_at.timestamp(), self.tenant)
-
-    @property
-    def level(self) -> tuple[int, int]:
-        """Its priority: the tenant's, then the deployment's (higher first)."""
-        return (self.tenant_priority, self.priority)
-
-
-@dataclass
-class Queue:
-    """What the store says: the PENDING replicas, their deployments' specs, the tenants file."""
-
-    replicas: list[Queued] = field(default_factory=list)
-    specs: dict[str, dict] = field(default_factory=dict)  # deployment with replicas queued -> its spec, as stored
-    tenant_of: dict[str, str] = field(default_factory=dict)  # every live deployment -> its tenant
-    tenants: TenantsFile = field(default_factory=TenantsFile)
 
 
 @dataclass
@@ -142,42 +107,6 @@ def judge_and_record(engine: Engine, snap: ClusterSnapshot, request_of: Callable
     return v, records.set_pending_reasons(engine, changed(v))
 
 
-def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # SQLite gives naive UTC
-
-
-def read(engine: Engine) -> Queue:
-    """The PENDING replicas of live deployments, with their specs and owners."""
-    tf = tenants.load(engine)
-    q = Queue(tenants=tf)
-    with Session(engine) as s:
-        rows = list(s.exec(select(InstanceRow.name, InstanceRow.deployment, InstanceRow.queued_at,
-                                  InstanceRow.updated_at, InstanceRow.reason).where(InstanceRow.state == "pending")))
-        deps = {r[1] for r in rows}
-        live: dict[str, dict] = {}
-        for d in s.exec(select(DeploymentRow).where(DeploymentRow.state == "active")):
-            q.tenant_of[d.name] = tenants.tenant_of(d.spec)
-            if d.name in deps:
-                live[d.name] = d.spec
-    for name, dep, queued_at, updated_at, reason in rows:
-        if dep not in live:  # being deleted (its replicas are stopping) or never recorded
-            continue
-        spec = live[dep]
-        t = tenants.tenant_of(spec)
-        known = tf.get(t)
-        q.replicas.append(Queued(name, dep, t, known.priority if known else 0, _int(spec.get("priority")),
-                                 _utc(queued_at or updated_at), reason or ""))
-    q.specs = live
-    return q
-
-
-def _int(v) -> int:
-    try:
-        return int(v or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
 def judge(q: Queue, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
           policy: PolicyConfig | None = None) -> Verdict:
     """The pure part: which replicas of ``q`` to wake on ``snap``, and why the others wait."""
@@ -220,11 +149,6 @@ def _behind_the_woken(order: list[Queued], wake: Wake, unknown: list[str]) -> tu
         if levels[n] < bar:
             wake.held[n] = f"held back while {first} (higher priority) takes the capacity freed now; {UNKNOWN_HERE}"
     return woken, bar
-
-
-def ordered_replicas(replicas: list[Queued]) -> list[Queued]:
-    by_name = {r.instance: r for r in replicas}
-    return [by_name[w.instance] for w in ordered([r.waiting() for r in replicas])]
 
 
 class Turns:

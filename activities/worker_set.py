@@ -22,6 +22,7 @@ from temporalio.client import Client
 from activities.autoscale import AutoscaleActivities
 from activities.booking import BookingActivities
 from activities.cluster import ClusterActivities
+from activities.cluster_reads import StoreReads
 from activities.decider import Decider
 from activities.decision_keeper import DecisionKeeper
 from activities.drain import DrainActivities
@@ -36,7 +37,7 @@ from activities.record_batch import RecordBatch
 from activities.records import RecordActivities
 from activities.rollout_probe import RolloutProbe
 from activities.runner import Runner
-from activities.wake_queue import Waker
+from activities.wake_queue import Waker, known_request
 from contracts.limits import Limits
 from scheduler.policy_config import PolicyConfig
 from store import db, records as store_records
@@ -63,6 +64,7 @@ class WorkerSet:
     rollout: RolloutProbe
     autoscale: AutoscaleActivities
     cluster: ClusterActivities  # the cluster workflow's (workflows/cluster.py)
+    cluster_reads: StoreReads  # the reads workflow's queries, answered from the store (workflows/cluster_reads.py)
 
     def all(self) -> list:
         """Every activity, for the worker's ``activities=``."""
@@ -103,4 +105,5 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         rollout=RolloutProbe(client),
         autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook,
                                       decider.keeper),
-        cluster=ClusterActivities(engine, reads, runner, estimates, policy, waker.wake))
+        cluster=ClusterActivities(engine, runner, estimates, policy, waker.wake),
+        cluster_reads=StoreReads(engine, reads, runner.pool, lambda spec: known_request(estimates, spec), policy))

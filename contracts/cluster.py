@@ -1,8 +1,10 @@
-"""What crosses Temporal for the cluster workflow (workflows/cluster.py, id ``cluster``): the
-operator's changes to the cluster's configuration (the tenants file, API keys and their
-revocation) and the reads that go through the control plane (keys, tenants, the PENDING queue,
-and what ``gpuflow status`` adds about serving). Update names are in contracts/ids.py; the
-activities that do the I/O are activities/cluster.py's, registered under the names below.
+"""What crosses Temporal for the cluster's two workflows: the cluster workflow's updates
+(workflows/cluster.py, id ``cluster``: the operator's changes to the cluster's configuration, the
+tenants file, API keys and their revocation) and the reads workflow's queries
+(workflows/cluster_reads.py, id ``cluster-reads``: keys, key usage, tenants, the PENDING queue,
+what ``gpuflow status`` adds about serving, and the audit). Message names are in contracts/ids.py;
+the activities that write the store are activities/cluster.py's, registered under the names below;
+the reads are answered by activities/cluster_reads.py ``StoreReads``.
 
 Every field is checked against an allowlist: anyone who can reach Temporal can send these. A key
 crosses as its public id, its salt and the salted hash of its secret (store/keys.py's scheme,
@@ -19,22 +21,16 @@ from contracts.scopes import (ADMIN_SCOPES, CLUSTER_ADMIN, METRICS, SCOPES, TENA
 from scheduler.bounds import Flag
 from scheduler.naming import NAME_MAX, NAME_PATTERN
 
-# activity names (task queue gpuflow-control)
+# activity names (task queue gpuflow-control): the writes; the reads are queries, no activity
 APPLY_TENANTS = "cluster_apply_tenants"
 ADD_KEY = "cluster_add_key"
 REVOKE_KEY = "cluster_revoke_key"
-READ_KEYS = "cluster_read_keys"
-READ_KEY_USAGE = "cluster_read_key_usage"
-READ_TENANTS = "cluster_read_tenants"
-READ_QUEUE = "cluster_read_queue"
-READ_SERVING = "cluster_read_serving"
-READ_AUDIT = "cluster_read_audit"
 
 KEY_ID = r"^[0-9a-f]{12}$"  # the public part of a key: gpuflow-<id>-<secret>
 KEY_TENANT = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 # a key's description: letters and digits of any script, spaces and everyday punctuation
 KEY_NAME = r"^[\w .,:;@/()'+=#&-]{0,200}$"
-PAGE_MAX = 500  # rows one read answers; the CLI asks page after page (each page one update)
+PAGE_MAX = 500  # rows one read answers; the CLI asks page after page (each page one query)
 SERVING_MAX = 500  # instances one serving read names
 
 

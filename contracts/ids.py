@@ -52,9 +52,12 @@ CLUSTER_ID = "cluster"
 CLUSTER_APPLY_TENANTS = "apply_tenants"  # update (the tenants file) -> TenantsApplied
 CLUSTER_CREATE_KEY = "create_key"  # update (KeyAdd: id, tenant, name, salt, hash; never the secret) -> KeyView
 CLUSTER_REVOKE_KEY = "revoke_key"  # update (KeyRevoke: the key's id) -> KeyView
-CLUSTER_KEYS = "keys"  # update (Page) -> KeysPage: read through the control plane
-CLUSTER_KEY_USAGE = "key_usage"  # update (Page) -> UsagePage: requests and tokens per key and tenant, 1 h and 24 h
-CLUSTER_TENANTS = "tenants"  # update (Page) -> TenantsPage
-CLUSTER_QUEUE = "queue"  # update (Page) -> QueuePage
-CLUSTER_SERVING = "serving"  # update (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons
-CLUSTER_AUDIT = "audit"  # update (AuditAsk) -> AuditView: a kept decision replayed, or a deployment's decisions
+# ClusterReadsWorkflow (cluster-reads): the cluster's reads, as queries a control-plane worker answers
+# from the store; none adds to any history (workflows/cluster_reads.py)
+CLUSTER_READS_ID = "cluster-reads"
+CLUSTER_KEYS = "keys"  # query (Page) -> KeysPage
+CLUSTER_KEY_USAGE = "key_usage"  # query (Page) -> UsagePage: requests and tokens per key and tenant, 1 h and 24 h
+CLUSTER_TENANTS = "tenants"  # query (Page) -> TenantsPage
+CLUSTER_QUEUE = "queue"  # query (Page) -> QueuePage
+CLUSTER_SERVING = "serving"  # query (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons
+CLUSTER_AUDIT = "audit"  # query (AuditAsk) -> AuditView: a kept decision replayed, or a deployment's decisions

@@ -1,26 +1,34 @@
-"""The client side of the cluster workflow (workflows/cluster.py): what ``gpuflow keys``,
-``tenants``, ``queue`` and ``status`` send through Temporal, so ``--address`` (with TLS / an API
-key) is all they need. A key is made here and only its salted hash is sent (store/keys.py
+"""The client side of the cluster's two workflows: what ``gpuflow keys``, ``tenants``, ``queue``,
+``status`` and ``explain --replay/--history`` send through Temporal, so ``--address`` (with TLS /
+an API key) is all they need. Changes are updates of the cluster workflow (workflows/cluster.py),
+recorded in its history; reads are queries of the reads workflow (workflows/cluster_reads.py),
+recorded nowhere. A key is made here and only its salted hash is sent (store/keys.py
 ``new_key``); a key given whole to revoke is cut to its id here."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+from datetime import timedelta
 from typing import Any, Awaitable, Callable
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import cluster as cc
+from contracts import ids
 from contracts.control import CONTROL_QUEUE
-from contracts.ids import CLUSTER_ID
+from contracts.ids import CLUSTER_ID, CLUSTER_READS_ID
 from gpuflow import ops
-from scheduler.errors import InvalidInput
+from gpuflow.runtime import Unreachable
+from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.tenancy.config import TenantsFile
 from store import keys
 from workflows.cluster import ClusterWorkflow
+from workflows.cluster_reads import ClusterReadsWorkflow
+
+READ_WAIT_S = 15.0  # a read no control-plane worker answers within this is Unreachable
 
 
 async def start(client: Client) -> WorkflowHandle:
@@ -30,8 +38,35 @@ async def start(client: Client) -> WorkflowHandle:
                                        static_summary="the cluster's configuration: tenants file, API keys")
 
 
+async def start_reads(client: Client) -> WorkflowHandle:
+    """The reads workflow's handle, started if it is not running."""
+    return await client.start_workflow(ClusterReadsWorkflow.run, id=CLUSTER_READS_ID, task_queue=CONTROL_QUEUE,
+                                       id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                                       static_summary="the cluster's reads: keys, usage, tenants, queue, serving, "
+                                                      "audit (queries: no history)")
+
+
 async def _ask(client: Client, update, arg: Any) -> Any:
-    return await ops._update(await start(client), update, arg)
+    return await ops.run_update(await start(client), update, arg)
+
+
+async def _read(client: Client, query: str, arg: Any, result: type) -> Any:
+    """The reads workflow's ``query`` on ``arg``: no history is written, no workflow task taken.
+    Started first where it is missing (a cluster whose server predates it). A refusal (bad
+    input, the store's InvalidInput) is an InvalidInput with its words; no answer, Unreachable."""
+    handle = client.get_workflow_handle(CLUSTER_READS_ID)
+    for first in (True, False):
+        try:
+            return await handle.query(query, arg, result_type=result, rpc_timeout=timedelta(seconds=READ_WAIT_S))
+        except WorkflowQueryFailedError as e:
+            raise InvalidInput(e.message) from None
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND and first:
+                await start_reads(client)
+                continue
+            raise Unreachable(f"the cluster's {query} read got no answer ({e.message}): is a control-plane worker "
+                              "(gpuflow server) running?") from None
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 async def create_key(client: Client, tenant: str, name: str = "", scope: str = cc.TENANT) -> tuple[str, cc.KeyView]:
@@ -65,23 +100,23 @@ async def _pages(read: Callable[[cc.Page], Awaitable[Any]], rows_of: Callable[[A
 
 
 async def list_keys(client: Client) -> list[cc.KeyView]:
-    return (await _pages(lambda p: _ask(client, ClusterWorkflow.keys, p), lambda pg: pg.keys))[1]
+    return (await _pages(lambda p: _read(client, ids.CLUSTER_KEYS, p, cc.KeysPage), lambda pg: pg.keys))[1]
 
 
 async def key_usage(client: Client) -> list[cc.UsageRow]:
     """Requests and tokens per tenant and key, over the last hour and day (activities/cluster_reads.py)."""
-    return (await _pages(lambda p: _ask(client, ClusterWorkflow.key_usage, p), lambda pg: pg.rows))[1]
+    return (await _pages(lambda p: _read(client, ids.CLUSTER_KEY_USAGE, p, cc.UsagePage), lambda pg: pg.rows))[1]
 
 
 async def tenants(client: Client) -> tuple[str, list[dict]]:
     """(the queueing mode, one row per tenant)."""
-    first, rows = await _pages(lambda p: _ask(client, ClusterWorkflow.tenants, p), lambda pg: pg.rows)
+    first, rows = await _pages(lambda p: _read(client, ids.CLUSTER_TENANTS, p, cc.TenantsPage), lambda pg: pg.rows)
     return first.queueing, rows
 
 
 async def queue(client: Client) -> tuple[str, list[dict]]:
     """(the queueing mode, the PENDING queue's rows in order)."""
-    first, rows = await _pages(lambda p: _ask(client, ClusterWorkflow.queue, p), lambda pg: pg.rows)
+    first, rows = await _pages(lambda p: _read(client, ids.CLUSTER_QUEUE, p, cc.QueuePage), lambda pg: pg.rows)
     return first.queueing, rows
 
 
@@ -90,7 +125,8 @@ async def serving(client: Client, instances: list[str]) -> cc.ServingView:
     in batches of ``SERVING_MAX``."""
     out = cc.ServingView()
     for i in range(0, max(len(instances), 1), cc.SERVING_MAX):
-        v = await _ask(client, ClusterWorkflow.serving, cc.ServingAsk(instances=instances[i:i + cc.SERVING_MAX]))
+        v = await _read(client, ids.CLUSTER_SERVING, cc.ServingAsk(instances=instances[i:i + cc.SERVING_MAX]),
+                        cc.ServingView)
         out = cc.ServingView(gateways=v.gateways, in_flight={**out.in_flight, **v.in_flight},
                              reasons={**out.reasons, **v.reasons})
     return out
@@ -107,7 +143,7 @@ async def add_serving(client: Client, st: dict[str, Any], per_instance: bool = T
     names = [i["name"] for d in st["deployments"] for i in d.get("instances", [])] if per_instance else []
     try:
         view = await asyncio.wait_for(serving(client, names), STATUS_WAIT_S)
-    except (InvalidInput, RPCError) as e:
+    except (GpuflowError, RPCError) as e:
         st["gateways_error"] = f"the control plane did not answer: {e}"
         return st
     except asyncio.TimeoutError:
@@ -126,8 +162,8 @@ async def audit(client: Client, name: str, history: bool, limit: int, decision: 
                 with_settings: bool) -> dict[str, Any]:
     """``gpuflow explain --replay/--history`` through the control plane: the replay's dict, or
     {"rows": [...]} for a history."""
-    v = await _ask(client, ClusterWorkflow.audit, cc.AuditAsk(name=name, history=history, limit=min(limit, 1000),
-                                                             decision=decision, with_settings=with_settings))
+    v = await _read(client, ids.CLUSTER_AUDIT, cc.AuditAsk(name=name, history=history, limit=min(limit, 1000),
+                                                          decision=decision, with_settings=with_settings), cc.AuditView)
     return {"rows": v.rows} if history else dict(v.replay or {})
 
 
@@ -136,6 +172,6 @@ async def pending_reason(client: Client, instance: str) -> str | None:
     read through the control plane; None when it has none or the control plane does not answer."""
     try:
         view = await asyncio.wait_for(serving(client, [instance]), STATUS_WAIT_S)
-    except (InvalidInput, RPCError, asyncio.TimeoutError):
+    except (GpuflowError, RPCError, asyncio.TimeoutError):
         return None
     return view.reasons.get(instance)

@@ -4,7 +4,6 @@ status, explain, hosts (and cordon them). Only Temporal is needed; the store is 
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Callable
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
@@ -20,7 +19,7 @@ from gpuflow import broken
 from gpuflow.runtime import Unreachable
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
-from scheduler.naming import name_problem
+from scheduler.naming import name_problem, natural_key  # noqa: F401  (natural_key: the callers' too)
 from scheduler.spec import ModelSpec
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
@@ -31,8 +30,9 @@ UPDATE_TIMEOUT_S = 60.0
 LOG_QUERY_TIMEOUT_S = 15.0
 
 
-async def _update(handle, update, *args):
-    """Run an update; a deployment that does not answer is named instead of waited on forever."""
+async def run_update(handle, update, *args):
+    """Run an update; a workflow that does not answer is named instead of waited on forever, and a
+    refusal (its validator's, or its handler's) is an InvalidInput with the workflow's words."""
     try:
         return await asyncio.wait_for(handle.execute_update(update, *args), UPDATE_TIMEOUT_S)
     except WorkflowUpdateFailedError as e:
@@ -63,14 +63,14 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
         static_summary=f"deployment of {spec.name} ({spec.backend.value})",
         static_details=ui_text.deployment_details(raw, replicas))
     try:
-        view = await _update(handle, ModelDeploymentWorkflow.accepted)
+        view = await run_update(handle, ModelDeploymentWorkflow.accepted)
     except Exception:  # noqa: BLE001  refused by the control plane's checks: its reason, if it failed
-        await _deployment(client, spec.name)
+        await deployment_handle(client, spec.name)
         raise
     if view.spec != raw or (replicas is not None and view.replicas != replicas):
-        view = await _update(handle, ModelDeploymentWorkflow.update_spec, raw)
+        view = await run_update(handle, ModelDeploymentWorkflow.update_spec, raw)
         if replicas is not None and view.replicas != replicas:
-            view = await _update(handle, ModelDeploymentWorkflow.scale, replicas)
+            view = await run_update(handle, ModelDeploymentWorkflow.scale, replicas)
     return view
 
 
@@ -84,7 +84,9 @@ async def _described(handle, missing: str):
         raise
 
 
-async def _deployment(client: Client, name: str):
+async def deployment_handle(client: Client, name: str):
+    """The running deployment ``name``'s handle; InvalidInput saying why when there is none (never
+    deployed, deleted, failed: its reason)."""
     handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, deployment_id(name))
     d = await _described(handle, f"no deployment named {name!r}")
     if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
@@ -107,7 +109,7 @@ async def current(client: Client, name: str) -> DeploymentView | None:
     """The running deployment ``name`` as it is now; None when there is none (never deployed,
     deleted, failed)."""
     try:
-        h = await _deployment(client, name)
+        h = await deployment_handle(client, name)
     except InvalidInput:
         return None
     return await broken.query(h, ModelDeploymentWorkflow.status)
@@ -127,22 +129,22 @@ def _check_replicas(replicas: int) -> None:
 
 async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
     _check_replicas(replicas)
-    h = await _deployment(client, name)
-    return await _update(h, ModelDeploymentWorkflow.scale, replicas)
+    h = await deployment_handle(client, name)
+    return await run_update(h, ModelDeploymentWorkflow.scale, replicas)
 
 
 async def delete(client: Client, name: str, wait: bool = False,
                  progress: Callable[[int], None] | None = None, every_s: float = 5.0) -> DeploymentView:
     """Delete the deployment; with ``wait``, return once every instance has stopped, telling
     ``progress`` how many are left every ``every_s`` meanwhile (500 replicas take about a minute)."""
-    h = await _deployment(client, name)
+    h = await deployment_handle(client, name)
     why = await broken.task_failing(h)
     if why:  # it cannot take the delete update: end it, and stop its instances directly
         await h.terminate(f"gpuflow delete: the deployment was broken: {why}")
         stopped = broken.stop_instances_of(client, name)
         return DeploymentView(name=name, replicas=0, instances=await stopped, deleting=True,
                               broken=why)
-    view = await _update(h, ModelDeploymentWorkflow.delete)
+    view = await run_update(h, ModelDeploymentWorkflow.delete)
     if not wait:
         return view
     done = asyncio.ensure_future(h.result())
@@ -201,7 +203,7 @@ async def status(client: Client, name: str | None = None,
     deployments = []
     for n in names:
         try:
-            h = await _deployment(client, n)
+            h = await deployment_handle(client, n)
         except InvalidInput:
             if name:
                 raise
@@ -224,7 +226,7 @@ async def status(client: Client, name: str | None = None,
                             "backend": view.spec.get("backend"), "resources": view.spec.get("resources"),
                             "instances": insts})
     st = {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
-    from gpuflow.usage_view import with_usage  # each replica's measured memory, from its hosts' reports
+    from views.usage import with_usage  # each replica's measured memory, from its hosts' reports
 
     return await with_usage(client, st, _host)
 
@@ -279,7 +281,7 @@ async def forget_host(client: Client, name: str) -> str:
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
                            f"{d.status.name.lower() if d.status else 'gone'}: forgotten, or ended)")
-    done = await _update(h, HostWorkflow.forget)
+    done = await run_update(h, HostWorkflow.forget)
     try:
         await client.get_workflow_handle(host_logs_id(name)).terminate(f"host {name} forgotten")
     except RPCError as e:
@@ -306,8 +308,8 @@ async def cordon(client: Client, name: str, on: bool, reason: str = "") -> str:
         raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
                            f"{d.status.name.lower() if d.status else 'gone'})")
     if on:
-        return await _update(h, HostWorkflow.cordon, CordonAsk(reason=reason))
-    return await _update(h, HostWorkflow.uncordon)
+        return await run_update(h, HostWorkflow.cordon, CordonAsk(reason=reason))
+    return await run_update(h, HostWorkflow.uncordon)
 
 
 async def _host(client: Client, wid: str) -> HostView:
@@ -337,16 +339,11 @@ async def bounded(calls: list) -> list:
     return list(await asyncio.gather(*(one(c) for c in calls)))
 
 
-def natural_key(name: str) -> list:
-    """'sim-10' after 'sim-9': runs of digits compare as numbers."""
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p]
-
-
 async def explain(client: Client, name: str) -> dict[str, Any]:
     v = await instance(client, name)
     if v.decision is None:
         return {"instance": name, "state": v.state, "reason": v.reason, "decision": None}
-    from gpuflow.usage_view import with_usage
+    from views.usage import with_usage
 
     row = {"name": name, "state": v.state, "worker": v.worker, "subordinate_workers": v.subordinate_workers}
     await with_usage(client, {"deployments": [{"instances": [row]}]}, _host)  # its measured memory, if reported

@@ -22,6 +22,7 @@ from gpuflow.runtime import connect, ensure_search_attributes
 from gpuflow.settings import Settings
 from workflows.autoscaler import AutoscalerWorkflow
 from workflows.cluster import ClusterWorkflow
+from workflows.cluster_reads import ClusterReadsWorkflow, answer_reads
 from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
@@ -29,7 +30,7 @@ from workflows.queue_sweep import SWEEP_ID, QueueSweepWorkflow
 
 log = logging.getLogger("gpuflow.server")
 WORKFLOWS = [ModelDeploymentWorkflow, ModelInstanceWorkflow, HostWorkflow, AutoscalerWorkflow, QueueSweepWorkflow,
-             ClusterWorkflow]
+             ClusterWorkflow, ClusterReadsWorkflow]
 # The sandbox re-imports every module a workflow imports (and that is not passed through) for each
 # new workflow run: at a burst that was a third of this process's CPU, most of it compiling
 # gpuflow's workflow modules again. They hold no state between runs and make no calls the sandbox
@@ -56,11 +57,13 @@ async def start_sweep(client) -> None:
 
 
 async def start_cluster(client) -> None:
-    """The cluster workflow (workflows/cluster.py): one per cluster, the door every configuration
-    change and every read of the store goes through; a server that finds it running keeps it."""
-    from gpuflow.cluster_client import start
+    """The cluster workflow (workflows/cluster.py), the door every configuration change goes
+    through, and the reads workflow (workflows/cluster_reads.py), whose queries read the store: one
+    of each per cluster; a server that finds them running keeps them."""
+    from gpuflow.cluster_client import start, start_reads
 
     await start(client)
+    await start_reads(client)
 
 
 def until_signalled() -> asyncio.Event:
@@ -84,6 +87,7 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
                               hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
                               limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s,
                               capacity_hook=settings.capacity_hook, keep_days=settings.decision_retention_days)
+    answer_reads(CONTROL_QUEUE, acts.cluster_reads)  # the reads workflow's queries, from this worker's store
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()
     runner = RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()

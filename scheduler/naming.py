@@ -58,3 +58,8 @@ def path_in(folder: str, name: str, suffix: str = "") -> str:
     if os.path.dirname(os.path.realpath(path)) != os.path.realpath(folder):
         raise InvalidInput(f"{name + suffix!r} does not resolve inside {folder}; refused")
     return path
+
+
+def natural_key(name: str) -> list:
+    """'sim-10' after 'sim-9': runs of digits compare as numbers (how every listing orders names)."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p]

@@ -105,3 +105,21 @@ def test_a_key_made_by_the_client_is_honoured_by_the_store_that_only_got_its_has
 def test_the_client_refuses_a_key_it_could_not_send(tenant, name):
     with pytest.raises(InvalidInput):
         keys.new_key(tenant, name)
+
+
+def test_a_read_past_its_deadline_is_refused_naming_it(monkeypatch):
+    # a query waits on the worker's workflow thread, which the SDK calls deadlocked at 2 s: the
+    # reader gives up first (READ_S = 1.5 s; 0.05 s here) and says which read, instead of hanging
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from activities import cluster_reads
+
+    monkeypatch.setattr(cluster_reads, "READ_S", 0.05)
+    release = threading.Event()
+    monkeypatch.setattr(cluster_reads, "keys_page", lambda engine, page: release.wait(5))  # a store that hangs
+    with ThreadPoolExecutor(1) as pool:
+        reads = cluster_reads.StoreReads(None, None, pool, lambda spec: None, None)
+        with pytest.raises(InvalidInput, match="did not answer the keys read within 0.05 s"):
+            reads.keys(cc.Page())
+        release.set()

@@ -25,7 +25,7 @@ from gateway.console.hosts_actions import cordon_ask
 from gateway.console.queue_page import visible_preemption
 from gateway.console.replica import candidates, ui_link
 from gateway.console.tenants_page import Bar, bar
-from gpuflow.tenancy_view import Preemption, preemptions
+from views.tenancy import Preemption, preemptions
 from scheduler.errors import InvalidInput
 from store import decision_log
 from worker_agent.processes import ProcessTable

@@ -1,12 +1,12 @@
 """The VRAM column of ``gpuflow status`` and explain's memory lines, from the figures the hosts
-report (gpuflow/usage_view.py): a replica over two hosts sums them, one over its claim says so."""
+report (views/usage.py): a replica over two hosts sums them, one over its claim says so."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuflow.render import cluster, usage
-from gpuflow.usage_view import attach
+from views.usage import attach
 from scheduler.units import GiB, MiB
 
 

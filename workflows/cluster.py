@@ -8,9 +8,9 @@ the history; an activity then writes the store (the control plane's workers own 
 A key arrives as its id, salt and salted hash (contracts/cluster.py): its secret was made on the
 client and stays there. Writes run one at a time, in the order the history shows.
 
-Reads that need the store go through here too, as updates answered by a local activity (a query
-cannot read the store): ``keys``, ``key_usage``, ``tenants``, ``queue`` (one page of rows each) and ``serving``
-(gateways, requests in flight, PENDING reasons). So ``--address`` is all a command needs.
+The reads (keys, key usage, tenants, the queue, serving, the audit) are not here: they are queries
+of the reads workflow (workflows/cluster_reads.py), which add nothing to any history. Updates are
+for changes (Temporal's samples, message_passing/safe_message_handlers, use them so).
 
 Every ``gpuflow server`` starts it at boot, keeping one already running; the CLI starts it too
 when it is missing. Nothing lives in its state: it continues as new when its history grows long."""
@@ -76,9 +76,6 @@ class ClusterWorkflow:
                 kind, message = c.cause(e)
                 raise ApplicationError(message, type=kind, non_retryable=True) from None
 
-    async def _read(self, name: str, arg: BaseModel, result: type) -> Any:
-        return await workflow.execute_local_activity(name, arg, result_type=result, **c.STORE_LOCAL)
-
     # --- changes ---------------------------------------------------------------------------
 
     @workflow.update(name=ids.CLUSTER_APPLY_TENANTS)
@@ -108,62 +105,3 @@ class ClusterWorkflow:
     @revoke_key.validator
     def _check_revoke(self, *args: Any) -> None:
         one(args, cc.KeyRevoke, ids.CLUSTER_REVOKE_KEY)
-
-    # --- reads -----------------------------------------------------------------------------
-
-    @workflow.update(name=ids.CLUSTER_KEYS)
-    async def keys(self, *args: Any) -> cc.KeysPage:
-        return await self._read(cc.READ_KEYS, one(args, cc.Page, ids.CLUSTER_KEYS), cc.KeysPage)
-
-    @keys.validator
-    def _check_keys(self, *args: Any) -> None:
-        one(args, cc.Page, ids.CLUSTER_KEYS)
-
-    @workflow.update(name=ids.CLUSTER_KEY_USAGE)
-    async def key_usage(self, *args: Any) -> cc.UsagePage:
-        return await self._read(cc.READ_KEY_USAGE, one(args, cc.Page, ids.CLUSTER_KEY_USAGE), cc.UsagePage)
-
-    @key_usage.validator
-    def _check_key_usage(self, *args: Any) -> None:
-        one(args, cc.Page, ids.CLUSTER_KEY_USAGE)
-
-    @workflow.update(name=ids.CLUSTER_TENANTS)
-    async def tenants(self, *args: Any) -> cc.TenantsPage:
-        return await self._read(cc.READ_TENANTS, one(args, cc.Page, ids.CLUSTER_TENANTS), cc.TenantsPage)
-
-    @tenants.validator
-    def _check_tenants_read(self, *args: Any) -> None:
-        one(args, cc.Page, ids.CLUSTER_TENANTS)
-
-    @workflow.update(name=ids.CLUSTER_QUEUE)
-    async def queue(self, *args: Any) -> cc.QueuePage:
-        return await self._read(cc.READ_QUEUE, one(args, cc.Page, ids.CLUSTER_QUEUE), cc.QueuePage)
-
-    @queue.validator
-    def _check_queue(self, *args: Any) -> None:
-        one(args, cc.Page, ids.CLUSTER_QUEUE)
-
-    @workflow.update(name=ids.CLUSTER_SERVING)
-    async def serving(self, *args: Any) -> cc.ServingView:
-        return await self._read(cc.READ_SERVING, one(args, cc.ServingAsk, ids.CLUSTER_SERVING), cc.ServingView)
-
-    @serving.validator
-    def _check_serving(self, *args: Any) -> None:
-        one(args, cc.ServingAsk, ids.CLUSTER_SERVING)
-
-    @workflow.update(name=ids.CLUSTER_AUDIT)
-    async def audit(self, *args: Any) -> cc.AuditView:
-        """A kept decision replayed by a control-plane worker, or a deployment's kept decisions
-        (``gpuflow explain --replay/--history``): an activity, as a replay may take a moment."""
-        ask = one(args, cc.AuditAsk, ids.CLUSTER_AUDIT)
-        try:
-            return await workflow.execute_activity(cc.READ_AUDIT, ask, result_type=cc.AuditView,
-                                                   summary=f"{'history' if ask.history else 'replay'} of {ask.name}",
-                                                   **c.STORE_CALL)
-        except ActivityError as e:
-            kind, message = c.cause(e)
-            raise ApplicationError(message, type=kind, non_retryable=True) from None
-
-    @audit.validator
-    def _check_audit(self, *args: Any) -> None:
-        one(args, cc.AuditAsk, ids.CLUSTER_AUDIT)

@@ -26,7 +26,7 @@ def workflows() -> list[tuple[type, str, str]]:
 
     id_of = {"ModelDeploymentWorkflow": ids.deployment_id("<name>"), "ModelInstanceWorkflow": ids.instance_id("<name>"),
              "HostWorkflow": ids.host_id("<worker>"), "AutoscalerWorkflow": ids.autoscaler_id("<deployment>"),
-             "ClusterWorkflow": ids.CLUSTER_ID, "QueueSweepWorkflow": SWEEP_ID,
+             "ClusterWorkflow": ids.CLUSTER_ID, "ClusterReadsWorkflow": ids.CLUSTER_READS_ID, "QueueSweepWorkflow": SWEEP_ID,
              "HostLogsWorkflow": ids.host_logs_id("<worker>")}
     out = []
     for cls in [*WORKFLOWS, HostLogsWorkflow]:

@@ -24,7 +24,7 @@ from gateway.table import owner, routing_of
 from gpuflow.ops import natural_key
 from gpuflow.render.spec_text import readable
 from gpuflow.render.usage import column, warning
-from gpuflow.usage_view import summed
+from views.usage import summed
 from store import decision_log
 from store.decision_log import DecisionRow
 from store.serving import LIVE_S, in_flight_of

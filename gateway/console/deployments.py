@@ -62,20 +62,15 @@ async def _asked(what: str, call) -> tuple[Any, str]:
 
 
 async def _rollout(gw, name: str) -> dict:
-    from gpuflow.cli.rollout import rollout_view
+    from gpuflow.workflow_views import rollout_view
 
     return await rollout_view(await temporal.client(gw), name)
 
 
 async def _autoscaler(gw, name: str) -> dict | None:
-    from gpuflow import ops
-    from gpuflow.cli.autoscale import view
+    from gpuflow.workflow_views import autoscaler
 
-    client = await temporal.client(gw)
-    why = (await ops.autoscalers(client, [name])).get(name)
-    if why:  # failed or stuck: said, never queried (as gpuflow autoscale)
-        raise InvalidInput(f"autoscaler/{name} cannot answer: {why}")
-    return await view(client, name)
+    return await autoscaler(await temporal.client(gw), name)  # failed or stuck: said, never queried
 
 
 async def show(gw, request, caller) -> Page:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from starlette.responses import JSONResponse
 
-from activities.cluster_reads import key_usage_rows, key_view
+from views.keys import key_usage_rows, key_view
 from contracts.cluster import KEY_ID, KeyView, UsageRow
 from contracts.scopes import SCOPES, TENANT
 from gateway.console import access, rules, temporal

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from gateway.console.web import Page, page, page_number
-from gpuflow import tenancy_view
+from views import tenancy as tenancy_view
 from store.tables import DeploymentRow
 
 PAGE = 100  # queue lines per page

@@ -88,7 +88,7 @@ async def _explain(gw, name: str) -> tuple[dict[str, Any] | None, str]:
 
 
 def _preemptions(engine: Engine, name: str) -> list:
-    from gpuflow.tenancy_view import preemptions
+    from views.tenancy import preemptions
 
     return [p for p in preemptions(engine, PREEMPTIONS_SEEN)
             if p.instance == name or any(v["name"] == name for v in p.victims)]

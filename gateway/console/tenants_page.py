@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.console.web import Page, page
 from gateway.table import DEFAULT_TENANT
-from gpuflow import tenancy_view
+from views import tenancy as tenancy_view
 
 RESOURCES = ("gpus", "vram")
 

@@ -9,17 +9,9 @@ import time
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.service import RPCError
 
-from contracts.ids import AUTOSCALER_VIEW, autoscaler_id
+from gpuflow.workflow_views import autoscale_view, autoscaler
 from scheduler.errors import InvalidInput
-
-
-async def view(client: Client, name: str) -> dict[str, Any] | None:
-    try:
-        return await client.get_workflow_handle(autoscaler_id(name)).query(AUTOSCALER_VIEW)
-    except RPCError:
-        return None
 
 
 def _ms(v) -> str:
@@ -64,13 +56,8 @@ def cmd_autoscale(a) -> int:
     s = settings_from(a)
 
     async def go():
-        from gpuflow import ops
-
         client = await connect(s.temporal)
-        why = (await ops.autoscalers(client, [a.name])).get(a.name)
-        if why:  # failed or stuck: said at once, never queried (that query hung for about 30 s)
-            raise InvalidInput(f"autoscaler/{a.name} cannot answer: {why}")
-        v = await view(client, a.name)
+        v = await autoscaler(client, a.name)  # failed or stuck: said at once, never queried
         if v is None:
             raise InvalidInput(f"deployment {a.name!r} has no autoscaler (its spec has no autoscaling block, "
                                f"or it does not exist)")
@@ -96,7 +83,7 @@ async def add_status(client: Client, st: dict[str, Any]) -> str:
     for d in st.get("deployments", []):
         if d.get("broken"):
             continue
-        v = await view(client, d["name"])
+        v = await autoscale_view(client, d["name"])
         if v is None:
             continue
         last = (v.get("history") or [{}])[-1]

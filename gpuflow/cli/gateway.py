@@ -85,7 +85,7 @@ def _prompt(c) -> str:
 def _keys_offline(a) -> int:
     from datetime import datetime, timezone
 
-    from activities.cluster_reads import key_usage_rows, key_view
+    from views.keys import key_usage_rows, key_view
     from store import keys
 
     engine = _store(a)

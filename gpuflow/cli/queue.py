@@ -4,7 +4,7 @@ not fit, held back for X, StrictFIFO behind X). The control plane judges the que
 snapshot, with the requests its decisions costed, and records the reasons as a wake does
 (activities/cluster_reads.py queue_page): what status, explain and the console then show, the
 same text (activities/pending_reasons.py). Offline (--data-dir/--database-url) the queue is read
-in order with the reasons the store holds (gpuflow/tenancy_view.py, which the web console reads too)."""
+in order with the reasons the store holds (views/tenancy.py, which the web console reads too)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def text(lines: list[dict], queueing: str) -> str:
 
 def _offline(a) -> tuple[str, list[dict]]:
     from gpuflow.settings import Settings
-    from gpuflow.tenancy_view import queue
+    from views.tenancy import queue
 
     return queue(open_offline_store(a), Settings().scheduler)
 

@@ -9,16 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from contracts.ids import DEPLOYMENT_ROLLOUT
 from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from gpuflow.runtime import connect
-
-
-async def rollout_view(client, name: str) -> dict:
-    from gpuflow import ops
-
-    h = await ops._deployment(client, name)
-    return await h.query(DEPLOYMENT_ROLLOUT)
+from gpuflow.workflow_views import rollout_view
 
 
 def render(v: dict) -> str:
@@ -55,8 +48,8 @@ def cmd_rollout(a) -> int:
             from gpuflow import ops
             from workflows.deployment import ModelDeploymentWorkflow
 
-            h = await ops._deployment(client, a.name)
-            await ops._update(h, ModelDeploymentWorkflow.rollout_undo)  # refused: the reason, exit 1
+            h = await ops.deployment_handle(client, a.name)
+            await ops.run_update(h, ModelDeploymentWorkflow.rollout_undo)  # refused: the reason, exit 1
         v = await rollout_view(client, a.name)
         undid = [s for s in v["steps"] if s["action"] == "undo"][-1:] if a.action == "undo" else []
         if undid and not a.json:

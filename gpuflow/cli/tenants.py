@@ -38,7 +38,7 @@ def applied(done) -> str:
 
 def _offline(a, tf: TenantsFile | None) -> int:
     from activities import cluster_reads as r
-    from gpuflow import tenancy_view
+    from views import tenancy as tenancy_view
     from gpuflow.settings import Settings
 
     engine = open_offline_store(a)

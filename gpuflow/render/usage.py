@@ -1,4 +1,4 @@
-"""Measured memory per replica in words (gpuflow/usage_view.py gives the figures): the ``VRAM``
+"""Measured memory per replica in words (views/usage.py gives the figures): the ``VRAM``
 column of ``gpuflow status`` and the ``memory:`` lines of ``explain``."""
 
 from __future__ import annotations

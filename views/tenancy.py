@@ -1,25 +1,60 @@
-"""The PENDING queue, the tenants' use and the recent preemptions, read from the store itself:
-``gpuflow queue``/``tenants`` with --data-dir/--database-url, and the web console (which reads the
-store rather than ask the cluster workflow: a page refreshed every few seconds would otherwise
-grow that workflow's history by an update each time). The queue's reasons are the store's, as the
-control plane's verdicts wrote them (activities/pending_reasons.py): the same text everywhere."""
+"""The PENDING queue, the tenants' use and the recent preemptions, read from the store: what
+``gpuflow queue`` and ``tenants`` show (through the control plane, which answers with these rows:
+activities/cluster_reads.py; or offline with --data-dir/--database-url) and the web console's
+queue and tenants pages. The queue's reasons are the store's, as the control plane's verdicts wrote
+them (activities/pending_reasons.py): the same text everywhere."""
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any, Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from activities.cluster_reads import stored_queue, tenant_rows
 from scheduler.estimate import estimate_request, states_resources
 from scheduler.policy_config import PolicyConfig
+from scheduler.tenancy.admission import borrowing
+from scheduler.tenancy.config import RESOURCES, Tenant, TenantsFile
+from scheduler.tenancy.usage import Usage
 from store import tenants as tenant_store
 from store.decision_log import DecisionRow, record_of
+from store.pending_queue import ordered_replicas, read
 
 PREEMPTIONS = 20  # the newest shown by default
+
+
+def tenant_rows(tf: TenantsFile, used: dict[str, Usage], pending: dict[str, int]) -> list[dict]:
+    """One line per tenant (the file's, then ``default``, then any holding capacity unnamed)."""
+    names = [t.name for t in tf.tenants] + sorted(({"default"} | set(used) | set(pending)) - {t.name for t in tf.tenants})
+    out = []
+    for n in names:
+        t: Tenant = tf.get(n) or Tenant(name=n)
+        u = used.get(n, Usage())
+        out.append({"tenant": n, "priority": t.priority, "borrowing": borrowing(t, u) and bool(t.guarantee.named()),
+                    "pending": pending.get(n, 0),
+                    "requests_per_s": t.requests_per_s, "max_concurrent": t.max_concurrent,
+                    **{r: {"used": getattr(u, r), "guarantee": getattr(t.guarantee, r), "limit": getattr(t.limit, r)}
+                       for r in RESOURCES}})
+    return out
+
+
+def queue_rows(order: list, reason_of: Callable[[Any], str], now: datetime) -> list[dict]:
+    """The queue's lines in ``order``: position, who, how long it has waited and why
+    (``reason_of``: the one reason, activities/pending_reasons.py)."""
+    return [{"position": pos, "instance": r.instance, "tenant": r.tenant, "tenant_priority": r.tenant_priority,
+             "priority": r.priority, "deployment": r.deployment, "queued_at": r.queued_at.isoformat(),
+             "waiting_s": round(max(0.0, (now - r.queued_at).total_seconds()), 1), "reason": reason_of(r) or "-"}
+            for pos, r in enumerate(order, 1)]
+
+
+def stored_queue(engine: Engine, now: datetime) -> tuple[str, list[dict]]:
+    """The queue in order with each replica's reason as the store holds it: the console's queue
+    page and ``gpuflow queue --data-dir`` (a judgement is the control plane's to make and record)."""
+    q = read(engine)
+    return q.tenants.queueing, queue_rows(ordered_replicas(q.replicas), lambda r: r.reason, now)
 
 
 def stated(spec):
