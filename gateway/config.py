@@ -8,9 +8,10 @@ import os
 import re
 import socket
 import uuid
-from dataclasses import MISSING, dataclass, field
+from dataclasses import dataclass, field
 
 from scheduler.errors import InvalidInput
+from scheduler.spec import Routing
 
 MiB = 1 << 20
 # a Host a client may send: a DNS name, an IPv4 address or a bracketed IPv6 one, with an optional port
@@ -19,49 +20,81 @@ PUBLIC_NAME = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9]
                          r"|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?$")
 
 
+HTTP_CLIENTS = ("aiohttp", "httpx")  # gateway/upstream.py's clients to the replicas
+ROUTINGS = tuple(r.value for r in Routing)  # how a request picks a replica (gateway/cache_aware.py)
+
+
+def flag(name: str, help: str, **more) -> dict:
+    """A setting ``gpuflow gateway`` sets with the flag ``name`` (gpuflow/cli/flags.py makes it from the field:
+    its type and default are the field's, the help says the default)."""
+    return {"flag": name, "help": help, **more}
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # --listen HOST:PORT
     port: int = 8080
-    allow_anonymous: bool = False  # start on a non-loopback address while no key exists
-    queue_timeout_s: float = 60.0  # a request waits this long for a free replica, then 503
-    max_queue: int = 1000  # requests waiting per model; one more gets 429
-    max_body: int = 32 * MiB  # request bodies over this get 413
-    max_concurrency: int = 4  # per replica, when neither the engine's flags nor the spec say
-    connect_timeout_s: float = 3.0  # TCP connect to a replica (then it is marked bad, retried elsewhere)
-    first_byte_timeout_s: float = 300.0  # request sent -> response headers and first body bytes
-    idle_timeout_s: float = 120.0  # between two body chunks of a response
-    header_timeout_s: float = 10.0  # a client's request line and headers, from its connection (or its first byte
-    #                                 after the last response) to their end; then 408 and the connection is closed
-    body_timeout_s: float = 30.0  # a request's whole body, once its headers arrived; then 408. No tenant slot is held
-    #                               meanwhile: the body is read before the tenant's max_concurrent counts the request
-    metrics_key_required: bool = field(default=False, metadata={"help": (
-        "/metrics needs a cluster-admin or metrics key (its series name every tenant): 401 without a key, 403 for a "
-        "key of another scope; while no key exists, nobody reads it")})
-    public_names: tuple[str, ...] = field(default=(), metadata={"help": (
-        "a name (NAME or NAME:PORT) clients use to reach this gateway besides loopback, e.g. behind a proxy; the "
-        "console answers only to these and 127.0.0.1, localhost, [::1] on the gateway's port, and only to "
-        "loopback while no key exists (a DNS-rebinding page names its own host); repeatable")})
+    allow_anonymous: bool = field(default=False, metadata=flag(
+        "--allow-anonymous", "serve on a non-loopback address while no API key exists (anyone who reaches it may "
+        "use it)"))
+    queue_timeout_s: float = field(default=60.0, metadata=flag(
+        "--queue-timeout", "seconds a request waits for a free replica before 503"))
+    max_queue: int = field(default=1000, metadata=flag("--max-queue", "requests waiting per model before 429"))
+    max_body: int = field(default=32 * MiB, metadata=flag("--max-body", "largest request body in bytes, then 413"))
+    max_concurrency: int = field(default=4, metadata=flag(
+        "--max-concurrency", "requests per replica when neither the engine's flags nor the spec's max_concurrency say"))
+    connect_timeout_s: float = field(default=3.0, metadata=flag(
+        "--connect-timeout", "seconds to connect to a replica before trying another (it is marked bad)"))
+    first_byte_timeout_s: float = field(default=300.0, metadata=flag(
+        "--first-byte-timeout", "seconds a replica may take to start answering (headers and first bytes) before 504"))
+    idle_timeout_s: float = field(default=120.0, metadata=flag(
+        "--idle-timeout", "seconds a replica's answer may pause between two chunks"))
+    header_timeout_s: float = field(default=10.0, metadata=flag(
+        "--header-timeout", "seconds a client has for a request's line and headers, from its connection or its next "
+        "request's first byte; then 408 and the connection is closed"))
+    body_timeout_s: float = field(default=30.0, metadata=flag(
+        "--body-timeout", "seconds a request's whole body may take to arrive, then 408; it holds no tenant slot "
+        "meanwhile (the body is read before the tenant's max_concurrent counts the request)"))
+    metrics_key_required: bool = field(default=False, metadata=flag(
+        "--metrics-key-required", "/metrics needs a cluster-admin or metrics key (its series name every tenant): 401 "
+        "without a key, 403 for a key of another scope; while no key exists, nobody reads it"))
+    public_names: tuple[str, ...] = field(default=(), metadata=flag(
+        "--public-name", "a name (NAME or NAME:PORT) clients use to reach this gateway besides loopback, e.g. behind "
+        "a proxy; the console answers only to these and 127.0.0.1, localhost, [::1] on the gateway's port, and only "
+        "to loopback while no key exists (a DNS-rebinding page names its own host); repeatable",
+        dest="public_names", metavar="NAME[:PORT]"))
     refresh_s: float = 0.5  # routing table re-read from the store this often
     bad_s: float = 5.0  # a replica that failed is skipped this long
     attempts: int = 3  # replicas tried per request before giving up
     key_cache_s: float = 1.0  # a key's verdict is reused this long (revocation takes effect within ~2 s)
     temporal: object = None  # gpuflow.settings.TemporalSettings: wake autoscalers (gateway/wake.py); None: never
-    http_client: str = "aiohttp"  # or "httpx" (bench/bench_gateway.py measured aiohttp faster)
-    routing: str = "cache-aware"  # or "least-outstanding": for deployments whose spec does not say (docs/routing.md)
+    http_client: str = field(default="aiohttp", metadata=flag(
+        "--http-client", "client to the replicas (aiohttp measured faster in bench/bench_gateway.py)",
+        choices=HTTP_CLIENTS))
+    routing: str = field(default="cache-aware", metadata=flag(
+        "--routing", "how a request picks a replica, for deployments whose spec has no 'routing' (cache-aware: where "
+        "its prompt's prefix is cached, within a load guard; docs/routing.md)", choices=ROUTINGS))
     prefix_block_chars: int = 128  # the prefix index's block, in characters of prompt text
-    prefix_cache_blocks: int = 16384  # blocks remembered per replica (LRU) until its engine reports its cache
+    prefix_cache_blocks: int = field(default=16384, metadata=flag(
+        "--prefix-cache-blocks", "blocks of prompt text (prefix_block_chars characters each) the gateway remembers per "
+        "replica for cache-aware routing (an LRU; 16384 blocks of 128 are about 0.5 M tokens: size it to the engines' "
+        "prefix caches)"))
     max_prompt_chars: int = 128 * 1024  # of a prompt, hashed for routing at most (the rest is not looked at)
-    route_slack: int = 2  # the guard: a replica more than max(this, limit / 2) requests busier than the least
-    #                       loaded one gets no request for its cached prefix (gateway/cache_aware.py)
-    kv_events: bool = True  # follow the KV-cache events of engines that publish them (gateway/kv_subscriber.py)
-    tokenizer_roots: tuple[str, ...] = ()  # a spec's local_path tokenizer is loaded only under one of these
-    temporal_ui_url: str = "http://127.0.0.1:8233"  # the console links each replica's workflow there ("": no link)
+    route_slack: int = field(default=2, metadata=flag(  # gateway/cache_aware.py
+        "--route-slack", "cache-aware routing's guard: a replica more than max(this, limit/2) requests busier than "
+        "the least loaded one is passed over for its cached prefix"))
+    kv_events: bool = field(default=True, metadata=flag(  # gateway/kv_subscriber.py
+        "--no-kv-events", "do not follow the KV-cache events of engines that publish them (vLLM, SGLang started by an "
+        "agent with --kv-events): route on the text index only (docs/routing.md)", invert=True))
+    tokenizer_roots: tuple[str, ...] = field(default=(), metadata=flag(
+        "--tokenizer-root", "a folder under which a deployment's local_path tokenizer may be loaded, to match prompts "
+        "against engines' KV events (repeatable; default none: Hugging Face cache only)", metavar="DIR"))
+    temporal_ui_url: str = field(default="http://127.0.0.1:8233", metadata=flag(
+        "--temporal-ui-url", "the Temporal UI the web console links each replica's workflow to (the dev server's by "
+        "default; '' for no link)"))
     gateway_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self):
-        from gateway.cache_aware import ROUTINGS  # here: the CLI reads this module's flags' help at parse time
-
         for k in ("queue_timeout_s", "connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "refresh_s",
                   "header_timeout_s", "body_timeout_s"):
             if not getattr(self, k) > 0:
@@ -106,11 +139,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def setting_help(name: str) -> str:
-    """The help a setting's flag shows: its field's own (``metadata={"help": ...}``), with its default."""
-    f = GatewaySettings.__dataclass_fields__[name]
-    default = f.default if f.default is not MISSING else None
-    shown = "none" if default in ((), None) else ("off" if default is False else default)
-    return f"{f.metadata['help']} (default {shown})"

@@ -1,6 +1,8 @@
 """gpuflow's one settings object: environment variables with the GPUFLOW_ prefix, nested
 sections with "__" (GPUFLOW_SCHEDULER__PLACEMENT=50, GPUFLOW_TEMPORAL__ADDRESS=host:7233),
-validated once and passed down. Command-line flags override the environment."""
+validated once and passed down. Command-line flags override the environment; each flag that sets
+a field here is made from the field (gpuflow/cli/flags.py): its name, its help (the description,
+which states the default) and the variable that sets it too."""
 
 from __future__ import annotations
 
@@ -28,9 +30,17 @@ class TemporalSettings(BaseModel):
     api_key: str | None = Field(None, description="Temporal Cloud / server API key (implies TLS).")
 
 
-class AgentSettings(BaseModel):
-    """``gpuflow agent``'s (and ``gpuflow simulate``'s hosts'): how a host joins the cluster."""
+class ServerSettings(BaseModel):
+    """``gpuflow server``'s, the control-plane worker's."""
 
+    metrics_address: str = Field("127.0.0.1:9400", description="Where its Prometheus endpoint listens: HOST:PORT, or off. Default 127.0.0.1:9400.")
+
+
+class AgentSettings(BaseModel):
+    """``gpuflow agent``'s (and ``gpuflow simulate``'s hosts'): how a host joins the cluster, and
+    where it serves its metrics."""
+
+    metrics_address: str = Field("127.0.0.1:9401", description="Where the agent's Prometheus endpoint listens: HOST:PORT, or off. Default 127.0.0.1:9401.")
     join_token: SecretStr | None = Field(None, description="The cluster's join token ('gpuflow hosts join-token' prints it), needed at a host's first start only: the agent then keeps a credential of its own in its data dir. Default none.")
     join_token_file: str | None = Field(None, description="A file holding the join token (keep it mode 0600). Default none.")
 
@@ -40,10 +50,11 @@ class Settings(BaseSettings):
 
     scheduler: PolicyConfig = PolicyConfig()
     temporal: TemporalSettings = TemporalSettings()
+    server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
     timings: Timings = Timings()
     limits: Limits = Limits()
-    data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files.")
+    data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files. Default ~/.local/share/gpuflow.")
     database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")
     hf_endpoint: str | None = Field(None, description="A Hugging Face mirror for estimates and downloads (default: HF_ENDPOINT, else huggingface.co).")

@@ -55,24 +55,46 @@ from contracts.agent import LaunchRequest
 from worker_agent.processes import build_argv
 
 
+def _flag(flag: str, help: str, **more) -> dict:
+    """A field ``gpuflow agent`` sets with ``flag`` (gpuflow/cli/flags.py makes the flag from it)."""
+    return {"flag": flag, "help": help, **more}
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Which engines this agent runs and where they are. ``allow_custom``: custom run commands
-    run only where the operator enabled them."""
+    run only where the operator enabled them. The fields with a flag are ``gpuflow agent``'s
+    (the flag, its help and its default come from here)."""
 
-    allow_custom: bool = False
-    vllm: str = "vllm"
-    sglang_python: str = "python3"
-    llama_server: str = "llama-server"
-    llama_cpp_python: str | None = None  # a Python with llama-cpp-python[server]: used instead of llama-server
-    rpc_server: str = "rpc-server"  # llama.cpp's RPC backend server, on hosts that lend GPUs over RPC
-    ray: str = "ray"  # vLLM across several workers
-    model_roots: tuple[str, ...] = ()  # when given, model paths must lie under one of them
-    allow_env: tuple[str, ...] = ()  # the operator's extra env patterns (gpuflow agent --allow-env)
-    allow_remote_code: bool = False  # --trust-remote-code and friends (gpuflow agent --allow-remote-code)
-    allow_engine_flags: tuple[str, ...] = ()  # flags beyond the engines' lists (gpuflow agent --allow-engine-flag)
+    allow_custom: bool = field(default=False, metadata=_flag(
+        "--allow-custom", "run custom backends' run_command (off by default: it runs any program)"))
+    vllm: str = field(default="vllm", metadata=_flag("--vllm", "the vllm executable, on PATH or a path"))
+    sglang_python: str = field(default="python3", metadata=_flag("--sglang-python", "the Python that has sglang installed"))
+    llama_server: str = field(default="llama-server", metadata=_flag("--llama-server", "the llama-server executable"))
+    # a Python with llama-cpp-python[server]: used instead of llama-server
+    llama_cpp_python: str | None = field(default=None, metadata=_flag(
+        "--llama-cpp-python", "serve llama.cpp models with this Python's llama-cpp-python[server] instead of "
+        "llama-server"))
+    rpc_server: str = field(default="rpc-server", metadata=_flag(
+        "--rpc-server", "llama.cpp's rpc-server, run when a placement lends this host's GPUs over RPC"))
+    ray: str = field(default="ray", metadata=_flag("--ray", "the ray executable, for vLLM across several hosts"))
+    model_roots: tuple[str, ...] = field(default=(), metadata=_flag(  # when given, model paths must lie under one
+        "--model-root", "a directory model files may come from (repeatable); paths outside every root are refused"))
+    allow_env: tuple[str, ...] = field(default=(), metadata=_flag(  # the operator's extra env patterns
+        "--allow-env", "also let specs set these env variables (a name, or a prefix ending in '*'; repeatable); "
+        "gpuflow's own variables stay off limits", metavar="PATTERN"))
+    allow_remote_code: bool = field(default=False, metadata=_flag(  # --trust-remote-code and friends
+        "--allow-remote-code", "let specs pass --trust-remote-code and other flags that run code from the model's "
+        "files or import it by name (--worker-extension-cls, --middleware, ...; off by default)"))
+    allow_engine_flags: tuple[str, ...] = field(default=(), metadata=_flag(  # flags beyond the engines' lists
+        "--allow-engine-flag", "also let specs pass this engine flag, spelled exactly, with any value (repeatable; "
+        "beyond each engine's list in docs/formats.md); flags gpuflow sets and flags that fetch from the network "
+        "stay refused", metavar="FLAG"))
     host: str = "127.0.0.1"  # where servers listen: the agent's advertised address (argv_for sets it)
-    kv_events: bool = False  # vLLM and SGLang publish KV-cache events for the gateways (gpuflow agent --kv-events)
+    kv_events: bool = field(default=False, metadata=_flag(  # vLLM and SGLang publish KV-cache events for the gateways
+        "--kv-events", "start vLLM and SGLang publishing their KV-cache events on a port picked here, for the "
+        "gateways' cache-aware routing (off by default: the engines bind it on every interface and it carries every "
+        "prompt's token ids; docs/routing.md)"))
     kv_events_port: int | None = None  # this launch's events port (argv_for sets it)
     api_key: str | None = field(default=None, repr=False)  # this launch's engine key (argv_for sets it)
     key_file: str | None = None  # SGLang: the 0600 --config file holding it (argv_for sets it)

@@ -1,83 +1,22 @@
-"""The CLI's cluster commands: server, agent, deploy, scale, delete, status, explain, hosts
-(``dev`` lives in gpuflow/dev/__init__.py). Every command that talks to Temporal takes --address and
---namespace (and TLS / API-key options); the environment (GPUFLOW_TEMPORAL__*) gives defaults."""
+"""The CLI's cluster commands: deploy, scale, delete, status, explain, hosts, logs (``server`` and
+``agent``: gpuflow/cli/agent.py; ``dev``: gpuflow/dev/__init__.py). Every command that talks to
+Temporal takes --address and --namespace (and TLS / API-key options); the environment
+(GPUFLOW_TEMPORAL__*) gives defaults. Flags that set a setting are made from it (gpuflow/cli/flags.py)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import os
-import socket
 import sys
 
 from gpuflow import files, ops
-from gpuflow.render import cluster as render_cluster
+from views.render import cluster as render_cluster
 from gpuflow.runtime import connect
+from gpuflow.cli.agent import add_agent, add_server
 from gpuflow.cli.connection import run_command, settings_from, temporal_flags
+from gpuflow.cli.flags import setting
 from scheduler.errors import InvalidInput
-from worker_agent.log_reader import KEEP_LOGS
-
-
-def cmd_server(a) -> int:
-    from gpuflow.server import run_server
-
-    return run_command(run_server(settings_from(a), metrics_address=a.metrics_address))
-
-
-def cmd_agent(a) -> int:
-    from gpuflow.server import until_signalled
-    from worker_agent.agent import advertised_address, run_agent
-    from worker_agent.downloads import HubConfig
-    from worker_agent.engines import EngineConfig
-
-    s = settings_from(a)
-    bad = [kv for kv in a.label or [] if "=" not in kv or kv.startswith("=")]
-    if bad:
-        raise InvalidInput(f"--label takes KEY=VALUE, got {bad[0]!r}")
-    labels = dict(kv.split("=", 1) for kv in a.label or [])
-    from scheduler.spec_env import allow_pattern_problem
-
-    for why in filter(None, map(allow_pattern_problem, a.allow_env or [])):
-        raise InvalidInput(why)
-    from scheduler.engine_flags import allow_flag_problem
-
-    for why in filter(None, map(allow_flag_problem, a.allow_engine_flag or [])):
-        raise InvalidInput(why)
-    name = a.name or socket.gethostname()
-    if a.inventory:  # a broken file is named now, not after a wait for an unreachable Temporal
-        from worker_agent.inventory import from_file
-
-        from_file(name, a.inventory)
-    from gpuflow.cli.join import agent_credential
-
-    credential = agent_credential(a, s, name)  # the host's own (made from the join token at its first start)
-
-    async def go():
-        from gpuflow.metrics_http import parse_address, sdk_runtime, serve
-
-        addr = parse_address(a.metrics_address)
-        runtime, sdk_addr = sdk_runtime() if addr else (None, None)
-        client = await connect(s.temporal, wait_s=30, runtime=runtime)
-
-        def serve_metrics(registry, extra):
-            serve(addr, registry, sdk_addr, extra=extra)
-            print(f"gpuflow agent {name}: metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
-        engines = EngineConfig(allow_custom=a.allow_custom, vllm=a.vllm, sglang_python=a.sglang_python,
-                               llama_server=a.llama_server, llama_cpp_python=a.llama_cpp_python,
-                               rpc_server=a.rpc_server, ray=a.ray, model_roots=tuple(a.model_root or ()),
-                               allow_env=tuple(a.allow_env or ()), allow_remote_code=a.allow_remote_code,
-                               allow_engine_flags=tuple(a.allow_engine_flag or ()), kv_events=a.kv_events)
-        await run_agent(client, name, s.data_dir, s.timings, a.inventory, labels, stop=until_signalled(),
-                        engines=engines, serve_metrics=serve_metrics if addr else None,
-                        address=a.advertise_address or advertised_address(s.temporal.address),
-                        hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
-                                      hf_endpoint=s.hf_endpoint), keep_logs=a.keep_logs, credential=credential)
-
-    try:
-        return run_command(go())
-    finally:
-        credential.close()
 
 
 def cmd_deploy(a) -> int:
@@ -117,6 +56,8 @@ def cmd_deploy(a) -> int:
 
 
 WAIT_S = 300.0  # deploy --wait's default --timeout
+LOG_BYTES = 8192  # logs: how much of the end it shows first
+HISTORY_LIMIT = 200  # explain --history: the last this many decisions
 LOOK_S = 10.0  # deploy without --wait: how long it looks for a replica no host can take, to say why (exit 0 stays)
 
 
@@ -210,7 +151,7 @@ def cmd_explain(a) -> int:
                 else await cluster_client.pending_reason(client, a.instance)
         if now:  # what status and queue show: the queue keeps it current
             d["now"] = now
-        from gpuflow.render.explain import explain
+        from views.render.explain import explain
 
         print(json.dumps(d, indent=2) if a.json else explain(d))
 
@@ -281,12 +222,6 @@ def cmd_logs(a) -> int:
         return 0
 
 
-def _count(v: str) -> int:
-    if not v.isdigit() or int(v) > 1_000_000:
-        raise argparse.ArgumentTypeError(f"a whole number from 0 to 1000000, got {v!r}")
-    return int(v)
-
-
 def _positive(v: str) -> int:
     if not v.isdigit() or int(v) < 1:
         raise argparse.ArgumentTypeError(f"a number of bytes >= 1, got {v!r}")
@@ -304,76 +239,22 @@ def _seconds(v: str) -> float:
 
 
 def add_commands(sub) -> None:
+    for add in (add_logs, add_server, add_agent, add_deploy, add_scale, add_delete, add_status, add_explain,
+                add_hosts):
+        add(sub)
+
+
+def add_logs(sub) -> None:
     p = sub.add_parser("logs", help="an instance's output, read on its host")
     temporal_flags(p)
     p.add_argument("instance", help="an instance, or one of its helper processes (INSTANCE@rpc0, INSTANCE@ray-head; "
                                     "see 'gpuflow status --json')")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new output (Ctrl-C ends)")
-    p.add_argument("--bytes", type=_positive, default=8192, help="how much of the end to show first (default 8192)")
+    p.add_argument("--bytes", type=_positive, default=LOG_BYTES, help=f"how much of the end to show first (default {LOG_BYTES})")
     p.set_defaults(fn=cmd_logs, temporal=True)
 
-    p = sub.add_parser("server", help="run a control-plane worker (workflows and control activities)")
-    temporal_flags(p)
-    p.add_argument("--data-dir")
-    p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
-    p.add_argument("--metrics-address", default="127.0.0.1:9400", help="Prometheus endpoint HOST:PORT, or off")
-    p.add_argument("--capacity-hook", help="command or http(s) URL told the demand the autoscaler cannot place "
-                   "(JSON; or GPUFLOW_CAPACITY_HOOK)")
-    p.add_argument("--hf-endpoint", help="a Hugging Face mirror for estimating hub models from their headers "
-                                         "(default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
-    p.set_defaults(fn=cmd_server, temporal=True)
 
-    p = sub.add_parser("agent", help="run the host agent (a Temporal worker on gpuflow-host-<name>)")
-    temporal_flags(p)
-    p.add_argument("--name", help="host name (default: this machine's hostname)")
-    p.add_argument("--inventory", help="simulated inventory file (YAML/JSON); without it NVML is asked")
-    p.add_argument("--label", action="append", help="KEY=VALUE worker label (repeatable)")
-    p.add_argument("--data-dir")
-    p.add_argument("--allow-custom", action="store_true",
-                   help="run custom backends' run_command (off by default: it runs any program)")
-    p.add_argument("--allow-env", action="append", metavar="PATTERN",
-                   help="also let specs set these env variables (a name, or a prefix ending in '*'; repeatable); "
-                        "gpuflow's own variables stay off limits")
-    p.add_argument("--allow-remote-code", action="store_true",
-                   help="let specs pass --trust-remote-code and other flags that run code from the model's files "
-                        "or import it by name (--worker-extension-cls, --middleware, ...; off by default)")
-    p.add_argument("--allow-engine-flag", action="append", metavar="FLAG",
-                   help="also let specs pass this engine flag, spelled exactly, with any value (repeatable; beyond "
-                        "each engine's list in docs/formats.md); flags gpuflow sets and flags that fetch from the "
-                        "network stay refused")
-    p.add_argument("--kv-events", action="store_true",
-                   help="start vLLM and SGLang publishing their KV-cache events on a port picked here, for the "
-                        "gateways' cache-aware routing (off by default: the engines bind it on every interface and "
-                        "it carries every prompt's token ids; docs/routing.md)")
-    p.add_argument("--vllm", default="vllm", help="the vllm executable (default: vllm on PATH)")
-    p.add_argument("--sglang-python", default="python3", help="the Python that has sglang installed")
-    p.add_argument("--llama-server", default="llama-server", help="the llama-server executable")
-    p.add_argument("--llama-cpp-python", help="serve llama.cpp models with this Python's llama-cpp-python[server] "
-                                               "instead of llama-server")
-    p.add_argument("--rpc-server", default="rpc-server",
-                   help="llama.cpp's rpc-server, run when a placement lends this host's GPUs over RPC")
-    p.add_argument("--ray", default="ray", help="the ray executable, for vLLM across several hosts")
-    p.add_argument("--advertise-address",
-                   help="the address other hosts reach this host's rpc-server, Ray head and SGLang rank 0 on "
-                        "(default: the local address that routes to the Temporal server)")
-    p.add_argument("--model-cache", help="where hub models are downloaded (default: DATA_DIR/models)")
-    p.add_argument("--hf-endpoint",
-                   help="a Hugging Face mirror (default: GPUFLOW_HF_ENDPOINT, else HF_ENDPOINT, else huggingface.co)")
-    p.add_argument("--metrics-address", default="127.0.0.1:9401", help="Prometheus endpoint HOST:PORT, or off")
-    p.add_argument("--keep-logs", type=_count, default=KEEP_LOGS, metavar="N",
-                   help=f"keep the logs of the last N instances that ended on this host, for 'gpuflow logs' "
-                        f"(default {KEEP_LOGS}; a running instance's log is always kept)")
-    p.add_argument("--model-root", action="append",
-                   help="a directory model files may come from (repeatable); paths outside every root are refused")
-    p.add_argument("--join-token-file", metavar="FILE",
-                   help="a file holding the cluster's join token ('gpuflow hosts join-token' prints it; or "
-                        "GPUFLOW_AGENT__JOIN_TOKEN), needed at this host's first start only: the agent then keeps a "
-                        "credential of its own in its data dir")
-    p.add_argument("--join-token", metavar="TOKEN",
-                   help="the join token itself (other local users can read a process's arguments: prefer "
-                        "--join-token-file or GPUFLOW_AGENT__JOIN_TOKEN)")
-    p.set_defaults(fn=cmd_agent, temporal=True)
-
+def add_deploy(sub) -> None:
     p = sub.add_parser("deploy", help="create or update a deployment from a model spec")
     temporal_flags(p)
     p.add_argument("spec", help="model spec (YAML or JSON)")
@@ -385,29 +266,37 @@ def add_commands(sub) -> None:
                                                     f"(default {WAIT_S:g})")
     p.set_defaults(fn=cmd_deploy, temporal=True)
 
+
+def add_scale(sub) -> None:
     p = sub.add_parser("scale", help="change a deployment's replicas")
     temporal_flags(p)
     p.add_argument("name")
     p.add_argument("replicas", type=int)
     p.set_defaults(fn=cmd_scale, temporal=True)
 
+
+def add_delete(sub) -> None:
     p = sub.add_parser("delete", help="stop a deployment's instances and remove it")
     temporal_flags(p)
     p.add_argument("name")
     p.add_argument("--wait", action="store_true", help="return once every instance has stopped")
     p.set_defaults(fn=cmd_delete, temporal=True)
 
+
+def add_status(sub) -> None:
     p = sub.add_parser("status", help="deployments with their instances, and hosts")
     temporal_flags(p)
     p.add_argument("name", nargs="?", help="one deployment (without it: every deployment, the gateways and the hosts)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--summary", action="store_true", help="counts by state, not a row per instance and host")
-    p.add_argument("--data-dir", help="offline use: read in-flight counts, gateways and PENDING reasons from the "
-                                      "store's SQLite file in this directory, not through the control plane")
-    p.add_argument("--database-url", help="offline use: read them from this store (a SQLAlchemy URL), not through "
-                                          "the control plane")
+    setting(p, "data_dir", help="offline use: read in-flight counts, gateways and PENDING reasons from the store's "
+                                "SQLite file in this directory, not through the control plane")
+    setting(p, "database_url", help="offline use: read them from this store (a SQLAlchemy URL), not through the "
+                                    "control plane")
     p.set_defaults(fn=cmd_status, temporal=True)
 
+
+def add_explain(sub) -> None:
     p = sub.add_parser("explain", help="the recorded placement decision of an instance; --replay: would this build "
                                        "decide the same; --history: a deployment's decisions")
     temporal_flags(p)
@@ -425,22 +314,25 @@ def add_commands(sub) -> None:
                         "the recorded ones: would a change of weights decide differently")
     p.add_argument("--history", action="store_true", help="the deployment's decisions over time, each with its "
                                                           "inputs' digest")
-    p.add_argument("--limit", type=int, default=200, help="with --history: the last this many (default 200)")
-    p.add_argument("--data-dir", help="where the store's SQLite file is, for a PENDING instance's current reason "
-                                      "and the kept decisions (--replay, --history)")
-    p.add_argument("--database-url", help="the store (default: SQLite in the data dir, read when it exists)")
+    p.add_argument("--limit", type=int, default=HISTORY_LIMIT,
+                   help=f"with --history: the last this many (default {HISTORY_LIMIT})")
+    setting(p, "data_dir", help="where the store's SQLite file is, for a PENDING instance's current reason and the "
+                                "kept decisions (--replay, --history)")
+    setting(p, "database_url", help="the store (default: SQLite in the data dir, read when it exists)")
     p.set_defaults(fn=cmd_explain, temporal=True)
 
+
+HOSTS_WHAT = ("List the hosts, or forget hosts that are gone for good: a NOT_READY host that holds no reservation "
+              "leaves the store and the listing (its agent, if it ever says hello again, brings it back). Cordon a "
+              "host: no new replica is placed there while the replicas running there keep running; uncordon it: it "
+              "takes new replicas again, PENDING ones first. Print the cluster's join token (read from the store: "
+              "--data-dir/--database-url): a new host's agent needs it at its first start.")
+
+
+def add_hosts(sub) -> None:
     p = sub.add_parser("hosts", help="hosts with their state and GPUs; 'hosts forget HOST': one gone for good; "
                                      "'hosts cordon HOST': no new replicas there; 'hosts join-token': the token "
-                                     "a new host joins with",
-                       description="List the hosts, or forget hosts that are gone for good: a NOT_READY host "
-                                   "that holds no reservation leaves the store and the listing (its agent, if it "
-                                   "ever says hello again, brings it back). Cordon a host: no new replica is "
-                                   "placed there while the replicas running there keep running; uncordon it: "
-                                   "it takes new replicas again, PENDING ones first. Print the cluster's join token "
-                                   "(read from the store: --data-dir/--database-url): a new host's agent needs it "
-                                   "at its first start.")
+                                     "a new host joins with", description=HOSTS_WHAT)
     temporal_flags(p)
     p.add_argument("action", nargs="?", choices=["forget", "cordon", "uncordon", "join-token"],
                    metavar="forget|cordon|uncordon|join-token",
@@ -450,6 +342,6 @@ def add_commands(sub) -> None:
     p.add_argument("--reason", help="with cordon: why, shown beside the host (at most 200 characters: letters, "
                                     "digits, spaces and .,:;_()#@+=/'-)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--data-dir", help="with join-token: the store's SQLite file gpuflow.db in this directory")
-    p.add_argument("--database-url", help="with join-token: the store's SQLAlchemy URL")
+    setting(p, "data_dir", help="with join-token: the store's SQLite file gpuflow.db in this directory")
+    setting(p, "database_url", help="with join-token: the store's SQLAlchemy URL")
     p.set_defaults(fn=cmd_hosts, temporal=True)

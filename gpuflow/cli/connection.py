@@ -11,19 +11,12 @@ from gpuflow.settings import Settings
 
 
 def settings_from(a) -> Settings:
-    s = Settings()
-    t = s.temporal.model_copy(update={k: v for k, v in {
-        "address": a.address, "namespace": a.namespace, "tls_cert": a.tls_cert, "tls_key": a.tls_key,
-        "tls_ca": a.tls_ca, "api_key": a.api_key}.items() if v is not None})
-    upd = {"temporal": t}
-    if getattr(a, "data_dir", None):
-        upd["data_dir"] = a.data_dir
-    if getattr(a, "database_url", None):
-        upd["database_url"] = a.database_url
-    if getattr(a, "hf_endpoint", None):
-        upd["hf_endpoint"] = a.hf_endpoint
-    if getattr(a, "capacity_hook", None):
-        upd["capacity_hook"] = a.capacity_hook
+    """The settings (the environment's), with every settings flag given on the command line set
+    (gpuflow/cli/flags.py), and --data-dir/--database-url wherever a command has them."""
+    from gpuflow.cli.flags import apply
+
+    s = apply(Settings(), a)
+    upd = {k: getattr(a, k) for k in ("data_dir", "database_url") if getattr(a, k, None)}
     from scheduler.engine_flags import allow_more as allow_more_flags
     from scheduler.spec_env import allow_more
 
@@ -32,14 +25,16 @@ def settings_from(a) -> Settings:
     return s.model_copy(update=upd)
 
 
+TEMPORAL = ("address", "namespace", "tls_cert", "tls_key", "tls_ca", "api_key")  # TemporalSettings' fields with a flag
+
+
 def temporal_flags(p: argparse.ArgumentParser) -> None:
+    """--address, --namespace, --tls-cert, --tls-key, --tls-ca, --api-key: from TemporalSettings."""
+    from gpuflow.cli.flags import setting
+
     g = p.add_argument_group("Temporal connection")
-    g.add_argument("--address", help="host:port (default localhost:7233, or GPUFLOW_TEMPORAL__ADDRESS)")
-    g.add_argument("--namespace", help="namespace (default default)")
-    g.add_argument("--tls-cert", help="client certificate for mTLS (PEM)")
-    g.add_argument("--tls-key", help="client key for mTLS (PEM)")
-    g.add_argument("--tls-ca", help="server CA bundle (PEM)")
-    g.add_argument("--api-key", help="API key (implies TLS)")
+    for name in TEMPORAL:
+        setting(p, f"temporal.{name}", group=g)
 
 
 def run_command(coro) -> int:

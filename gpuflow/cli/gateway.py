@@ -18,8 +18,10 @@ def _store(a):
 
 
 def _store_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir")
-    p.add_argument("--database-url", help="SQLAlchemy URL (default: SQLite file in the data dir; or GPUFLOW_DATABASE_URL)")
+    from gpuflow.cli.flags import setting
+
+    setting(p, "data_dir")
+    setting(p, "database_url")
 
 
 def _temporal(a):
@@ -30,20 +32,19 @@ def _temporal(a):
 
 
 def cmd_gateway(a) -> int:
-    from gateway import console
+    """The gateway, with what it does not own handed in (gateway.app.build): the autoscaler's wake
+    and the web console, each asking Temporal through one client (gpuflow/gateway_seams.py)."""
+    import console
     from gateway.app import run
+    from gpuflow.gateway_seams import Temporal, TemporalPlane, TemporalWake
     from gateway.config import GatewaySettings, parse_listen
 
+    from gpuflow.cli.flags import dataclass_from
+
     host, port = parse_listen(a.listen)
-    run(_store(a), GatewaySettings(
-        host=host, port=port, allow_anonymous=a.allow_anonymous, queue_timeout_s=a.queue_timeout,
-        max_queue=a.max_queue, max_body=a.max_body, max_concurrency=a.max_concurrency,
-        connect_timeout_s=a.connect_timeout, first_byte_timeout_s=a.first_byte_timeout, idle_timeout_s=a.idle_timeout, http_client=a.http_client,
-        header_timeout_s=a.header_timeout, body_timeout_s=a.body_timeout, metrics_key_required=a.metrics_key_required,
-        routing=a.routing, prefix_cache_blocks=a.prefix_cache_blocks, route_slack=a.route_slack,
-        kv_events=not a.no_kv_events, tokenizer_roots=tuple(a.tokenizer_root or ()),
-        temporal_ui_url=a.temporal_ui_url, temporal=_temporal(a), public_names=tuple(a.public_names or ())),
-        extra=(console.mount,))
+    temporal = Temporal(_temporal(a))
+    run(_store(a), dataclass_from(GatewaySettings, a, a.gateway_flags, host=host, port=port, temporal=_temporal(a)),
+        extra=(console.mount(TemporalPlane(temporal), temporal.settings.namespace),), wake=TemporalWake(temporal))
     return 0
 
 
@@ -142,55 +143,14 @@ def cmd_keys(a) -> int:
 
 
 def add_commands(sub) -> None:
-    from gateway.config import setting_help
+    from gateway.config import GatewaySettings
+    from gpuflow.cli.flags import dataclass_flags
 
     p = sub.add_parser("gateway", help="the OpenAI-compatible endpoint in front of every RUNNING replica")
     temporal_flags(p)  # the gateway reads the store; Temporal only to wake autoscalers (gateway/wake.py)
     _store_flags(p)
     p.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT to serve on (default 127.0.0.1:8080)")
-    p.add_argument("--allow-anonymous", action="store_true",
-                   help="serve on a non-loopback address while no API key exists (anyone who reaches it may use it)")
-    p.add_argument("--queue-timeout", type=float, default=60.0,
-                   help="seconds a request waits for a free replica before 503 (default 60)")
-    p.add_argument("--max-queue", type=int, default=1000, help="requests waiting per model before 429 (default 1000)")
-    p.add_argument("--max-body", type=int, default=32 << 20, help="largest request body in bytes (default 32 MiB)")
-    p.add_argument("--max-concurrency", type=int, default=4,
-                   help="requests per replica when neither the engine's flags nor the spec's max_concurrency say (default 4)")
-    p.add_argument("--connect-timeout", type=float, default=3.0,
-                   help="seconds to connect to a replica before trying another (default 3)")
-    p.add_argument("--first-byte-timeout", type=float, default=300.0,
-                   help="seconds a replica may take to start answering before 504 (default 300)")
-    p.add_argument("--idle-timeout", type=float, default=120.0,
-                   help="seconds a replica's answer may pause between two chunks (default 120)")
-    p.add_argument("--header-timeout", type=float, default=10.0,
-                   help="seconds a client has for a request's line and headers, from its connection or its next "
-                        "request's first byte; then 408 and the connection is closed (default 10)")
-    p.add_argument("--body-timeout", type=float, default=30.0,
-                   help="seconds a request's whole body may take to arrive, then 408; it holds no tenant slot "
-                        "meanwhile (default 30)")
-    p.add_argument("--metrics-key-required", action="store_true", help=setting_help("metrics_key_required"))
-    p.add_argument("--public-name", action="append", dest="public_names", metavar="NAME[:PORT]",
-                   help=setting_help("public_names"))
-    p.add_argument("--http-client", choices=["aiohttp", "httpx"], default="aiohttp",
-                   help="client to the replicas (default aiohttp: faster in bench/bench_gateway.py)")
-    p.add_argument("--routing", choices=["cache-aware", "least-outstanding"], default="cache-aware",
-                   help="how a request picks a replica, for deployments whose spec has no 'routing' (default "
-                        "cache-aware: where its prompt's prefix is cached, within a load guard; docs/routing.md)")
-    p.add_argument("--prefix-cache-blocks", type=int, default=16384,
-                   help="blocks of 128 characters the gateway remembers per replica for cache-aware routing "
-                        "(an LRU; default 16384, about 0.5 M tokens: size it to the engines' prefix caches)")
-    p.add_argument("--route-slack", type=int, default=2,
-                   help="cache-aware routing's guard: a replica more than max(this, limit/2) requests busier "
-                        "than the least loaded one is passed over for its cached prefix (default 2)")
-    p.add_argument("--no-kv-events", action="store_true",
-                   help="do not follow the KV-cache events of engines that publish them (vLLM, SGLang started by an "
-                        "agent with --kv-events): route on the text index only (docs/routing.md)")
-    p.add_argument("--tokenizer-root", action="append", metavar="DIR",
-                   help="a folder under which a deployment's local_path tokenizer may be loaded, to match prompts "
-                        "against engines' KV events (repeatable; default none: Hugging Face cache only)")
-    p.add_argument("--temporal-ui-url", default="http://127.0.0.1:8233",
-                   help="the Temporal UI the web console links each replica's workflow to (default "
-                        "http://127.0.0.1:8233, the dev server's; '' for no link)")
+    p.set_defaults(gateway_flags=dataclass_flags(p, GatewaySettings))  # each from its field (gateway/config.py)
     p.set_defaults(fn=cmd_gateway)
 
     k = sub.add_parser("keys", help="the gateway's API keys: create, list, revoke, usage")
