@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.agent import KEY_ID_PATTERN
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
@@ -32,6 +32,19 @@ class PreemptNotice(BaseModel):
     @property
     def reason(self) -> str:
         return f"preempted by {self.by} {self.why}".rstrip()
+
+
+class VictimStopped(BaseModel):
+    """To a preemptor, from a victim whose processes stopped (it may launch on their GPUs once every
+    victim said so). A bare instance name reads as one: what victims sent before this model, and
+    what a history recorded then replays."""
+
+    instance: Name  # the victim's instance name
+
+    @model_validator(mode="before")
+    @classmethod
+    def bare_name(cls, v: object) -> object:
+        return {"instance": v} if isinstance(v, str) else v
 
 
 class HostNews(BaseModel):

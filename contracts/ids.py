@@ -32,7 +32,7 @@ def autoscaler_id(deployment: str) -> str:
 INSTANCE_STOP = "stop"  # signal: stop the processes, release, end
 INSTANCE_CAPACITY_CHANGED = "capacity_changed"  # signal: a PENDING replica decides again
 INSTANCE_PREEMPT = "preempt"  # signal (PreemptNotice): a preemptor took its GPUs
-INSTANCE_VICTIM_STOPPED = "victim_stopped"  # signal (instance name): a victim's processes stopped
+INSTANCE_VICTIM_STOPPED = "victim_stopped"  # signal (VictimStopped; a bare name reads as one): a victim's processes stopped
 INSTANCE_HOST_NEWS = "host_news"  # signal (HostNews): a host of its placement was lost or restarted
 INSTANCE_STATUS = "status"  # query -> InstanceView
 

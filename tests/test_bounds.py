@@ -34,8 +34,8 @@ INPUTS = [
     # workflow inputs
     cp.InstanceInput, cp.DeploymentInput, ch.HostInput, ap.AutoscalerInput,
     # signals, updates, queries
-    RolloutState, cp.PreemptNotice, cp.VictimStopped, cp.HostNews, ch.HostReport, ch.BookingQuery, ch.BookingsQuery, hp.LogRequest,
-    cp.CordonAsk, ScaleAsk, InstanceEnded,
+    RolloutState, cp.PreemptNotice, cp.HostNews, ch.HostReport, ch.BookingQuery, ch.BookingsQuery, hp.LogRequest,
+    cp.VictimStopped, cp.CordonAsk, ScaleAsk, InstanceEnded,
     # the cluster workflow's updates (keys, and the reads through the control plane)
     cc.KeyAdd, cc.KeyRevoke, cc.Page, cc.ServingAsk, cc.AuditAsk,
     # the agent's activities (callable by anything that can schedule on a host's queue)

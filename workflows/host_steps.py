@@ -19,7 +19,6 @@ with workflow.unsafe.imports_passed_through():
     from scheduler.spec import ModelSpec
     from scheduler.topology_policy import wants_pinning
     from workflows import common as c
-    from workflows.place_steps import hub_source
     from workflows.supervise_steps import SuperviseSteps
 
 # What an agent's refusal of a launch means: it cannot start there (failed), the spec's fault
@@ -98,7 +97,7 @@ class HostSteps(SuperviseSteps):
         parts: list[tuple[str, hp.LaunchRequest]] = []
         s.processes_stopped = False
         try:
-            if hub_source(spec):
+            if s.hub:
                 req = await self._fetch_model(spec, req, sts, quiet)
             if not quiet:
                 await self._record("starting")

@@ -1,24 +1,31 @@
 """ModelInstanceWorkflow (id ``instance/<name>``): one replica's whole life.
 
-PENDING -> ANALYZING (estimate) -> decide and book (place_steps.py) -> SCHEDULED -> launch on the
-host's queue (host_steps.py) -> STARTING -> RUNNING -> supervise (supervise_steps.py). A process
-exit gives ERROR and a restart on the same host after min(base * 2^(n-1), cap) seconds. A host
-that stops answering gives UNREACHABLE; if it is back within the grace period the process is
-adopted (or restarted) there, otherwise the reservation is released and the instance is placed
+PENDING -> ANALYZING (read, estimate) -> decide and book -> SCHEDULED -> launch on the host's
+queue (host_steps.py) -> STARTING -> RUNNING -> supervise (supervise_steps.py). A process exit
+gives ERROR and a restart on the same host after min(base * 2^(n-1), cap) seconds. A host that
+stops answering gives UNREACHABLE; if it is back within the grace period the process is adopted
+(or restarted) there, otherwise the reservation is released and the instance is placed
 elsewhere. An unschedulable instance waits PENDING with its reasons until a ``capacity_changed``
 signal (a release, a host joining or changing, the queue's sweep). ``stop`` stops the process,
 releases the reservation and ends the workflow.
 
-What happens next is decided by a pure function, ``step(state, event)`` (instance_machine.py);
-this class holds the state (one ``InstanceState``), answers the signals, query and search
-attributes, and does each action the function names (its I/O lives in the classes it inherits,
-one per concern).
+What happens next is decided by a pure function, ``step(state, event)`` (instance_machine.py,
+placing's rows in place_machine.py): every retry, wait and preemption is a row of its table.
+This class holds the state (one ``InstanceState``), answers the signals, query and search
+attributes, and does each action the function names with one small handler (``HANDLERS``, at the
+end: action kind -> coroutine); the handlers' I/O lives in the classes it inherits, one per
+concern (place_steps.py, model_read.py, preempt_steps.py, host_steps.py, supervise_steps.py).
 
 Preemption (scheduler/tenancy/preemption.py): a decision may place the replica by taking the GPUs
 of victims. The ledger moves them in one transaction; the preemptor then signals each victim
 ``preempt`` and waits for ``victim_stopped`` from each (or the store showing it stopped) before it
 launches on those GPUs. A victim drains, stops its processes, and waits PENDING in its own
 deployment with the reason ``preempted by prod/chat-0 to reclaim prod's guarantee``.
+
+Its messages, each validated where it arrives (workflows/signals.py; a bad one changes nothing and
+is logged and counted): ``stop`` and ``capacity_changed`` take nothing, ``preempt`` a
+PreemptNotice, ``victim_stopped`` a VictimStopped, ``host_news`` a HostNews; the ``status`` query
+answers an InstanceView.
 """
 
 from __future__ import annotations
@@ -33,17 +40,18 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, INSTANCE_CAPACITY_CHANGED, INSTANCE_HOST_NEWS, INSTANCE_PREEMPT, INSTANCE_STATUS, INSTANCE_STOP, INSTANCE_VICTIM_STOPPED, deployment_id, instance_id
-    from contracts.control import HostNews, InstanceInput, InstanceView, PreemptNotice
-    from contracts.host import HeldAsk
+    from contracts.control import HostNews, InstanceInput, InstanceView, PreemptNotice, VictimStopped
     from scheduler.naming import name_problem
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import guards
     from workflows import instance_machine as m
+    from workflows import instance_state as k
+    from workflows import place_machine
     from workflows import signals
     from workflows.host_steps import HostSteps
     from workflows.inputs import one_input
-    from workflows.instance_machine import InstanceState
+    from workflows.instance_state import Action, Event, InstanceState
     from workflows.place_steps import PlaceSteps
 
 
@@ -57,7 +65,6 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         # The state, whole. ``step`` replaces it between actions; within an action it is one
         # object, which the signals below write to.
         self.s = InstanceState(plan=inp.placement, restarts=inp.restarts, decision=inp.decision)
-        self.unwanted = ""  # why the ledger refused to place it (NotWanted): it ends, failed, naming that
 
     # --- messages -------------------------------------------------------------------------------
     @workflow.signal(name=INSTANCE_STOP)
@@ -84,10 +91,12 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
 
     @workflow.signal(name=INSTANCE_VICTIM_STOPPED)
     def victim_stopped(self, *args: Any) -> None:
-        name = signals.name(INSTANCE_VICTIM_STOPPED, args)
-        if name is not None and signals.check(INSTANCE_VICTIM_STOPPED, len(self.s.victims_stopped) < 1000,
+        """From a victim of its preemption whose processes stopped (a bare name, as victims sent it
+        before, reads as one)."""
+        said = signals.one(args, VictimStopped, INSTANCE_VICTIM_STOPPED)
+        if said is not None and signals.check(INSTANCE_VICTIM_STOPPED, len(self.s.victims_stopped) < 1000,
                                               "it already heard from 1000 victims"):
-            self.s.victims_stopped.add(name)
+            self.s.victims_stopped.add(said.instance)
 
     @workflow.signal(name=INSTANCE_HOST_NEWS)
     def host_news(self, *args: Any) -> None:
@@ -115,9 +124,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         except ValidationError as e:
             raise ApplicationError(f"invalid model spec: {e}", type="InvalidSpec", non_retryable=True) from None
         self._check_names(spec)
-        if self.s.plan is not None:
-            await self._check_carried()
-        self.s.source_key = spec.source.key
+        self.s = self.s.model_copy(update={"source_key": spec.source.key, **place_machine.facts(spec)})
         sa = workflow.info().typed_search_attributes  # as the run started (its first event): deterministic
         if sa.get(c.SA_MODEL) != spec.name or sa.get(c.SA_DEPLOYMENT) != inp.deployment:
             # start_instances sets them; a run started otherwise (the Temporal CLI) sets its own
@@ -130,24 +137,9 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             await self._teardown()
             raise
         await self._teardown()
-        if self.unwanted:
-            raise ApplicationError(self.unwanted, type="NotWanted", non_retryable=True)
+        if self.s.unwanted:
+            raise ApplicationError(self.s.unwanted, type="NotWanted", non_retryable=True)
         return self.status()
-
-    async def _check_carried(self) -> None:
-        """A placement in the input is this workflow's own, carried across continue-as-new (the guard
-        in ``_check_names``). ``continued_run_id`` says only that some run continued as new into
-        this one, and a workflow of anybody's can: so the placement is kept only when the ledger
-        holds exactly it for this instance, a replica its deployment wants. Otherwise whatever it
-        names is stopped, the ledger's lines (if any) released, and the replica placed again (which
-        the ledger refuses to a replica nobody wants)."""
-        why = await workflow.execute_local_activity(
-            c.HELD_PLAN, HeldAsk(instance=self.inp.name, plan=self.s.plan), result_type=str, **c.STORE_LOCAL)
-        if why:
-            await self._stop_everywhere()
-            await self._release()
-            await self._record("pending", f"the placement its input carried is not the ledger's ({why}); "
-                                          "placing it again")
 
     def _check_names(self, spec: ModelSpec) -> None:
         """Names from whoever started this workflow: checked before any host hears them."""
@@ -167,64 +159,70 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             guards.names(worker=plan.worker, **{f"subordinate worker {i}": s.worker
                                                 for i, s in enumerate(plan.subordinates)})
 
-    def _event(self, kind: str, why: str = "", host: str = "", reached: bool = False) -> m.Event:
-        return m.Event(kind=kind, now=workflow.now(), why=why, host=host, reached=reached,
-                       split=workflow.info().is_continue_as_new_suggested())
-
     async def _live(self, spec: ModelSpec) -> None:
-        """Until it is stopped: ask ``step`` what next, do it, tell ``step`` what came of it."""
-        event = self._event("next")
+        """Until it is stopped: ask ``step`` what next, do it (one handler per action), tell ``step``
+        what came of it."""
+        event = self._event("started")
         while True:
             self.s, action = m.step(self.s, event, self.t)
-            if action.kind == m.TEARDOWN:
+            if action.kind == k.TEARDOWN:
                 return
-            event = await self._do(action, spec)
+            event = await HANDLERS[action.kind](self, action, spec)
 
-    async def _do(self, a: m.Action, spec: ModelSpec) -> m.Event:
-        """One action's I/O; the event it came to (``next`` unless it placed or ran the replica)."""
-        s = self.s
-        if a.kind == m.GIVE_WAY:
-            await self._give_way()
-        elif a.kind == m.CONTINUE_AS_NEW:
-            workflow.continue_as_new(self.inp.model_copy(update={"restarts": s.restarts, "placement": s.plan,
-                                                                 "decision": s.decision}))
-        elif a.kind == m.PLACE:
-            if await self._place(spec):
-                return self._event("placed")
-        elif a.kind == m.LAUNCH:
-            kind, why, host, reached = await self._run_on_host(spec, a.seconds, quiet=a.quiet)
-            return self._event(kind, why, host, reached)
-        elif a.kind == m.RECORD:
-            await self._record(a.state, a.reason)
-        elif a.kind == m.RETRY:
-            await workflow.sleep(c.secs(a.seconds))
-        elif a.kind == m.ABANDON_HOST:
-            await self._abandon_host(a.host)
-        elif a.kind == m.LET_GO:
-            await self._let_go(a.reason)
-        elif a.kind == m.GIVE_UP:
-            await self._give_up(a.reason)
-        elif a.kind == m.WAIT_RESTART:
-            await self._record(a.state, a.reason)
-            try:
-                await workflow.wait_condition(lambda: s.stop_requested or s.preempted is not None,
-                                              timeout=c.secs(a.seconds))
-            except asyncio.TimeoutError:
-                pass
+    # --- the life's handlers: each does one action's I/O and says what it came to ----------------
+    async def _on_give_way(self, a: Action, spec: ModelSpec) -> Event:
+        await self._give_way()
         return self._event("next")
 
-    async def _abandon_host(self, lost: str) -> None:
+    async def _on_continue_as_new(self, a: Action, spec: ModelSpec) -> Event:
+        """A new run with the placement, the restarts and the decision (it never returns)."""
+        s = self.s
+        workflow.continue_as_new(self.inp.model_copy(update={"restarts": s.restarts, "placement": s.plan,
+                                                             "decision": s.decision}))
+
+    async def _on_launch(self, a: Action, spec: ModelSpec) -> Event:
+        kind, why, host, reached = await self._run_on_host(spec, a.seconds, quiet=a.quiet)
+        return self._event(kind, why=why, host=host, reached=reached)
+
+    async def _on_record(self, a: Action, spec: ModelSpec) -> Event:
+        await self._record(a.state, a.reason)
+        return self._event("next")
+
+    async def _on_wait(self, a: Action, spec: ModelSpec) -> Event:
+        """``state``/``reason`` recorded (with the decision's row), then a wait ``until``: ``woken``
+        after a wait for a wake (however it ended), else ``next``."""
+        s = self.s
+        await self._record(a.state, a.reason, decision=a.row)
+        ends = {"stop": lambda: s.stop_requested, "woken": lambda: s.woken or s.stop_requested,
+                "preempted": lambda: s.stop_requested or s.preempted is not None}[a.until]
+        try:
+            await workflow.wait_condition(ends, timeout=c.secs(a.seconds) if a.seconds else None)
+        except asyncio.TimeoutError:
+            pass
+        return self._event("woken" if a.until == "woken" else "next")
+
+    async def _on_retry(self, a: Action, spec: ModelSpec) -> Event:
+        await workflow.sleep(c.secs(a.seconds))
+        return self._event("next")
+
+    async def _on_abandon_host(self, a: Action, spec: ModelSpec) -> Event:
         if self.s.plan.subordinates:
             await self._stop_everywhere()  # the hosts that still answer let go of their parts
         await self._release()
-        await self._record("pending", f"host {lost} unreachable for {self.t.unreachable_grace_s:g} s; "
+        await self._record("pending", f"host {a.host} unreachable for {self.t.unreachable_grace_s:g} s; "
                                       "reservation released, placing elsewhere")
+        return self._event("next")
 
-    async def _let_go(self, reason: str) -> None:
+    async def _on_let_go(self, a: Action, spec: ModelSpec) -> Event:
         """The placement it holds is not what the ledger holds: drop it (whatever is left of the
         booking is released) and wait PENDING to be placed again."""
         await self._release()
-        await self._record("pending", reason)
+        await self._record("pending", a.reason)
+        return self._event("next")
+
+    async def _on_give_up(self, a: Action, spec: ModelSpec) -> Event:
+        await self._give_up(a.reason)
+        return self._event("next")
 
     async def _teardown(self) -> None:
         s = self.s
@@ -235,9 +233,21 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             await self._release()
         s.pid = s.port = s.address = s.kv_events_port = s.key_id = None
         s.launch_mac = ""
-        await self._record("deleted", f"not placed: {self.unwanted}" if self.unwanted else "")
+        await self._record("deleted", f"not placed: {s.unwanted}" if s.unwanted else "")
         try:
             await workflow.get_external_workflow_handle(deployment_id(self.inp.deployment)).signal(
                 DEPLOYMENT_INSTANCE_ENDED, self.inp.name)
         except Exception:  # noqa: BLE001  the deployment may be gone already
             pass
+
+
+W = ModelInstanceWorkflow
+# Each action of the machine (workflows/instance_state.py) and the one handler that does it.
+HANDLERS = {
+    k.GIVE_WAY: W._on_give_way, k.CONTINUE_AS_NEW: W._on_continue_as_new, k.CHECK_HELD: W._on_check_held,
+    k.DISOWN: W._on_disown, k.READ_MODEL: W._on_read_model, k.ESTIMATE: W._on_estimate, k.DECIDE: W._on_decide,
+    k.BOOKED: W._on_booked, k.PREEMPT: W._on_preempt, k.TELL_VICTIMS: W._on_tell_victims,
+    k.WAIT_VICTIMS: W._on_wait_victims, k.ASK_VICTIMS: W._on_ask_victims, k.LAUNCH: W._on_launch,
+    k.RECORD: W._on_record, k.WAIT: W._on_wait, k.RETRY: W._on_retry, k.ABANDON_HOST: W._on_abandon_host,
+    k.LET_GO: W._on_let_go, k.GIVE_UP: W._on_give_up,
+}

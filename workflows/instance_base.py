@@ -1,10 +1,10 @@
 """What every part of the instance workflow uses: its input, timings and state
-(``InstanceState``, workflows/instance_machine.py), the store record of a state change with its
-search attributes, the stop of its processes on every host, the release of its placement, and
-giving up. The concerns (placing, preempting, reading a model path, launching, supervising) are
-classes on top of this one (``*_steps.py``, model_read.py), and ModelInstanceWorkflow
-(workflows/instance.py) inherits them all: each reaches only what is declared here or in the
-classes it names as its bases."""
+(``InstanceState``, workflows/instance_state.py), the events its handlers answer the machine with,
+the store record of a state change with its search attributes, the stop of its processes on every
+host, the release of its placement, and giving up. The concerns (placing, preempting, reading a
+model path, launching, supervising) are classes on top of this one (``*_steps.py``,
+model_read.py), and ModelInstanceWorkflow (workflows/instance.py) inherits them all: each reaches
+only what is declared here or in the classes it names as its bases."""
 
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ with workflow.unsafe.imports_passed_through():
     from contracts import agent as hp, ui_text
     from contracts.control import InstanceInput, InstanceRecord, InstanceRef, Timings, host_queue
     from workflows import common as c
-    from workflows.instance_machine import InstanceState
+    from workflows.instance_state import Event, InstanceState
 
 
 class InstanceBase:
     inp: InstanceInput
     t: Timings
     s: InstanceState
-    unwanted: str  # why the ledger would not place it (NotWanted): the workflow ends, failed, naming it
 
     @property
     def spec_name(self) -> str:
@@ -41,6 +40,11 @@ class InstanceBase:
     @property
     def gpus(self) -> list[int]:
         return list(self.s.plan.gpu_indexes) if self.s.plan else []
+
+    def _event(self, kind: str, **fields) -> Event:
+        """What an action came to, for the machine: stamped with the workflow's clock, and whether
+        Temporal suggests continue-as-new."""
+        return Event(kind=kind, now=workflow.now(), split=workflow.info().is_continue_as_new_suggested(), **fields)
 
     # --- store and search attributes ------------------------------------------------------------
     def _recorded_by_store(self, state: str, reason: str, attributes: bool = False) -> None:

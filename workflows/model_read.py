@@ -1,9 +1,10 @@
-"""Reading a local model path on the GPU hosts, for the instance workflow's estimate: ask the
-hosts that could run the model (model_readers) in parallel, record which have the path (the
-local-path filter then keeps only those), and return the first host's read. A path no host has
-leaves the instance PENDING with the path and each host's answer, until a host joins or changes
-(``capacity_changed``) or ``pending_recheck_s`` passes; a file that is there but not a model the
-estimator reads is the spec's fault: ERROR, until the deployment gets a new spec."""
+"""Reading a local model path on the GPU hosts, for the instance workflow's estimate (the machine's
+READ_MODEL): ask the hosts that could run the model (model_readers) in parallel, record which have
+the path (the local-path filter then keeps only those), and give the first host's read. What
+follows is the machine's (workflows/place_machine.py): a path no host has leaves the instance
+PENDING with the path and each host's answer, until a host joins or changes (``capacity_changed``)
+or ``pending_recheck_s`` passes; a file that is there but not a model the estimator reads is the
+spec's fault: ERROR, until the deployment gets a new spec."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import agent as hp
     from workflows import common as c
     from workflows.instance_base import InstanceBase
+    from workflows.instance_state import Action, Event
 
 NOT_THERE = ("ModelPathMissing", "ModelPathRefused")
 
@@ -36,36 +38,27 @@ class ModelRead(InstanceBase):
         except ActivityError as e:
             return c.cause(e)
 
-    async def _read_model(self, spec: ModelSpec) -> EstimateInputs | None:
-        """What a host read of the spec's local path; None when the instance is stopping."""
-        s = self.s
+    async def _on_read_model(self, a: Action, spec: ModelSpec) -> Event:
+        """One round: the hosts that could run the model read its path; which have it is recorded.
+        ``read`` (the first host's read), ``model_bad`` (a file there is no model the estimator
+        reads) or ``path_missing`` (the reason it waits PENDING, each host's answer in it)."""
         path = spec.source.local_path
         req = HeaderRequest(path=path, gguf=spec.source.is_gguf or path.endswith(".gguf"))
-        while not s.stop_requested:
-            s.woken = False
-            who: ReaderHosts = await workflow.execute_activity(c.MODEL_READERS, ReadersAsk(spec=self.inp.spec),
-                                                               result_type=ReaderHosts, **c.STORE_CALL)
-            got = await asyncio.gather(*(self._read_on(h, req) for h in who.hosts))
-            answers = dict(zip(who.hosts, got))
-            have = [h for h, a in answers.items() if isinstance(a, EstimateInputs)]
-            missing = [h for h, a in answers.items() if isinstance(a, tuple) and a[0] in NOT_THERE]
-            if have or missing:
-                await workflow.execute_activity(c.RECORD_MODEL_PATHS, ModelPaths(instance=self.inp.name, path=path, present=have,
-                                                                                     missing=missing),
-                                                **c.STORE_CALL)
-            if have:
-                return answers[have[0]]
-            bad = [a[1] for a in answers.values() if isinstance(a, tuple) and a[0] == "ModelError"]
-            if bad:
-                await self._record("error", f"cannot estimate the model: {bad[0]}")
-                await workflow.wait_condition(lambda: s.stop_requested)
-                return None
-            why = "; ".join(f"{h}: {a[1]}" for h, a in answers.items()) or \
-                "no READY host passes the filters" + (f" ({'; '.join(who.reasons[:3])})" if who.reasons else "")
-            await self._record("pending", f"model path {path!r} is on no host that could run it: {why}")
-            try:
-                await workflow.wait_condition(lambda: s.woken or s.stop_requested,
-                                              timeout=c.secs(self.t.pending_recheck_s))
-            except asyncio.TimeoutError:
-                pass
-        return None
+        who: ReaderHosts = await workflow.execute_activity(c.MODEL_READERS, ReadersAsk(spec=self.inp.spec),
+                                                           result_type=ReaderHosts, **c.STORE_CALL)
+        got = await asyncio.gather(*(self._read_on(h, req) for h in who.hosts))
+        answers = dict(zip(who.hosts, got))
+        have = [h for h, x in answers.items() if isinstance(x, EstimateInputs)]
+        missing = [h for h, x in answers.items() if isinstance(x, tuple) and x[0] in NOT_THERE]
+        if have or missing:
+            await workflow.execute_activity(c.RECORD_MODEL_PATHS, ModelPaths(instance=self.inp.name, path=path, present=have,
+                                                                             missing=missing),
+                                            **c.STORE_CALL)
+        if have:
+            return self._event("read", inputs=answers[have[0]])
+        bad = [x[1] for x in answers.values() if isinstance(x, tuple) and x[0] == "ModelError"]
+        if bad:
+            return self._event("model_bad", why=bad[0])
+        why = "; ".join(f"{h}: {x[1]}" for h, x in answers.items()) or \
+            "no READY host passes the filters" + (f" ({'; '.join(who.reasons[:3])})" if who.reasons else "")
+        return self._event("path_missing", why=f"model path {path!r} is on no host that could run it: {why}")
