@@ -25,7 +25,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
-    from scheduler.naming import name_problem
     from workflows.inputs import compact
 
 M = TypeVar("M", bound=BaseModel)
@@ -62,18 +61,6 @@ def one(args: tuple, model: type[M], signal: str) -> M | None:
     except ValidationError as e:
         refuse(signal, f"its {model.__name__} does not validate: {compact(e)}")
         return None
-
-
-def name(signal: str, args: tuple) -> str | None:
-    """The signal's one name (an instance's), or None (refused, naming the problem)."""
-    if len(args) != 1 or not isinstance(args[0], str):
-        refuse(signal, f"it takes one name; it carried {len(args)} argument(s) ({str(args[:1])[:80]})")
-        return None
-    why = name_problem(args[0])
-    if why:
-        refuse(signal, why)
-        return None
-    return args[0]
 
 
 def of_deployment(instance: str, deployment: str) -> bool:
