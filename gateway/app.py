@@ -29,8 +29,8 @@ from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from gateway.prompt_tokens import tokenize
 from gateway.protocol import with_header_timeout
 from gateway.refresh import Refresher
-from gateway.relay import Disconnect, Relay, TooLarge, forward, read_body
-from gateway.stream_usage import HideUsage, ask_usage
+from gateway.relay import Ask, Disconnect, Relay, Serving, TooLarge, forward, read_body
+from gateway.stream_usage import ask_usage
 from gateway.tenant_limits import Limits
 from gateway.upstream import make_client
 from gateway.usage_counter import UsageCounter
@@ -38,8 +38,8 @@ from gateway.wake import Waker
 from scheduler.errors import InvalidInput
 
 STALE_S = 30.0  # /healthz fails when the routing table could not be read for this long
-DEBUG = "x-gpuflow-debug"  # a request carrying "route" here gets the routing decision back:
-ROUTE = b"x-gpuflow-route"  # "replica=NAME; matched=M/N blocks; load=L/LIMIT; reason=R" (gateway/cache_aware.py)
+DEBUG = "x-gpuflow-debug"  # a request carrying "route" here gets the routing decision back, in relay.ROUTE:
+#                             "replica=NAME; matched=M/N blocks; load=L/LIMIT; reason=R" (gateway/cache_aware.py)
 
 
 class BodyTimeout(Exception):
@@ -61,6 +61,7 @@ class Gateway:
                                  lambda result: self.metrics.kv_events.labels(result).inc())
         self.waker = Waker(s.temporal, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
         self.client = None
+        self.serving: Serving | None = None  # what the request path is handed, once the client is open (lifespan)
 
     async def relay(self, request: Request) -> Response:
         t0 = time.perf_counter()
@@ -78,10 +79,8 @@ class Gateway:
                 r = errors.tenant_limit(refused.message, refused.reason, refused.retry_after_s)
             else:
                 admitted = True
-                r, model = await self._route(request, t0, tenant, keyed, body)
-                if isinstance(r, Relay):
-                    r.admitted = handed = True  # the tenant's slot ends with the relayed answer
-                    r.key_id = key_id
+                r, model = await self._route(request, t0, tenant, keyed, key_id, body)
+                handed = isinstance(r, Relay)  # the tenant's slot ends with the relayed answer
         except NoKey as e:
             r = errors.unauthorized(str(e))
         except NotAllowed as e:
@@ -109,7 +108,7 @@ class Gateway:
         except TimeoutError:
             raise BodyTimeout from None
 
-    async def _route(self, request: Request, t0: float, tenant: str, keyed: bool,
+    async def _route(self, request: Request, t0: float, tenant: str, keyed: bool, key_id: str,
                      body: bytes) -> tuple[Response, str]:
         """The answer to an admitted request, and the model it named ("" when none it could).
         A model the caller's tenant may not use is answered exactly as one that does not exist."""
@@ -131,14 +130,10 @@ class Gateway:
             self.waker.poke(name)
         prompt = await self._prompt(request, name, data)
         body, hide = ask_usage(request.scope["path"], data, body)  # a stream's tokens (gateway/stream_usage.py)
-        r = await self._forward(request, t0, tenant, keyed, body, name, data.get("stream") is True, prompt)
-        if isinstance(r, Relay):
-            r.cold = cold
-            r.hide = HideUsage() if hide and r.status_code == 200 else None
-            r.asked = (data, request.scope["path"].endswith("/chat/completions"), prompt.tokens)
-            if prompt.choice is not None and "route" in request.headers.get(DEBUG, "").lower():
-                r.extra_headers = [(ROUTE, prompt.choice.header().encode("latin-1", "replace"))]
-        return r, name
+        ask = Ask(name, tenant, keyed, key_id, t0, data.get("stream") is True, prompt, cold=cold,
+                  show_route="route" in request.headers.get(DEBUG, "").lower(), hide_usage=hide,
+                  asked=(data, request.scope["path"].endswith("/chat/completions"), prompt.tokens))
+        return await self._forward(request, ask, body), name
 
     async def _prompt(self, request: Request, model: str, data) -> Prompt:
         """The request's prompt blocks, hashed only for a deployment routed by cache (an
@@ -156,10 +151,10 @@ class Gateway:
                                                s.max_prompt_chars)
         return p
 
-    async def _forward(self, request, t0, tenant, keyed, body, model, stream, prompt: Prompt) -> Response:
+    async def _forward(self, request: Request, ask: Ask, body: bytes) -> Response:
         watch = Disconnect(request.receive)
         try:
-            r = await forward(self, request, t0, tenant, body, model, stream, watch, keyed, prompt)
+            r = await forward(self.serving, request, ask, body, watch)
         except asyncio.CancelledError:
             if not watch.fired:
                 raise
@@ -210,6 +205,8 @@ class Gateway:
     async def lifespan(self, app):
         s = self.settings
         self.client = make_client(s.http_client, s.connect_timeout_s, s.first_byte_timeout_s, s.idle_timeout_s)
+        self.serving = Serving(self.balancer, self.client, self.limits, self.usage, self.metrics, self.caches.tokenizers,
+                               s.attempts, s.queue_timeout_s, s.max_prompt_chars)
         await self.refresher.once()
         task = asyncio.create_task(self.refresher.run())
         try:

@@ -1,6 +1,11 @@
 """One request through the gateway: pick a replica (or wait for one), send the body unchanged,
 retry elsewhere while nothing has reached the client, then relay the answer chunk by chunk.
-A client that goes away cancels its request wherever it is (queued, waiting, relaying)."""
+A client that goes away cancels its request wherever it is (queued, waiting, relaying).
+
+The request path is handed what it needs, typed, and nothing more: :class:`Serving`, the parts of
+the gateway it works with (made once its client to the replicas is open), and :class:`Ask`, one
+admitted request. :func:`forward` returns the answer a client should see: an error, or a
+:class:`Relay`, made whole (it owns the replica's slot, the tenant's, and the client's watch)."""
 
 from __future__ import annotations
 
@@ -8,17 +13,22 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from store.serving import Route
 from gateway import errors
-from gateway.balance import Prompt, QueueFull, QueueTimeout, UnknownModel
-from gateway.metrics import SSEWatch
+from gateway.balance import Balancer, Prompt, QueueFull, QueueTimeout, UnknownModel
+from gateway.metrics import Metrics, SSEWatch
+from gateway.prompt_tokens import Tokenizers
 from gateway.stream_tokens import stream_usage
-from gateway.upstream import (Broken, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError, request_headers,
-                              to_engine)
+from gateway.stream_usage import HideUsage
+from gateway.tenant_limits import Limits
+from gateway.upstream import (Broken, Client, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError,
+                              request_headers, to_engine)
+from gateway.usage_counter import UsageCounter
 
 log = logging.getLogger("gpuflow.gateway")
 KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usage
@@ -26,6 +36,45 @@ KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usag
 
 class TooLarge(Exception):
     pass
+
+
+ROUTE = b"x-gpuflow-route"  # the routing decision, for a request that asked (gateway/cache_aware.py ``header``)
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What the request path needs of its gateway (gateway/app.py makes it once the client to the
+    replicas is open): where replicas are chosen and released, the connection pools, the tenants'
+    admission (whose slot ends with the answer), the counters it adds to, and the tokenizers a
+    stream that brings no usage is counted with."""
+
+    balancer: Balancer
+    client: Client  # gateway/upstream.py
+    limits: Limits  # gateway/tenant_limits.py
+    usage: UsageCounter
+    metrics: Metrics
+    tokenizers: Tokenizers
+    attempts: int  # replicas tried per request
+    queue_timeout_s: float  # how long a request waits for a free replica (said in the 503)
+    max_prompt_chars: int  # of a prompt, tokenized at most
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One admitted request on its way: whose it is, for which deployment, and what its answer
+    must carry."""
+
+    model: str
+    tenant: str
+    keyed: bool  # it showed a key (a deployment it may not use is answered with those it may)
+    key_id: str  # its usage is counted under this key
+    t0: float  # time.perf_counter() at its arrival
+    stream: bool  # it asked for a stream
+    prompt: Prompt  # its blocks guide the choice of replica, and hold the choice made
+    cold: bool = False  # no replica was up when it arrived (gateway/wake.py): its first token is a cold start
+    show_route: bool = False  # it asked (x-gpuflow-debug: route) for the routing decision in a header
+    hide_usage: bool = False  # the gateway asked its stream for the usage the client did not ask for
+    asked: tuple | None = None  # (its JSON, chat?, its prompt's token ids or None): to count a stream without usage
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -61,37 +110,35 @@ class Disconnect:
         self.watcher.cancel()
 
 
-async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, model: str, stream: bool,
-                  watch: Disconnect, keyed: bool = True, prompt: Prompt | None = None) -> Response:
-    """Send ``body`` to a replica of ``model``; the answer (a Relay, which then owns the replica's
-    slot and ``watch``), or the error a client should see. ``prompt`` (its blocks) guides the
-    choice of replica, and holds the choice made."""
-    bal, s = gw.balancer, gw.settings
+async def forward(sv: Serving, request: Request, ask: Ask, body: bytes, watch: Disconnect) -> Response:
+    """Send ``body`` to a replica of ``ask.model``; the answer (a Relay, which then owns the
+    replica's slot, the tenant's and ``watch``), or the error a client should see."""
+    bal, model, prompt = sv.balancer, ask.model, ask.prompt
     exclude: frozenset[str] = frozenset()
     q = request.scope.get("query_string")
     path = request.scope["path"] + (f"?{q.decode('latin-1')}" if q else "")
     headers = request_headers(request.headers.raw)
-    priority, arrival = gw.limits.priority(tenant), time.monotonic()  # a retry keeps its place in the queue
-    for attempt in range(s.attempts):
-        last = attempt + 1 == s.attempts
+    priority, arrival = sv.limits.priority(ask.tenant), time.monotonic()  # a retry keeps its place in the queue
+    for attempt in range(sv.attempts):
+        last = attempt + 1 == sv.attempts
         try:
             route, waited = await bal.acquire(model, exclude, priority, arrival, prompt)
         except QueueFull:
             return errors.queue_full(model, bal.depth(model))
         except QueueTimeout:
-            return errors.no_replica(model, s.queue_timeout_s)
+            return errors.no_replica(model, sv.queue_timeout_s)
         except UnknownModel:  # deleted while this request waited: the models the caller may use, no others
-            return errors.unknown_model(model, bal.table.listed_for(tenant, keyed))
-        gw.metrics.queue_wait.labels(model).observe(waited)
-        if prompt is not None and prompt.choice is not None:
-            gw.metrics.route(model, prompt.choice)
-        gw.metrics.in_flight.labels(model).inc()
+            return errors.unknown_model(model, bal.table.listed_for(ask.tenant, ask.keyed))
+        sv.metrics.queue_wait.labels(model).observe(waited)
+        if prompt.choice is not None:
+            sv.metrics.route(model, prompt.choice)
+        sv.metrics.in_flight.labels(model).inc()
         try:
-            resp, first = await _open(gw, route, f"http://{route.address}:{route.port}{path}",
+            resp, first = await _open(sv, route, f"http://{route.address}:{route.port}{path}",
                                       to_engine(headers, route.engine_key), body,
                                       not last and bal.untried(model, exclude | {route.instance}))
         except BaseException as e:
-            gw.metrics.in_flight.labels(model).dec()
+            sv.metrics.in_flight.labels(model).dec()
             bal.release(route, model)
             if not isinstance(e, UpstreamError):
                 raise
@@ -107,22 +154,22 @@ async def forward(gw, request: Request, t0: float, tenant: str, body: bytes, mod
             if isinstance(e, ConnectTimeout):
                 return errors.timeout(model, str(e))
             return errors.unreachable(model, str(e))
-        return Relay(gw, route, model, tenant, t0, resp, first, stream, watch)
-    return errors.unreachable(model, f"{s.attempts} attempts failed")
+        return Relay(sv, ask, route, resp, first, watch)
+    return errors.unreachable(model, f"{sv.attempts} attempts failed")
 
 
-async def _open(gw, route: Route, url: str, headers: dict[str, str], body: bytes, others: bool):
+async def _open(sv: Serving, route: Route, url: str, headers: dict[str, str], body: bytes, others: bool):
     """The replica's answer and its first bytes, read before the client sees anything (so that
     a failure up to here can still be retried elsewhere)."""
-    resp = await gw.client.open(url, headers, body)
+    resp = await sv.client.open(url, headers, body)
     try:
         if resp.status == 401:  # the engine refused the key the gateway showed: its own, never the client's fault
-            gw.balancer.mark_bad(route)
+            sv.balancer.mark_bad(route)
             log.warning("gateway: %s (%s:%s) refused its engine key (401): a key the store did not make for it, "
                         "or its host is not joined", route.instance, route.address, route.port)
             raise UpstreamError(f"{route.instance} refused the gateway's engine key")
         if resp.status >= 500 and others:  # the replica failed; nobody saw it yet
-            gw.balancer.mark_bad(route)
+            sv.balancer.mark_bad(route)
             raise UpstreamError(f"{route.instance} answered {resp.status}")
         try:
             return resp, await resp.chunk()
@@ -135,34 +182,32 @@ async def _open(gw, route: Route, url: str, headers: dict[str, str], body: bytes
 
 class Relay(Response):
     """The replica's answer, relayed as it arrives (never buffered whole), measured on the way;
-    the replica's slot is released when the last byte went out or the client left."""
+    the replica's slot and the tenant's are released when the last byte went out or the client
+    left. Whole when made: nothing of it is set afterwards."""
 
-    def __init__(self, gw, route: Route, model: str, tenant: str, t0: float, resp, first: bytes, stream: bool,
-                 watch: Disconnect):
-        self.gw, self.route, self.model, self.tenant, self.t0 = gw, route, model, tenant, t0
+    def __init__(self, sv: Serving, ask: Ask, route: Route, resp, first: bytes, watch: Disconnect):
+        self.sv, self.ask, self.route, self.model, self.t0 = sv, ask, route, ask.model, ask.t0
         self.resp, self.first, self.watch = resp, first, watch
         ctype = next((v for k, v in resp.headers if k == b"content-type"), b"")
-        self.sse = SSEWatch() if stream or ctype.startswith(b"text/event-stream") else None
+        self.sse = SSEWatch() if ask.stream or ctype.startswith(b"text/event-stream") else None
         self.keep = ctype.startswith(b"application/json") and self.sse is None
         length = next((v for k, v in resp.headers if k == b"content-length"), None)
         self.length = int(length) if length is not None and length.isdigit() else None
         self.status_code = resp.status
         self.background = None
-        self.cold = False  # set by the gateway: the request arrived with no replica (gateway/wake.py)
-        self.extra_headers: list[tuple[bytes, bytes]] = []  # set by the gateway: x-gpuflow-route when asked
-        self.admitted = False  # set by the gateway: the tenant's admission (tenant_limits.py) ends with this answer
-        self.key_id = ""  # set by the gateway: the caller's key, which its usage is counted under
-        self.hide = None  # set by the gateway: a HideUsage when it asked for the stream's usage (stream_usage.py)
-        self.asked = None  # set by the gateway: (the request's JSON, chat?, its prompt's ids or None), to count a
-        #                    stream that brings no usage (stream_tokens.py)
+        # the stream's usage the gateway asked for, hidden from a client that did not (stream_usage.py)
+        self.hide = HideUsage() if ask.hide_usage and resp.status == 200 else None
+        choice = ask.prompt.choice
+        self.extra_headers = ([(ROUTE, choice.header().encode("latin-1", "replace"))]
+                              if ask.show_route and choice is not None else [])
 
     async def __call__(self, scope, receive, send) -> None:
-        m, kept, last_content, n_kept, sent = self.gw.metrics, [], None, 0, 0
+        m, kept, last_content, n_kept, sent = self.sv.metrics, [], None, 0, 0
         code = str(self.resp.status)
         try:
             await send({"type": "http.response.start", "status": self.resp.status,
                         "headers": self.resp.headers + self.extra_headers if self.extra_headers else self.resp.headers})
-            if self.cold and self.sse is None:
+            if self.ask.cold and self.sse is None:
                 m.cold_start.labels(self.model).observe(time.perf_counter() - self.t0)
             chunk = self.first
             while chunk:
@@ -171,7 +216,7 @@ class Relay(Response):
                     now = time.perf_counter()
                     if last_content is None:
                         m.ttft.labels(self.model).observe(now - self.t0)
-                        if self.cold:
+                        if self.ask.cold:
                             m.cold_start.labels(self.model).observe(now - self.t0)
                     else:
                         m.itl.labels(self.model).observe(now - last_content)
@@ -205,12 +250,11 @@ class Relay(Response):
                         self.route.address, self.route.port, self.model, e)
         finally:
             self.watch.stop()
-            if self.admitted:
-                self.gw.limits.done(self.tenant)
+            self.sv.limits.done(self.ask.tenant)  # its admission (tenant_limits.py) ends with this answer
             await self.resp.close()
-            self.gw.balancer.release(self.route, self.model)
+            self.sv.balancer.release(self.route, self.model)
             m.in_flight.labels(self.model).dec()
-            m.requests.labels(self.model, self.tenant, code).inc()
+            m.requests.labels(self.model, self.ask.tenant, code).inc()
             m.duration.labels(self.model).observe(time.perf_counter() - self.t0)
             self._usage(kept)
 
@@ -223,8 +267,8 @@ class Relay(Response):
 
     def _usage(self, kept: list[bytes]) -> None:
         usage = self.sse.usage if self.sse is not None else None
-        if usage is None and self.sse is not None and self.asked is not None and self.resp.status == 200:
-            self.gw.usage.later(self._count_stream())  # its prompt is tokenized off the event loop
+        if usage is None and self.sse is not None and self.ask.asked is not None and self.resp.status == 200:
+            self.sv.usage.later(self._count_stream())  # its prompt is tokenized off the event loop
             return
         if kept and usage is None:
             try:
@@ -235,15 +279,15 @@ class Relay(Response):
 
     async def _count_stream(self) -> None:
         """A stream that carried no usage, counted from what it carried (gateway/stream_tokens.py)."""
-        data, chat, ids = self.asked
-        m = self.gw.balancer.table.models.get(self.model)
+        data, chat, ids = self.ask.asked
+        m = self.sv.balancer.table.models.get(self.model)
         source = m.tokenizer if m is not None else None
-        tokenizers = self.gw.caches.tokenizers
+        tokenizers = self.sv.tokenizers
         tokenizers.want(source)  # for this deployment's next streams, where this gateway may load it
-        usage, estimated = await stream_usage(tokenizers.get(source), data, chat, self.gw.settings.max_prompt_chars,
+        usage, estimated = await stream_usage(tokenizers.get(source), data, chat, self.sv.max_prompt_chars,
                                               ids, self.sse.pieces)
         self._count(usage, estimated)
 
     def _count(self, usage, estimated: int = 0) -> None:
-        self.gw.metrics.usage(self.model, usage, estimated)
-        self.gw.usage.count(time.time(), self.key_id, self.tenant, self.model, usage, estimated)
+        self.sv.metrics.usage(self.model, usage, estimated)
+        self.sv.usage.count(time.time(), self.ask.key_id, self.ask.tenant, self.model, usage, estimated)

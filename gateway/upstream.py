@@ -62,6 +62,16 @@ class Response(Protocol):
     async def close(self) -> None: ...
 
 
+class Client(Protocol):
+    """The gateway's client to the replicas (one per gateway, pooled): AiohttpClient, HttpxClient."""
+
+    async def open(self, url: str, headers: dict[str, str], body: bytes) -> Response: ...
+
+    async def get(self, url: str) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+
 def request_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     """The client's headers an engine may see (``FORWARD``)."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw if k.lower() in FORWARD}
