@@ -11,6 +11,8 @@ COPY worker_agent worker_agent
 COPY hubio hubio
 COPY contracts contracts
 COPY gateway gateway
+COPY console console
+COPY views views
 COPY gpuflow gpuflow
 RUN pip install --no-cache-dir .
 ENV GPUFLOW_DATA_DIR=/var/lib/gpuflow

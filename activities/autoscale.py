@@ -38,12 +38,13 @@ from activities.decision_keeper import DecisionKeeper
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
                                  DeploymentRef, Step, StepAsk)
 from activities.autoscale_metrics import AutoscalerMetrics
-from activities.autoscale_scrape import Scrape, parse, window
+from scheduler.autoscale.scrape import Scrape, parse, window
 from activities.autoscale_state import Carry
 from activities.estimate_cache import EstimateCache
 from activities.runner import Runner
 from contracts.control import CONTROL_QUEUE, DeploymentView
 from store import serving
+from store.serving import metrics_url
 from store.tables import DeploymentRow
 from store.snapshot import load_snapshot
 from scheduler.autoscale import kept
@@ -55,12 +56,6 @@ from scheduler.policy_config import PolicyConfig
 from scheduler.spec import ModelSpec
 
 SCRAPE_TIMEOUT_S = 3.0
-
-
-def metrics_url(gateway_url: str) -> str:
-    """A gateway registers its OpenAI base ``http://HOST:PORT/v1``; its metrics are at /metrics."""
-    base = gateway_url.rstrip("/")
-    return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
 
 
 async def _scrape(http: httpx.AsyncClient, url: str, model: str | None, engine_key: str | None = None

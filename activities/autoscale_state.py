@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from activities.autoscale_scrape import Scrape
+from scheduler.autoscale.scrape import Scrape
 from scheduler.autoscale.codec import hist_in, hist_out, sample_in, sample_out, state_in
 
 MAX_SAMPLES = 400  # a bound on what is carried, whatever the windows

@@ -28,10 +28,11 @@ from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from views.keys import key_usage_rows, key_view
-from views.tenancy import queue_rows, tenant_rows
+from views.tenancy import queue_rows, stored_queue, tenant_rows
 
 RequestOf = Callable[[ModelSpec], Request | None]
 READ_S = 1.5  # a read's deadline: the query waits on the worker's workflow thread, which the SDK calls deadlocked at 2 s
+JUDGE_S = 1.0  # the queue's fresh judgement, at most (a decision per waiting replica): then the store's reasons
 
 
 def keys_page(engine: Engine, page: Page) -> KeysPage:
@@ -69,6 +70,12 @@ def queue_page(engine: Engine, page: Page, request_of: RequestOf, policy: Policy
                      total=len(rows))
 
 
+def stored_queue_page(engine: Engine, page: Page, now: datetime) -> QueuePage:
+    """The queue with the reasons the store holds (what ``--data-dir`` and the console show)."""
+    queueing, rows = stored_queue(engine, now)
+    return QueuePage(queueing=queueing, rows=rows[page.offset:page.offset + page.limit], total=len(rows), judged=False)
+
+
 def serving_view(engine: Engine, ask: ServingAsk, live_s: float = serving.LIVE_S) -> ServingView:
     """The live gateways, what they have in flight on each instance ``ask`` names (those with
     none are left out), and the store's reason of each of them that is PENDING."""
@@ -102,9 +109,9 @@ class StoreReads:
     def __init__(self, engine: Engine, reads: Engine, pool: Executor, request_of: RequestOf, policy: PolicyConfig):
         self.engine, self.reads, self.pool, self.request_of, self.policy = engine, reads, pool, request_of, policy
 
-    def _run(self, what: str, fn, *args):
+    def _run(self, what: str, fn, *args, within: float = READ_S):
         try:
-            return self.pool.submit(fn, *args).result(timeout=READ_S)
+            return self.pool.submit(fn, *args).result(timeout=within)
         except Late:
             raise InvalidInput(f"the control plane's store did not answer the {what} read within {READ_S:g} s "
                                "(a busy worker, or a slow database): ask again") from None
@@ -119,8 +126,14 @@ class StoreReads:
         return self._run("tenants", tenants_page, self.reads, page)
 
     def queue(self, page: Page) -> QueuePage:
-        return self._run("queue", queue_page, self.engine, page, self.request_of, self.policy,
-                         datetime.now(timezone.utc))
+        """The queue judged now, its verdicts recorded (the one reason); past JUDGE_S (a long queue,
+        a busy worker) the reasons as the store holds them, while the judgement goes on to record its own."""
+        now = datetime.now(timezone.utc)
+        judged = self.pool.submit(queue_page, self.engine, page, self.request_of, self.policy, now)
+        try:
+            return judged.result(timeout=JUDGE_S)
+        except Late:
+            return self._run("queue", stored_queue_page, self.reads, page, now, within=READ_S - JUDGE_S)
 
     def serving(self, ask: ServingAsk) -> ServingView:
         return self._run("serving", serving_view, self.reads, ask)

@@ -14,7 +14,7 @@ last 10 stay PENDING with a reason. No decisions are kept (pages showing one sho
 Then a Temporal dev server, one control-plane worker and a real ``gpuflow gateway`` are started
 over that store as ``gpuflow dev`` starts them (``--no-temporal``: the gateway alone, and pages
 that ask Temporal then say they could not), and every GET route registered in
-gateway/console/__init__.py at run time is asked ``--reps`` times (a path parameter is filled
+console/__init__.py at run time is asked ``--reps`` times (a path parameter is filled
 with a deployment, a replica or a host of the store; the playground with ``?model=``). Per
 page: the status, the server's data time (``x-gpuflow-data-ms``) p50 and max, the whole
 response's time p50 and max, and whether the data max is within 300 ms. The deployments have no
@@ -91,8 +91,8 @@ def fill(engine, hosts: int, replicas: int) -> None:
 
 
 def routes() -> list[str]:
-    """Every GET path the console registers now (gateway/console/__init__.py's PAGES)."""
-    from gateway import console
+    """Every GET path the console registers now (console/__init__.py's PAGES)."""
+    import console
 
     out = []
     for page in console.PAGES:

@@ -147,6 +147,9 @@ class QueuePage(Message):
     queueing: str = "BestEffortFIFO"
     rows: list[dict[str, Any]] = []  # gpuflow/cli/queue.py's rows
     total: int = 0
+    # False: each row's reason as the store holds it, because judging the queue afresh took longer
+    # than a read may (activities/cluster_reads.py JUDGE_S); that judgement records its verdicts when done
+    judged: bool = True
 
 
 class ServingAsk(Message):

@@ -1,5 +1,5 @@
 """What an API key may do: one scope per key (issue 40), read by the gateway (gateway/auth.py),
-its console (gateway/console/rules.py) and the CLI (``gpuflow keys create --scope``). Plain
+its console (console/rules.py) and the CLI (``gpuflow keys create --scope``). Plain
 names, no pydantic: the CLI reads them when it builds its flags.
 
 - ``tenant``: serves its tenant's models (the default);

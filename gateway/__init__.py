@@ -2,5 +2,6 @@
 ``gateway.app.build(engine, settings)`` gives the ASGI app; ``gateway.app.serve`` runs it.
 
 Reads the store (``store/``: the routing table, keys, tenants' limits) and writes only its own
-in-flight counts there; reaches Temporal only to wake an autoscaler (``wake.py``, through
-``gpuflow.runtime``). Imports ``scheduler``, ``contracts``, ``store`` and ``gpuflow.runtime``."""
+in-flight counts and usage there; wakes an autoscaler through the seam it is handed (``wake.py``:
+``gpuflow gateway`` gives one that signals through Temporal). Imports ``scheduler``, ``contracts``
+and ``store`` only; the web console (``console/``) is served beside it, never imported by it."""

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpuflow.render.cluster import counts
+from views.render.cluster import counts
 
 WAITING = ("unschedulable", "quota:")  # a PENDING reason that says no placement can be made now
 

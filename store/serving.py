@@ -101,6 +101,12 @@ def in_flight_of(s: Session, instances: list[str], since: datetime) -> dict[str,
     return out
 
 
+def metrics_url(gateway_url: str) -> str:
+    """A gateway registers its OpenAI base ``http://HOST:PORT/v1``; its metrics are at /metrics."""
+    base = gateway_url.rstrip("/")
+    return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
+
+
 def live_gateways(engine: Engine, now: datetime | None = None, live_s: float = LIVE_S) -> list[GatewayRow]:
     since = (now or utcnow()) - timedelta(seconds=live_s)
     with Session(engine) as s:

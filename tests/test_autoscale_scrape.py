@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.autoscale_scrape import parse, window
+from scheduler.autoscale.scrape import parse, window
 
 VLLM = """# HELP vllm:num_requests_waiting Number of requests waiting.
 # TYPE vllm:num_requests_waiting gauge

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from activities.autoscale import metrics_url
-from activities.autoscale_scrape import parse, window
+from store.serving import metrics_url
+from scheduler.autoscale.scrape import parse, window
 from activities.autoscale_state import Carry
 from scheduler.autoscale.policy import PolicyState
 from scheduler.autoscale.signals import Sample

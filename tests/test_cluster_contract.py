@@ -123,3 +123,27 @@ def test_a_read_past_its_deadline_is_refused_naming_it(monkeypatch):
         with pytest.raises(InvalidInput, match="did not answer the keys read within 0.05 s"):
             reads.keys(cc.Page())
         release.set()
+
+
+def test_a_queue_slow_to_judge_answers_the_stored_reasons(sqlite_engine, monkeypatch):
+    # the queue is judged afresh (a decision per waiting replica) for at most JUDGE_S (1.0 s; 0.05 s
+    # here); past it the answer is the reasons the store holds, said so (judged: false), and the
+    # judgement goes on to record its own
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from activities import cluster_reads
+    from contracts.control import InstanceRecord
+    from store import records
+
+    records.save_deployment(sqlite_engine, "big", {"name": "big"}, 1)
+    row = InstanceRecord(name="big-0", deployment="big", model="big", state="pending", reason="0/0 hosts fit")
+    records.create_instances(sqlite_engine, [row])
+    records.record_instances(sqlite_engine, [row])  # its reason, as its decision records it
+    monkeypatch.setattr(cluster_reads, "JUDGE_S", 0.05)
+    release = threading.Event()
+    monkeypatch.setattr(cluster_reads, "queue_page", lambda *a: release.wait(5))  # a judgement that takes long
+    with ThreadPoolExecutor(2) as pool:
+        got = cluster_reads.StoreReads(sqlite_engine, sqlite_engine, pool, lambda spec: None, None).queue(cc.Page())
+        release.set()
+    assert got.judged is False and [(r["instance"], r["reason"]) for r in got.rows] == [("big-0", "0/0 hosts fit")]

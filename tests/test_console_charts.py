@@ -1,4 +1,4 @@
-"""The autoscaler's chart on a deployment's page (gateway/console/charts.py): where its lines and
+"""The autoscaler's chart on a deployment's page (console/charts.py): where its lines and
 marks fall, and the words each mark carries. The SVG is 640 x 200 with margins left 36, right 12,
 top 10, bottom 24: x runs from 36 to 628 (592 wide), y from 176 (0 replicas) up to 10."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.console.charts import replicas_chart, title
+from console.charts import replicas_chart, title
 
 
 def step(at, target, running, direction="hold", rule="-", **signals):

@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from gateway.console.hosts_actions import cordon_ask
-from gateway.console.queue_page import visible_preemption
-from gateway.console.replica import candidates, ui_link
-from gateway.console.tenants_page import Bar, bar
+from console.hosts_actions import cordon_ask
+from console.queue_page import visible_preemption
+from console.replica import candidates, ui_link
+from console.tenants_page import Bar, bar
 from views.tenancy import Preemption, preemptions
 from scheduler.errors import InvalidInput
 from store import decision_log

@@ -1,4 +1,4 @@
-"""The Deployments pages' data (gateway/console/deployment_view.py) on a real SQLite store: who
+"""The Deployments pages' data (console/deployment_view.py) on a real SQLite store: who
 sees which deployment, the counts by state, the filter and pages, a replica's in-flight count
 from live gateways only, its measured VRAM against its claim, and env values never shown."""
 
@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from sqlmodel import Session
 
-from gateway.console import deployment_view as dv
-from gateway.console.access import OPEN, Caller
+from console import deployment_view as dv
+from console.access import OPEN, Caller
 from store import db
 from store.serving import GatewayLoadRow, GatewayRow
 from store.tables import DeploymentRow, InstanceRow, utcnow

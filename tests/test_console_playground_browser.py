@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from gateway.console.playground import handed_scope
+from console.playground import handed_scope
 from tests.console_browser import Watched, browser
 from tests.dev_stack import Dev, until
 

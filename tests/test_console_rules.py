@@ -1,4 +1,4 @@
-"""Who may act on what in the console (gateway/console/rules.py; issue 40, M7): a key's scope
+"""Who may act on what in the console (console/rules.py; issue 40, M7): a key's scope
 against the tenant that owns the object. Each row: the caller's scope and tenant, the object, and
 None (allowed) or the words the refusal must hold."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.console import rules
-from gateway.console.access import OPEN, Caller
-from gateway.console.keys_page import grantable, shown_to
+from console import rules
+from console.access import OPEN, Caller
+from console.keys_page import grantable, shown_to
 
 A_ADMIN = ("tenant-admin", "team-a")
 CLUSTER = ("cluster-admin", "default")

@@ -1,4 +1,4 @@
-"""The console's serving figures (gateway/console/serving_stats.py): percentiles from a gateway's
+"""The console's serving figures (console/serving_stats.py): percentiles from a gateway's
 own Prometheus histograms, the request rate between two readings, several gateways together, and
 a gateway that does not answer."""
 
@@ -10,8 +10,8 @@ import httpx2 as httpx
 import pytest
 from prometheus_client import generate_latest
 
-from activities.autoscale_scrape import parse
-from gateway.console import serving_stats as ss
+from scheduler.autoscale.scrape import parse
+from console import serving_stats as ss
 from gateway.metrics import Metrics
 from gpuflow.ports import free_port
 from scheduler.autoscale.histogram import Histogram

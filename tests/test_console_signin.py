@@ -1,4 +1,4 @@
-"""The sign-in form's reader (gateway/console/signin.py) on real ASGI requests: the key and the
+"""The sign-in form's reader (console/signin.py) on real ASGI requests: the key and the
 page to go back to, and nothing (so the form is shown again) for anything that is not a small
 urlencoded form."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from starlette.requests import Request
 
-from gateway.console.signin import MAX_FORM, _next, small_form
+from console.signin import MAX_FORM, _next, small_form
 
 
 def request(body: bytes, content_type: str = "application/x-www-form-urlencoded") -> Request:

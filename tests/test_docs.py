@@ -177,7 +177,7 @@ def test_every_metric_is_in_the_metrics_reference(site):
 def test_every_route_is_in_the_http_reference(site):
     import sqlalchemy
 
-    from gateway import console
+    import console
     from gateway.app import build as build_app
 
     codes = codes_of(site, "reference/http-api")

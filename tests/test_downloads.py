@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 
 from store.tables import ModelFileRow
 from gpuflow import ops
-from gpuflow.render import cluster as render_cluster
+from views.render import cluster as render_cluster
 from scheduler.spec import ModelSpec
 from tests.hub_mirror import COMMIT, HubMirror
 from tests.live import FAST, Live

@@ -1,5 +1,5 @@
 """Which Host a request may name (gateway/host_check.py; issue 40, M1: DNS rebinding), and which
-Origin an action may come from (gateway/console/access.py). The gateway listens on
+Origin an action may come from (console/access.py). The gateway listens on
 127.0.0.1:8080 with ``--public-name gpu.example.com`` unless a row says otherwise."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from gateway import host_check as hc
 from gateway.config import GatewaySettings
-from gateway.console.access import origin_problem
+from console.access import origin_problem
 from scheduler.errors import InvalidInput
 
 PUBLIC = ("gpu.example.com", "Proxy.Example:443")

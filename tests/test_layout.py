@@ -1,8 +1,10 @@
-"""The layering in README's Layout table, checked on the source: each package's modules import only
-the packages of ours it may, directly and through every module they import in turn; and no
-workflow module reaches an HTTP client, a database library or ``temporalio.client``, however
-indirectly. The agent's import of activities/payloads.py, and the hub listing written twice for
-want of a shared home, are what hubio/ and contracts/ replaced."""
+"""The layering in docs/developer/layout.md's table, checked on the source: each package's modules
+import only the packages of ours they may, directly and through every module they import in turn;
+and no workflow module reaches an HTTP client, a database library or ``temporalio.client``, however
+indirectly. Every top-level package has its own row, and no row an exception: a rule is kept by
+moving the code, never by widening this test (the agent's import of activities/payloads.py and the
+hub listing written twice became hubio/ and contracts/; the console's imports of CLI modules and
+gpuflow's Temporal helpers became views/ and the console's ControlPlane seam)."""
 
 from __future__ import annotations
 
@@ -13,28 +15,31 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"scheduler", "contracts", "hubio", "store", "activities", "workflows", "worker_agent", "gateway", "gpuflow"}
+OURS = {"scheduler", "contracts", "hubio", "store", "views", "activities", "workflows", "worker_agent", "gateway",
+        "console", "gpuflow"}
 
-# package: the packages of ours it may import besides itself (README, "Layout")
+# package: the packages of ours it may import besides itself (docs/developer/layout.md)
 MAY = {
     "scheduler": set(),
     "contracts": {"scheduler"},
     "hubio": {"scheduler"},
     "store": {"scheduler", "contracts"},
-    "activities": {"scheduler", "hubio", "contracts", "store"},
+    "views": {"scheduler", "contracts", "store"},  # what the CLI and the console show, read from the store
+    "activities": {"scheduler", "hubio", "contracts", "store", "views"},  # the reads answer with the views
     "workflows": {"scheduler", "contracts"},
     "worker_agent": {"scheduler", "hubio", "contracts"},
-    "gateway": {"scheduler", "contracts", "store", "gpuflow"},  # gpuflow: its Temporal connection (runtime.py)
-    "gpuflow": OURS - {"gpuflow"} | {"gateway.console"},  # the CLI and the processes: it wires everything
-    # the web console: pages over the CLI's own views (gpuflow/), served by the gateway process; the
-    # serving path never imports it (``gpuflow gateway`` hands its mount to gateway.app.build)
-    "gateway.console": OURS,
+    "gateway": {"scheduler", "contracts", "store"},
+    # the web console: served by a gateway's process, over the views; the control plane only through
+    # the seam it is handed (console/plane.py): no Temporal client, no CLI module
+    "console": {"scheduler", "contracts", "store", "gateway", "views"},
+    "gpuflow": OURS - {"gpuflow"},  # the CLI and the processes: it wires everything
 }
-SUBPACKAGES = ("gateway.console",)  # their own row above, apart from the package they sit in
 
 
 def package_of(module: str) -> str:
-    return next((p for p in SUBPACKAGES if module == p or module.startswith(p + ".")), module.split(".")[0])
+    return module.split(".")[0]
+
+
 # What no workflow module may reach, even through the modules it imports: I/O has no place in a
 # workflow (it runs in the workflow task, replayed), and these are the libraries that do it.
 NO_IO = {"aiohttp", "httpx", "requests", "urllib3", "sqlalchemy", "sqlmodel", "psycopg", "psycopg2", "asyncpg",
@@ -98,14 +103,12 @@ def test_package_imports_only_what_it_may(package):
     for m in sorted(k for k in known if package_of(k) == package):
         names = import_names(known[m])
         bad = {n.split(".")[0] for n in names if n.split(".")[0] in OURS} - MAY[package] - {package}
-        bad |= {p for p in SUBPACKAGES if p != package and p not in MAY[package]
-                and any(n == p or n.startswith(p + ".") for n in names)}
         if bad:
             wrong[m] = sorted(bad)
     assert wrong == {}
 
 
-@pytest.mark.parametrize("package", sorted(set(MAY) - {"gpuflow", "gateway.console"}))
+@pytest.mark.parametrize("package", sorted(set(MAY) - {"gpuflow"}))
 def test_package_reaches_only_what_it_may(package):
     # transitively: a module of a package it may import must not bring in one it may not
     known = modules()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuflow.ops import natural_key
-from gpuflow.render.cluster import counts, status
+from scheduler.naming import natural_key
+from views.render.cluster import counts, status
 
 
 @pytest.mark.parametrize("states, line", [

@@ -147,7 +147,7 @@ def test_preempt_moves_the_gpus_in_one_transaction(store):
 
 
 def test_explain_shows_the_quota_first_and_the_victims():
-    from gpuflow.render.explain import explain
+    from views.render.explain import explain
 
     quota = "quota: tenant poc uses 2 of its 2 GPUs (this replica needs 1)"
     out = explain({"instance": "poc-m-2", "state": "pending", "scheduled": False, "reasons": [quota, "other"],

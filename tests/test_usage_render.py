@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuflow.render import cluster, usage
+from views.render import cluster, usage
 from views.usage import attach
 from scheduler.units import GiB, MiB
 

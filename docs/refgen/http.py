@@ -1,5 +1,5 @@
 """The HTTP API reference: the gateway's routes as ``gateway.app.build`` mounts them (and the web
-console's, from ``gateway/console``), and every error it answers: each helper of
+console's, from ``console``), and every error it answers: each helper of
 ``gateway/errors.py`` called to see its status, type, code and headers, and each
 ``errors.error(STATUS, ...)`` the gateway's modules write in place."""
 
@@ -73,7 +73,7 @@ def routes() -> list[tuple[str, str, str]]:
 
 
 def console_routes() -> list[tuple[str, str, str]]:
-    from gateway import console
+    import console
 
     out = []
     for mod in console.PAGES:

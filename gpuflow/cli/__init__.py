@@ -15,7 +15,7 @@ import os
 import sys
 
 from gpuflow import files
-from gpuflow.render import dryrun as render
+from views.render import dryrun as render
 from gpuflow.policy_env import policy_config
 from scheduler import scale_down
 from scheduler.decide import decide
@@ -58,7 +58,7 @@ def _csv(v: str | None, cast):
 
 
 def cmd_estimate(a) -> int:
-    from gpuflow.render.estimate_json import gguf_json, hf_json
+    from views.render.estimate_json import gguf_json, hf_json
 
     path = a.model
     if os.path.isdir(path):
@@ -77,7 +77,7 @@ def cmd_estimate(a) -> int:
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        from gpuflow.render.estimate_json import table
+        from views.render.estimate_json import table
 
         print(table(out))
     return EXIT_OK

@@ -19,7 +19,7 @@ import re
 from sqlalchemy.engine import Engine
 
 from contracts.decision import DecisionRecord
-from gpuflow.render import replay as render_replay
+from views.render import replay as render_replay
 from scheduler.errors import InvalidInput
 from store.decision_replay import history, load, replay
 

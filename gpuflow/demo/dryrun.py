@@ -8,7 +8,7 @@ import os
 
 from gpuflow import files
 from gpuflow.demo import synthetic
-from gpuflow.render import dryrun as render
+from views.render import dryrun as render
 from scheduler.summary import request_summary, summary_text
 from gpuflow.settings import Settings
 from scheduler import scale_down

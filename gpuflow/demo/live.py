@@ -16,7 +16,7 @@ import yaml
 from contracts.ids import instance_id
 from gpuflow import ops
 from gpuflow.demo import llm as demo_llm
-from gpuflow.render import cluster as render_cluster
+from views.render import cluster as render_cluster
 from store.serving import REPORT_S
 from gpuflow.serving_view import add_serving, open_store
 from gpuflow.runtime import connect

@@ -7,7 +7,7 @@
   ``autoscale`` query, as ``gpuflow autoscale``, drawn by charts.py; and the steps the store keeps
   for ``gpuflow explain --replay``) and serving figures (serving_stats.py).
 - ``POST /deployments/{name}/scale`` ``{"replicas": N}`` and ``POST /deployments/{name}/delete``:
-  through Temporal as ``gpuflow scale`` and ``gpuflow delete`` (gpuflow/ops.py), for a
+  through the control plane as ``gpuflow scale`` and ``gpuflow delete`` (console/plane.py), for a
   cluster-admin or a tenant-admin of the tenant that owns the deployment (rules.py).
 
 What Temporal alone knows is asked with a deadline (``TEMPORAL_S``): a page whose control plane
@@ -23,10 +23,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway.console import access, rules, serving_stats, temporal
-from gateway.console.charts import replicas_chart
-from gateway.console.deployment_view import detail, listing
-from gateway.console.web import Page, action_body, page, page_number
+from console import access, rules, serving_stats
+from console.charts import replicas_chart
+from console.deployment_view import detail, listing
+from console.web import Page, action_body, page, page_number
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem
@@ -43,9 +43,9 @@ def _name(request: Request) -> str:
     return name
 
 
-async def show_list(gw, request, caller) -> Page:
+async def show_list(con, request, caller) -> Page:
     q = request.query_params.get("q", "")[:100]
-    ls = await asyncio.to_thread(listing, gw.engine, caller, q, page_number(request))
+    ls = await asyncio.to_thread(listing, con.engine, caller, q, page_number(request))
     return Page("deployments.html", {"title": "Deployments", "ls": ls, "q": q})
 
 
@@ -61,27 +61,15 @@ async def _asked(what: str, call) -> tuple[Any, str]:
         return None, f"the {what} could not be asked: {type(e).__name__}: {str(e)[:300]}"
 
 
-async def _rollout(gw, name: str) -> dict:
-    from gpuflow.workflow_views import rollout_view
-
-    return await rollout_view(await temporal.client(gw), name)
-
-
-async def _autoscaler(gw, name: str) -> dict | None:
-    from gpuflow.workflow_views import autoscaler
-
-    return await autoscaler(await temporal.client(gw), name)  # failed or stuck: said, never queried
-
-
-async def show(gw, request, caller) -> Page:
+async def show(con, request, caller) -> Page:
     name = _name(request)
-    d = await asyncio.to_thread(detail, gw.engine, caller, name)
+    d = await asyncio.to_thread(detail, con.engine, caller, name)
     if d is None:
         return Page("error.html", {"title": "404", "message": f"no deployment named {name!r} that you may see"}, 404)
-    jobs = [_asked("deployment workflow", lambda: _rollout(gw, name)),
-            serving_stats.read(gw, name, access.token_of(request))]
-    if d.summary.autoscaled:
-        jobs.append(_asked("autoscaler workflow", lambda: _autoscaler(gw, name)))
+    jobs = [_asked("deployment workflow", lambda: con.control().rollout(name)),
+            serving_stats.read(con, name, access.token_of(request))]
+    if d.summary.autoscaled:  # one failed or stuck is said, never queried (as gpuflow autoscale)
+        jobs.append(_asked("autoscaler workflow", lambda: con.control().autoscaler(name)))
     got = await asyncio.gather(*jobs)
     (rollout, rollout_why), serving = got[0], got[1]
     autoscaler, autoscaler_why = got[2] if len(got) > 2 else (None, "")
@@ -105,10 +93,10 @@ def replicas_of(body: dict[str, Any]) -> int:
     return n
 
 
-async def _may(gw, caller, verb: str, name: str) -> None:
+async def _may(con, caller, verb: str, name: str) -> None:
     """Refused unless ``caller`` sees deployment ``name`` (InvalidInput: as if it did not exist) and
     its scope may ``verb`` it (access.Forbidden, naming what is missing: rules.deployment)."""
-    d = await asyncio.to_thread(detail, gw.engine, caller, name)
+    d = await asyncio.to_thread(detail, con.engine, caller, name)
     if d is None:
         raise InvalidInput(f"no deployment named {name!r} that you may see")
     why = rules.deployment(caller.scope, caller.tenant, verb, name, d.summary.tenant)
@@ -116,22 +104,18 @@ async def _may(gw, caller, verb: str, name: str) -> None:
         raise access.Forbidden(why)
 
 
-async def scale(gw, request, caller) -> JSONResponse:
-    from gpuflow import ops
-
+async def scale(con, request, caller) -> JSONResponse:
     name = _name(request)
     n = replicas_of(await action_body(request))
-    await _may(gw, caller, "scale", name)
-    v = await ops.scale(await temporal.client(gw), name, n)
+    await _may(con, caller, "scale", name)
+    v = await con.control().scale(name, n)
     return JSONResponse({"message": f"{name}: {v.replicas} replica(s) wanted", "replicas": v.replicas})
 
 
-async def delete(gw, request, caller) -> JSONResponse:
-    from gpuflow import ops
-
+async def delete(con, request, caller) -> JSONResponse:
     name = _name(request)
-    await _may(gw, caller, "delete", name)
-    v = await ops.delete(await temporal.client(gw), name)
+    await _may(con, caller, "delete", name)
+    v = await con.control().delete(name)
     stopping = len(set(v.instances) | set(v.stopping))
     return JSONResponse({"message": f"deleting {name}: {stopping} replica(s) to stop"})
 

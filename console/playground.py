@@ -15,8 +15,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.console import access
-from gateway.console.web import Page, page
+from console import access
+from console.web import Page, page
 
 CHAT_PATH = "/v1/chat/completions"
 KEPT = frozenset({b"host", b"content-type", b"content-length", b"accept", b"user-agent"})
@@ -55,8 +55,8 @@ class Handed(Response):
         await self.inner(scope, receive, send_with)
 
 
-async def show(gw, request: Request, caller: access.Caller) -> Page:
-    table = gw.balancer.table
+async def show(con, request: Request, caller: access.Caller) -> Page:
+    table = con.gw.balancer.table
     models = table.listed_for(caller.tenant, caller.keyed)  # as /v1/models lists them: OpenAI engines only
     asked = request.query_params.get("model", "")[:200]
     chosen = asked if asked in models else (models[0] if models else "")
@@ -65,9 +65,9 @@ async def show(gw, request: Request, caller: access.Caller) -> Page:
                                     "unknown": asked if asked and asked not in models else ""})
 
 
-async def chat(gw, request: Request, caller: access.Caller) -> Response:
+async def chat(con, request: Request, caller: access.Caller) -> Response:
     token = access.token_of(request) if caller.keyed else ""
-    return Handed(await gw.relay(Request(handed_scope(request.scope, token), request.receive)))
+    return Handed(await con.gw.relay(Request(handed_scope(request.scope, token), request.receive)))
 
 
 ROUTES = [("/playground", page(show), ["GET"]), ("/playground/chat", page(chat, action=True), ["POST"])]

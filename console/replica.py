@@ -1,5 +1,5 @@
 """A replica's page: its state, host, GPUs and reason and its ledger lines, read from the store; its
-placement decision as ``gpuflow explain`` shows it (gpuflow/ops.py ``explain``, one query of its
+placement decision as ``gpuflow explain`` shows it (the control plane's ``explain``, one query of its
 workflow: the filters' verdicts per host, the candidates with each scorer's points, the chosen
 one, the victims it preempted); the preemptions that took its GPUs; and a link to its workflow
 in the Temporal UI. A PENDING replica shows its current reason, as ``status`` and ``queue`` do
@@ -16,9 +16,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from contracts.ids import instance_id
-from gateway.console import temporal
-from gateway.console.web import Page, page
-from gpuflow.render.explain import explain, request_text
+from console.web import Page, page
+from views.render.explain import explain, request_text
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import name_problem
 from store.tables import DeploymentRow, InstanceRow, ReservationRow
@@ -74,13 +73,10 @@ def candidates(dec: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
                    for c in cands]
 
 
-async def _explain(gw, name: str) -> tuple[dict[str, Any] | None, str]:
+async def _explain(con, name: str) -> tuple[dict[str, Any] | None, str]:
     """``gpuflow explain NAME``'s dict, or why it could not be read."""
-    from gpuflow import ops
-
     try:
-        client = await temporal.client(gw)
-        return await asyncio.wait_for(ops.explain(client, name), EXPLAIN_S), ""
+        return await asyncio.wait_for(con.control().explain(name), EXPLAIN_S), ""
     except GpuflowError as e:  # refused (InvalidInput) or not answered (gpuflow.runtime.Unreachable)
         return None, str(e)
     except asyncio.TimeoutError:
@@ -94,16 +90,16 @@ def _preemptions(engine: Engine, name: str) -> list:
             if p.instance == name or any(v["name"] == name for v in p.victims)]
 
 
-async def show(gw, request, caller) -> Page:
+async def show(con, request, caller) -> Page:
     name = request.path_params["instance"]
     problem = name_problem(name)
     if problem:
         raise InvalidInput(f"replica name {name[:80]!r}: {problem}")
-    st = await asyncio.to_thread(stored, gw.engine, name)
+    st = await asyncio.to_thread(stored, con.engine, name)
     if st is None or not caller.sees(st.spec):
         return Page("error.html", {"title": "404", "message": f"no replica named {name!r} that you may see"}, 404)
-    (d, why_not), preempted = await asyncio.gather(_explain(gw, name),
-                                                   asyncio.to_thread(_preemptions, gw.engine, name))
+    (d, why_not), preempted = await asyncio.gather(_explain(con, name),
+                                                   asyncio.to_thread(_preemptions, con.engine, name))
     now = st.reason if st.state == "pending" and st.reason else None  # serving_view.pending_reason's rule, same row
     text = None
     if d is not None:
@@ -112,12 +108,11 @@ async def show(gw, request, caller) -> Page:
         text = explain(d)
     dec = (d or {}).get("decision") or {}
     names, cands = candidates(dec)
-    ns = getattr(gw.settings.temporal, "namespace", None) or "default"
     return Page("replica.html", {
         "title": name, "st": st, "d": d, "why_not": why_not, "now": now, "dec": dec, "scorers": names,
         "candidates": cands, "text": text, "preemptions": preempted, "searched": PREEMPTIONS_SEEN,
         "request": request_text((d or {}).get("request")),  # explain's own words for it
-        "ui": ui_link(gw.settings.temporal_ui_url, ns, name)})
+        "ui": ui_link(con.settings.temporal_ui_url, con.namespace, name)})
 
 
 ROUTES = [("/replicas/{instance}", page(show), ["GET"])]

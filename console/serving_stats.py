@@ -1,7 +1,7 @@
 """A deployment's serving figures on its page, read from the gateways' own counters: this
-gateway's registry (``gw.metrics``) and every other live gateway's ``/metrics`` (store/serving.py
+gateway's registry (its ``Gateway.metrics``) and every other live gateway's ``/metrics`` (store/serving.py
 ``live_gateways`` gives their URLs), parsed as the autoscaler parses them
-(activities/autoscale_scrape.py ``parse``, for one ``model``).
+(scheduler/autoscale/scrape.py ``parse``, for one ``model``).
 
 - Requests: the count of the gateway's request-duration histogram (a request answered, in full).
 - Requests/s: that count's rise since the previous reading this gateway's console kept, over the
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import httpx2 as httpx
 from prometheus_client import generate_latest
 
-from activities.autoscale import metrics_url
-from activities.autoscale_scrape import Scrape, parse
+from store.serving import metrics_url
+from scheduler.autoscale.scrape import Scrape, parse
 from scheduler.autoscale.histogram import EMPTY, Histogram, merge, quantile
 from store import serving
 
@@ -94,17 +94,17 @@ async def _other(http: httpx.AsyncClient, url: str, model: str, token: str) -> S
         return f"its /metrics did not parse: {e}"
 
 
-async def read(gw, model: str, token: str = "") -> list[Figures]:
+async def read(con, model: str, token: str = "") -> list[Figures]:
     """Each live gateway's figures for ``model``, this one first, then all of them together
     (last, when more than one answered). ``token``: the caller's key, for gateways whose
     /metrics needs one."""
-    me = gw.settings.gateway_id
-    others = [g for g in await asyncio.to_thread(serving.live_gateways, gw.engine) if g.id != me]
-    kept: dict[tuple[str, str], tuple[float, float]] = gw.__dict__.setdefault("console_serving_prev", {})
+    me = con.settings.gateway_id
+    others = [g for g in await asyncio.to_thread(serving.live_gateways, con.engine) if g.id != me]
+    kept = con.serving_prev
     async with httpx.AsyncClient(timeout=READ_S) as http:
         got = await asyncio.gather(*(_other(http, g.url, model, token) for g in others))
     now = time.monotonic()
-    rows = [(me, gw.settings.url or "this gateway", parse(generate_latest(gw.metrics.registry).decode(), model))]
+    rows = [(me, con.settings.url or "this gateway", parse(generate_latest(con.gw.metrics.registry).decode(), model))]
     rows += [(g.id, g.url, s) for g, s in zip(others, got)]
     out, scrapes = [], []
     for gid, url, s in rows:

@@ -1,6 +1,6 @@
 """The tenants page: each tenant's use of GPUs and VRAM against its guarantee and limit, as bars
 (what ``gpuflow tenants`` shows, read from the store as ``gpuflow tenants --data-dir`` reads it:
-gpuflow/tenancy_view.py). A key that is not an admin's sees its own tenant and ``default``."""
+views/tenancy.py). A key that is not an admin's sees its own tenant and ``default``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.console.web import Page, page
+from console.web import Page, page
 from gateway.table import DEFAULT_TENANT
 from views import tenancy as tenancy_view
 
@@ -38,8 +38,8 @@ def shown(rows: list[dict[str, Any]], caller) -> list[dict[str, Any]]:
             for r in rows if mine(r["tenant"])]
 
 
-async def show(gw, request, caller) -> Page:
-    queueing, rows = await asyncio.to_thread(tenancy_view.tenants, gw.engine)
+async def show(con, request, caller) -> Page:
+    queueing, rows = await asyncio.to_thread(tenancy_view.tenants, con.engine)
     return Page("tenants.html", {"title": "Tenants", "queueing": queueing, "rows": shown(rows, caller)})
 
 

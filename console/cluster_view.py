@@ -1,7 +1,7 @@
 """The overview's data, read from the store in a few whole-table queries (as ``gpuflow status
 --data-dir`` reads it, offline): each host with its GPUs (VRAM total, claimed by gpuflow's
 ledger, used as the host's agent measures it, used by processes gpuflow did not start), its NUMA
-and NVLink groups (gpuflow/render/cluster.py's ``topology``, the CLI's own words), the counts of
+and NVLink groups (views/render/cluster.py's ``topology``, the CLI's own words), the counts of
 deployments and replicas by state, and the live gateways with their requests in flight.
 
 ``hosts_page`` filters and pages the hosts, so 100 hosts stay readable; the summary above the
@@ -19,8 +19,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from contracts.host import host_kind
-from gpuflow.ops import natural_key
-from gpuflow.render.cluster import topology
+from scheduler.naming import natural_key
+from views.render.cluster import topology
 from store.ledger import booked_per_gpu
 from store.serving import LIVE_S, GatewayLoadRow, GatewayRow
 from store.tables import DeploymentRow, InstanceRow, WorkerRow, utcnow

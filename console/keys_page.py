@@ -1,11 +1,11 @@
 """The API-keys page: the keys (id, tenant, name, scope, created, revoked) with each key's and
 each tenant's requests and tokens over the last hour and day, read from the store as ``gpuflow
-keys list`` and ``keys usage`` read it offline (activities/cluster_reads.py ``key_view`` and
+keys list`` and ``keys usage`` read it offline (views/keys.py ``key_view`` and
 ``key_usage_rows``). What a caller sees is its scope's: a cluster-admin (or the open console)
 every key and tenant; a tenant-admin its tenant's keys and figures; a tenant key itself. Who may
 create and revoke which key is rules.py's ``key``.
 
-Create and revoke go through Temporal as the CLI's do (gpuflow/cluster_client.py), so the
+Create and revoke go through the control plane as the CLI's do (console/plane.py), so the
 cluster workflow validates and records them; a new key is made here, and only its salted hash
 travels. The key itself is in the create action's JSON answer (``Cache-Control: no-store``) and
 nowhere else: the page's script shows it once, it is never put in a cookie, a URL or a log."""
@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse
 from views.keys import key_usage_rows, key_view
 from contracts.cluster import KEY_ID, KeyView, UsageRow
 from contracts.scopes import SCOPES, TENANT
-from gateway.console import access, rules, temporal
-from gateway.console.web import Page, action_body, page, page_number
+from console import access, rules
+from console.web import Page, action_body, page, page_number
 from scheduler.errors import InvalidInput
 from store import keys
 
@@ -63,9 +63,9 @@ def shown_to(caller) -> tuple[str | None, str | None]:
     return caller.tenant, None if caller.admin else caller.key_id
 
 
-async def show(gw, request, caller) -> Page:
+async def show(con, request, caller) -> Page:
     tenant, key_id = shown_to(caller)
-    view = await asyncio.to_thread(gather, gw.engine, tenant, page_number(request), datetime.now(timezone.utc), key_id)
+    view = await asyncio.to_thread(gather, con.engine, tenant, page_number(request), datetime.now(timezone.utc), key_id)
     revocable = {k.id for k in view.keys if rules.key(caller.scope, caller.tenant, "revoke", k.tenant, k.scope) is None}
     return Page("keys.html", {"title": "API keys", "v": view, "scopes": grantable(caller), "revocable": revocable})
 
@@ -86,9 +86,7 @@ def _text(data: dict, name: str) -> str:
 CREATE_FIELDS = {"tenant", "name", "scope"}
 
 
-async def create(gw, request, caller) -> JSONResponse:
-    from gpuflow import cluster_client
-
+async def create(con, request, caller) -> JSONResponse:
     data = await action_body(request)
     extra = sorted(set(data) - CREATE_FIELDS)
     if extra:
@@ -98,25 +96,23 @@ async def create(gw, request, caller) -> JSONResponse:
     why = rules.key(caller.scope, caller.tenant, "create", tenant, scope)
     if why:
         raise access.Forbidden(why)
-    key, view = await cluster_client.create_key(await temporal.client(gw), tenant, name, scope)
+    key, view = await con.control().create_key(tenant, name, scope)
     return JSONResponse({"message": f"{view.scope} API key {view.id} created for tenant {view.tenant}", "id": view.id,
                          "tenant": view.tenant, "scope": view.scope, "admin": view.admin, "key": key},
                         headers={"cache-control": "no-store"})
 
 
-async def revoke(gw, request, caller) -> JSONResponse:
-    from gpuflow import cluster_client
-
+async def revoke(con, request, caller) -> JSONResponse:
     kid = _text(await action_body(request), "id")
     if not re.match(KEY_ID, kid):
         raise InvalidInput("give a key's id: 12 hex digits, as the list shows it")
-    k = await asyncio.to_thread(keys.get, gw.engine, kid)
+    k = await asyncio.to_thread(keys.get, con.engine, kid)
     if k is None or not (caller.cluster_admin or k.tenant == caller.tenant):
         raise InvalidInput(f"no API key with id {kid!r} that you may see")
     why = rules.key(caller.scope, caller.tenant, "revoke", k.tenant, k.scope)
     if why:
         raise access.Forbidden(why)
-    view = await cluster_client.revoke_key(await temporal.client(gw), kid)
+    view = await con.control().revoke_key(kid)
     return JSONResponse({"message": f"API key {view.id} (tenant {view.tenant}) revoked", "id": view.id})
 
 

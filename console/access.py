@@ -22,8 +22,9 @@ from starlette.requests import Request
 
 from contracts.scopes import ADMIN_SCOPES, CLUSTER_ADMIN
 from gateway import host_check
+from gateway.app import Gateway
 from gateway.config import is_loopback
-from gateway.console import rules
+from console import rules
 from gateway.table import EVERYONE, DEFAULT_TENANT, owner
 
 COOKIE = "gpuflow_console"
@@ -77,7 +78,7 @@ def token_of(request: Request) -> str:
     return request.cookies.get(COOKIE, "")
 
 
-async def caller(gw, request: Request) -> Caller:
+async def caller(gw: Gateway, request: Request) -> Caller:
     if not gw.auth.required:
         host = request.client.host if request.client else ""
         if is_loopback(host):
@@ -95,7 +96,7 @@ async def caller(gw, request: Request) -> Caller:
     return Caller(tenant=info.tenant, keyed=True, scope=info.scope, key_id=info.id)
 
 
-def own_names(gw) -> frozenset[str]:
+def own_names(gw: Gateway) -> frozenset[str]:
     """The names this gateway's console answers to now (host_check.py): loopback only while open."""
     s, keyed = gw.settings, gw.auth.required
     return host_check.allowed("console", keyed, s.port, s.public_names, s.host)
@@ -111,7 +112,7 @@ def origin_problem(origin: str | None, names: frozenset[str]) -> str | None:
     return f"an action from another origin ({origin[:100]}) is refused"
 
 
-def check_action(gw, request: Request) -> None:
+def check_action(gw: Gateway, request: Request) -> None:
     if request.method != "POST" or request.headers.get(ACTION_HEADER) != "1":
         raise Forbidden("actions are sent by the console's own page")
     why = origin_problem(request.headers.get("origin"), own_names(gw))

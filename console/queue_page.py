@@ -1,31 +1,22 @@
 """The queue page: the PENDING queue in the order the next wake sees it, each replica with its
 tenant, priorities, wait and reason (the wake's own verdicts, read from the store as ``gpuflow
-queue --data-dir`` reads them: gpuflow/tenancy_view.py), and the newest preemptions. A key that
+queue --data-dir`` reads them: views/tenancy.py), and the newest preemptions. A key that
 is not an admin's sees the replicas of the deployments it may see (access.Caller.sees), and a
 preemption when it sees the preemptor's deployment; a victim it may not see is named by tenant."""
 
 from __future__ import annotations
 
 import asyncio
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from gateway.console.web import Page, page, page_number
+from console.web import Page, page, page_number
 from views import tenancy as tenancy_view
 from store.tables import DeploymentRow
 
 PAGE = 100  # queue lines per page
-
-
-@lru_cache(maxsize=1)
-def _policy():
-    """The scheduler's settings (GPUFLOW_SCHEDULER__*), as ``gpuflow queue`` reads them offline."""
-    from gpuflow.settings import Settings
-
-    return Settings().scheduler
 
 
 def specs(engine: Engine) -> dict[str, dict[str, Any]]:
@@ -44,7 +35,7 @@ def visible_preemption(p: tenancy_view.Preemption, sees) -> dict[str, Any] | Non
 
 
 def gather(engine: Engine, caller) -> dict[str, Any]:
-    queueing, rows = tenancy_view.queue(engine, _policy())
+    queueing, rows = tenancy_view.queue(engine)  # the store's reasons: nothing is judged here
     by_name = specs(engine)
 
     def sees(deployment: str) -> bool:
@@ -55,8 +46,8 @@ def gather(engine: Engine, caller) -> dict[str, Any]:
     return {"queueing": queueing, "rows": shown, "hidden": len(rows) - len(shown), "preemptions": preempted}
 
 
-async def show(gw, request, caller) -> Page:
-    data = await asyncio.to_thread(gather, gw.engine, caller)
+async def show(con, request, caller) -> Page:
+    data = await asyncio.to_thread(gather, con.engine, caller)
     pages = max(1, -(-len(data["rows"]) // PAGE))
     at = min(max(1, page_number(request)), pages)
     return Page("queue.html", {"title": "Queue", **data, "total": len(data["rows"]), "page": at, "pages": pages,

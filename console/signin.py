@@ -9,8 +9,8 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from gateway.console import access, rules
-from gateway.console.web import render
+from console import access, rules
+from console.web import render
 from gateway.relay import TooLarge, read_body
 
 def _next(v: str) -> str:
@@ -42,15 +42,15 @@ async def small_form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in fields.items()}
 
 
-def login(gw):
+def login(con):
     async def handle(request: Request) -> Response:
         if request.method == "GET":
             return _login_page(nxt=_next(request.query_params.get("next", "/console/")))
         form = await small_form(request)
         token, nxt = form.get("key", "").strip()[:200], _next(form.get("next", "/console/"))
-        if not gw.auth.required:
+        if not con.gw.auth.required:
             return RedirectResponse(nxt, status_code=303)
-        info = await gw.auth.identify(token) if token else None
+        info = await con.gw.auth.identify(token) if token else None
         if info is None:
             return _login_page("That is not a valid API key (or it was revoked).", nxt, 401)
         why = rules.console(info.scope)
@@ -62,7 +62,7 @@ def login(gw):
     return handle
 
 
-def logout(gw):
+def logout(con):
     async def handle(request: Request) -> Response:
         r = RedirectResponse("/console/login", status_code=303)
         r.delete_cookie(access.COOKIE, path="/console")

@@ -2,10 +2,10 @@
 queries (as the overview's does), so 1,000 replicas cost a few queries, not 1,000 workflow
 queries: the deployment rows, the replicas' rows, the live gateways' in-flight counts
 (store/serving.py) and the hosts' latest memory figures (store/usage.py, summed per replica by
-gpuflow/usage_view.py ``summed`` and put in words by gpuflow/render/usage.py, as ``gpuflow
+views/usage.py ``summed`` and put in words by views/render/usage.py, as ``gpuflow
 status`` does). What only a workflow keeps (a rollout's steps and versions, the autoscaler's
 recent steps) is asked of that one workflow through Temporal, as ``gpuflow rollout status`` and
-``gpuflow autoscale`` ask it (gateway/console/deployments.py)."""
+``gpuflow autoscale`` ask it (console/deployments.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from gateway.console.access import Caller
+from console.access import Caller
 from gateway.table import owner, routing_of
-from gpuflow.ops import natural_key
-from gpuflow.render.spec_text import readable
-from gpuflow.render.usage import column, warning
+from scheduler.naming import natural_key
+from views.render.spec_text import readable
+from views.render.usage import column, warning
 from views.usage import summed
 from store import decision_log
 from store.decision_log import DecisionRow
@@ -92,7 +92,7 @@ def masked(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def spec_yaml(spec: dict[str, Any]) -> str:
-    """The spec as YAML, its env values masked and its sizes in GiB (gpuflow/render/spec_text.py)."""
+    """The spec as YAML, its env values masked and its sizes in GiB (views/render/spec_text.py)."""
     return yaml.safe_dump(readable(masked(spec)), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
@@ -131,7 +131,7 @@ def listing(engine: Engine, caller: Caller, q: str = "", page: int = 1) -> Listi
 
 
 def _memory(s: Session, names: list[str]) -> dict[str, dict[str, Any]]:
-    """instance -> gpuflow/usage_view.py's figures, from the hosts' latest reports kept in the store."""
+    """instance -> views/usage.py's figures, from the hosts' latest reports kept in the store."""
     parts: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in s.exec(select(InstanceUsageRow).where(InstanceUsageRow.instance.in_(names))):
         parts[r.instance].append({"host": r.host, "gpus": r.gpus or [], "rss": r.rss, "rss_peak": r.rss_peak,

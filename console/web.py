@@ -2,7 +2,8 @@
 an error rather than an empty string), the filters pages share, and ``page()``, which wraps a
 page's handler with the access check, the time its data took and the error pages.
 
-A handler is ``async def handler(gw, request, caller) -> Page | Response``. A ``Page`` names
+A handler is ``async def handler(con, request, caller) -> Page | Response``, ``con`` the
+console (console/context.py ``Console``). A ``Page`` names
 its template and context; ``data_ms`` (the time the handler took to gather its data, the
 figure the issue's 300 ms budget is about) is shown in the footer and sent as the header
 ``x-gpuflow-data-ms``."""
@@ -22,7 +23,8 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from gateway.console import access
+from console import access
+from console.context import Console
 from gateway.relay import TooLarge, read_body
 from scheduler.errors import GpuflowError, InvalidInput
 
@@ -92,7 +94,7 @@ class Page:
     status: int = 200
 
 
-Handler = Callable[[Any, Request, access.Caller], Awaitable["Page | Response"]]
+Handler = Callable[[Console, Request, access.Caller], Awaitable["Page | Response"]]
 
 
 # scripts only from this server (no inline script runs, so an escaped name that slipped through could not
@@ -113,20 +115,20 @@ def error_page(status: int, message: str, caller: access.Caller | None = None) -
     return render("error.html", status=status, caller=caller, title=f"{status}", message=message, data_ms=None)
 
 
-def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[Any], Callable]:
-    """The route handler for ``fn``, given the gateway. ``admin``: only a tenant-admin or
+def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[Console], Callable]:
+    """The route handler for ``fn``, given the console. ``admin``: only a tenant-admin or
     cluster-admin key (or an open console) may use it; ``fn`` then checks the scope against the
     object's tenant (rules.py) and raises access.Forbidden, answered 403 naming what is missing.
     ``action``: a POST from the console's own script (access.check_action: one of the gateway's
     own origins, its header), answered in JSON."""
 
-    def bind(gw):
+    def bind(con: Console):
         async def handle(request: Request) -> Response:
             caller = None  # a metrics key is refused before it is a caller
             try:
-                caller = await access.caller(gw, request)
+                caller = await access.caller(con.gw, request)
                 if action:
-                    access.check_action(gw, request)
+                    access.check_action(con.gw, request)
                 if admin and not caller.admin:
                     raise access.Forbidden(f"this needs a tenant-admin or cluster-admin API key (gpuflow keys create "
                                            f"--tenant T --scope tenant-admin); yours is a {caller.scope} key")
@@ -138,7 +140,7 @@ def page(fn: Handler, admin: bool = False, action: bool = False) -> Callable[[An
                 return JSONResponse({"error": str(e)}, 403) if action else error_page(403, str(e), caller)
             t0 = time.perf_counter()
             try:
-                out = await fn(gw, request, caller)
+                out = await fn(con, request, caller)
             except InvalidInput as e:
                 return JSONResponse({"error": str(e)}, 400) if action else error_page(400, str(e), caller)
             except GpuflowError as e:  # Temporal or a workflow did not answer (gpuflow.runtime.Unreachable): an outage

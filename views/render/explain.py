@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuflow.render import usage
-from gpuflow.render.dryrun import text_table
+from views.render import usage
+from views.render.dryrun import text_table
 from scheduler.summary import summary_text
 from scheduler.units import gib
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.host import HOST_KINDS, host_kind
-from gpuflow.render import spec_text, usage
+from views.render import spec_text, usage
 from scheduler.units import gib
 
 

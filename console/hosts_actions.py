@@ -1,8 +1,8 @@
 """The overview's host action: cordon a host (no new replica is placed there; those running there
 keep running) or uncordon it, through its workflow's update exactly as ``gpuflow hosts cordon``
-does (gpuflow/ops.py ``cordon``), so the history records it. A cluster-admin's action (rules.py); the
-body is one small JSON object, ``{"on": true|false}`` (the console's form sends "true"/"false"),
-with an optional ``reason``."""
+does (the control plane's ``cordon``: console/plane.py), so the history records it. A
+cluster-admin's action (rules.py); the body is one small JSON object, ``{"on": true|false}`` (the
+console's form sends "true"/"false"), with an optional ``reason``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from gateway.console import access, rules, temporal
-from gateway.console.web import action_body, page
+from console import access, rules
+from console.web import action_body, page
 from scheduler.errors import InvalidInput
 from scheduler.naming import name_problem
 
@@ -35,9 +35,7 @@ def cordon_ask(body: dict[str, Any]) -> tuple[bool, str]:
     raise InvalidInput(f"'on' must be true or false, got {str(on)[:20]!r}")
 
 
-async def cordon(gw, request, caller) -> JSONResponse:
-    from gpuflow import ops
-
+async def cordon(con, request, caller) -> JSONResponse:
     name = request.path_params["name"]
     problem = name_problem(name)
     if problem:
@@ -46,7 +44,7 @@ async def cordon(gw, request, caller) -> JSONResponse:
     why = rules.host(caller.scope, caller.tenant, "cordon" if on else "uncordon", name)
     if why:
         raise access.Forbidden(why)
-    return JSONResponse({"message": await ops.cordon(await temporal.client(gw), name, on, reason), "cordoned": on})
+    return JSONResponse({"message": await con.control().cordon(name, on, reason), "cordoned": on})
 
 
 ROUTES = [("/hosts/{name}/cordon", page(cordon, admin=True, action=True), ["POST"])]
