@@ -43,7 +43,7 @@ WEDGES = [
     ("ModelDeploymentWorkflow", ({**_with(), "replicas": 300},), "maximum of 256"),
     ("ModelDeploymentWorkflow", (_with(spec={"run_command": "python3 -c 'print(1)"}),), "run_command"),
     ("ModelDeploymentWorkflow", (_with(spec={"rollout": {"max_surge": -1}}),), "rollout.max_surge"),
-    ("ModelDeploymentWorkflow", ({**_with(), "rollout": {"versions": "x"}},), "rollout: versions"),
+    ("ModelDeploymentWorkflow", ({**_with(), "rollout": {"versions": "x"}},), "rollout.versions"),  # the carried state is typed: named by its path
     ("ModelDeploymentWorkflow", ({**_with(), "rollout": {"good": {"name": "x"}}},), "rollout: source"),
     ("ModelInstanceWorkflow", ({"name": "i", "deployment": "d", "spec": GOOD, "restarts": "x"},), "restarts"),
     ("ModelInstanceWorkflow", ([],), "got a list"),
