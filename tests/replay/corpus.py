@@ -13,7 +13,7 @@ RELEASES = os.path.join(HERE, "releases")  # releases/<version>/: a released bui
 # one per scenario of issue 29: each brings up its own stack (scenarios.py)
 SCENARIOS = ("deploy", "scale", "rollout", "preemption", "host_loss", "autoscale", "config")
 WORKFLOW_TYPES = ("ModelDeploymentWorkflow", "ModelInstanceWorkflow", "HostWorkflow", "AutoscalerWorkflow",
-                  "QueueSweepWorkflow", "ClusterWorkflow")
+                  "QueueSweepWorkflow", "ClusterWorkflow", "ClusterReadsWorkflow")
 SEP = "__"  # neither a scenario nor a recorded workflow id holds it: the recorder refuses one that does
 
 

@@ -9,7 +9,8 @@ later. Small on purpose: the histories are committed (a few replicas, tests/live
 - preemption: a tenant with a guarantee takes a GPU back from a lower-priority borrower.
 - host_loss: a host dies with its processes; its replica goes UNREACHABLE and moves.
 - autoscale: an ``autoscaling`` block whose min_replicas the autoscaler applies, and a few steps.
-- config: the cluster workflow's updates (tenants applied, a key made and revoked) and reads."""
+- config: the cluster workflow's updates (tenants applied, a key made and revoked), and reads (queries
+  of the cluster-reads workflow: nothing of them is in a history)."""
 
 from __future__ import annotations
 
@@ -114,8 +115,8 @@ async def autoscale(lv: Live) -> None:
 
 async def config(lv: Live) -> None:
     """The cluster workflow's updates: the tenants file applied, a key made, listed and revoked, an
-    admin key made, and the reads an operator makes through it (queue, tenants, key usage), beside
-    one replica; the host cordoned and uncordoned."""
+    admin key made, and the reads an operator makes (queue, tenants, key usage: queries of the reads
+    workflow, in no history), beside one replica; the host cordoned and uncordoned."""
     from gpuflow import cluster_client
 
     await cluster_client.apply_tenants(lv.client, TenantsFile.model_validate(
