@@ -1,6 +1,8 @@
 """The gateway's ASGI app (Starlette, served by uvicorn). ``build(engine, settings)`` gives the
 app, ready to mount or serve; ``serve(engine, settings)`` runs it until SIGINT/SIGTERM;
-``check_start`` refuses an open gateway on a non-loopback address."""
+``check_start`` refuses an open gateway on a non-loopback address. What the gateway does not own
+comes in through ``build``: ``wake``, the autoscaler's wake (gateway/wake.py), and ``extra``, more
+routes to serve beside the API (the web console); ``gpuflow gateway`` hands both."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from gateway.stream_usage import ask_usage
 from gateway.tenant_limits import Limits
 from gateway.upstream import make_client
 from gateway.usage_counter import UsageCounter
-from gateway.wake import Waker
+from gateway.wake import Wake, Waker
 from scheduler.errors import InvalidInput
 
 STALE_S = 30.0  # /healthz fails when the routing table could not be read for this long
@@ -47,7 +49,7 @@ class BodyTimeout(Exception):
 
 
 class Gateway:
-    def __init__(self, engine: Engine, settings: GatewaySettings):
+    def __init__(self, engine: Engine, settings: GatewaySettings, wake: Wake | None = None):
         s = self.settings = settings
         self.engine = engine
         self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s, routing=s.routing,
@@ -59,7 +61,7 @@ class Gateway:
         self.refresher = Refresher(self)
         self.caches = CacheWatch(self.balancer, s.prefix_block_chars, s.tokenizer_roots, s.kv_events,
                                  lambda result: self.metrics.kv_events.labels(result).inc())
-        self.waker = Waker(s.temporal, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
+        self.waker = Waker(wake, lambda m: self.metrics.queue_depth.labels(m).set(self.balancer.depth(m)))
         self.client = None
         self.serving: Serving | None = None  # what the request path is handed, once the client is open (lifespan)
 
@@ -222,11 +224,13 @@ class Gateway:
             await self.client.close()
 
 
-def build(engine: Engine, settings: GatewaySettings | None = None, extra: tuple = ()) -> Starlette:
+def build(engine: Engine, settings: GatewaySettings | None = None, extra: tuple = (),
+          wake: Wake | None = None) -> Starlette:
     """The gateway's app; ``app.state.gateway`` is its Gateway (balancer, metrics, settings).
     ``extra``: functions of the Gateway giving more routes to serve beside the API (the web
-    console's mount: ``gpuflow gateway`` passes it; the serving path never imports it)."""
-    gw = Gateway(engine, settings or GatewaySettings())
+    console's mount: ``gpuflow gateway`` passes it; the serving path never imports it). ``wake``:
+    what wakes a deployment's autoscaler (gateway/wake.py; None: never woken)."""
+    gw = Gateway(engine, settings or GatewaySettings(), wake)
     post = ["POST"]
     app = Starlette(routes=[
         Path("/v1/chat/completions", gw.relay, methods=post),
@@ -261,14 +265,14 @@ def uvicorn_config(app: Starlette, settings: GatewaySettings):
                           timeout_graceful_shutdown=5, proxy_headers=False, server_header=False, date_header=False)
 
 
-def run(engine: Engine, settings: GatewaySettings, extra: tuple = ()) -> None:
+def run(engine: Engine, settings: GatewaySettings, extra: tuple = (), wake: Wake | None = None) -> None:
     """Run a gateway in this thread, on its own event loop (uvloop where installed), until
     SIGINT/SIGTERM."""
     import uvicorn
 
     check_start(engine, settings)
     print(f"gpuflow gateway {settings.gateway_id}: OpenAI API on {settings.url}", flush=True)
-    uvicorn.Server(uvicorn_config(build(engine, settings, extra), settings)).run()
+    uvicorn.Server(uvicorn_config(build(engine, settings, extra, wake), settings)).run()
 
 
 async def serve(engine: Engine, settings: GatewaySettings, ready=None, stop: asyncio.Event | None = None) -> None:
