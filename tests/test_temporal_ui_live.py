@@ -51,7 +51,7 @@ async def test_deployment_instance_host_and_autoscaler_read_in_the_ui(tmp_path):
         assert "**claim** 10.0 GiB VRAM, 1.0 GiB RAM" in i["current"] and "**decision inputs**" in i["current"]
 
         h = describe(lv, "host/h1")
-        assert h["summary"] == "liveness of host h1" and "**simulated** host, 2 GPU(s)" in h["details"]
+        assert h["summary"] == "liveness of host h1" and "**mock-gpus** host, 2 GPU(s)" in h["details"]
         assert "**READY**" in h["current"] and "GPU 1: `Simulated 24G` 24.0 GiB" in h["current"]
 
         await lv.wait(lambda: "**last step**" in describe(lv, "autoscaler/web")["current"], 30, "an autoscaler step")
