@@ -53,7 +53,7 @@ async def scale(lv: Live) -> None:
 async def _rolled_out(lv: Live, status: str) -> None:
     async def done() -> bool:
         v = await lv.client.get_workflow_handle("deployment/roll").query(ModelDeploymentWorkflow.rollout)
-        return not v["rolling"] and v["status"] == status and not v["stopping"]
+        return not v.rolling and v.status == status and not v.stopping
     for _ in range(400):
         if await done() and list(lv.states("roll").values()) == ["running"]:
             return
