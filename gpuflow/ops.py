@@ -21,7 +21,7 @@ from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem, natural_key  # noqa: F401  (natural_key: the callers' too)
 from scheduler.spec import ModelSpec
-from workflows.deployment import ModelDeploymentWorkflow
+from workflows.deployment import GROUPS_NOT_LIVE, ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
 
@@ -55,6 +55,8 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     (GPUFLOW_LIMITS__MAX_REPLICAS) is the control plane's to check: its workers' settings decide,
     not this client's environment, and its refusal names the limit."""
     _check_replicas(spec.replicas if replicas is None else replicas)
+    if spec.is_group:
+        raise InvalidInput(GROUPS_NOT_LIVE)
     raw = spec.model_dump(mode="json", exclude_none=True)
     wid = deployment_id(spec.name)
     handle = await client.start_workflow(
@@ -116,11 +118,9 @@ async def current(client: Client, name: str) -> DeploymentView | None:
 
 
 def _check_replicas(replicas: int) -> None:
-    """What holds on every cluster; the operator's own maximum is checked by the control plane. A
-    whole number: not true (which Python counts as 1), not "3", not 3.0."""
+    """A whole number (not true, "3" or 3.0) within the ceiling; the control plane checks the operator's maximum."""
     if type(replicas) is not int:
-        raise InvalidInput(f"replicas must be a whole number >= 0, got {str(replicas)[:20]!r} "
-                           f"({type(replicas).__name__})")
+        raise InvalidInput(f"replicas must be a whole number >= 0, got {str(replicas)[:20]!r} ({type(replicas).__name__})")
     if replicas < 0:
         raise InvalidInput(f"replicas must be >= 0, got {replicas}")
     if replicas > REPLICAS_CEILING:

@@ -15,6 +15,8 @@ from scheduler import cpulist
 from scheduler.bounds import Labels
 from scheduler.command_set import MAX_CHARS as MAX_COMMAND_SET
 from scheduler.fields import Bytes, Strict
+from scheduler.groups.layers import TopologyLayer, chain_problems
+from scheduler.groups.spec import RoleName
 from scheduler.spec import Source
 from scheduler.limits import MAX_BYTES, MAX_GPUS
 from scheduler.naming import NAME_MAX
@@ -119,6 +121,8 @@ class Worker(Strict):
     cordoned: bool = False  # an operator cordoned it: no new placements there (filters/cordon.py)
     # the executables on its agent's PATH (command_set.py), for custom commands (filters/command.py); None: unknown
     commands: str | None = Field(None, max_length=MAX_COMMAND_SET)
+    # the KV connectors its engines can run ("nixl", "mooncake"), as its agent reports; None: not reported
+    kv_connectors: list[Annotated[str, Field(min_length=1, max_length=32)]] | None = Field(None, max_length=16)
 
     def gpu(self, index: int) -> GPU | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -152,6 +156,8 @@ class Instance(Strict):
     gpu_indexes: list[int] = []
     claim: Claim = Claim()
     subordinates: list[Subordinate] = []
+    role: RoleName | None = None  # a member of a prefill/decode group: its role
+    group: str | None = Field(None, max_length=NAME_MAX)  # and the deployment whose group it belongs to
 
 
 class ModelFile(Strict):
@@ -180,6 +186,7 @@ class ClusterSnapshot(Strict):
     workers: list[Worker] = []
     instances: list[Instance] = []
     model_files: list[ModelFile] = []
+    topology: list[TopologyLayer] = Field([], max_length=32)  # the cluster's own layers (zone and rack are built in)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ClusterSnapshot":
@@ -191,6 +198,9 @@ class ClusterSnapshot(Strict):
         dup = _repeated(i.name for i in self.instances)
         if dup:
             raise ValueError(f"instance names must be unique; repeated: {', '.join(sorted(dup))}")
+        problems = chain_problems(self.topology)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def worker(self, name: str) -> Worker | None:

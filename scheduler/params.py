@@ -17,6 +17,11 @@ def _split(params: list[str]) -> list[str]:
     return out
 
 
+def tokens(params: list[str]) -> list[str]:
+    """The parameters as words, ``--k=v`` split into ``--k``, ``v``."""
+    return _split(params)
+
+
 def find(params: list[str], *names: str) -> str | None:
     toks = _split(params)
     for i, t in enumerate(toks):

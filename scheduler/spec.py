@@ -10,10 +10,11 @@ from enum import Enum
 
 from typing import Annotated
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from scheduler.autoscale.config import Autoscaling
 from scheduler.fields import Bytes, Strict
+from scheduler.groups.spec import Disaggregation, Gather, RoleSpec, role_data, role_problems
 from scheduler.engine_flags import spec_flag_problems
 from scheduler.rollout import RolloutConfig
 from scheduler.tenancy.config import NAME as TENANT_PATTERN
@@ -218,6 +219,14 @@ class ModelSpec(Strict):
     shared_with: list[Annotated[str, Field(max_length=63)]] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)
     routing: Routing | None = None  # gateway: how requests pick a replica; None: the gateway's --routing
     api: Api | None = None  # gateway: the API its engine serves (openai, none); None: its backend's (BACKEND_API)
+    roles: list[RoleSpec] | None = Field(None, min_length=1, max_length=3)  # a prefill/decode group (scheduler/groups/)
+    disaggregation: Disaggregation | None = None  # how the group's roles hand KV across
+    gather: Gather | None = None  # how tightly the group's members sit (a topology layer)
+
+    @property
+    def is_group(self) -> bool:
+        """A multi-role group: placed, admitted and scaled as one (scheduler/groups/)."""
+        return bool(self.roles)
 
     @property
     def tenant_name(self) -> str:
@@ -266,6 +275,18 @@ class ModelSpec(Strict):
             raise ValueError("backend llama.cpp needs a .gguf source (local_path or hub file)")
         if self.backend == Backend.LLAMA_CPP and self.resources:
             raise ValueError("resources cannot override llama.cpp estimates; set --ctx-size and friends in backend_parameters")
+        if self.roles is None and (self.disaggregation or self.gather):
+            raise ValueError("disaggregation and gather need roles: declare a prefill and a decode role")
+        problems = role_problems(self.roles, self.replicas, self.backend.value, self.backend_parameters,
+                                 self.disaggregation) if self.roles else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        for r in self.roles or []:  # each role's effective spec passes every check a deployment's does
+            try:
+                ModelSpec.model_validate(role_data(self.model_dump(exclude_none=True), r))
+            except ValidationError as e:
+                raise ValueError("; ".join(f"roles.{r.name.value}: {x['msg'].removeprefix('Value error, ')}"
+                                           for x in e.errors())) from None
         return self
 
     @property

@@ -39,11 +39,18 @@ with workflow.unsafe.imports_passed_through():
 START_BATCH = 64
 
 
+GROUPS_NOT_LIVE = ("roles: a prefill/decode group is placed in dry runs only (gpuflow schedule --cluster F "
+                   "--model SPEC); this control plane does not admit groups yet, so it starts none of it")
+
+
 def parse_spec(raw: dict) -> ModelSpec:
     try:
-        return ModelSpec.model_validate(raw)
+        spec = ModelSpec.model_validate(raw)
     except ValidationError as e:
         raise ValueError(f"invalid model spec: {e}") from None
+    if spec.is_group:  # refused whole rather than run as one role's plain replicas (a silent collapse)
+        raise ValueError(GROUPS_NOT_LIVE)
+    return spec
 
 
 @workflow.defn(name="ModelDeploymentWorkflow")
@@ -173,6 +180,8 @@ class ModelDeploymentWorkflow:
         self._check_new(messages.one(args, ModelSpec, "update_spec", "model spec"))
 
     def _check_new(self, new: ModelSpec) -> None:
+        if new.is_group:
+            raise ValueError(GROUPS_NOT_LIVE)
         if new.name != self.name:
             raise ValueError(f"spec name {new.name!r} does not match deployment {self.name!r}")
         if self.deleting:
