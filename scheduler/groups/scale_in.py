@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 from scheduler.allocatable import allocatable_map
 from scheduler.cluster import ClusterSnapshot, Instance, InstanceState
-from scheduler.groups.spec import RoleName, role_spec
+from scheduler.groups.domains import member_workers
+from scheduler.groups.roles import role_spec
+from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
 from scheduler.scorers import apply_chain, binpack, offload, pairing, retention, spread, status
-from scheduler.scorers.proximity import member_workers
 from scheduler.spec import ModelSpec, PlacementStrategy
 
 

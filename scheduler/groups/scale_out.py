@@ -19,8 +19,9 @@ from scheduler.candidates import GpuRows
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decide import scale_up_chain
 from scheduler.decision import Candidate, Context, Decision
-from scheduler.filters.chain import verdict
-from scheduler.groups.spec import GatherStrategy, RoleName, role_spec
+from scheduler.groups import domains
+from scheduler.groups.roles import role_spec
+from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.scorers import apply_chain, fragmentation, pairing, pick, proximity, topology
@@ -35,8 +36,7 @@ def scale_out(snapshot: ClusterSnapshot, spec: ModelSpec, role: RoleName, reques
     rspec = role_spec(spec, role)
     occ = occupancy.of(snapshot)
     ctx = Context(rspec, snapshot, request, config or PolicyConfig(), occ.allocatable, None, occ)
-    chain = (*filters.CHAIN, _Floor(spec, group))  # TODO(SCALE): FORM's pd_mode and gather_floor filters
-    workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), chain)
+    workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.member_chain(spec, role, group))
     if not workers:
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts))
     msgs: list[str] = []
@@ -61,10 +61,10 @@ class _Group:
 
     def __init__(self, snapshot: ClusterSnapshot, group: str, role: RoleName) -> None:
         self.role = role
-        self.layers = proximity.layers(snapshot)
+        self.layers = domains.active_layers(snapshot)
         self.tightest = len(self.layers)
-        self.where = proximity.paths(snapshot, self.layers)
-        self.anchors = proximity.anchors(snapshot, group)
+        self.where = domains.paths(snapshot.workers, self.layers)
+        self.anchors = domains.anchors(snapshot, group)
         self.counts = pairing.opposite_counts(snapshot.instances, group, role)
         self.w = 0.0
 
@@ -110,32 +110,3 @@ def _topology_notes(ctx: Context, cands, best: Candidate) -> list[str]:
                      f"{best.gpu_indexes}; the engine will run unpinned")
     return notes
 
-
-class _Floor:
-    """TODO(SCALE): stands in for FORM's scheduler/filters/gather_floor.py until it lands.
-    MustGather: keep the workers inside the one domain of ``gather.layer`` holding the group's
-    prefill and decode members; no member placed, or members in none or several domains there:
-    no constraint (GPUStack's GatherFloorFilter)."""
-
-    name = "gather_floor"
-
-    def __init__(self, spec: ModelSpec, group: str) -> None:
-        self.gather, self.group = spec.gather, group
-
-    def applies(self, ctx: Context) -> bool:
-        return bool(self.gather and self.gather.strategy == GatherStrategy.MUST_GATHER and self.gather.layer)
-
-    def run(self, ctx: Context, workers):
-        layers = proximity.layers(ctx.snapshot)
-        k = next((n for n, x in enumerate(layers) if x.id == self.gather.layer), None)
-        where = proximity.paths(ctx.snapshot, layers)
-        held = {where[w][:k + 1] for w in proximity.anchors(ctx.snapshot, self.group)
-                if k is not None and w in where and where[w][k] is not None}
-        if len(held) != 1:
-            return verdict(self.name, workers, {})
-        (domain,) = held
-        name = f"{layers[k].name} {domain[-1]}"
-        removed = {w.name: [f"outside {name}, where the group's members are (gather MustGather, layer "
-                            f"{layers[k].name})"] for w in workers if where[w.name][:k + 1] != domain}
-        return verdict(self.name, workers, removed, f"Kept {len(workers) - len(removed)}/{len(workers)} "
-                       f"workers inside {name}.")

@@ -28,7 +28,8 @@ from collections.abc import Iterable, Sequence
 
 from scheduler.cluster import Instance, InstanceState
 from scheduler.groups.spec import RoleName
-from scheduler.scorers.proximity import member_workers, spans
+from scheduler.groups.domains import member_workers
+from scheduler.scorers.proximity import spans
 
 FLOOR = 200.0  # GPUStack's SCHEDULER_PAIRING_AFFINITY_MAX_SCORE: a floor, raised to the chain's ceilings + 1
 OPPOSITE = {RoleName.PREFILL: RoleName.DECODE, RoleName.DECODE: RoleName.PREFILL}

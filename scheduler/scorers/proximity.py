@@ -2,7 +2,7 @@
 the group's members already placed, by the cluster's layers (GPUStack 2.3.0's
 TopologyProximityScorer).
 
-The layers are the chain root to leaf (scheduler/groups/layers.py), keeping a built-in rung (zone,
+The layers are the chain root to leaf (scheduler/groups/domains.py active_layers), keeping a built-in rung (zone,
 rack) only where some host carries one of its labels and every layer the cluster declares, the
 host last; a layer's depth is its place on that chain counted from 1, the host deepest
 (``tightest``). Two hosts share a layer when their domains agree at it and at every layer above
@@ -32,45 +32,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler.candidates import GpuRows
-from scheduler.cluster import ClusterSnapshot, Instance
-from scheduler.groups.layers import NODE_LAYER, TopologyLayer, chain, domain_of
-from scheduler.groups.spec import RoleName
+from scheduler.groups.domains import Path, depth
 
 STEP = 150.0  # points per layer shared (GPUStack's SCHEDULER_TOPOLOGY_PROXIMITY_MAX_SCORE)
-ANCHORS = (RoleName.PREFILL, RoleName.DECODE)  # the roles that say where the group is
-
-Path = tuple[str | None, ...]  # a host's domain at each layer, root to leaf (the host's name last)
-
-
-def layers(snapshot: ClusterSnapshot) -> list[TopologyLayer]:
-    """The chain the depths are read off: built-in rungs some host carries, declared layers, the host."""
-    declared = {x.id for x in snapshot.topology}
-    return [x for x in chain(snapshot.topology)
-            if x.id == NODE_LAYER or x.id in declared or any(domain_of(w, x) for w in snapshot.workers)]
-
-
-def paths(snapshot: ClusterSnapshot, chain_: list[TopologyLayer]) -> dict[str, Path]:
-    return {w.name: tuple(domain_of(w, x) for x in chain_) for w in snapshot.workers}
-
-
-def shared(a: Path, b: Path) -> int:
-    """The depth of the deepest classified layer two hosts share (0: none)."""
-    best = 0
-    for k, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            break
-        if x is not None:
-            best = k + 1
-    return best
-
-
-def member_workers(inst: Instance) -> list[str]:
-    """Every worker a member holds, main first, each once."""
-    out = [inst.worker] if inst.worker else []
-    for s in inst.subordinates:
-        if s.worker and s.worker not in out:
-            out.append(s.worker)
-    return out
 
 
 def spans(cands: Sequence) -> list[list[str]]:
@@ -80,21 +44,9 @@ def spans(cands: Sequence) -> list[list[str]]:
     return [list(dict.fromkeys(c.workers)) for c in cands]
 
 
-def anchors(snapshot: ClusterSnapshot, group: str) -> list[str]:
-    """The workers of the group's placed weight-bearing members, each once, in snapshot order."""
-    out: dict[str, None] = {}
-    for i in snapshot.instances:
-        if i.group == group and i.role in ANCHORS:
-            out.update(dict.fromkeys(member_workers(i)))
-    return list(out)
-
-
 def internal(span: list[str], where: dict[str, Path], tightest: int) -> int:
-    """How tight a candidate is inside itself: its loosest pair of workers (one worker: tightest)."""
-    ps = [where[w] for w in span if w in where]
-    if len(ps) < 2:
-        return tightest
-    return min(shared(a, b) for k, a in enumerate(ps) for b in ps[k + 1:])
+    """How tight a candidate is inside itself: the deepest layer all its workers share (one worker: tightest)."""
+    return tightest if len(span) < 2 else depth(where, span)
 
 
 def narrow(cands: Sequence, where: dict[str, Path], tightest: int) -> Sequence:
@@ -110,12 +62,8 @@ def narrow(cands: Sequence, where: dict[str, Path], tightest: int) -> Sequence:
 
 
 def nears(cands: Sequence, placed: list[str], where: dict[str, Path]) -> list[int]:
-    """Each candidate's ``near``: the deepest layer it shares with any anchor."""
-    at = [where[a] for a in placed if a in where]
-    out = []
-    for span in spans(cands):
-        out.append(max((shared(a, where[w]) for a in at for w in span if w in where), default=0))
-    return out
+    """Each candidate's ``near``: the deepest layer any of its workers shares with any anchor."""
+    return [max((depth(where, [a, w]) for a in placed for w in span), default=0) for span in spans(cands)]
 
 
 def scores(near: list[int], tightest: int) -> list[float]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from scheduler.cluster import Instance
 from scheduler.scorers.pairing import share
-from scheduler.scorers.proximity import member_workers
+from scheduler.groups.domains import member_workers
 
 MAX = 20.0  # GPUStack's SCHEDULER_SCALE_DOWN_PAIRING_MAX_SCORE (under StatusScorer's 50-point step)
 
