@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from scheduler.autoscale.config import Autoscaling
 from scheduler.fields import Bytes, Strict
+from scheduler.gpu_selector import GPU_ID, GPUId, GPUSelector  # noqa: F401  (where they were)
 from scheduler.groups.spec import Disaggregation, Gather, RoleSpec, role_data, role_problems
 from scheduler.engine_flags import spec_flag_problems
 from scheduler.rollout import RolloutConfig
@@ -21,11 +22,10 @@ from scheduler.tenancy.config import NAME as TENANT_PATTERN
 from scheduler.bounds import MAX_COMMAND, MAX_ITEMS, MAX_WORDS, Command, Flag, Labels, Path, ShortText, Whole, Word
 from scheduler.naming import NAME_MAX, NAME_PATTERN, name_problem
 from scheduler.spec_env import env_problems, operator_patterns
-from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
+from scheduler.limits import REPLICAS_CEILING
 
 MAX_SHARED_WITH = 256  # tenants a deployment's shared_with may name
 _TENANT_NAME = re.compile(TENANT_PATTERN)
-GPU_ID = re.compile(r"^(?P<worker>.+):(?P<type>[^:]+):(?P<index>\d{1,6})$")
 
 
 class Backend(str, Enum):
@@ -119,40 +119,6 @@ class Source(Strict):
     def is_gguf(self) -> bool:
         name = self.local_path or (self.huggingface or self.modelscope).file or ""
         return name.endswith(".gguf")
-
-
-class GPUId(Strict):
-    worker: str
-    type: str
-    index: int
-
-
-class GPUSelector(Strict):
-    gpu_ids: list[Annotated[str, Field(max_length=NAME_MAX + 80)]] = Field(default=[], max_length=MAX_GPUS)
-    gpus_per_replica: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-
-    @field_validator("gpu_ids")
-    @classmethod
-    def _well_formed(cls, ids: list[str]) -> list[str]:
-        for i in ids:
-            if not GPU_ID.match(i):
-                raise ValueError(f"GPU id {i!r} is not 'worker:type:index' (example: 'host1:cuda:0')")
-        if len(set(ids)) != len(ids):
-            raise ValueError("GPU ids repeat")
-        return ids
-
-    def parsed(self) -> list[GPUId]:
-        out = []
-        for i in self.gpu_ids:
-            m = GPU_ID.match(i)
-            out.append(GPUId(worker=m["worker"], type=m["type"], index=int(m["index"])))
-        return out
-
-    def by_worker(self) -> dict[str, list[GPUId]]:
-        out: dict[str, list[GPUId]] = {}
-        for g in self.parsed():
-            out.setdefault(g.worker, []).append(g)
-        return out
 
 
 class Api(str, Enum):

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from scheduler.bounds import MAX_ITEMS, MAX_WORDS, Command, Labels, ShortText, Whole, Word
 from scheduler.fields import Strict
+from scheduler.gpu_selector import GPUSelector
 from scheduler.groups.layers import TopologyLayer, chain, known_layer_ids
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.params import tokens
@@ -78,7 +79,7 @@ class RoleSpec(Strict):
     env: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=4096)]] | None = \
         Field(None, max_length=MAX_ITEMS)  # the role's environment, allowed as the deployment's env; unset: the deployment's
     worker_selector: Labels | None = None  # labels the role's hosts must have; unset: the deployment's
-    gpu_selector: dict | None = Field(None, max_length=2)  # the deployment's shape, checked as the role's spec
+    gpu_selector: GPUSelector | None = None  # the GPUs the role's replicas must use; unset: the deployment's
     resources: RoleResources | None = None  # the router's RAM; refused on prefill and decode
 
     @field_validator("replicas", mode="before")
@@ -200,8 +201,9 @@ def role_data(data: dict, role: RoleSpec) -> dict:
     out = {k: v for k, v in data.items() if k not in ("roles", "disaggregation", "gather")}
     out["replicas"] = role.replicas
     for f in ("backend", "backend_version", "run_command", "env", "worker_selector", "gpu_selector"):
-        if getattr(role, f) is not None:
-            out[f] = getattr(role, f)
+        v = getattr(role, f)
+        if v is not None:
+            out[f] = v.model_dump(exclude_defaults=True) if isinstance(v, GPUSelector) else v
     if role.backend_parameters is not None:
         out["backend_parameters"] = list(role.backend_parameters)
     return out
