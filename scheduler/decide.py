@@ -55,13 +55,15 @@ def scale_up_chain(ctx: Context, fragmented: list[bool] | None = None):
 
 
 def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
-           config: PolicyConfig | None = None, exclude: str | None = None, whole_only: bool = False) -> Decision:
+           config: PolicyConfig | None = None, exclude: str | None = None, whole_only: bool = False,
+           chain: tuple | None = None) -> Decision:
     """Where one replica of ``spec`` goes on ``snapshot``, and why. ``exclude`` names an
     instance being re-placed, whose own claim and counts are left out. ``whole_only``: no
-    placement in slivers of partly full GPUs (scorers/fragmentation.py)."""
+    placement in slivers of partly full GPUs (scorers/fragmentation.py). ``chain``: the worker
+    filters (default filters.CHAIN; a group member's is filters.member_chain)."""
     occ = occupancy.of(snapshot).without(exclude)
     ctx = Context(spec, snapshot, request, config or PolicyConfig(), occ.allocatable, exclude, occ)
-    workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN)
+    workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN if chain is None else chain)
     if not workers:
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts))
     msgs: list[str] = []
