@@ -38,6 +38,10 @@ EXIT_PIPE = 128 + 13  # SIGPIPE: the reader of stdout went away
 def cmd_schedule(a) -> int:
     snapshot = files.load_cluster(a.cluster)
     spec = files.load_spec(a.model)
+    if spec.is_group or a.scale_out or a.scale_in:
+        from gpuflow.cli import groups
+
+        return groups.schedule(a, snapshot, spec, policy_config())
     req = estimate_request(spec, files.model_files_path(spec, a.model, a.model_path))
     d = decide(snapshot, spec, req, policy_config())
     summary = request_summary(req)
@@ -126,11 +130,15 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gpuflow {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("schedule", help="dry run: where would one replica go, and why")
+    s = sub.add_parser("schedule", help="dry run: where would one replica (or a prefill/decode group) go, and why")
     s.add_argument("--cluster", required=True, help="cluster snapshot (YAML or JSON)")
-    s.add_argument("--model", required=True, help="model spec (YAML or JSON)")
+    s.add_argument("--model", required=True, help="model spec (YAML or JSON); with roles, the whole group is placed")
     s.add_argument("--model-path", help="local copy of the model files (for hub sources)")
     s.add_argument("--json", action="store_true")
+    one = s.add_mutually_exclusive_group()
+    one.add_argument("--scale-out", metavar="ROLE", help="a group: place one more ROLE member beside the group's "
+                     "members in the cluster file (instances with role and group)")
+    one.add_argument("--scale-in", metavar="ROLE", help="a group: name the ROLE member that scale-in removes")
     s.set_defaults(fn=cmd_schedule)
 
     e = sub.add_parser("estimate", help="memory estimate of a GGUF file (gguf-parser's flags) or a HF directory")
