@@ -4,7 +4,7 @@ GPUStack 2.3.0 is tests/test_group_parity_scale.py."""
 
 import pytest
 
-from scheduler.cluster import InstanceState, Subordinate
+from scheduler.cluster import GPU, InstanceState, Subordinate
 from scheduler.decide import decide
 from scheduler.decision import Candidate, claim
 from scheduler import filters
@@ -181,3 +181,27 @@ def test_scale_in_choice_to_dict():
     d = scale_in(snap, group(2), RoleName.PREFILL, "g").to_dict()
     assert d["victim"] == "p1" and [m["name"] for m in d["members"]] == ["p1", "p2"]
     assert d["members"][1]["scores"]["retention"] == 20.0 and "1 decode(s) beside it" in d["members"][1]["why"]
+
+
+# ---- where gpuflow differs (docs/gpustack-differences.md) ----
+
+def test_pairing_weight_counts_gpuflows_own_scorers_on_the_chain():
+    # a GPU reporting its NUMA node puts the interconnect scorer (10) on the chain, which GPUStack
+    # does not have: W = max(200, 100 + 5 + 10 + 150 + 1) = 266 (GPUStack: 256)
+    def numa_host(name):
+        return worker(name, 64, [GPU(index=0, vendor="nvidia", type="cuda", vram_total=24 * GiB, numa_node=0)])
+    d = scale_out(cluster([numa_host("a"), numa_host("b")], [member("d1", "decode", "a", 0)]), group(), "prefill", REQ, "g")
+    assert next(c for c in d.candidates if c.worker == "a").scores["pairing"] == 266.0
+
+
+def test_scale_in_placement_counts_the_other_instances_on_a_worker():
+    # p1 and p2 tie on status and retention (no decode beside either). Placement in removal mode
+    # counts the other deployment's instance on a as ``oth``: p1 = (0.85 * (0.45 + 0.35 * 0 + 0.20
+    # * 0) + 0.15 * 1/(1 + 1 + 0.2)) * 1 = 0.4507, p2 = (0.85 * 0.65 + 0.15 * 0.5) * 1 = 0.6275, so
+    # p1 goes though it is second in order. GPUStack counts only the role's members: a tie, p2 goes.
+    snap = cluster([host("a"), host("b"), host("c")],
+                   [member("p2", "prefill", "b"), member("p1", "prefill", "a"), member("d1", "decode", "c"),
+                    inst("o", "other", "a", [0], {0: 5 * GiB})])
+    ch = scale_in(snap, group(2), RoleName.PREFILL, "g")
+    assert ch.victim == "p1"
+    assert {x.instance.name: round(x.scores["placement"], 4) for x in ch.members} == {"p1": 0.4507, "p2": 0.6275}
