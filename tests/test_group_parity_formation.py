@@ -274,3 +274,24 @@ def test_kv_connectors_keep_members_where_the_connector_runs():
     g = form(cluster(ws[:2]), group(backend="vllm", mode="vllm-mooncake"), reqs())
     assert not g.scheduled and ("prefill: pd_mode: worker n1: its engines cannot run the mooncake KV connector "
                                 "pd mode vllm-mooncake needs (it reports: nixl)") in g.reasons
+
+
+# ---- deliberate differences (docs/gpustack-differences.md) ----
+
+def test_must_gather_at_a_layer_no_host_carries_is_refused():
+    # GPUStack drops a MustGather whose layer is not among the cluster's scopes and places the group
+    # as if nothing was asked; gpuflow refuses, naming the layer and the labels that would place a host
+    g = form(cluster([labelled("a", [24, 24])]), group(gather=("MustGather", RACK_LAYER)), reqs())
+    assert not g.scheduled and g.members == []
+    assert g.reasons == ["gather MustGather at rack (builtin-000003): no host carries any of its labels "
+                         "(topology.gpustack.ai/rack, topology.kubernetes.io/rack), so no rack can hold the group; "
+                         "it is refused rather than spread."]
+
+
+def test_hosts_unclassified_below_a_shared_zone_share_the_zone():
+    # a and b in zone z1 without a rack label (c carries one, so rack is a layer): the pair lands in
+    # z1. GPUStack's tree meets a and b in z1's unclassified rack bucket and calls that sharing
+    # nothing, so it would report gather_unmet for PreferGather zone; here they share zone z1: met.
+    ws = [labelled("a", [24], "z1"), labelled("b", [24], "z1"), labelled("c", [8], "z2", "r1")]
+    g = form(cluster(ws), group(gather=("PreferGather", ZONE_LAYER)), reqs())
+    assert g.domain == (ZONE_LAYER, "z1") and g.degradations == []
