@@ -71,6 +71,9 @@ def test_opposite_counts_count_every_worker_a_member_holds():
     assert pairing.opposite_counts(insts, "g", RoleName.PREFILL, leaving=False) == {"a": 2, "b": 1}
     assert pairing.opposite_counts(insts, "g", RoleName.DECODE) == {"c": 1}
     assert pairing.opposite_counts(insts, "g", RoleName.ROUTER) == {}  # the router has no opposite
+    # a member with two parts on one worker is one partner there (GPUStack's member_worker_ids)
+    twice = [member("d1", "decode", "a", subordinates=[{"worker": "a", "gpu_indexes": [1]}])]
+    assert pairing.opposite_counts(twice, "g", RoleName.PREFILL) == {"a": 1}
 
 
 @pytest.mark.parametrize("workers,share", [

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from scheduler.allocatable import allocatable_map
 from scheduler.cluster import ClusterSnapshot, Instance, InstanceState
-from scheduler.groups.domains import member_workers
 from scheduler.groups.roles import role_spec
 from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
@@ -118,7 +117,7 @@ def _why(m: MemberPoints, role: RoleName, counts: dict[str, int]) -> str:
     parts = [f"{k} {v:.4g}" for k, v in m.scores.items()]
     opposite = pairing.OPPOSITE.get(role)
     if opposite is not None:
-        beside = pairing.share(member_workers(m.instance), counts)
+        beside = pairing.share(pairing.workers_of(m.instance), counts)
         parts.append(f"{beside:g} {opposite.value}(s) beside it (most on a worker: {max(counts.values(), default=0)})")
     return ", ".join(parts)
 

@@ -46,9 +46,14 @@ def opposite_counts(instances: Iterable[Instance], group: str, role: RoleName,
     for i in instances:
         if i.group != group or i.role != opposite or (not leaving and i.state == InstanceState.STOPPING):
             continue
-        for w in member_workers(i):
+        for w in workers_of(i):
             out[w] = out.get(w, 0) + 1
     return out
+
+
+def workers_of(inst: Instance) -> list[str]:
+    """The workers a member holds, main first, each once (two parts on one worker count once)."""
+    return list(dict.fromkeys(member_workers(inst)))
 
 
 def share(workers: list[str], counts: dict[str, int]) -> float:

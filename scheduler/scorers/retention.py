@@ -16,8 +16,7 @@ running one (100).
 from __future__ import annotations
 
 from scheduler.cluster import Instance
-from scheduler.scorers.pairing import share
-from scheduler.groups.domains import member_workers
+from scheduler.scorers.pairing import share, workers_of
 
 MAX = 20.0  # GPUStack's SCHEDULER_SCALE_DOWN_PAIRING_MAX_SCORE (under StatusScorer's 50-point step)
 
@@ -25,4 +24,4 @@ MAX = 20.0  # GPUStack's SCHEDULER_SCALE_DOWN_PAIRING_MAX_SCORE (under StatusSco
 def scores(members: list[Instance], counts: dict[str, int]) -> list[float]:
     """The chain's raw 0..100 (weight MAX): 100 * share / peak."""
     peak = max(counts.values(), default=0)
-    return [100.0 * share(member_workers(m), counts) / peak if peak else 0.0 for m in members]
+    return [100.0 * share(workers_of(m), counts) / peak if peak else 0.0 for m in members]
