@@ -17,6 +17,7 @@ from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
 from scheduler.command_set import MAX_CHARS as MAX_COMMAND_SET
+from scheduler.groups.spec import MODE_CONNECTOR
 from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S
 from scheduler.naming import NAME_MAX, NAME_PATTERN
 
@@ -57,6 +58,24 @@ class Timings(BaseModel):
         return self
 
 
+# The KV connectors a prefill/decode group's modes hand KV over (scheduler/groups/spec.py MODE_CONNECTOR):
+# the names an agent's operator may state (gpuflow agent --kv-connector, the inventory's kv_connectors)
+KV_CONNECTORS = tuple(sorted({c for c in MODE_CONNECTOR.values() if c}))
+MAX_KV_CONNECTORS = 16
+# on the wire a name is only bounded: a newer agent's connector is one this control plane never asks for
+KVConnector = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
+def known_kv_connectors(names: list[str], where: str = "") -> list[str]:
+    """``names`` sorted, each once; ValueError naming the first one gpuflow does not know (and ``where``
+    it was given: a flag, a file), with the names it knows."""
+    for n in names:
+        if n not in KV_CONNECTORS:
+            raise ValueError(f"{where + ': ' if where else ''}unknown KV connector {str(n)[:40]!r} "
+                             f"(known: {', '.join(KV_CONNECTORS)})")
+    return sorted(set(names))
+
+
 class HostReport(BaseModel):
     """What an agent reports about its host. Validated where it is made (the agent refuses to start
     on an inventory that does not validate) and again where the control plane takes it in (the
@@ -79,6 +98,9 @@ class HostReport(BaseModel):
     # the executables on the agent's PATH, for custom commands (scheduler/command_set.py), where it runs
     # processes and allows custom commands; None: not reported (the command filter keeps the host)
     commands: str | None = Field(None, max_length=MAX_COMMAND_SET)
+    # the KV connectors its engines can run (worker_agent/kv_connectors.py), for prefill/decode groups'
+    # members (scheduler/filters/pd_mode.py); None: not reported (an older agent, or not known: the filter keeps it)
+    kv_connectors: list[KVConnector] | None = Field(None, max_length=MAX_KV_CONNECTORS)
     agent_version: str = Field("", max_length=64)
     boot: str = Field("", max_length=64)  # one agent run's id: a hello with a new one is an agent restart
     # each replica's measured memory (contracts/usage.py), sampled every liveness_s; carried on the
@@ -91,7 +113,10 @@ class HostReport(BaseModel):
     def fingerprint(self) -> str:
         import hashlib
 
-        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth"}).encode()
+        # a report without kv_connectors keeps the fingerprint it had before the field (recorded histories,
+        # stored rows): an upgrade alone is no inventory change
+        unset = {"kv_connectors"} if self.kv_connectors is None else set()
+        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth", *unset}).encode()
                               ).hexdigest()[:16]
 
 

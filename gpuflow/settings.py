@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from contracts.control import Timings
+from contracts.host import KV_CONNECTORS, MAX_KV_CONNECTORS, known_kv_connectors
 from contracts.limits import Limits
 from scheduler.policy_config import PolicyConfig
 
@@ -43,6 +44,12 @@ class AgentSettings(BaseModel):
     metrics_address: str = Field("127.0.0.1:9401", description="Where the agent's Prometheus endpoint listens: HOST:PORT, or off. Default 127.0.0.1:9401.")
     join_token: SecretStr | None = Field(None, description="The cluster's join token ('gpuflow hosts join-token' prints it), needed at a host's first start only: the agent then keeps a credential of its own in its data dir. Default none.")
     join_token_file: str | None = Field(None, description="A file holding the join token (keep it mode 0600). Default none.")
+    kv_connectors: list[str] | None = Field(None, max_length=MAX_KV_CONNECTORS, description=f"The KV connectors this host's engines can run, for prefill/decode groups: {', '.join(KV_CONNECTORS)} (the variable takes a JSON list: '[\"nixl\"]'). Stated, instead of what the agent finds installed. Default: what it finds.")
+
+    @field_validator("kv_connectors")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else known_kv_connectors(v)
 
 
 class Settings(BaseSettings):

@@ -22,9 +22,9 @@ FLAGS = {
     "server": "--address --api-key --capacity-hook --data-dir --database-url --hf-endpoint --metrics-address "
               "--namespace --tls-ca --tls-cert --tls-key",
     "agent": "--address --advertise-address --allow-custom --allow-engine-flag --allow-env --allow-remote-code "
-             "--api-key --data-dir --hf-endpoint --inventory --join-token --join-token-file --keep-logs --kv-events "
-             "--label --llama-cpp-python --llama-server --metrics-address --model-cache --model-root --name "
-             "--namespace --ray --rpc-server --sglang-python --tls-ca --tls-cert --tls-key --vllm",
+             "--api-key --data-dir --hf-endpoint --inventory --join-token --join-token-file --keep-logs --kv-connector "
+             "--kv-events --label --llama-cpp-python --llama-server --metrics-address --model-cache --model-root "
+             "--name --namespace --ray --rpc-server --sglang-python --tls-ca --tls-cert --tls-key --vllm",
     "deploy": "--address --api-key --namespace --replicas --timeout --tls-ca --tls-cert --tls-key --wait spec",
     "scale": "--address --api-key --namespace --tls-ca --tls-cert --tls-key name replicas",
     "delete": "--address --api-key --namespace --tls-ca --tls-cert --tls-key --wait name",

@@ -86,6 +86,10 @@ CASES = [
     ("a hello stamped 299 s ahead", lambda w: check(w.hello(w.h1, NOW + (HELLO_SKEW_S - 1) * S)), ""),
     ("h1's hello with its GPU made 800 GiB after signing (the probe's H1)",
      lambda w: check({**w.hello(w.h1, NOW), "gpus": body("h1", 800)["gpus"]}), "mac"),
+    ("h1's hello naming its engines' KV connectors", lambda w: check(w.hello(w.h1, NOW, {**body(), "kv_connectors":
+                                                                                       ["nixl"]})), ""),
+    ("h1's hello with a KV connector it never reported added after signing (a member placed where it cannot run)",
+     lambda w: check({**w.hello(w.h1, NOW), "kv_connectors": ["nixl"]}), "mac"),
     ("h1's hello with another stamp than it was signed with",
      lambda w: check(with_auth(w.hello(w.h1, NOW), stamp=str(NOW + 1))), "mac"),
     ("h1's hello renamed h2, sent to host/h1", lambda w: check(renamed(w.hello(w.h1, NOW), "h2")), "mac"),

@@ -31,7 +31,7 @@ from scheduler.errors import InvalidInput
 from worker_agent.credential import HostCredential, open_credential
 from worker_agent.activities import HostActivities
 from worker_agent.bookings import LedgerBookings
-from worker_agent.capabilities import path_commands, runnable_backends, with_capabilities
+from worker_agent.capabilities import host_engines, path_commands, with_capabilities
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
 from worker_agent.inventory import discover, gpu_health
@@ -165,19 +165,20 @@ async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, 
                     hub: HubConfig | None = None, table: ProcessTable | None = None,
                     serving: Callable[[str], None] | None = None, memory_probe: MemoryProbe | None = None,
                     keep_logs: int = KEEP_LOGS, credential: HostCredential | None = None,
-                    join_token: str | None = None) -> None:
+                    join_token: str | None = None, kv_connectors: list[str] | None = None) -> None:
     """Serve this host. With ``serve_metrics(registry, extra)`` (the CLI's HTTP endpoint), the
     agent's registry is served, and ``extra`` answers /instances/<name>/metrics with each engine's.
     ``serving`` is told the line that says the agent serves (default: printed). ``memory_probe``
     measures each replica's memory every liveness_s (default: NVML, or the claim's share on
     simulated GPUs). ``credential``: the host's (default: the one in the process table's folder,
-    made from ``join_token`` at the first start; worker_agent/credential.py)."""
+    made from ``join_token`` at the first start; worker_agent/credential.py). ``kv_connectors``: the
+    KV connectors the operator states this host's engines run (default: found; kv_connectors.py)."""
     table = table or ProcessTable(agent_folder(data_dir, name))
     own = credential is None
     credential = credential or open_credential(os.path.dirname(table.run_dir), name, join_token)
     try:
         await _serve(client, name, data_dir, timings, inventory_file, labels, stop, max_instances, engines,
-                     serve_metrics, address, hub, table, serving, memory_probe, keep_logs, credential)
+                     serve_metrics, address, hub, table, serving, memory_probe, keep_logs, credential, kv_connectors)
     finally:
         if own:
             credential.close()
@@ -187,18 +188,19 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
                  labels: dict[str, str] | None, stop: asyncio.Event | None, max_instances: int,
                  engines: EngineConfig | None, serve_metrics: Callable | None, address: str, hub: HubConfig | None,
                  table: ProcessTable, serving: Callable[[str], None] | None, memory_probe: MemoryProbe | None,
-                 keep_logs: int, credential: HostCredential) -> None:
-    # the engine probes start other interpreters (a second or so), while the orphans are reaped
-    finding = asyncio.ensure_future(asyncio.to_thread(runnable_backends, engines or EngineConfig()))
-    runnable: list[str] = []
+                 keep_logs: int, credential: HostCredential, kv_stated: list[str] | None) -> None:
     runs = table.runs  # real processes, or nothing (gpuflow simulate's table)
+    # the engine probes start other interpreters (a second or so), while the orphans are reaped
+    finding = asyncio.ensure_future(asyncio.to_thread(host_engines, engines or EngineConfig(), runs))
+    runnable: list[str] = []
+    kv_found: list[list[str] | None] = [None]
     commands = await asyncio.to_thread(path_commands, os.environ.get("PATH")) if runs == "processes" else None
 
     boot = uuid.uuid4().hex[:16]  # this run's id: the control plane tells a restart from an inventory change
 
     def probe():
         return with_capabilities(discover(name, inventory_file, labels, owner=table.owner), runnable, runs,
-                                 commands).model_copy(update={"boot": boot})
+                                 commands, kv_stated, kv_found[0]).model_copy(update={"boot": boot})
     probe()  # a bad inventory file fails here, before anything is registered
     book = usage_book(timings, inventory_file, memory_probe)
     metrics = None
@@ -213,7 +215,8 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
     acts = HostActivities(name, table, probe, bookings=LedgerBookings(client, name), engines=engines, metrics=metrics,
                           address=address, hub=hub, usage=book, credential=credential)
     headers = ModelHeaders(name, acts.engines.model_roots)
-    runnable.extend(await finding)
+    found_engines, kv_found[0] = await finding
+    runnable.extend(found_engines)
     report = probe()
     # hello first, and a moment for its verdict, before this agent polls the host's queue: one refused
     # for good (a second agent with a live host's name) leaves without taking a task of the first's
@@ -230,8 +233,9 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
         kind = (f"{host_kind(report.simulated, report.runs)} host: " +
                 ("GPUs from " + inventory_file if report.simulated else f"{len(report.gpus)} NVML GPU(s)"))
         engines_found = ", ".join(report.backends or []) or "none"
+        kv = "" if report.kv_connectors is None else f"; KV connectors: {', '.join(report.kv_connectors) or 'none'}"
         (serving or (lambda line: print(line, flush=True)))(
-            f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found})")
+            f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found}{kv})")
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter,
                                                     keep_logs))
         sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name)) if book else None

@@ -16,7 +16,8 @@ GPUStack: the backend filter then keeps the host.
 Beside the engines, what a launch starts here (``runs``: real processes, or nothing under
 ``gpuflow simulate``) and, where custom commands run as processes, the executables on the agent's
 PATH (``path_commands``: scheduler/command_set.py), so that a spec whose command is not on a host
-waits for one that has it instead of going ERROR there (scheduler/filters/command.py).
+waits for one that has it instead of going ERROR there (scheduler/filters/command.py); and the
+KV connectors its engines can run, for prefill/decode groups (kv_connectors.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import subprocess
 from contracts.host import HostReport
 from scheduler.command_set import encode
 from worker_agent.engines import EngineConfig
+from worker_agent.kv_connectors import found_connectors, reported
 
 _FIND = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)"
 
@@ -57,6 +59,13 @@ def runnable_backends(cfg: EngineConfig) -> list[str]:
     return found
 
 
+def host_engines(cfg: EngineConfig, runs: str) -> tuple[list[str], list[str] | None]:
+    """The engines found here, and the KV connectors they find (kv_connectors.py; None: not known,
+    and not looked for where launches start nothing)."""
+    runnable = runnable_backends(cfg)
+    return runnable, (found_connectors(cfg, runnable) if runs == "processes" else None)
+
+
 def with_backends(report: HostReport, runnable: list[str]) -> HostReport:
     """The report with ``backends`` = what this host runs (narrowed by the inventory file's list)."""
     keep = runnable if report.backends is None else [b for b in runnable if b in report.backends]
@@ -83,9 +92,12 @@ def _executable(entry: os.DirEntry) -> bool:
         return False
 
 
-def with_capabilities(report: HostReport, runnable: list[str], runs: str, commands: str | None) -> HostReport:
+def with_capabilities(report: HostReport, runnable: list[str], runs: str, commands: str | None,
+                      stated: list[str] | None = None, found: list[str] | None = None) -> HostReport:
     """The report with what this host runs: its engines (``with_backends``), what a launch starts
-    (``runs``) and, where custom commands start processes, the commands on its PATH."""
+    (``runs``), where custom commands start processes the commands on its PATH, and the KV
+    connectors its engines run: ``stated`` by the operator, else the inventory file's, else ``found``."""
     r = with_backends(report, runnable)
     keep = commands if runs == "processes" and "custom" in (r.backends or []) else None
-    return r.model_copy(update={"runs": runs, "commands": keep})
+    return r.model_copy(update={"runs": runs, "commands": keep,
+                                "kv_connectors": reported(stated, r.kv_connectors, found, runs)})

@@ -10,9 +10,9 @@ from typing import Callable
 import yaml
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from contracts.host import HostReport
+from contracts.host import MAX_KV_CONNECTORS, HostReport, known_kv_connectors
 from scheduler.bounds import Labels
 from scheduler.cluster import GPU, Bytes, GPUList
 from scheduler.errors import InvalidInput
@@ -30,7 +30,14 @@ class InventoryFile(BaseModel):
     unified_memory: bool = False
     reserved: dict[Literal["ram", "vram"], Bytes] = {}
     backends: list[str] | None = Field(None, max_length=64)
+    # the KV connectors this host's engines can run, stated (worker_agent/kv_connectors.py); None: found
+    kv_connectors: list[str] | None = Field(None, max_length=MAX_KV_CONNECTORS)
     gpus: GPUList = []
+
+    @field_validator("kv_connectors")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else known_kv_connectors(v)
 
 
 _PARSED: dict[str, tuple[tuple, "InventoryFile"]] = {}  # path -> (its stat when parsed, the parse)
@@ -62,7 +69,7 @@ def from_file(name: str, path: str) -> HostReport:
     return HostReport(name=name, cluster=inv.cluster, labels=inv.labels, ram_total=inv.ram_total,
                       unified_memory=inv.unified_memory, reserved_ram=inv.reserved.get("ram", 0),
                       reserved_vram=inv.reserved.get("vram", 0), backends=inv.backends, gpus=inv.gpus,
-                      simulated=True)
+                      simulated=True, kv_connectors=inv.kv_connectors)
 
 
 def host_ram() -> int:

@@ -40,6 +40,16 @@ def _check_allowed(a) -> None:
         raise InvalidInput(why)
 
 
+def _check_kv_connectors(a) -> None:
+    """--kv-connector's names, refused now (exit 2) if gpuflow does not know one."""
+    from contracts.host import known_kv_connectors
+
+    try:
+        known_kv_connectors(a.kv_connectors or [], "--kv-connector")
+    except ValueError as e:
+        raise InvalidInput(str(e)) from None
+
+
 def cmd_agent(a) -> int:
     from gpuflow.cli.join import agent_credential
     from gpuflow.server import until_signalled
@@ -47,6 +57,7 @@ def cmd_agent(a) -> int:
     from worker_agent.downloads import HubConfig
     from worker_agent.engines import EngineConfig
 
+    _check_kv_connectors(a)
     s = settings_from(a)
     labels = _labels(a)
     _check_allowed(a)
@@ -72,7 +83,8 @@ def cmd_agent(a) -> int:
                         serve_metrics=serve_metrics if addr else None,
                         address=a.advertise_address or advertised_address(s.temporal.address),
                         hub=HubConfig(cache_dir=a.model_cache or os.path.join(s.data_dir, "models"),
-                                      hf_endpoint=s.hf_endpoint), keep_logs=a.keep_logs, credential=credential)
+                                      hf_endpoint=s.hf_endpoint), keep_logs=a.keep_logs, credential=credential,
+                        kv_connectors=s.agent.kv_connectors)
 
     try:
         return run_command(go())
@@ -116,6 +128,8 @@ def add_agent(sub) -> None:
     p.add_argument("--keep-logs", type=_count, default=KEEP_LOGS, metavar="N",
                    help=f"keep the logs of the last N instances that ended on this host, for 'gpuflow logs' "
                         f"(default {KEEP_LOGS}; a running instance's log is always kept)")
+    setting(p, "agent.kv_connectors", flag="--kv-connector", dest="kv_connectors", action="append", metavar="NAME",
+            more="Repeatable.")
     setting(p, "agent.join_token_file", metavar="FILE")
     setting(p, "agent.join_token", metavar="TOKEN", more="Other local users can read a process's arguments: "
                                                         "prefer --join-token-file or the variable.")

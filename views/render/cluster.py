@@ -62,6 +62,9 @@ def hosts(hs: list[dict[str, Any]]) -> str:
         topo = topology((h.get("report") or {}).get("gpus") or [])
         if topo:
             lines.append(f"{'':<16} topology: {topo}")
+        kv = report.get("kv_connectors")  # what its engines hand KV over with (prefill/decode groups)
+        if kv is not None:
+            lines.append(f"{'':<16} KV connectors: {', '.join(kv) or 'none'}")
         refused = h.get("refusal")  # the last report its workflow refused (a forgery, a second agent)
         if refused:
             lines.append(f"{'':<16} refused a {refused.get('purpose') or ''} report at {refused.get('at', '')[:19]}: "
