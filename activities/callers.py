@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 from contracts import activity_names as c
 from contracts import cluster as cc
 from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER
+from contracts.group import FORM_GROUP, PLACE_MEMBER, SCALE_IN_MEMBER
 from contracts.ids import CLUSTER_ID, autoscaler_id, deployment_id, host_id, instance_id
 from contracts.rollout import ROLLOUT_PROBE
 from contracts.usage import RECORD_USAGE
@@ -83,6 +84,8 @@ RULES: dict[str, Rule] = {
     c.START_INSTANCES: Rule(DEPLOYMENT, lambda b: [deployment_id(i.deployment) for i in b.instances]),
     c.CLOSED_WORKFLOWS: Rule(DEPLOYMENT, lambda n: [of_deployment(x) for x in n.names]),
     START_AUTOSCALER: Rule(DEPLOYMENT, _deployment),
+    FORM_GROUP: Rule(DEPLOYMENT, lambda a: [deployment_id(a.deployment)] + [of_deployment(m.name) for m in a.members]),
+    PLACE_MEMBER: Rule(DEPLOYMENT, lambda a: [deployment_id(a.deployment), of_deployment(a.member.name)]),
     # the autoscaler, for its deployment (a step keeps its inputs and may call the capacity hook)
     AUTOSCALE_STEP: Rule(AUTOSCALER, _autoscaler),
     AUTOSCALE_APPLY: Rule(AUTOSCALER, _autoscaler),
@@ -111,6 +114,7 @@ READS: dict[str, str] = {
     c.BOOKINGS_ON: "the ledger's bookings on one host (local)",
     c.HELD_PLAN: "whether the ledger holds a placement (local)",
     ROLLOUT_PROBE: "the replicas' status queries and whether their ports answer",
+    SCALE_IN_MEMBER: "the group member a role's scale-in removes; the deployment removes it",
 }
 
 

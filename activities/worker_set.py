@@ -28,6 +28,7 @@ from activities.decision_keeper import DecisionKeeper
 from activities.drain import DrainActivities
 from activities.estimate_cache import EstimateCache
 from activities.host_auth import HostAuthActivities
+from activities.group_activities import GroupActivities
 from activities.hosts import HostStateActivities
 from activities.metrics import ControlMetrics
 from activities.place_batch import place_batches
@@ -55,6 +56,7 @@ class WorkerSet:
     decider: Decider
     waker: Waker
     placement: PlacementActivities
+    groups: GroupActivities  # a prefill/decode group's formation, added members, scale-in (issue 41)
     records: RecordActivities
     hosts: HostStateActivities
     host_auth: HostAuthActivities  # the check of every host report (a local activity of the host workflow)
@@ -68,7 +70,7 @@ class WorkerSet:
 
     def all(self) -> list:
         """Every activity, for the worker's ``activities=``."""
-        return [fn for group in (self.placement, self.records, self.hosts, self.host_auth, self.drain, self.queue,
+        return [fn for group in (self.placement, self.groups, self.records, self.hosts, self.host_auth, self.drain, self.queue,
                                  self.booking, self.rollout, self.autoscale, self.cluster) for fn in group.all()]
 
 
@@ -96,6 +98,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         runner=runner, metrics=metrics, estimates=estimates, snapshots=snapshots, decider=decider, waker=waker,
         placement=PlacementActivities(engine, runner, estimates, decider, place_batches(decider, engine, runner),
                                       metrics, waker.wake),
+        groups=GroupActivities(engine, runner, estimates, decider, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
         hosts=HostStateActivities(engine, reads, client, runner, waker.wake, host_auth),
         host_auth=host_auth,

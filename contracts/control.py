@@ -126,8 +126,10 @@ class InstanceInput(BaseModel):
     spec: dict[str, Any]
     timings: Timings = Timings()
     restarts: Count = 0
-    placement: PlacementPlan | None = None  # carried across continue-as-new
+    placement: PlacementPlan | None = None  # carried across continue-as-new (or a group member's: booked whole)
     decision: DecisionRecord | None = None  # likewise: the decision that placed it, for explain
+    group: Name | None = None  # a prefill/decode group's member: its deployment, which booked the group whole
+    role: ShortText | None = None  # and its role (prefill, decode, router)
 
 
 class DeploymentInput(BaseModel):
@@ -141,6 +143,8 @@ class DeploymentInput(BaseModel):
     next_index: Count = 0
     deleting: Flag = False
     rollout: RolloutState | None = None  # the rollout's state, across continue-as-new (contracts/rollout.py)
+    members: dict[Name, ShortText] = Field({}, max_length=3 * REPLICAS_CEILING)  # a group's: member -> role
+    forming: list[Name] = Field([], max_length=3 * REPLICAS_CEILING)  # a group's members named, not formed yet
 
 
 class DeploymentView(BaseModel):
@@ -151,6 +155,9 @@ class DeploymentView(BaseModel):
     spec: dict[str, Any] = {}
     stopping: list[str] = []  # instances asked to stop that have not ended yet (draining, stopping)
     broken: str = ""  # set by `gpuflow delete` when the workflow did not answer and was terminated
+    members: dict[str, str] = {}  # a prefill/decode group's: every member named -> its role
+    forming: list[str] = []  # a group's members named, not booked yet (no workflow): each waits PENDING with ``waiting``
+    waiting: str = ""  # why the group (or a role's new member) is not placed yet, naming the role
 
 
 class HostView(BaseModel):

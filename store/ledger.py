@@ -186,6 +186,30 @@ def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[Placemen
     return out
 
 
+def reserve_group(engine: Engine, bookings: list[Booking]) -> list[tuple[PlacementPlan, bool]] | StaleDecision | NotWanted:
+    """Every member of a prefill/decode group booked in ONE transaction, or none of them: as
+    ``reserve_many``, but the first booking that does not fit, is over its tenant's limit (each
+    member counted on top of those before it) or is not wanted rolls the whole transaction back,
+    and its error is returned; nothing is written then. Otherwise each member's (plan, booked now)."""
+    wanted = [plan_rows(b.instance, b.plan) for b in bookings]
+    out: list[tuple[PlacementPlan, bool]] = []
+    with Session(engine) as s:
+        workers = _lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
+        touched: dict[str, WorkerRow] = {}
+        for b, rows in zip(bookings, wanted):
+            try:
+                now = _reserve_in(s, workers, b, rows)
+            except (StaleDecision, NotWanted) as e:
+                s.rollback()  # the members booked before it go too: a group is admitted whole or not at all
+                return e
+            out.append((b.plan, now))
+            if now:
+                touched.update((r.worker, workers[r.worker]) for r in rows)
+        _bump(s, touched.values())
+        s.commit()
+    return out
+
+
 def _reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
     """One booking inside the batch's transaction; True when it was booked now (False: held already)."""
     why = wanted_problem(s, b.instance)

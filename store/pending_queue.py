@@ -59,7 +59,8 @@ def read(engine: Engine) -> Queue:
     q = Queue(tenants=tf)
     with Session(engine) as s:
         rows = list(s.exec(select(InstanceRow.name, InstanceRow.deployment, InstanceRow.queued_at,
-                                  InstanceRow.updated_at, InstanceRow.reason).where(InstanceRow.state == "pending")))
+                                  InstanceRow.updated_at, InstanceRow.reason).where(InstanceRow.state == "pending")
+                                  .where(InstanceRow.group_name.is_(None))))  # a group waits on its deployment (store/groups.py)
         deps = {r[1] for r in rows}
         live: dict[str, dict] = {}
         for d in s.exec(select(DeploymentRow).where(DeploymentRow.state == "active")):

@@ -47,7 +47,7 @@ def instance_model(row: InstanceRow) -> Instance:
     return Instance(name=row.name, model=row.model, state=state,
                     worker=p.get("worker") or (row.worker if row.placement else None),
                     gpu_indexes=p.get("gpu_indexes", []), claim=p.get("claim", {}),
-                    subordinates=p.get("subordinates", []))
+                    subordinates=p.get("subordinates", []), role=row.role, group=row.group_name)
 
 
 @contextmanager

@@ -119,13 +119,14 @@ class SnapshotCache:
         return (_overlay(state, [a.instance for a in laid], {v for a in laid for v in a.victims}),
                 state.snapshot, state.gens)
 
-    def assume(self, instance: str, model: str, plan: PlacementPlan, victims: list[str] | None = None) -> None:
+    def assume(self, instance: str, model: str, plan: PlacementPlan, victims: list[str] | None = None,
+               role: str | None = None, group: str | None = None) -> None:
         """Lay ``plan`` over later snapshots as held by ``instance`` until the store shows it
         booked (or anything else of the instance changing), or ASSUME_TTL_S passes; ``victims``
-        (a preemption's) are gone from them meanwhile."""
+        (a preemption's) are gone from them meanwhile. ``role``/``group``: a group member's."""
         inst = Instance(name=instance, model=model, state="scheduled", worker=plan.worker,
                         gpu_indexes=list(plan.gpu_indexes), claim=plan.claim.model_dump(),
-                        subordinates=[x.model_dump() for x in plan.subordinates])
+                        subordinates=[x.model_dump() for x in plan.subordinates], role=role, group=group)
         with self._lock:
             self._assumed[instance] = _Assumed(inst, self._state.seq, time.monotonic() + ASSUME_TTL_S,
                                                tuple(victims or ()))

@@ -78,6 +78,8 @@ class InstanceRow(SQLModel, table=True):
     # None: a row made before the column (an upgrade keeps such instances running)
     wanted: bool | None = None
     backend: str | None = None  # the backend its booking was made for: which parts it runs (contracts/booked_parts.py)
+    role: str | None = None  # a prefill/decode group's member: prefill, decode or router (None: a plain replica)
+    group_name: str | None = None  # and the deployment whose group it belongs to (store/groups.py)
 
 
 class ReservationRow(SQLModel, table=True):

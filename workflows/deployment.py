@@ -33,12 +33,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common as c
     from workflows import guards, messages, signals
     from workflows import rollout_steps as ro
+    from workflows.group_steps import GroupSteps, group_problem, members_total
     from workflows.inputs import one_input
 
 
 START_BATCH = 64
 
 
+# gpuflow/ops.py's refusal, until it lets groups through: the workflow admits them (workflows/group_steps.py)
 GROUPS_NOT_LIVE = ("roles: a prefill/decode group is placed in dry runs only (gpuflow schedule --cluster F "
                    "--model SPEC); this control plane does not admit groups yet, so it starts none of it")
 
@@ -48,13 +50,13 @@ def parse_spec(raw: dict) -> ModelSpec:
         spec = ModelSpec.model_validate(raw)
     except ValidationError as e:
         raise ValueError(f"invalid model spec: {e}") from None
-    if spec.is_group:  # refused whole rather than run as one role's plain replicas (a silent collapse)
-        raise ValueError(GROUPS_NOT_LIVE)
+    if group_problem(spec):
+        raise ValueError(group_problem(spec))
     return spec
 
 
 @workflow.defn(name="ModelDeploymentWorkflow")
-class ModelDeploymentWorkflow:
+class ModelDeploymentWorkflow(GroupSteps):
     @workflow.init
     def __init__(self, *args: Any) -> None:
         inp = one_input(args, DeploymentInput, "ModelDeploymentWorkflow")
@@ -75,6 +77,7 @@ class ModelDeploymentWorkflow:
         self.ro = ro.state_from(inp.rollout)  # workflows/rollout_steps.py
         ro.begin(self.ro, self.raw)  # the versions kept for `gpuflow rollout undo`
         self.checked = False  # the spec passed the control plane's checks (limits, tenant)
+        self._group_init(inp)  # a prefill/decode group's members (workflows/group_steps.py)
 
     @property
     def name(self) -> str:
@@ -84,7 +87,8 @@ class ModelDeploymentWorkflow:
     @workflow.query(name=DEPLOYMENT_STATUS)
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
-                              deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping))
+                              deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping),
+                              members=self.members, forming=self.forming, waiting=self.waiting)
 
     @workflow.update
     async def accepted(self, *args: Any) -> DeploymentView:
@@ -131,6 +135,8 @@ class ModelDeploymentWorkflow:
             raise ValueError(problem)
         if self.deleting:
             raise ValueError(f"deployment {self.name} is being deleted")
+        if self.raw.get("roles"):
+            raise ValueError(f"deployment {self.name} is a prefill/decode group: scale one role (--role ROLE)")
 
     async def _known_tenant(self, spec: ModelSpec) -> None:
         """A spec naming a tenant the tenants file does not define is refused (InvalidSpec)."""
@@ -152,6 +158,10 @@ class ModelDeploymentWorkflow:
         await self._within_limits(new.replicas)
         if new.tenant != parse_spec(self.raw).tenant:
             await self._known_tenant(new)
+        if new.is_group or self.raw.get("roles"):  # a group never rolls: restarted whole, or one role scaled
+            self.recreate = self.recreate or self._group_change(self.raw, dict(spec))
+            self.raw, self.dirty, self.replicas = dict(spec), True, members_total(new) or new.replicas
+            return await self._applied()
         change = ro.change_spec(self.ro, self.raw, dict(spec), new, parse_spec(self.raw), undo)
         self.raw, self.recreate = change.raw, self.recreate or change.recreate
         self.dirty, self.replicas = True, new.replicas
@@ -180,8 +190,8 @@ class ModelDeploymentWorkflow:
         self._check_new(messages.one(args, ModelSpec, "update_spec", "model spec"))
 
     def _check_new(self, new: ModelSpec) -> None:
-        if new.is_group:
-            raise ValueError(GROUPS_NOT_LIVE)
+        if group_problem(new):
+            raise ValueError(group_problem(new))
         if new.name != self.name:
             raise ValueError(f"spec name {new.name!r} does not match deployment {self.name!r}")
         if self.deleting:
@@ -216,8 +226,8 @@ class ModelDeploymentWorkflow:
             raise ApplicationError(str(e), type="InvalidSpec", non_retryable=True) from None
         guards.workflow_id(deployment_id(spec.name), f"spec name {spec.name!r}")
         guards.instance_names(spec.name, self.instances)
-        if self.replicas is None:
-            self.replicas = spec.replicas
+        if self.replicas is None or spec.is_group:
+            self.replicas = members_total(spec) or spec.replicas
         if self.replicas < 0:
             raise ApplicationError(f"replicas must be >= 0, got {self.replicas}", type="InvalidSpec", non_retryable=True)
         self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=Limits, **c.STORE_CALL)
@@ -234,7 +244,7 @@ class ModelDeploymentWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda: self.dirty or bool(self.ended) or self._may_continue_as_new(),
-                    timeout=ro.timeout(self.ro, self.timings.reconcile_s))
+                    timeout=self._wait_s(ro.timeout(self.ro, self.timings.reconcile_s)))
             except asyncio.TimeoutError:
                 await self._drop_closed()
             self.dirty = False
@@ -255,6 +265,7 @@ class ModelDeploymentWorkflow:
             if self.deleting:
                 self.applied = max(self.applied, target)  # nothing left to scale: answer waiting updates
                 await self._stop(list(self.instances))
+                await self._forget(list(self.forming))
                 if not self.stopping:
                     await workflow.execute_activity(c.SAVE_DEPLOYMENT, SaveDeployment(
                         name=self.name, spec=self.raw, replicas=0, state="deleted"), **c.STORE_CALL)
@@ -264,7 +275,10 @@ class ModelDeploymentWorkflow:
             if self.recreate:
                 self.recreate = False
                 await self._stop(list(self.instances))
-            if self.ro.rolling:
+                await self._forget(list(self.forming))
+            if self.raw.get("roles"):
+                await self._group_step(parse_spec(self.raw))
+            elif self.ro.rolling:
                 await self._rollout_step()
             else:
                 await self._scale_up()
@@ -275,7 +289,7 @@ class ModelDeploymentWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(DeploymentInput(
                     spec=self.raw, replicas=self.replicas, timings=self.timings, instances=self.instances,
-                    next_index=self.next_index, deleting=self.deleting, rollout=self.ro))
+                    next_index=self.next_index, deleting=self.deleting, rollout=self.ro, **self._group_carry()))
 
     def _show(self, state: str) -> None:
         """Its current details in the Temporal UI (contracts/ui_text.py)."""

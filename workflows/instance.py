@@ -149,9 +149,11 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             raise guards.refuse(f"spec name {spec.name!r} does not match deployment {inp.deployment!r}")
         guards.instance_names(inp.deployment, [inp.name])
         guards.workflow_id(instance_id(inp.name), f"instance name {inp.name!r}")
-        if (plan is not None or inp.decision is not None) and not workflow.info().continued_run_id:
+        if (plan is not None or inp.decision is not None) and not workflow.info().continued_run_id \
+                and inp.group != inp.deployment:
             # only this workflow's own continue-as-new carries a placement (booked in the ledger by an
-            # earlier run): a new run with one in its input was started by somebody else
+            # earlier run), or a group member's, which its deployment booked with the whole group before it
+            # started any member (workflows/group_steps.py): either way CHECK_HELD asks the ledger first
             raise guards.refuse(f"instance {inp.name}: a new instance workflow may not bring a placement or a decision "
                                 "in its input; placements are booked by the control plane (start it through its "
                                 "deployment: gpuflow deploy)")

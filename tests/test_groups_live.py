@@ -1,0 +1,184 @@
+"""Prefill/decode groups admitted whole (issue 41), on ONE dev stack for the file: the Temporal dev
+server, a control-plane worker and two agents with simulated GPUs whose members run ``gpuflow
+standin`` (a real process each). Each test deploys its own group, looks, and deletes it:
+
+- a 1P1D group, and a 2P1D group with a router, placed whole and their processes running;
+- a group whose decode cannot fit starts nothing, holds no ledger line, and says why naming decode;
+- ``scale_role`` adds a prefill beside the group and keeps every other member's pid; scaling it back
+  stops the member the retention scorer names (scale_in on the store's snapshot);
+- a tenant at its limit gets no partial group: nothing booked, its reason the quota;
+- a control-plane worker SIGKILLed while groups form leaves no partial booking."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+import pytest
+from temporalio.common import WorkflowIDConflictPolicy
+
+from contracts.control import CONTROL_QUEUE, DeploymentInput
+from contracts.group import DEPLOYMENT_SCALE_ROLE, RoleScaleAsk
+from contracts.ids import deployment_id
+from gpuflow import ops
+from scheduler.groups.scale_in import scale_in
+from scheduler.groups.spec import RoleName
+from scheduler.spec import ModelSpec
+from scheduler.tenancy.config import TenantsFile
+from store import ledger, tenants
+from store.snapshot import load_snapshot
+from tests.live import FAST, Live
+from worker_agent.processes import pid_alive
+
+pytestmark = pytest.mark.asyncio
+GiB = 2**30
+STANDIN = f"{sys.executable} -m gpuflow standin --port {{port}} --host {{host}}"
+
+
+def group(name: str, roles: list[dict], vram_gib: float = 8, **kw) -> dict:
+    return {"name": name, "backend": "custom", "run_command": STANDIN, "source": {"local_path": f"/models/{name}"},
+            "resources": {"vram": int(vram_gib * GiB), "ram": GiB}, "disaggregation": {"mode": "custom"},
+            "roles": roles, **kw}
+
+
+async def deploy(lv: Live, raw: dict) -> None:
+    """The deployment's workflow started as ``ops.deploy`` starts it (which refused groups before this)."""
+    spec = ModelSpec.model_validate(raw)
+    h = await lv.client.start_workflow(
+        "ModelDeploymentWorkflow", DeploymentInput(spec=spec.model_dump(mode="json", exclude_none=True), timings=FAST),
+        id=deployment_id(spec.name), task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    await h.execute_update("accepted")
+
+
+def members(lv: Live, name: str) -> dict[str, object]:
+    return {i.name: i for i in lv.instances(name) if i.state != "deleted"}
+
+
+def booked(lv: Live, name: str) -> list[str]:
+    return sorted({i for i in _ledger_instances(lv) if i.startswith(f"{name}-")})
+
+
+def _ledger_instances(lv: Live) -> list[str]:
+    from sqlmodel import Session, select
+
+    from store.tables import ReservationRow
+    with Session(lv.engine) as s:
+        return list(s.exec(select(ReservationRow.instance)))
+
+
+async def running(lv: Live, name: str, n: int, timeout: float = 90) -> dict[str, object]:
+    await lv.wait(lambda: len(members(lv, name)) == n and all(i.state == "running" for i in members(lv, name).values()),
+                  timeout, f"{n} members of {name} RUNNING")
+    return members(lv, name)
+
+
+async def gone(lv: Live, name: str) -> None:
+    await ops.delete(lv.client, name)
+    await lv.wait(lambda: not members(lv, name) and not booked(lv, name), 60, f"{name} deleted, nothing booked")
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory):
+    lv = await Live(str(tmp_path_factory.mktemp("groups"))).start({"h1": [24, 24], "h2": [24, 24]})
+    yield lv
+    lv.close()
+
+
+async def test_a_1p1d_group_is_placed_whole_and_its_processes_run(stack):
+    lv = stack
+    await deploy(lv, group("pd", [{"name": "prefill"}, {"name": "decode"}]))
+    ms = await running(lv, "pd", 2)
+    assert sorted(i.role for i in ms.values()) == ["decode", "prefill"]
+    assert {i.group_name for i in ms.values()} == {"pd"}
+    assert all(i.pid and pid_alive(i.pid) for i in ms.values())  # real processes
+    assert booked(lv, "pd") == sorted(ms)  # each member holds its ledger lines
+    view = await ops.current(lv.client, "pd")
+    assert view.members == {n: i.role for n, i in ms.items()} and view.waiting == "" and view.forming == []
+    await gone(lv, "pd")
+
+
+async def test_a_2p1d_group_with_a_router_is_placed_whole(stack):
+    lv = stack
+    await deploy(lv, group("pdr", [{"name": "prefill", "replicas": 2}, {"name": "decode"}, {"name": "router"}]))
+    ms = await running(lv, "pdr", 4)
+    assert sorted(i.role for i in ms.values()) == ["decode", "prefill", "prefill", "router"]
+    router = next(i for i in ms.values() if i.role == "router")
+    assert router.gpu_indexes == [] and pid_alive(router.pid)  # RAM only, no GPU; a process all the same
+    assert all(pid_alive(i.pid) for i in ms.values())
+    await gone(lv, "pdr")
+
+
+async def test_a_group_whose_decode_cannot_fit_starts_nothing_and_holds_nothing(stack):
+    lv = stack
+    await deploy(lv, group("nofit", [{"name": "prefill"}, {"name": "decode", "worker_selector": {"tier": "h200"}}]))
+    await lv.wait_async(lambda: _waiting(lv, "nofit"), 30, "nofit says why it waits")
+    view = await ops.current(lv.client, "nofit")
+    assert view.waiting.startswith("unschedulable: ") and "decode" in view.waiting, view.waiting
+    assert view.instances == [] and len(view.forming) == 2  # no member's workflow started
+    rows = members(lv, "nofit")
+    assert {i.state for i in rows.values()} == {"pending"} and all("decode" in i.reason for i in rows.values())
+    assert all(i.pid is None for i in rows.values())
+    assert booked(lv, "nofit") == []  # no ledger line: prefill would fit alone, and holds nothing
+    await asyncio.sleep(5)  # it tries again (its retry timer): still nothing held
+    assert booked(lv, "nofit") == [] and (await ops.current(lv.client, "nofit")).instances == []
+    await gone(lv, "nofit")
+
+
+async def _waiting(lv: Live, name: str) -> bool:
+    view = await ops.current(lv.client, name)
+    return view is not None and bool(view.waiting)
+
+
+async def test_scale_role_keeps_the_other_members_and_scale_in_removes_the_retention_victim(stack):
+    lv = stack
+    raw = group("sc", [{"name": "prefill"}, {"name": "decode"}])
+    await deploy(lv, raw)
+    before = {n: i.pid for n, i in (await running(lv, "sc", 2)).items()}
+    h = lv.client.get_workflow_handle(deployment_id("sc"))
+    await h.execute_update(DEPLOYMENT_SCALE_ROLE, RoleScaleAsk(role=RoleName.PREFILL, replicas=2))
+    after = await running(lv, "sc", 3)
+    assert {n: after[n].pid for n in before} == before  # no member restarted
+    assert sorted(i.role for i in after.values()) == ["decode", "prefill", "prefill"]
+    spec = ModelSpec.model_validate({**raw, "roles": [{"name": "prefill", "replicas": 2}, {"name": "decode"}]})
+    victim = scale_in(load_snapshot(lv.engine), spec, RoleName.PREFILL, "sc").victim
+    assert victim is not None and after[victim].role == "prefill"
+    await h.execute_update(DEPLOYMENT_SCALE_ROLE, RoleScaleAsk(role=RoleName.PREFILL, replicas=1))
+    await lv.wait(lambda: set(members(lv, "sc")) == set(after) - {victim}, 60, f"{victim} stopped")
+    left = await running(lv, "sc", 2)
+    assert {n: left[n].pid for n in left} == {n: after[n].pid for n in left}
+    await gone(lv, "sc")
+
+
+async def test_a_tenant_at_its_limit_gets_no_partial_group(stack):
+    lv = stack
+    tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": [{"name": "lab", "limit": {"gpus": 1}}]}))
+    try:  # 2 members, one GPU each: the whole group is 2 GPUs, over the limit of 1; prefill alone would fit
+        await deploy(lv, group("lim", [{"name": "prefill"}, {"name": "decode"}], tenant="lab"))
+        await lv.wait_async(lambda: _waiting(lv, "lim"), 30, "lim says why it waits")
+        view = await ops.current(lv.client, "lim")
+        assert view.waiting.startswith("quota: tenant lab") and "group of 2" in view.waiting, view.waiting
+        assert booked(lv, "lim") == [] and view.instances == []
+        await gone(lv, "lim")
+    finally:
+        tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": []}))
+
+
+async def test_a_control_plane_worker_killed_while_groups_form_leaves_no_partial_booking(stack):
+    lv = stack
+    lv.stack.start_server()  # a second worker carries on
+    names = [f"k{n}" for n in range(3)]
+    await asyncio.gather(*(deploy(lv, group(n, [{"name": "prefill"}, {"name": "decode"}], vram_gib=4)) for n in names))
+    first = lv.stack.servers[0]
+    os.kill(first.pid, signal.SIGKILL)  # in the middle of the formations
+    for _ in range(40):  # every moment: a group holds all its members' bookings or none
+        for n in names:
+            held, ms = booked(lv, n), members(lv, n)
+            assert held in ([], sorted(ms)), (n, held, sorted(ms))
+        await asyncio.sleep(0.25)
+    for n in names:
+        await running(lv, n, 2, timeout=120)
+    assert not ledger.overbooked(lv.engine)
+    for n in names:
+        await gone(lv, n)

@@ -1,0 +1,204 @@
+"""A prefill/decode group in its deployment's workflow (issue 41): formed whole, then kept per role.
+
+- **Formation.** With no member started, the group's members are named (``<name>-<n>``, each with its
+  role) and ``form_group`` writes their rows, decides the whole group and books every member in one
+  ledger transaction, or nothing. Only then is each member's instance workflow started, with its
+  booking (placement and decision) carried and its role's effective spec (``role_spec``): no
+  member's engine starts before every member holds its booking. Not formed: the members wait
+  PENDING (their rows and this workflow's status say why, naming the role), and the formation is
+  tried again after a backoff (RETRY_S, doubling to RETRY_CAP_S). The PENDING queue's wake does not
+  reach a deployment, so the retry is this timer (the queue leaves group members out).
+- **Per role.** ``scale_role`` (RoleScaleAsk) changes one role's replicas: one more member is placed
+  alone (``place_member``: scale_out beside the group), one fewer stops the member ``scale_in_member``
+  names (the retention scorer's victim). No other member restarts. A member that ends on its own is
+  replaced the same way, alone.
+- **A change of the spec** other than roles[].replicas restarts the whole group (GPUStack marks the
+  group stale): every member stopped, then formed again once they are gone.
+Autoscaling and rollouts of groups are refused at validation for now (``group_problem``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from contracts.control import ClosedInstances, DeploymentInput, InstanceInput, InstanceNames
+    from contracts.group import (DEPLOYMENT_SCALE_ROLE, FORM_GROUP, PLACE_MEMBER, SCALE_IN_MEMBER, FormGroupAsk,
+                                 GroupPlaced, MemberPlaced, MemberRef, PlaceMemberAsk, RoleScaleAsk, ScaleInAsk,
+                                 ScaleInPick)
+    from contracts.records import StartInstances
+    from scheduler.groups.roles import role_spec
+    from scheduler.groups.spec import RoleName
+    from scheduler.spec import ModelSpec
+    from workflows import common as c
+    from workflows import messages
+
+RETRY_S, RETRY_CAP_S = 2.0, 30.0  # a group not formed tries again after this, doubling
+
+
+def group_problem(spec: ModelSpec) -> str | None:
+    """What a group spec may not ask for yet (None: it may)."""
+    if not spec.is_group:
+        return None
+    if spec.autoscaling is not None:
+        return "autoscaling: a prefill/decode group is scaled per role (gpuflow scale NAME N --role ROLE); " \
+               "autoscaling groups is not supported yet"
+    return None
+
+
+def members_total(spec: ModelSpec) -> int:
+    return sum(r.replicas for r in spec.roles or [])
+
+
+def _without_replicas(raw: dict) -> dict:
+    out = {k: v for k, v in raw.items() if k not in ("replicas", "roles")}
+    out["roles"] = [{k: v for k, v in r.items() if k != "replicas"} for r in raw.get("roles") or []]
+    return out
+
+
+def restarts_group(old: dict, new: dict) -> bool:
+    """A change of a group's spec other than its roles' replicas restarts the whole group."""
+    return _without_replicas(old) != _without_replicas(new)
+
+
+class GroupSteps:
+    """The deployment workflow's group half (workflows/deployment.py keeps the rest)."""
+
+    def _group_init(self, inp: DeploymentInput) -> None:
+        self.members: dict[str, str] = dict(inp.members)  # every member named (started or forming) -> role
+        self.forming: list[str] = list(inp.forming)  # named for a formation not booked yet
+        self.waiting = ""  # why the group (or a role's new member) is not placed yet
+        self.retry_s = RETRY_S
+
+    def _group_carry(self) -> dict[str, Any]:
+        return {"members": self.members, "forming": self.forming}
+
+    def _wait_s(self, default: timedelta) -> timedelta:
+        """The loop's wait: shorter while a group waits to be placed (its retry)."""
+        return min(default, c.secs(self.retry_s)) if self.waiting else default
+
+    @workflow.update(name=DEPLOYMENT_SCALE_ROLE)
+    async def scale_role(self, *args: Any) -> Any:
+        """One role's replicas (a RoleScaleAsk): that role's members added or stopped, no other
+        member touched; answers once the member to add or stop is chosen."""
+        ask = messages.one(args, RoleScaleAsk, DEPLOYMENT_SCALE_ROLE)
+        raw = dict(self.raw)
+        raw["roles"] = [{**r, "replicas": ask.replicas} if r.get("name") == ask.role.value else r
+                        for r in raw.get("roles") or []]
+        spec = ModelSpec.model_validate(raw)
+        await self._within_limits(members_total(spec))
+        self.raw, self.replicas, self.dirty = raw, members_total(spec), True
+        return await self._applied()
+
+    @scale_role.validator
+    def _check_scale_role(self, *args: Any) -> None:
+        ask = messages.one(args, RoleScaleAsk, DEPLOYMENT_SCALE_ROLE)
+        spec = ModelSpec.model_validate(self.raw)
+        if not spec.is_group:
+            raise ValueError(f"deployment {self.name} has no roles: scale it with gpuflow scale NAME N")
+        if ask.role.value not in {r.name.value for r in spec.roles}:
+            raise ValueError(f"deployment {self.name} has no role {ask.role.value} "
+                             f"(its roles: {', '.join(r.name.value for r in spec.roles)})")
+        raw = dict(self.raw)
+        raw["roles"] = [{**r, "replicas": ask.replicas} if r.get("name") == ask.role.value else r
+                        for r in raw.get("roles") or []]
+        try:
+            ModelSpec.model_validate(raw)
+        except ValueError as e:
+            raise ValueError(f"scale_role: {str(e)[:500]}") from None
+        if self.deleting:
+            raise ValueError(f"deployment {self.name} is being deleted")
+
+    # --- the loop's step --------------------------------------------------------------------------
+    async def _group_step(self, spec: ModelSpec) -> None:
+        keep = set(self.instances) | set(self.forming) | set(self.stopping)
+        self.members = {n: r for n, r in self.members.items() if n in keep}
+        if not self.instances:
+            if not self.stopping:  # a restarted group forms once its old members are gone
+                await self._form(spec)
+            return
+        for r in spec.roles:
+            have = [n for n in self.instances if self.members.get(n) == r.name.value]
+            asked = [n for n in self.forming if self.members.get(n) == r.name.value]
+            if len(have) >= r.replicas and asked:  # scaled back before its new member was placed
+                await self._forget(asked)
+            if len(have) < r.replicas:
+                await self._add_member(spec, r.name, asked[0] if asked else None)
+                return
+            if len(have) > r.replicas:
+                pick: ScaleInPick = await workflow.execute_activity(
+                    SCALE_IN_MEMBER, ScaleInAsk(deployment=self.name, spec=self.raw, role=r.name, live=have),
+                    result_type=ScaleInPick, **c.STORE_CALL)
+                await self._stop([pick.victim or have[-1]])
+                self.dirty = True  # one at a time: the loop comes back for the next
+                return
+        self.waiting, self.retry_s = "", RETRY_S
+
+    def _named(self, role: str) -> str:
+        name = f"{self.name}-{self.next_index}"
+        self.next_index += 1
+        self.forming.append(name)
+        self.members[name] = role
+        return name
+
+    async def _form(self, spec: ModelSpec) -> None:
+        want = sorted(r.name.value for r in spec.roles for _ in range(r.replicas))
+        if sorted(self.members.get(n, "") for n in self.forming) != want:  # named for another shape
+            await self._forget(list(self.forming))
+        if not self.forming:
+            for r in spec.roles:
+                for _ in range(r.replicas):
+                    self._named(r.name.value)
+        got: GroupPlaced = await workflow.execute_activity(
+            FORM_GROUP, FormGroupAsk(deployment=self.name, spec=self.raw, members=[
+                MemberRef(name=n, role=RoleName(self.members[n])) for n in self.forming]),
+            result_type=GroupPlaced, **c.STORE_CALL)
+        await self._placed(spec, got)
+
+    async def _add_member(self, spec: ModelSpec, role: RoleName, name: str | None) -> None:
+        """One more ``role`` member, placed alone; ``name``: the one asked for before, still waiting."""
+        name = name or self._named(role.value)
+        got: GroupPlaced = await workflow.execute_activity(
+            PLACE_MEMBER, PlaceMemberAsk(deployment=self.name, spec=self.raw, member=MemberRef(name=name, role=role)),
+            result_type=GroupPlaced, **c.STORE_CALL)
+        await self._placed(spec, got)
+
+    async def _placed(self, spec: ModelSpec, got: GroupPlaced) -> None:
+        """Start every booked member's workflow with its booking; or say why none is placed."""
+        if not got.scheduled:
+            why = got.why if got.why.startswith("quota:") else f"unschedulable: {got.why}"
+            self.retry_s = min(RETRY_CAP_S, self.retry_s * 2) if self.waiting else RETRY_S
+            self.waiting = why
+            return
+        await workflow.execute_activity(c.START_INSTANCES, StartInstances(instances=[
+            self._member_input(spec, m) for m in got.members]), **c.STORE_CALL)
+        started = {m.name for m in got.members}
+        self.instances.extend(m.name for m in got.members)
+        self.forming = [n for n in self.forming if n not in started]
+        self.waiting, self.retry_s = "", RETRY_S
+
+    def _member_input(self, spec: ModelSpec, m: MemberPlaced) -> InstanceInput:
+        rspec = role_spec(spec, m.role).model_dump(mode="json", exclude_none=True)
+        return InstanceInput(name=m.name, deployment=self.name, spec=rspec, timings=self.timings, placement=m.plan,
+                             decision=m.decision, group=self.name, role=m.role.value)
+
+    async def _forget(self, names: list[str]) -> None:
+        """Members named but never started (no workflow): forgotten here, their rows recorded
+        deleted (closed_workflows), nothing held."""
+        if not names:
+            return
+        self.forming = [n for n in self.forming if n not in names]
+        for n in names:
+            self.members.pop(n, None)
+        self.waiting = ""
+        await workflow.execute_activity(c.CLOSED_WORKFLOWS, InstanceNames(names=names),
+                                        result_type=ClosedInstances, **c.STORE_CALL)
+
+    def _group_change(self, old_raw: dict, raw: dict, new: ModelSpec) -> bool:
+        """A group's new spec: True when it restarts the whole group."""
+        if group_problem(new):
+            raise ApplicationError(group_problem(new), type="InvalidSpec", non_retryable=True)
+        return restarts_group(old_raw, raw)
