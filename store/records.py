@@ -33,7 +33,7 @@ def see_worker(engine: Engine, report: HostReport, state: str = "ready") -> tupl
         row.ram_total, row.unified_memory = report.ram_total, report.unified_memory
         row.reserved_ram, row.reserved_vram = report.reserved_ram, report.reserved_vram
         row.backends, row.simulated, row.fingerprint = report.backends, report.simulated, fp
-        row.runs, row.commands = report.runs, report.commands
+        row.runs, row.commands, row.kv_connectors = report.runs, report.commands, report.kv_connectors
         row.gpus = [g.model_dump(mode="json") for g in report.gpus]
         row.updated_at = utcnow()
         row.boot = report.boot or row.boot

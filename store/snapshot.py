@@ -25,7 +25,8 @@ def worker_model(row: WorkerRow) -> Worker:
     return Worker(name=row.name, state=row.state, cluster=row.cluster, labels=row.labels or {},
                   ram_total=row.ram_total, unified_memory=row.unified_memory,
                   reserved={"ram": row.reserved_ram, "vram": row.reserved_vram},
-                  backends=row.backends, gpus=row.gpus or [], cordoned=bool(row.cordoned), commands=row.commands)
+                  backends=row.backends, gpus=row.gpus or [], cordoned=bool(row.cordoned), commands=row.commands,
+                  kv_connectors=row.kv_connectors)
 
 
 def valid_workers(rows: Iterable[WorkerRow]) -> Iterator[Worker]:

@@ -34,6 +34,7 @@ class WorkerRow(SQLModel, table=True):
     simulated: bool = False
     runs: str | None = None  # HostReport.runs: processes, nothing (gpuflow simulate); None: an older agent's
     commands: str | None = None  # HostReport.commands: the executables on its PATH (scheduler/command_set.py)
+    kv_connectors: list[str] | None = _json(None, nullable=True)  # HostReport.kv_connectors (None: not reported)
     fingerprint: str = ""
     generation: int = 0  # bumped by every booking, release and inventory change on this worker
     state_reason: str = ""
