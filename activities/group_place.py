@@ -59,7 +59,7 @@ def group_quota(snap: ClusterSnapshot, spec: ModelSpec, who, members: list[Place
 
 
 def book(decider: Decider, spec: ModelSpec, group: str, choose, who) -> GroupPlaced:
-    """``choose(snapshot)`` -> (the members placed, or None and (role, reasons)) under the decision
+    """``choose(snapshot)`` -> (the members placed or None, (role, reasons), degradations) under the decision
     lock, on the fresh snapshot; the tenant's limits over them all; then every member booked in one
     transaction, or nothing. A plan the ledger refuses is chosen again, TRIES times."""
     why: tuple[RoleName | None, list[str]] = (None, ["the capacity moved under every try"])
@@ -67,7 +67,7 @@ def book(decider: Decider, spec: ModelSpec, group: str, choose, who) -> GroupPla
         decider.snapshots.sync(decider.reads)
         with decider.deciding:
             snap, _, gens = decider.snapshots.current()
-            placed, miss = choose(snap)
+            placed, miss, degraded = choose(snap)
             if placed is None:
                 return GroupPlaced(scheduled=False, role=miss[0], reasons=miss[1])
             quota = group_quota(snap, spec, who, placed)
@@ -86,8 +86,8 @@ def book(decider: Decider, spec: ModelSpec, group: str, choose, who) -> GroupPla
                 continue
             for p, r in recs:
                 decider.snapshots.assume(p.name, spec.name, r.plan, role=p.role.value, group=group)
-            return GroupPlaced(scheduled=True, members=[MemberPlaced(name=p.name, role=p.role, plan=r.plan, decision=r)
-                                                        for p, r in recs])
+            return GroupPlaced(scheduled=True, degradations=degraded, members=[
+                MemberPlaced(name=p.name, role=p.role, plan=r.plan, decision=r) for p, r in recs])
     return GroupPlaced(scheduled=False, role=why[0], reasons=why[1])
 
 
@@ -98,8 +98,9 @@ def formation(spec: ModelSpec, names: dict[RoleName, list[str]], requests: dict[
     def choose(snap: ClusterSnapshot):
         g = form(snap, spec, placed_roles, policy)
         if not g.scheduled:
-            return None, (g.role, list(g.reasons))
-        return [Placed(names[m.role][m.ordinal], m.role, m.decision, requests[m.role]) for m in g.members], None
+            return None, (g.role, list(g.reasons)), []
+        return ([Placed(names[m.role][m.ordinal], m.role, m.decision, requests[m.role]) for m in g.members], None,
+                list(g.degradations))
     return choose
 
 
@@ -108,8 +109,8 @@ def one_more(spec: ModelSpec, group: str, name: str, role: RoleName, request: Re
     def choose(snap: ClusterSnapshot):
         d = scale_out(snap, spec, role, request, group, policy)
         if not d.scheduled:
-            return None, (role, [f"role {role.value}: no host fits one more member", *d.reasons])
-        return [Placed(name, role, d, request)], None
+            return None, (role, [f"role {role.value}: no host fits one more member", *d.reasons]), []
+        return [Placed(name, role, d, request)], None, []
     return choose
 
 

@@ -145,6 +145,7 @@ class DeploymentInput(BaseModel):
     rollout: RolloutState | None = None  # the rollout's state, across continue-as-new (contracts/rollout.py)
     members: dict[Name, ShortText] = Field({}, max_length=3 * REPLICAS_CEILING)  # a group's: member -> role
     forming: list[Name] = Field([], max_length=3 * REPLICAS_CEILING)  # a group's members named, not formed yet
+    degraded: list[ShortText] = Field([], max_length=8)  # a group's degradations at its formation (gather_unmet)
 
 
 class DeploymentView(BaseModel):
@@ -158,6 +159,7 @@ class DeploymentView(BaseModel):
     members: dict[str, str] = {}  # a prefill/decode group's: every member named -> its role
     forming: list[str] = []  # a group's members named, not booked yet (no workflow): each waits PENDING with ``waiting``
     waiting: str = ""  # why the group (or a role's new member) is not placed yet, naming the role
+    degraded: list[str] = []  # a group's degradations at its formation (gather_unmet: looser than its gather layer)
 
 
 class HostView(BaseModel):

@@ -57,10 +57,12 @@ def deployment_details(spec: dict[str, Any], replicas: int | None) -> str:
         f"**tenant** {code(spec.get('tenant') or 'default')}"])
 
 
-def deployment_current(state: str, spec: dict[str, Any], wanted: int, instances: int, rolling: bool) -> str:
-    """A deployment now: its state, the replicas wanted and the instances it holds, a rollout."""
+def deployment_current(state: str, spec: dict[str, Any], wanted: int, instances: int, rolling: bool,
+                       group: list[str] | None = None) -> str:
+    """A deployment now: its state, the replicas wanted and the instances it holds, a rollout; a
+    prefill/decode group's lines (``group``: its roles' counts, why it waits, its degradations)."""
     return _lines([f"**{state.upper()}** {wanted} replica(s) wanted, {instances} instance(s)"
-                   + (" · rolling upgrade under way" if rolling else ""), deployment_details(spec, wanted)])
+                   + (" · rolling upgrade under way" if rolling else ""), *(group or []), deployment_details(spec, wanted)])
 
 
 def instance_details(spec: dict[str, Any], deployment: str) -> str:

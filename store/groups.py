@@ -3,8 +3,10 @@ wanted (store/wanted.py), each with its ``role`` and ``group_name`` (the deploym
 group). The deployment writes them before the group is formed (activities/group_activities.py),
 so the formation's one transaction (ledger.reserve_group) books rows its deployment wants; while
 the group cannot be formed they wait PENDING with the reason naming the role that does not fit.
-The PENDING queue leaves them out (store/pending_queue.py): nobody but their deployment places
-them, and it retries the whole group on its own timer (workflows/group_steps.py)."""
+The PENDING queue leaves them out until they are booked (store/pending_queue.py: a booking names
+its backend): nobody but their deployment places them, and it retries the whole group on its own
+timer (workflows/group_steps.py). A formed member placed again by its own workflow (its host lost)
+waits in the queue like any replica, judged there with its deployment's spec."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def create_members(engine: Engine, deployment: str, model: str, members: dict[st
                 continue
             row = row or InstanceRow(name=name, deployment=deployment)
             row.deployment, row.model, row.state, row.reason, row.wanted = deployment, model, "pending", "", True
-            row.role, row.group_name, row.decision, row.placement = role, deployment, None, None
+            row.role, row.group_name, row.decision, row.placement, row.backend = role, deployment, None, None, None
             row.queued_at, row.updated_at = utcnow(), utcnow()
             s.add(row)
             changes.bump(s, name)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from sqlalchemy.engine import Engine
+from sqlalchemy import or_
 from sqlmodel import Session, select
 
 from scheduler.tenancy.config import TenantsFile
@@ -60,7 +61,8 @@ def read(engine: Engine) -> Queue:
     with Session(engine) as s:
         rows = list(s.exec(select(InstanceRow.name, InstanceRow.deployment, InstanceRow.queued_at,
                                   InstanceRow.updated_at, InstanceRow.reason).where(InstanceRow.state == "pending")
-                                  .where(InstanceRow.group_name.is_(None))))  # a group waits on its deployment (store/groups.py)
+                                  .where(or_(InstanceRow.group_name.is_(None), InstanceRow.backend.is_not(None)))))
+        # a group's members not booked yet (no backend) wait on their deployment (store/groups.py)
         deps = {r[1] for r in rows}
         live: dict[str, dict] = {}
         for d in s.exec(select(DeploymentRow).where(DeploymentRow.state == "active")):

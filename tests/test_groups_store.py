@@ -86,3 +86,14 @@ BASE = {"name": "pd", "backend": "custom", "roles": [{"name": "prefill", "replic
 ])
 def test_which_change_restarts_the_whole_group(new, restarts):
     assert restarts_group(BASE, new) is restarts
+
+
+def test_a_booked_member_placed_again_waits_in_the_queue_like_any_replica(sqlite_engine):
+    # its host lost, its own workflow records it PENDING again: its booking named its backend
+    _setup(sqlite_engine)
+    ledger.reserve_group(sqlite_engine, [B("pd-0", plan("h1", 0, 10), backend="custom"),
+                                         B("pd-1", plan("h1", 1, 10), backend="custom")])
+    ledger.release(sqlite_engine, "pd-0")
+    from contracts.control import InstanceRecord
+    records.record_instance(sqlite_engine, InstanceRecord(name="pd-0", deployment="pd", model="pd", state="pending"))
+    assert [q.instance for q in read(sqlite_engine).replicas] == ["pd-0"]

@@ -88,7 +88,7 @@ class ModelDeploymentWorkflow(GroupSteps):
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping),
-                              members=self.members, forming=self.forming, waiting=self.waiting)
+                              members=self.members, forming=self.forming, waiting=self.waiting, degraded=self.degraded)
 
     @workflow.update
     async def accepted(self, *args: Any) -> DeploymentView:
@@ -294,7 +294,7 @@ class ModelDeploymentWorkflow(GroupSteps):
     def _show(self, state: str) -> None:
         """Its current details in the Temporal UI (contracts/ui_text.py)."""
         workflow.set_current_details(ui_text.deployment_current(state, self.raw, self.replicas or 0,
-                                                                len(self.instances), self.ro.rolling))
+                                                                len(self.instances), self.ro.rolling, self._group_lines()))
 
     async def _rollout_step(self) -> None:
         """One step of the running rollout: look at the replicas, let the rollout decide

@@ -70,11 +70,26 @@ class GroupSteps:
     def _group_init(self, inp: DeploymentInput) -> None:
         self.members: dict[str, str] = dict(inp.members)  # every member named (started or forming) -> role
         self.forming: list[str] = list(inp.forming)  # named for a formation not booked yet
+        self.degraded: list[str] = list(inp.degraded)  # the formation's degradations (gather_unmet)
         self.waiting = ""  # why the group (or a role's new member) is not placed yet
         self.retry_s = RETRY_S
 
     def _group_carry(self) -> dict[str, Any]:
-        return {"members": self.members, "forming": self.forming}
+        return {"members": self.members, "forming": self.forming, "degraded": self.degraded}
+
+    def _group_lines(self) -> list[str]:
+        """The Temporal UI's lines of a group: each role's members started of those wanted, why
+        it waits, its degradations."""
+        roles = self.raw.get("roles") or []
+        if not roles:
+            return []
+        have = [r for n, r in self.members.items() if n in self.instances]
+        out = [", ".join(f"{r.get('name')} {have.count(r.get('name'))}/{r.get('replicas', 1)}" for r in roles)]
+        if self.waiting:
+            out.append(f"**waiting** {self.waiting[:500]}")
+        if self.degraded:
+            out.append(f"**degraded** {', '.join(self.degraded)}")
+        return out
 
     def _wait_s(self, default: timedelta) -> timedelta:
         """The loop's wait: shorter while a group waits to be placed (its retry)."""
@@ -176,6 +191,8 @@ class GroupSteps:
         await workflow.execute_activity(c.START_INSTANCES, StartInstances(instances=[
             self._member_input(spec, m) for m in got.members]), **c.STORE_CALL)
         started = {m.name for m in got.members}
+        if len(got.members) > 1 or not self.instances:  # a formation: its degradations are the group's
+            self.degraded = list(got.degradations)
         self.instances.extend(m.name for m in got.members)
         self.forming = [n for n in self.forming if n not in started]
         self.waiting, self.retry_s = "", RETRY_S
