@@ -50,7 +50,10 @@ def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
     if stuck:
         return Verdict(3, [f"{i['name']}: PENDING: {i['reason']}" for i in stuck])
     busy = rollout is not None and (rollout.get("rolling") or rollout.get("old") or rollout.get("stopping"))
-    if not busy and len(insts) == dep["replicas"] and all(i["state"] == "running" for i in insts):
+    wanted = dep.get("wanted", dep["replicas"])  # a group's: every role's replicas
+    if not busy and len(insts) == wanted and all(i["state"] == "running" for i in insts):
+        if dep.get("group"):
+            return Verdict(0, [f"deployment {dep['name']}: the group RUNNING ({dep['group']['roles']})"])
         return Verdict(0, [f"deployment {dep['name']}: {dep['replicas']} of {dep['replicas']} replica(s) RUNNING"])
     return Verdict(None, [progress_line(dep, rollout)])
 
@@ -59,6 +62,8 @@ def progress_line(dep: dict[str, Any], rollout: dict[str, Any] | None) -> str:
     roll = " (rolling)" if rollout and rollout.get("rolling") else ""
     insts = dep.get("instances", [])
     have = counts(insts) if insts else "no replica made yet"
+    if dep.get("group"):
+        return f"deployment {dep['name']}: {have}; the group: {dep['group']['roles']}{roll}"
     return f"deployment {dep['name']}: {have} of {dep['replicas']} wanted{roll}"
 
 
@@ -99,7 +104,7 @@ async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> 
         dep = (await ops.status(client, name))["deployments"][0]
         insts = dep.get("instances", [])
         v = judge(dep, None)
-        decided = len(insts) >= dep.get("replicas", 0) and all(i["state"] != "pending" or i.get("reason") for i in insts)
+        decided = len(insts) >= dep.get("wanted", dep.get("replicas", 0)) and all(i["state"] != "pending" or i.get("reason") for i in insts)
         late = time.monotonic() > deadline
         if v.code == 3 and (decided or late):
             return Verdict(0, [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); "

@@ -16,12 +16,13 @@ from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, Deploy
                                  Timings)
 from contracts.host import cordon_reason_problem
 from gpuflow import broken
+from views.group_status import group_view
 from gpuflow.runtime import Unreachable
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem, natural_key  # noqa: F401  (natural_key: the callers' too)
 from scheduler.spec import ModelSpec
-from workflows.deployment import GROUPS_NOT_LIVE, ModelDeploymentWorkflow
+from workflows.deployment import ModelDeploymentWorkflow
 from workflows.host import HostWorkflow
 from workflows.instance import ModelInstanceWorkflow
 
@@ -55,8 +56,6 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     (GPUFLOW_LIMITS__MAX_REPLICAS) is the control plane's to check: its workers' settings decide,
     not this client's environment, and its refusal names the limit."""
     _check_replicas(spec.replicas if replicas is None else replicas)
-    if spec.is_group:
-        raise InvalidInput(GROUPS_NOT_LIVE)
     raw = spec.model_dump(mode="json", exclude_none=True)
     wid = deployment_id(spec.name)
     handle = await client.start_workflow(
@@ -224,7 +223,7 @@ async def status(client: Client, name: str | None = None,
             insts = await bounded([_instance_row(client, i) for i in listed])
         deployments.append({"name": n, "replicas": view.replicas, "deleting": view.deleting,
                             "backend": view.spec.get("backend"), "resources": view.spec.get("resources"),
-                            "instances": insts})
+                            "instances": insts, **group_view(view, insts)})
     st = {"deployments": deployments, "hosts": [] if name else [h.model_dump(mode="json") for h in await hosts(client)]}
     from views.usage import with_usage  # each replica's measured memory, from its hosts' reports
 

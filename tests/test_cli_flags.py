@@ -26,7 +26,7 @@ FLAGS = {
              "--kv-events --label --llama-cpp-python --llama-server --metrics-address --model-cache --model-root "
              "--name --namespace --ray --rpc-server --sglang-python --tls-ca --tls-cert --tls-key --vllm",
     "deploy": "--address --api-key --namespace --replicas --timeout --tls-ca --tls-cert --tls-key --wait spec",
-    "scale": "--address --api-key --namespace --tls-ca --tls-cert --tls-key name replicas",
+    "scale": "--address --api-key --namespace --role --tls-ca --tls-cert --tls-key name replicas",
     "delete": "--address --api-key --namespace --tls-ca --tls-cert --tls-key --wait name",
     "status": "--address --api-key --data-dir --database-url --json --namespace --summary --tls-ca --tls-cert "
               "--tls-key name",

@@ -10,13 +10,14 @@ import asyncio
 import json
 import sys
 
-from gpuflow import files, ops
+from gpuflow import files, group_ops, ops
 from views.render import cluster as render_cluster
 from gpuflow.runtime import connect
 from gpuflow.cli.agent import add_agent, add_server
 from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from gpuflow.cli.flags import setting
 from scheduler.errors import InvalidInput
+from scheduler.groups.spec import RoleName
 
 
 def cmd_deploy(a) -> int:
@@ -75,6 +76,11 @@ def cmd_scale(a) -> int:
     s = settings_from(a)
 
     async def go():
+        if a.role:  # one role of a prefill/decode group; its other members keep running
+            view = await group_ops.scale_role(await connect(s.temporal), a.name, a.role, a.replicas)
+            wanted = ", ".join(f"{r.name.value} {r.replicas}" for r in group_ops.roles_of(view.spec))
+            print(f"deployment {view.name}: {a.role} {a.replicas} replica(s) wanted (roles: {wanted})")
+            return
         view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
 
@@ -268,10 +274,12 @@ def add_deploy(sub) -> None:
 
 
 def add_scale(sub) -> None:
-    p = sub.add_parser("scale", help="change a deployment's replicas")
+    p = sub.add_parser("scale", help="change a deployment's replicas (or one role's, with --role)")
     temporal_flags(p)
     p.add_argument("name")
     p.add_argument("replicas", type=int)
+    p.add_argument("--role", choices=[r.value for r in RoleName],
+                   help="a prefill/decode group: change this role's replicas only; no other member restarts")
     p.set_defaults(fn=cmd_scale, temporal=True)
 
 

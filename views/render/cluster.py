@@ -91,9 +91,15 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
         if d.get("broken"):
             out.append(f"deployment {d['name']}: BROKEN: {d['broken']}")
             continue
-        out.append(f"deployment {d['name']} ({d.get('backend')}): {d['replicas']} replica(s) wanted"
+        g = d.get("group")
+        wanted = f"a group: {g['roles']}" if g else f"{d['replicas']} replica(s) wanted"
+        out.append(f"deployment {d['name']} ({d.get('backend')}): {wanted}"
                    + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
         out.append(f"  instances: {counts(d['instances'])}")
+        if g and g.get("degradations"):
+            out.append(f"  degraded: {', '.join(g['degradations'])}")
+        if g and g.get("waiting"):
+            out.append(f"  waiting: {g['waiting']}")
         if summary:
             continue
         stated = spec_text.resources({"resources": d.get("resources")})
@@ -108,7 +114,8 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
             if i.get("download"):
                 reason = f"{reason}: {progress(i['download'])}"
             reason = "; ".join(x for x in (usage.warning(i.get("vram")), reason) if x)  # over its claim, said first
-            out.append(f"  {i['name']:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} "
+            name = f"{i['name']} ({i['role']})" if i.get("role") else i["name"]
+            out.append(f"  {name:<20} {i['state'].upper():<12} {worker:<12} {gpus:<8} {_serving(i)} "
                        f"{usage.column(i.get('vram')):<17} {reason}")
             out += [f"  {'':<20} | {line}" for line in i.get("log_tail") or []]  # an ERROR replica's log, its end
     if not st["deployments"]:
