@@ -8,7 +8,9 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
+from scheduler.groups.status import KINDS
 from store import ledger
+from store.group_health import group_degradations
 from store.tables import InstanceRow, WorkerRow
 
 
@@ -38,6 +40,10 @@ class StoreCollector:
                                      labels=["worker", "gpu"])
         total = GaugeMetricFamily("gpuflow_gpu_vram_bytes", "VRAM of each GPU as its host reports it.", labels=["worker", "gpu"])
         hosts = GaugeMetricFamily("gpuflow_hosts", "Hosts by state.", labels=["state"])
+        degraded = GaugeMetricFamily("gpuflow_group_degraded", "Prefill/decode groups' degradations: 1 while the group "
+                                     "has it (ratio_unmet: a role runs fewer members than it wants; gather_unmet: its "
+                                     "prefill/decode members share less than its PreferGather layer), else 0.",
+                                     labels=["deployment", "kind"])
         try:
             with Session(self.engine) as s:
                 for state, n in s.exec(select(InstanceRow.state, func.count()).group_by(InstanceRow.state)):
@@ -54,11 +60,14 @@ class StoreCollector:
                         total.add_metric([w.name, str(g["index"])], g["vram_total"])
                 for st, n in sorted(by_state.items()):
                     hosts.add_metric([st], n)
+                for name, kinds in group_degradations(s).items():
+                    for kind in KINDS:
+                        degraded.add_metric([name, kind], 1 if kind in kinds else 0)
             for (w, g), b in sorted(ledger.booked_per_gpu(self.engine).items()):
                 reserved.add_metric([w, str(g)], b)
         except Exception:  # noqa: BLE001  a scrape must not fail because the store is busy
             return
-        yield from (states, pending, reserved, total, hosts)
+        yield from (states, pending, reserved, total, hosts, degraded)
 
 
 class ControlMetrics:

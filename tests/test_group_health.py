@@ -1,0 +1,52 @@
+"""The ``gpuflow_group_degraded{deployment,kind}`` metric: each active group's degradations read
+from the store at scrape time (store/group_health.py, activities/metrics.py), on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, select
+
+from activities.metrics import StoreCollector
+from contracts.host import HostReport
+from store import groups, records
+from store.tables import InstanceRow
+from tests.test_ledger import host
+
+
+def labelled(name: str, zone: str) -> HostReport:
+    return host(name).model_copy(update={"labels": {"topology.gpustack.ai/zone": zone}})
+
+
+def set_rows(engine, states: dict[str, tuple[str, str | None]]) -> None:
+    """Each member's (state, worker), as its workflow would have recorded it."""
+    with Session(engine) as s:
+        for row in s.exec(select(InstanceRow)):
+            if row.name in states:
+                row.state, row.worker = states[row.name]
+                s.add(row)
+        s.commit()
+
+
+def scrape(engine) -> dict[tuple[str, str], float]:
+    fam = next(f for f in StoreCollector(engine).collect() if f.name == "gpuflow_group_degraded")
+    return {(x.labels["deployment"], x.labels["kind"]): x.value for x in fam.samples}
+
+
+def test_a_groups_degradations_are_a_gauge_per_kind(store):
+    _, _, engine = store
+    for name, zone in (("a", "z1"), ("b", "z1"), ("c", "z2")):
+        records.upsert_worker(engine, labelled(name, zone))
+    spec = {"name": "pd", "roles": [{"name": "prefill", "replicas": 2}, {"name": "decode"}],
+            "gather": {"strategy": "PreferGather", "layer": "builtin-000001"}}
+    records.save_deployment(engine, "pd", spec, 1)
+    records.save_deployment(engine, "plain", {"name": "plain"}, 1)  # no roles: no series
+    groups.create_members(engine, "pd", "pd", {"pd-0": "prefill", "pd-1": "prefill", "pd-2": "decode"})
+    # prefills on a and b (zone z1), the decode still pending: a role short, nothing loose yet
+    set_rows(engine, {"pd-0": ("running", "a"), "pd-1": ("running", "b"), "pd-2": ("pending", None)})
+    assert scrape(engine) == {("pd", "ratio_unmet"): 1, ("pd", "gather_unmet"): 0}
+    # the decode runs on c, in zone z2: every role at its count, but the members share no zone
+    set_rows(engine, {"pd-2": ("running", "c")})
+    assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 1}
+    # the decode on b instead: zone z1 holds them all
+    set_rows(engine, {"pd-2": ("running", "b")})
+    assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 0}
