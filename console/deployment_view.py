@@ -25,7 +25,7 @@ from scheduler.naming import natural_key
 from views.render.spec_text import readable
 from views.render.usage import column, warning
 from views.usage import summed
-from store import decision_log
+from store import decision_log, group_health
 from store.decision_log import DecisionRow
 from store.serving import LIVE_S, in_flight_of
 from store.tables import DeploymentRow, InstanceRow, utcnow
@@ -72,6 +72,16 @@ class Replica:
     vram: str  # 'used/claimed GiB' (render/usage.column)
     vram_warning: str
     restarts: int
+    role: str | None = None  # a prefill/decode group's member: its role
+
+
+@dataclass
+class RoleLine:
+    """One role of a group: its members running against its replicas (the form scales it)."""
+
+    role: str
+    running: int
+    wanted: int
 
 
 @dataclass
@@ -80,6 +90,8 @@ class Detail:
     summary: Summary
     spec_yaml: str
     replicas: list[Replica]
+    roles: list[RoleLine] = field(default_factory=list)  # a prefill/decode group's; [] otherwise
+    degradations: list[str] = field(default_factory=list)  # the group's (store/group_health.py)
     kept_steps: list[dict[str, Any]] = field(default_factory=list)  # the store's autoscaler steps, newest last
 
 
@@ -143,7 +155,7 @@ def _replica(r: InstanceRow, flying: dict[str, int], mem: dict[str, dict[str, An
     v = mem.get(r.name) if r.state not in ("pending", "deleted") else None
     return Replica(name=r.name, state=r.state, worker=r.worker, gpus=list(r.gpu_indexes or []),
                    address=f"{r.address or '-'}:{r.port}" if r.port else "-", in_flight=flying.get(r.name, 0),
-                   reason=r.reason, vram=column(v), vram_warning=warning(v), restarts=r.restarts)
+                   reason=r.reason, vram=column(v), vram_warning=warning(v), restarts=r.restarts, role=r.role)
 
 
 def detail(engine: Engine, caller: Caller, name: str) -> Detail | None:
@@ -159,10 +171,13 @@ def detail(engine: Engine, caller: Caller, name: str) -> Detail | None:
         flying, mem = in_flight_of(s, names, utcnow() - timedelta(seconds=LIVE_S)), _memory(s, names)
         kept = list(s.exec(select(DecisionRow).where(DecisionRow.deployment == name, DecisionRow.kind == "autoscale")
                            .order_by(DecisionRow.id.desc()).limit(STEPS_KEPT)))
+        group = group_health.standing(s, d)
     steps = [{**_step(r), "at": r.at, "inputs": r.digest} for r in reversed(kept)]
     states = dict(Counter(r.state for r in rows))
+    roles = [RoleLine(r.value, ran, want) for r, (ran, want) in group.counts.items()] if group else []
     return Detail(name=name, summary=_summary(d, states), spec_yaml=spec_yaml(d.spec or {}),
-                  replicas=[_replica(r, flying, mem) for r in rows], kept_steps=steps)
+                  replicas=[_replica(r, flying, mem) for r in rows], kept_steps=steps, roles=roles,
+                  degradations=group.degradations if group else [])
 
 
 def _step(row: DecisionRow) -> dict:

@@ -28,6 +28,7 @@ from console.charts import replicas_chart
 from console.deployment_view import detail, listing
 from console.web import Page, action_body, page, page_number
 from scheduler.errors import GpuflowError, InvalidInput
+from scheduler.groups.spec import RoleName
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem
 
@@ -93,6 +94,9 @@ def replicas_of(body: dict[str, Any]) -> int:
     return n
 
 
+ROLES = tuple(r.value for r in RoleName)
+
+
 async def _may(con, caller, verb: str, name: str) -> None:
     """Refused unless ``caller`` sees deployment ``name`` (InvalidInput: as if it did not exist) and
     its scope may ``verb`` it (access.Forbidden, naming what is missing: rules.deployment)."""
@@ -105,9 +109,18 @@ async def _may(con, caller, verb: str, name: str) -> None:
 
 
 async def scale(con, request, caller) -> JSONResponse:
+    """``{"replicas": N}``, or ``{"replicas": N, "role": ROLE}`` for one role of a prefill/decode
+    group (its other members keep running), as ``gpuflow scale [--role]``."""
     name = _name(request)
-    n = replicas_of(await action_body(request))
+    body = await action_body(request)
+    n, role = replicas_of(body), body.get("role")
+    if role is not None and (not isinstance(role, str) or role not in ROLES):
+        raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {str(role)[:20]!r}")
     await _may(con, caller, "scale", name)
+    if role:
+        v = await con.control().scale_role(name, role, n)
+        wanted = next((r.get("replicas", 1) for r in v.spec.get("roles") or [] if r.get("name") == role), n)
+        return JSONResponse({"message": f"{name}: {role} {wanted} replica(s) wanted", "replicas": wanted})
     v = await con.control().scale(name, n)
     return JSONResponse({"message": f"{name}: {v.replicas} replica(s) wanted", "replicas": v.replicas})
 

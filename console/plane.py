@@ -18,6 +18,9 @@ class ControlPlane(Protocol):
     async def scale(self, deployment: str, replicas: int) -> DeploymentView:
         """``gpuflow scale``: the deployment's new view."""
 
+    async def scale_role(self, deployment: str, role: str, replicas: int) -> DeploymentView:
+        """``gpuflow scale --role``: one role of a prefill/decode group; the deployment's new view."""
+
     async def delete(self, deployment: str) -> DeploymentView:
         """``gpuflow delete`` (not waiting): the deployment's view, its replicas stopping."""
 

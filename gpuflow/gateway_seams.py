@@ -68,6 +68,11 @@ class TemporalPlane:
     async def scale(self, deployment: str, replicas: int) -> DeploymentView:
         return await ops.scale(await self.temporal.get(), deployment, replicas)
 
+    async def scale_role(self, deployment: str, role: str, replicas: int) -> DeploymentView:
+        from gpuflow import group_ops
+
+        return await group_ops.scale_role(await self.temporal.get(), deployment, role, replicas)
+
     async def delete(self, deployment: str) -> DeploymentView:
         return await ops.delete(await self.temporal.get(), deployment)
 

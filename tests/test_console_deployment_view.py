@@ -97,3 +97,27 @@ def test_replicas_in_flight_vram_and_the_spec(engine):
     assert by["a-chat-2"].reason == "no GPU has 80 GiB free"
     assert "HF_TOKEN: '***'" in d.spec_yaml and "hf_secret" not in d.spec_yaml
     assert dv.detail(engine, OPEN, "old") is None and dv.detail(engine, OPEN, "nope") is None
+
+
+def test_a_groups_page_shows_each_role_and_its_degradations(tmp_path):
+    # a 2P1D group: both prefills running, the decode still pending -> prefill 2/2, decode 0/1,
+    # ratio_unmet; every replica row says its role
+    e = db.make_engine(f"sqlite:///{tmp_path / 'g.db'}")
+    db.init_db(e)
+    with Session(e) as s:
+        s.add_all([DeploymentRow(name="pd", replicas=1, spec={"backend": "vllm", "roles": [
+                       {"name": "prefill", "replicas": 2}, {"name": "decode"}]}),
+                   InstanceRow(name="pd-0", deployment="pd", state="running", role="prefill", group_name="pd"),
+                   InstanceRow(name="pd-1", deployment="pd", state="running", role="prefill", group_name="pd"),
+                   InstanceRow(name="pd-2", deployment="pd", state="pending", role="decode", group_name="pd")])
+        s.commit()
+    d = dv.detail(e, OPEN, "pd")
+    assert [(r.role, r.running, r.wanted) for r in d.roles] == [("prefill", 2, 2), ("decode", 0, 1)]
+    assert d.degradations == ["ratio_unmet"]
+    assert [r.role for r in d.replicas] == ["prefill", "prefill", "decode"]
+    e.dispose()
+
+
+def test_a_plain_deployment_has_no_roles(engine):
+    d = dv.detail(engine, OPEN, "a-chat")
+    assert d.roles == [] and d.degradations == [] and all(r.role is None for r in d.replicas)

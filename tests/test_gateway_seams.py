@@ -65,7 +65,7 @@ def test_a_failed_wake_is_logged_and_a_gateway_without_a_seam_never_wakes(caplog
 
 
 class Plane:
-    """A ControlPlane that records what it was asked (only scale and delete are asked here)."""
+    """A ControlPlane that records what it was asked (only scale, scale_role and delete are asked here)."""
 
     def __init__(self):
         self.asked: list[tuple] = []
@@ -73,6 +73,11 @@ class Plane:
     async def scale(self, deployment: str, replicas: int) -> DeploymentView:
         self.asked.append(("scale", deployment, replicas))
         return DeploymentView(name=deployment, replicas=replicas, instances=[])
+
+    async def scale_role(self, deployment: str, role: str, replicas: int) -> DeploymentView:
+        self.asked.append(("scale_role", deployment, role, replicas))
+        return DeploymentView(name=deployment, replicas=1, instances=[], spec={"roles": [
+            {"name": "prefill", "replicas": replicas if role == "prefill" else 1}, {"name": "decode"}]})
 
     async def delete(self, deployment: str) -> DeploymentView:
         self.asked.append(("delete", deployment))
@@ -100,6 +105,10 @@ async def post(app, path: str, body: dict) -> tuple[int, dict]:
     # checked before the plane is asked: the number, and the deployment
     ("/console/deployments/chat/scale", {"replicas": "-1"}, 400, [], "replicas must be a whole number"),
     ("/console/deployments/nope/scale", {"replicas": 1}, 400, [], "no deployment named 'nope'"),
+    # one role of a group, as gpuflow scale --role; a role outside the three is refused before the plane
+    ("/console/deployments/chat/scale", {"replicas": "2", "role": "prefill"}, 200,
+     [("scale_role", "chat", "prefill", 2)], "chat: prefill 2 replica(s) wanted"),
+    ("/console/deployments/chat/scale", {"replicas": "2", "role": "encode"}, 400, [], "role must be one of"),
 ])
 def test_the_consoles_actions_reach_its_plane(engine, path, body, status, asked, said):
     plane = Plane()
