@@ -65,6 +65,9 @@ class GroupPlaced(BaseModel):
     role: RoleName | None = None
     reasons: Lines = []
     degradations: list[Annotated[str, Field(max_length=64)]] = Field([], max_length=8)
+    victims: list[Name] = Field([], max_length=MAX_MEMBERS * 8)  # booked by preempting these (their lines taken)
+    preempt_why: Text = ""  # "to reclaim lab's guarantee" | "for a higher-priority deployment of its tenant"
+    tenant: Name = "default"  # the group's tenant (a victim is told who took its GPUs)
 
     @property
     def why(self) -> str:

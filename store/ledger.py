@@ -81,7 +81,7 @@ def held_rows(s: Session, instance: str) -> list:
     return list(s.connection().execute(cols.where(t.c.instance == instance)))
 
 
-def _lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
+def lock_workers(session: Session, names: list[str]) -> dict[str, WorkerRow]:
     stmt = select(WorkerRow).where(WorkerRow.name.in_(names)).order_by(WorkerRow.name)
     if session.get_bind().dialect.name != "sqlite":
         stmt = stmt.with_for_update()
@@ -170,18 +170,18 @@ def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[Placemen
     wanted = [plan_rows(b.instance, b.plan) for b in bookings]
     out: list[tuple[PlacementPlan, bool] | StaleDecision | NotWanted] = []
     with Session(engine) as s:
-        workers = _lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
+        workers = lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
         touched: dict[str, WorkerRow] = {}
         for b, rows in zip(bookings, wanted):
             try:
-                now = _reserve_in(s, workers, b, rows)
+                now = reserve_in(s, workers, b, rows)
             except (StaleDecision, NotWanted) as e:
                 out.append(e)
                 continue
             out.append((b.plan, now))
             if now:
                 touched.update((r.worker, workers[r.worker]) for r in rows)
-        _bump(s, touched.values())
+        bump_workers(s, touched.values())
         s.commit()
     return out
 
@@ -194,23 +194,23 @@ def reserve_group(engine: Engine, bookings: list[Booking]) -> list[tuple[Placeme
     wanted = [plan_rows(b.instance, b.plan) for b in bookings]
     out: list[tuple[PlacementPlan, bool]] = []
     with Session(engine) as s:
-        workers = _lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
+        workers = lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
         touched: dict[str, WorkerRow] = {}
         for b, rows in zip(bookings, wanted):
             try:
-                now = _reserve_in(s, workers, b, rows)
+                now = reserve_in(s, workers, b, rows)
             except (StaleDecision, NotWanted) as e:
                 s.rollback()  # the members booked before it go too: a group is admitted whole or not at all
                 return e
             out.append((b.plan, now))
             if now:
                 touched.update((r.worker, workers[r.worker]) for r in rows)
-        _bump(s, touched.values())
+        bump_workers(s, touched.values())
         s.commit()
     return out
 
 
-def _reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
+def reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
     """One booking inside the batch's transaction; True when it was booked now (False: held already)."""
     why = wanted_problem(s, b.instance)
     if why:
@@ -254,7 +254,7 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
             return plan, False
         theirs = {v: plan_rows(v, p) for v, p in victims.items()}
         names = {r.worker for r in wanted} | {r.worker for rows in theirs.values() for r in rows}
-        workers = _lock_workers(s, sorted(names))
+        workers = lock_workers(s, sorted(names))
         for v, rows in sorted(theirs.items()):
             have = list(s.exec(select(ReservationRow).where(ReservationRow.instance == v)))
             if not have or not same_rows(have, rows):
@@ -272,7 +272,7 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
             raise OverQuota(f"instance {instance}: {quota}")
         s.exec(delete(ReservationRow).where(ReservationRow.instance.in_(gone | {instance})))
         s.add_all(wanted)
-        _bump(s, workers.values())
+        bump_workers(s, workers.values())
         for v in sorted(gone):
             row = s.get(InstanceRow, v)
             if row is not None:
@@ -306,7 +306,7 @@ def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str 
     changes.bump(s, instance)
 
 
-def _bump(s: Session, workers) -> None:
+def bump_workers(s: Session, workers) -> None:
     for w in workers:
         w.generation += 1
         s.add(w)
@@ -317,7 +317,7 @@ def release(engine: Engine, instance: str) -> int:
     with Session(engine) as s:
         held = list(s.exec(select(ReservationRow.worker).where(ReservationRow.instance == instance)))
         if held:
-            _bump(s, _lock_workers(s, sorted(set(held))).values())
+            bump_workers(s, lock_workers(s, sorted(set(held))).values())
         n = s.exec(delete(ReservationRow).where(ReservationRow.instance == instance)).rowcount
         row = s.get(InstanceRow, instance)
         changed = bool(held)

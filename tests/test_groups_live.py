@@ -29,7 +29,7 @@ from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from store import ledger, tenants
 from store.snapshot import load_snapshot
-from tests.live import FAST, Live
+from tests.live import FAST, Live, spec
 from worker_agent.processes import pid_alive
 
 pytestmark = pytest.mark.asyncio
@@ -77,6 +77,11 @@ async def running(lv: Live, name: str, n: int, timeout: float = 90) -> dict[str,
 async def gone(lv: Live, name: str) -> None:
     await ops.delete(lv.client, name)
     await lv.wait(lambda: not members(lv, name) and not booked(lv, name), 60, f"{name} deleted, nothing booked")
+    await lv.wait_async(lambda: _ended(lv, name), 30, f"{name}'s workflow ended (its row deleted)")
+
+
+async def _ended(lv: Live, name: str) -> bool:
+    return await ops.current(lv.client, name) is None
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +165,9 @@ async def test_a_tenant_at_its_limit_gets_no_partial_group(stack):
         view = await ops.current(lv.client, "lim")
         assert view.waiting.startswith("quota: tenant lab") and "group of 2" in view.waiting, view.waiting
         assert booked(lv, "lim") == [] and view.instances == []
-        await gone(lv, "lim")
     finally:
+        if await ops.current(lv.client, "lim") is not None:
+            await gone(lv, "lim")
         tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": []}))
 
 
@@ -182,3 +188,32 @@ async def test_a_control_plane_worker_killed_while_groups_form_leaves_no_partial
     assert not ledger.overbooked(lv.engine)
     for n in names:
         await gone(lv, n)
+
+
+async def test_preemption_admits_a_guaranteed_group_whole(stack):
+    # 4 GPUs of 24 GiB, each held by one 20 GiB replica of poc (no guarantee: it borrows them all);
+    # lab (guarantee 2 GPUs) deploys a 1P1D group of 20 GiB members: two poc replicas give way, in
+    # one transaction with the group's booking, and both members start once those stopped
+    lv = stack
+    tenants.apply(lv.engine, TenantsFile.model_validate(
+        {"tenants": [{"name": "lab", "guarantee": {"gpus": 2}}, {"name": "poc"}]}))
+    try:
+        await ops.deploy(lv.client, spec("fill", vram_gib=20, replicas=4, tenant="poc"), FAST)
+        await running(lv, "fill", 4)
+        await deploy(lv, group("gpd", [{"name": "prefill"}, {"name": "decode"}], vram_gib=20, tenant="lab"))
+        for _ in range(60):  # every moment: the group holds all its members' bookings or none
+            held, ms = booked(lv, "gpd"), members(lv, "gpd")
+            assert held in ([], sorted(ms)), (held, sorted(ms))
+            if all(i.state == "running" for i in ms.values()) and len(ms) == 2:
+                break
+            await asyncio.sleep(0.5)
+        await running(lv, "gpd", 2)
+        states = sorted(i.state for i in members(lv, "fill").values())
+        assert states == ["pending", "pending", "running", "running"], states
+        assert all("preempted by lab/gpd" in i.reason for i in members(lv, "fill").values() if i.state == "pending")
+        assert not ledger.overbooked(lv.engine)
+    finally:
+        for n in ("gpd", "fill"):
+            if await ops.current(lv.client, n) is not None:
+                await gone(lv, n)
+        tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": []}))

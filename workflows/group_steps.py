@@ -25,7 +25,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.control import ClosedInstances, DeploymentInput, InstanceInput, InstanceNames
+    from contracts.control import ClosedInstances, DeploymentInput, InstanceInput, InstanceNames, PreemptNotice
+    from contracts.ids import INSTANCE_PREEMPT, instance_id
     from contracts.group import (DEPLOYMENT_SCALE_ROLE, FORM_GROUP, PLACE_MEMBER, SCALE_IN_MEMBER, FormGroupAsk,
                                  GroupPlaced, MemberPlaced, MemberRef, PlaceMemberAsk, RoleScaleAsk, ScaleInAsk,
                                  ScaleInPick)
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import messages
 
 RETRY_S, RETRY_CAP_S = 2.0, 30.0  # a group not formed tries again after this, doubling
+VICTIMS_WAIT_S = 300  # a group formed by preemption starts its members once its victims stopped, or after this
 
 
 def group_problem(spec: ModelSpec) -> str | None:
@@ -188,6 +190,7 @@ class GroupSteps:
             self.retry_s = min(RETRY_CAP_S, self.retry_s * 2) if self.waiting else RETRY_S
             self.waiting = why
             return
+        await self._victims_stopped(got)
         await workflow.execute_activity(c.START_INSTANCES, StartInstances(instances=[
             self._member_input(spec, m) for m in got.members]), **c.STORE_CALL)
         started = {m.name for m in got.members}
@@ -196,6 +199,24 @@ class GroupSteps:
         self.instances.extend(m.name for m in got.members)
         self.forming = [n for n in self.forming if n not in started]
         self.waiting, self.retry_s = "", RETRY_S
+
+    async def _victims_stopped(self, got: GroupPlaced) -> None:
+        """A group booked by preemption: each victim is told who took its GPUs, and no member starts
+        until none of them still runs (victims_left), or VICTIMS_WAIT_S passed."""
+        if not got.victims:
+            return
+        notice = PreemptNotice(by=f"{got.tenant}/{self.name}", instance=got.members[0].name, why=got.preempt_why)
+        for v in got.victims:
+            try:
+                await workflow.get_external_workflow_handle(instance_id(v)).signal(INSTANCE_PREEMPT, notice)
+            except Exception:  # noqa: BLE001  already gone: nothing of it runs
+                pass
+        for _ in range(VICTIMS_WAIT_S):
+            left: InstanceNames = await workflow.execute_activity(
+                c.VICTIMS_LEFT, InstanceNames(names=got.victims), result_type=InstanceNames, **c.STORE_CALL)
+            if not left.names:
+                return
+            await workflow.sleep(1)
 
     def _member_input(self, spec: ModelSpec, m: MemberPlaced) -> InstanceInput:
         rspec = role_spec(spec, m.role).model_dump(mode="json", exclude_none=True)

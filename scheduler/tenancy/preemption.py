@@ -49,7 +49,7 @@ class Preemption:
     why: str = ""  # the victims' line: "to reclaim prod's guarantee" | "for a higher-priority deployment"
 
 
-def _ordered(cands: list[Instance], tenants: TenantsFile, o: Owners, mine: str, used: dict[str, Usage]) -> list[Instance]:
+def victim_order(cands: list[Instance], tenants: TenantsFile, o: Owners, mine: str, used: dict[str, Usage]) -> list[Instance]:
     def key(i: Instance):
         t = o.tenant_of.get(i.model, "default")
         tn = tenants.get(t)
@@ -129,7 +129,7 @@ def plan(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: Tena
     cands = [i for i in snap.instances if i.name != name and i.worker is not None
              and (owners.tenant_of.get(i.model, "default") != mine and reclaim
                   or owners.tenant_of.get(i.model, "default") == mine and owners.priority_of.get(i.model, 0) < my_prio)]
-    ordered = _ordered(cands, tenants, owners, mine, used)
+    ordered = victim_order(cands, tenants, owners, mine, used)
     search = _per_worker if not probe.placement.subordinates else _greedy  # across workers: the whole cluster
     taken = search(snap, spec, request, config, name, ordered, tenants, owners, mine, used, whole_only)
     if taken is None:
