@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 
 from contracts.decision import DecisionRecord
 from scheduler.decision_inputs import DecisionInputs
+from scheduler.group_inputs import GroupInputs
 from store import decision_log
 from store.decision_codec import Encoder
 
@@ -35,7 +36,8 @@ class DecisionKeeper:
         self._encoding = threading.Lock()
         self._lock = threading.Condition()
         self._blobs: dict[str, bytes] = {}
-        self._rows: list[tuple[DecisionRecord, str, str, str]] = []  # (record, digest, instance, deployment)
+        self._rows: list[tuple[DecisionRecord, str, str, str, str]] = []  # (record, digest, instance, deployment, kind)
+        self._refusals: dict[str, None] = {}  # group refusals kept lately, by digest: one kept per inputs
         self._steps: list[tuple[str, str, dict, str, str]] = []  # autoscaler steps: (digest, deployment, decision, outcome, reason)
         self._busy = False
         self._stop = False
@@ -56,7 +58,30 @@ class DecisionKeeper:
         with self._lock:
             self._blobs.update(enc.blobs)
             self._blobs[enc.digest] = enc.manifest
-            self._rows += [(r, enc.digest, n, inputs.spec.name) for r, n in zip(recs, inputs.names)]
+            self._rows += [(r, enc.digest, n, inputs.spec.name, "placement") for r, n in zip(recs, inputs.names)]
+            self._lock.notify()
+        return enc.digest
+
+    def keep_group(self, inputs: GroupInputs, recs: dict[str, DecisionRecord]) -> str:
+        """A prefill/decode group's decision (scheduler/group_inputs.py: a formation, or a member
+        placed alone): its inputs encoded once, and each member's record of ``recs`` (by name,
+        annotated with the group's decision: contracts/group_decision_of.py) given the digest and
+        queued under the inputs' kind. A refusal on inputs already kept is not kept again (a group
+        waiting to form retries on a timer); the digest."""
+        with self._encoding:
+            enc = self.encoder.encode_group(inputs)
+        for r in recs.values():
+            r.inputs = enc.digest
+        with self._lock:
+            if not any(r.scheduled for r in recs.values()):
+                if enc.digest in self._refusals:
+                    return enc.digest
+                self._refusals[enc.digest] = None
+                while len(self._refusals) > 1000:
+                    self._refusals.pop(next(iter(self._refusals)))
+            self._blobs.update(enc.blobs)
+            self._blobs[enc.digest] = enc.manifest
+            self._rows += [(r, enc.digest, n, inputs.spec.name, inputs.kind) for n, r in recs.items()]
             self._lock.notify()
         return enc.digest
 
@@ -125,13 +150,13 @@ class DecisionKeeper:
                     self._lock.notify_all()
             time.sleep(self.every_s / 4)  # let a burst gather into one transaction
 
-    def _write(self, blobs: dict[str, bytes], rows: list[tuple[DecisionRecord, str, str, str]],
+    def _write(self, blobs: dict[str, bytes], rows: list[tuple[DecisionRecord, str, str, str, str]],
                steps: list[tuple[str, str, dict, str, str]] = ()) -> None:
         out = [decision_log.DecisionRow(kind="autoscale", digest=digest, instance=deployment, deployment=deployment,
                                         outcome=outcome, reason=reason[:500], **_packed(json.dumps(decision).encode()))
                for digest, deployment, decision, outcome, reason in steps]
-        for rec, digest, instance, deployment in rows:
-            out.append(decision_log.DecisionRow(digest=digest, instance=instance, deployment=deployment,
+        for rec, digest, instance, deployment, kind in rows:
+            out.append(decision_log.DecisionRow(kind=kind, digest=digest, instance=instance, deployment=deployment,
                                                 outcome=decision_log.outcome_of(rec), reason=decision_log.reason_of(rec)[:500],
                                                 **_packed(rec.model_dump_json().encode())))
         written = sum(len(r.record) for r in out) + decision_log.write(self.engine, blobs, out)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 
 from scheduler.bounds import Count, CpuText, Indexes, Lines, MAX_ITEMS, Name, ShortText, Text
 from scheduler.cluster import Claim, Subordinate
+from scheduler.groups.spec import RoleName
 from scheduler.limits import MAX_GPUS
 
 FIGURE_MAX = 2**63
@@ -122,6 +123,35 @@ class FilterView(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+class GroupMember(BaseModel):
+    """One member of a group's decision: its name, role and where it went (None: not placed)."""
+
+    name: Name
+    role: RoleName
+    worker: Name | None = None
+    gpu_indexes: Indexes = []
+
+
+class GroupNote(BaseModel):
+    """A prefill/decode group member's decision within its group's (issue 41): ``kind`` ``group``
+    (the whole group formed at once, scheduler/groups/form.py) or ``scale_out`` (this member placed
+    alone after formation); the domain it gathered into, every member, the degradations, or why the
+    group did not fit, naming the role (``blocked``). The inputs are kept whole for both kinds
+    (store/decision_codec.py ``encode_group``)."""
+
+    kind: Literal["group", "scale_out"]
+    group: Name  # the deployment whose members these are
+    role: RoleName  # this member's
+    scheduled: bool
+    layer: ShortText | None = None  # the topology layer the group gathered in (None: the cluster)
+    domain: Text | None = None  # that layer's domain (a zone's, a rack's name)
+    path: list[Text] = Field([], max_length=32)  # the domain's address, root to leaf
+    members: list[GroupMember] = Field([], max_length=MAX_ITEMS)
+    degradations: list[ShortText] = Field([], max_length=8)
+    reasons: Lines = []  # the group's notes (placed) or why it does not fit (not placed)
+    blocked: RoleName | None = None  # not placed: the role that does not fit
+
+
 class DecisionRecord(BaseModel):
     """The decide step's result: kept whole in the workflow history, so the UI shows it."""
 
@@ -143,6 +173,7 @@ class DecisionRecord(BaseModel):
     victims: list[Victim] = Field([], max_length=MAX_GPUS * 4)  # placed by preempting these (scheduler/tenancy/preemption.py)
     preempt_why: Text = ""  # "to reclaim prod's guarantee" | "for a higher-priority deployment of its tenant"
     inputs: Digest | None = None  # what the policy saw, kept in the store under this digest (store/decision_log.py)
+    group: GroupNote | None = None  # a prefill/decode group's member: its group's decision (None: a plain replica)
 
     @property
     def places_outright(self) -> bool:
@@ -174,7 +205,7 @@ class DecisionRecord(BaseModel):
                 "request": self.request_text(), "decision": decision, "workers_seen": self.workers_seen,
                 "generations": dict(self.generations), "tenant": self.tenant,
                 "victims": [v.model_dump(mode="json") for v in self.victims], "preempt_why": self.preempt_why,
-                "inputs": self.inputs}
+                "inputs": self.inputs, **({"group": self.group.model_dump(mode="json")} if self.group else {})}
 
     # --- what the store keeps in the instance's row (InstanceRecord.decision) -------------------
     def booked_row(self, request: str) -> dict[str, Any]:

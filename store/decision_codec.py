@@ -23,6 +23,9 @@ from scheduler import request_codec
 from scheduler.cluster import ClusterSnapshot, Instance, ModelFile, Worker
 from scheduler.decision_inputs import DecisionInputs
 from scheduler.errors import InvalidInput
+from scheduler.group_inputs import KINDS, GroupInputs
+from scheduler.groups.layers import TopologyLayer
+from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
@@ -142,6 +145,29 @@ class Encoder:
         data = _canon(manifest)
         return Encoded(hashlib.sha256(data).hexdigest(), data, out)
 
+    def encode_group(self, inp: GroupInputs) -> Encoded:
+        """A group's decision (scheduler/group_inputs.py): the snapshot's rows chunked as a
+        replica's are (shared with theirs), its topology layers, the spec, each role's request and
+        the members by role; the kind says how it is replayed (form or scale_out)."""
+        out: dict[str, bytes] = {}
+        snap = inp.snapshot
+        manifest = {
+            "v": VERSION, "kind": inp.kind, "group": inp.group,
+            "roles": {r.value: list(ns) for r, ns in inp.names.items()},
+            "workers": self._chunks(snap.workers, WORKERS_PER_CHUNK, out),
+            "instances": self._chunks(snap.instances, ROWS_PER_CHUNK, out),
+            "files": self._chunks(snap.model_files, ROWS_PER_CHUNK, out),
+            "topology": self._blob(snap.topology, lambda t: _canon([x.model_dump(mode="json") for x in t]), out),
+            "spec": self._blob(inp.spec, _model_json, out),
+            "requests": self._blob(inp.requests, lambda rs: _canon({r.value: request_codec.encode(q)
+                                                                     for r, q in rs.items()}), out),
+            "tenants": self._blob(inp.tenants, _model_json, out),
+            "owners": self._blob(inp.owners, _owners_json, out),
+            "policy": self._blob(inp.policy, _model_json, out),
+            "gens": self._blob(inp.gens, _canon, out)}
+        data = _canon(manifest)
+        return Encoded(hashlib.sha256(data).hexdigest(), data, out)
+
 
 def _model_json(m) -> bytes:
     return m.model_dump_json().encode()
@@ -151,41 +177,83 @@ def _owners_json(o: Owners) -> bytes:
     return _canon({"tenant_of": o.tenant_of, "priority_of": o.priority_of, "started_at": o.started_at})
 
 
+def _part(blob: Callable[[str], bytes], h: str, what: str = "") -> bytes:
+    data = blob(h)
+    if hashlib.sha256(data).hexdigest() != h:
+        raise InvalidInput(f"kept blob {h[:12]}{what} does not match its digest")
+    return data
+
+
+def _rows(blob: Callable[[str], bytes], hs: list[str], cls) -> list:
+    out = []
+    for h in hs:
+        lines = blob(h).split(b"\n")
+        if hashlib.sha256(b"".join(hashlib.sha256(x).digest() for x in lines)).hexdigest() != h:
+            raise InvalidInput(f"kept chunk {h[:12]} ({cls.__name__.lower()}s of the snapshot) does not match its digest")
+        out += [cls.model_validate_json(x) for x in lines]
+    return out
+
+
+def _snapshot(m: dict, blob: Callable[[str], bytes], topology: list | None = None) -> ClusterSnapshot:
+    return ClusterSnapshot(workers=_rows(blob, m["workers"], Worker), instances=_rows(blob, m["instances"], Instance),
+                           model_files=_rows(blob, m["files"], ModelFile), topology=topology or [])
+
+
+def _owners(data: bytes) -> Owners:
+    o = json.loads(data)
+    return Owners(dict(o["tenant_of"]), dict(o["priority_of"]), dict(o["started_at"]))
+
+
+def _manifest(manifest: bytes) -> dict:
+    m = json.loads(manifest)
+    if m.get("v") != VERSION:
+        raise InvalidInput(f"decision inputs of version {m.get('v')!r}; this gpuflow reads version {VERSION}")
+    return m
+
+
 def decode(manifest: bytes, blob: Callable[[str], bytes]) -> DecisionInputs:
     """The inputs a manifest names; ``blob(digest)`` gives a blob's bytes (KeyError: not kept).
     Each chunk and blob is checked against its digest; a part that does not decode raises
     InvalidInput naming it."""
     try:
-        m = json.loads(manifest)
-        if m.get("v") != VERSION:
-            raise InvalidInput(f"decision inputs of version {m.get('v')!r}; this gpuflow reads version {VERSION}")
+        m = _manifest(manifest)
 
         def part(h: str) -> bytes:
-            data = blob(h)
-            if hashlib.sha256(data).hexdigest() != h:
-                raise InvalidInput(f"kept blob {h[:12]} does not match its digest")
-            return data
+            return _part(blob, h)
 
-        def rows(hs: list[str], cls):
-            out = []
-            for h in hs:
-                lines = blob(h).split(b"\n")
-                if hashlib.sha256(b"".join(hashlib.sha256(x).digest() for x in lines)).hexdigest() != h:
-                    raise InvalidInput(f"kept chunk {h[:12]} does not match its digest")
-                out += [cls.model_validate_json(x) for x in lines]
-            return out
-
-        snap = ClusterSnapshot(workers=rows(m["workers"], Worker), instances=rows(m["instances"], Instance),
-                               model_files=rows(m["files"], ModelFile))
-        o = json.loads(part(m["owners"]))
         return DecisionInputs(
-            snapshot=snap, spec=ModelSpec.model_validate_json(part(m["spec"])),
+            snapshot=_snapshot(m, blob), spec=ModelSpec.model_validate_json(part(m["spec"])),
             request=request_codec.decode(json.loads(part(m["request"]))),
-            tenants=TenantsFile.model_validate_json(part(m["tenants"])),
-            owners=Owners(dict(o["tenant_of"]), dict(o["priority_of"]), dict(o["started_at"])),
+            tenants=TenantsFile.model_validate_json(part(m["tenants"])), owners=_owners(part(m["owners"])),
             names=[str(n) for n in m["names"]], policy=PolicyConfig.model_validate_json(part(m["policy"])),
             gens={str(k): int(v) for k, v in json.loads(part(m["gens"])).items()})
     except KeyError as e:
         raise InvalidInput(f"the kept decision inputs lack {e.args[0]!r} (pruned, or never written)") from None
     except ValueError as e:  # pydantic's ValidationError among them (InvalidInput is no ValueError: it passes)
         raise InvalidInput(f"the kept decision inputs do not decode: {e}") from None
+
+
+def decode_group(manifest: bytes, blob: Callable[[str], bytes]) -> GroupInputs:
+    """A group decision's inputs (``Encoder.encode_group``), each part checked against its digest
+    and named when it is not what was kept."""
+    try:
+        m = _manifest(manifest)
+        if m.get("kind") not in KINDS:
+            raise InvalidInput(f"the kept inputs are not a group's decision (kind {m.get('kind')!r})")
+
+        def part(key: str) -> bytes:
+            return _part(blob, m[key], f" (the group's {key})")
+
+        topology = [TopologyLayer.model_validate(x) for x in json.loads(part("topology"))]
+        reqs = json.loads(part("requests"))
+        return GroupInputs(
+            kind=m["kind"], snapshot=_snapshot(m, blob, topology), spec=ModelSpec.model_validate_json(part("spec")),
+            group=str(m["group"]), names={RoleName(r): [str(n) for n in ns] for r, ns in m["roles"].items()},
+            requests={RoleName(r): request_codec.decode(q) for r, q in reqs.items()},
+            tenants=TenantsFile.model_validate_json(part("tenants")), owners=_owners(part("owners")),
+            policy=PolicyConfig.model_validate_json(part("policy")),
+            gens={str(k): int(v) for k, v in json.loads(part("gens")).items()})
+    except KeyError as e:
+        raise InvalidInput(f"the kept group decision inputs lack {e.args[0]!r} (pruned, or never written)") from None
+    except ValueError as e:
+        raise InvalidInput(f"the kept group decision inputs do not decode: {e}") from None

@@ -8,7 +8,9 @@ bench/replay_all.py replay them).
 - ``gpuflow_decisions``: one row per replica decided: when, which replica, the outcome, its
   decisive reason, the manifest's digest (the record in the workflow history carries the same
   digest) and the record itself (compressed), to compare a replay against; and one per autoscaler
-  step that voted or moved (kind ``autoscale``: its inputs one blob, its decision the record).
+  step that voted or moved (kind ``autoscale``: its inputs one blob, its decision the record); and one per
+  member of a prefill/decode group decided (kind ``group``: its formation, every member's row naming the
+  same manifest; ``scale_out``: a member placed alone after it).
 
 ``prune`` keeps the last ``keep_days`` and, always, the newest decision that placed each replica the
 store still shows; then it drops the blobs no kept decision names."""
@@ -29,6 +31,7 @@ from sqlmodel import Field, Session, SQLModel, select
 from store.tables import InstanceRow, utcnow
 
 PLACING = ("placed", "preempting")
+MANIFESTS = ("placement", "group", "scale_out")  # the kinds whose digest names a manifest of parts
 
 
 class DecisionBlobRow(SQLModel, table=True):
@@ -41,7 +44,7 @@ class DecisionBlobRow(SQLModel, table=True):
 class DecisionRow(SQLModel, table=True):
     __tablename__ = "gpuflow_decisions"
     id: int | None = Field(default=None, primary_key=True)
-    kind: str = "placement"  # placement | autoscale (activities/autoscale_inputs.py)
+    kind: str = "placement"  # placement | autoscale (activities/autoscale_inputs.py) | group | scale_out (a group member's)
     digest: str = Field(index=True, max_length=64)  # the inputs': a placement's manifest, an autoscaler step's blob
     instance: str = Field(index=True)  # the replica decided; an autoscaler step: its deployment
     deployment: str = Field(index=True)
@@ -213,7 +216,7 @@ def prune(engine: Engine, keep_days: float, now: datetime | None = None) -> tupl
         kept = list(s.exec(select(DecisionRow.kind, DecisionRow.digest).distinct()))
     named: set[str] = set()
     for kind, d in kept:
-        if kind != "placement":
+        if kind not in MANIFESTS:
             named.add(d)
             continue
         named.add(d)

@@ -6,7 +6,9 @@ in one line.
 
 It reads the store and runs pure code only: the inputs decoded (store/decision_codec.py), the
 placement policy on them as records (contracts/decision_of.py over scheduler/decision_inputs.py),
-an autoscaler step re-run (scheduler/autoscale/kept.py). No activity module is imported: a
+an autoscaler step re-run (scheduler/autoscale/kept.py), a prefill/decode group member's decision
+re-run with its group's policy (scheduler/group_inputs.py: the whole formation, or scale_out for a
+member placed alone; contracts/group_decision_of.py makes the member's record). No activity module is imported: a
 replay is the policy of this build on what was kept, whoever runs it."""
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from sqlalchemy.engine import Engine
 
 from contracts.decision import DecisionRecord
 from contracts.decision_of import differences, run_policy
+from contracts.group_decision_of import group_records
 from scheduler.autoscale import kept
 from scheduler.decision_inputs import DecisionInputs, dict_differences
 from scheduler.errors import InvalidInput
+from scheduler.group_inputs import KINDS, SCALE_OUT, GroupInputs
 from scheduler.policy_config import PolicyConfig
 from store import decision_log
-from store.decision_codec import decode
+from store.decision_codec import decode, decode_group
 
 
 def outcome(rec) -> str:
@@ -90,6 +94,8 @@ def replay_row(engine: Engine, row: decision_log.DecisionRow, recorded: Decision
     shares one load among the replicas decided together)."""
     if row.kind == "autoscale":
         return _replay_step(engine, row)
+    if row.kind in KINDS:
+        return _replay_member(engine, row, recorded, policy)
     if recorded is None:
         recorded = DecisionRecord.model_validate(_record(row))
     inp = (inputs or (lambda d: load(engine, d)))(row.digest)
@@ -102,6 +108,54 @@ def replay_row(engine: Engine, row: decision_log.DecisionRow, recorded: Decision
     return {"instance": row.instance, "kind": "placement", "inputs": row.digest, "at": row.at.isoformat(),
             "names": inp.names, "same": not diff, "differences": diff,
             "recorded": outcome(recorded), "now": outcome(now),
+            "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas"}
+
+
+def load_group(engine: Engine, digest: str) -> GroupInputs:
+    """A group decision's kept inputs (store/decision_codec.py ``decode_group``), each part checked."""
+    try:
+        manifest = decision_log.manifest(engine, digest)
+    except KeyError:
+        raise InvalidInput(f"the group inputs {digest[:12]} are not kept in this store (pruned past the retention, "
+                           "or written by another store)") from None
+    except decision_log.Damaged as e:
+        raise InvalidInput(str(e)) from None
+    return decode_group(manifest, lambda d: _blob(engine, d))
+
+
+def group_outcome(rec: DecisionRecord) -> str:
+    """A group member's decision in one line: its own, then its group's (where it gathered, or why not)."""
+    g = rec.group
+    head = outcome(rec)
+    if g is None:
+        return head
+    if g.kind == SCALE_OUT:
+        return f"{head} ({g.role.value} of {g.group}, placed alone after formation)"
+    if not g.scheduled:
+        return f"{head} (group {g.group} not formed" + (f": {g.blocked.value} does not fit)" if g.blocked else ")")
+    where = f"{g.domain} ({g.layer})" if g.domain else "the cluster"
+    members = ", ".join(f"{m.role.value} {m.name} on {m.worker} GPU {','.join(map(str, m.gpu_indexes)) or '-'}"
+                        for m in g.members)
+    return f"{head} ({g.role.value} of {g.group}, gathered in {where}: {members})"
+
+
+def _replay_member(engine: Engine, row: decision_log.DecisionRow, recorded: DecisionRecord | None,
+                   policy: PolicyConfig | None) -> dict[str, Any]:
+    """A prefill/decode group member's decision re-run: its group's whole formation (form) or its
+    placement alone (scale_out) on the kept inputs, the member's record compared with the recorded one."""
+    if recorded is None:
+        recorded = DecisionRecord.model_validate(_record(row))
+    inp = load_group(engine, row.digest)
+    if row.instance not in inp.members():
+        raise InvalidInput(f"the inputs {row.digest[:12]} are not {row.instance}'s (they decided "
+                           f"{', '.join(inp.members())})")
+    if policy is not None:
+        inp.policy = policy
+    now = group_records(inp)[row.instance]
+    diff = differences(recorded, now)
+    return {"instance": row.instance, "kind": row.kind, "inputs": row.digest, "at": row.at.isoformat(),
+            "names": inp.members(), "group": inp.group, "same": not diff, "differences": diff,
+            "recorded": group_outcome(recorded), "now": group_outcome(now),
             "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas"}
 
 

@@ -21,14 +21,16 @@ from sqlalchemy.engine import Engine
 from contracts.decision import DecisionRecord
 from views.render import replay as render_replay
 from scheduler.errors import InvalidInput
-from store.decision_replay import history, load, replay
+from scheduler.group_inputs import KINDS
+from store.decision_replay import history, load, load_group, replay
 
 SAME, DIFFERENT = 0, 1
 
 
-def write_snapshot(engine: Engine, digest: str, path: str) -> tuple[str, str]:
-    """The kept inputs' cluster as a cluster file (JSON), and their spec beside it; both paths."""
-    inp = load(engine, digest)
+def write_snapshot(engine: Engine, digest: str, path: str, kind: str = "placement") -> tuple[str, str]:
+    """The kept inputs' cluster as a cluster file (JSON), and their spec beside it (a group member's:
+    the group's spec, its topology layers in the cluster file); both paths."""
+    inp = load_group(engine, digest) if kind in KINDS else load(engine, digest)
     spec_path = os.path.splitext(path)[0] + ".spec.json"
     for p, doc in ((path, inp.snapshot.model_dump(mode="json", exclude_defaults=True)),
                    (spec_path, inp.spec.model_dump(mode="json", exclude_none=True))):
@@ -88,7 +90,7 @@ def _offline(a, s) -> int:
             row = decision_log.latest(engine, a.instance, digest)
             if row is None:
                 raise InvalidInput(f"no kept decision of {a.instance}")
-            cluster, spec = write_snapshot(engine, row.digest, a.snapshot)
+            cluster, spec = write_snapshot(engine, row.digest, a.snapshot, row.kind)
             print(f"wrote the cluster {a.instance}'s decision saw to {cluster} and its spec to {spec}: "
                   f"gpuflow schedule --cluster {cluster} --model {spec}")
         if a.replay:

@@ -79,7 +79,31 @@ def explain(d: dict[str, Any]) -> str:
         placed, reasons = None, list(d.get("reasons") or dec.get("reasons") or [])
         lines.append(f"not placed, because (decided on {d.get('workers_seen', '?')} worker(s)):")
         lines.extend(f"  - {r}" for r in reasons[:dec.get("decisive") or len(reasons)])
-    return "\n".join(lines + usage.lines(d.get("vram")) + _filters(dec) + _candidates(dec, placed))
+    return "\n".join(lines + group_lines(d.get("group")) + usage.lines(d.get("vram")) + _filters(dec)
+                     + _candidates(dec, placed))
+
+
+def group_lines(g: dict[str, Any] | None) -> list[str]:
+    """A prefill/decode group member's group decision (contracts/decision.py GroupNote): formed with
+    its group (the domain, every member's role, host and GPUs, the degradations) or placed alone
+    after it; not formed, why, naming the role that does not fit."""
+    if not g:
+        return []
+    if g["kind"] == "scale_out":
+        head = f"{g['role']} of group {g['group']}: placed alone after formation (scale_out)"
+    elif g["scheduled"]:
+        where = f"{g['domain']} ({g['layer']})" if g.get("domain") else "the cluster"
+        head = f"{g['role']} of group {g['group']}: the group formed whole, gathered in {where}"
+    else:
+        head = f"{g['role']} of group {g['group']}: the group did not form" + \
+            (f": {g['blocked']} does not fit" if g.get("blocked") else "")
+    out = ["", head]
+    out += [f"  {m['role']:<8} {m['name']:<24} {_where(m.get('worker'), m.get('gpu_indexes'), [])}"
+            for m in g.get("members") or []]
+    if g.get("degradations"):
+        out.append(f"  degraded: {', '.join(g['degradations'])}")
+    out += [f"  - {r}" for r in (g.get("reasons") or [])[:12]]
+    return out
 
 
 def _chosen(dec: dict[str, Any], placed: dict[str, Any]) -> dict[str, Any] | None:

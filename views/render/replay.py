@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+WHAT = {"autoscale": "autoscaler step", "group": "group formation", "scale_out": "scale-out (placed alone)"}
+
 
 def replay(r: dict[str, Any]) -> str:
-    what = "autoscaler step" if r.get("kind") == "autoscale" else "decision"
+    what = WHAT.get(r.get("kind"), "decision")
     head = f"{r['instance']}: {what} of {r['at']} (inputs {r['inputs'][:12]}, {r['saw']})"
     if r["same"]:
         return f"{head}\nsame decision: {r['now']}"
@@ -18,13 +20,22 @@ def replay(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _outcome(r: dict[str, Any]) -> str:
+    """A kept decision's outcome: an autoscaler step's direction; a group member's, formed with its
+    group or placed alone."""
+    kind = r.get("kind")
+    if kind == "autoscale":
+        return f"scale {r['outcome']}"
+    return f"{r['outcome']} ({'group' if kind == 'group' else 'alone'})" if kind in ("group", "scale_out") else r["outcome"]
+
+
 def history(deployment: str, rows: list[dict[str, Any]]) -> str:
     if not rows:
         return f"no decisions kept for {deployment}"
     lines = [f"{'WHEN':<26} {'REPLICA':<24} {'OUTCOME':<14} {'INPUTS':<12} WHERE / WHY"]
     for r in rows:
         who = "(autoscaler)" if r.get("kind") == "autoscale" else r["instance"][:24]
-        outcome = f"scale {r['outcome']}" if r.get("kind") == "autoscale" else r["outcome"]
+        outcome = _outcome(r)
         lines.append(f"{r['at'][:26]:<26} {who:<24} {outcome:<14} {r['inputs'][:12]:<12} {r['reason'][:120]}")
     lines.append(f"replay one: gpuflow explain REPLICA --replay --decision INPUTS (an autoscaler step: "
                  f"gpuflow explain {deployment} --replay --decision INPUTS)")
