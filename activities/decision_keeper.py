@@ -21,7 +21,10 @@ from sqlalchemy.engine import Engine
 
 from contracts.decision import DecisionRecord
 from scheduler.decision_inputs import DecisionInputs
+from contracts.group_decision_of import member_record, note
+from scheduler.decision import Decision
 from scheduler.group_inputs import GroupInputs
+from scheduler.groups.decision import GroupDecision
 from store import decision_log
 from store.decision_codec import Encoder
 
@@ -163,6 +166,25 @@ class DecisionKeeper:
         if self.metrics is not None:
             self.metrics.kept_bytes.inc(written)
             self.metrics.kept_decisions.inc(len(out))
+
+
+def keep_group_decision(keeper: DecisionKeeper | None, kept: tuple[GroupInputs, GroupDecision | Decision] | None,
+                        gens: dict[str, int], recs: dict[str, DecisionRecord] | None = None) -> None:
+    """A prefill/decode group's decision (activities/group_place.py): ``kept`` (what the policy saw
+    and what it said) on the snapshot of ``gens``; each member's record of ``recs`` (by name: the
+    records the members' workflows carry; none when the group was not placed, then each member's
+    refusal is made here) given its group's decision, and, with a keeper, the inputs' digest."""
+    if kept is None:
+        return
+    inp, out = kept
+    inp.gens = dict(gens)
+    if recs:
+        for n, r in recs.items():
+            note(r, inp, out, n)
+    else:
+        recs = {n: member_record(inp, out, n) for n in inp.members()}
+    if keeper is not None:
+        keeper.keep_group(inp, recs)
 
 
 def _packed(raw: bytes) -> dict:

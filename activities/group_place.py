@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 
 from activities import tenancy
 from activities.decider import Decider
+from activities.decision_keeper import keep_group_decision
 from contracts.decision import PlacementPlan
 from contracts.decision_of import decision_record, plan_of
 from contracts.group import GroupPlaced, MemberPlaced
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decision import Decision
+from scheduler.group_inputs import FORMATION, SCALE_OUT, GroupInputs
+from scheduler.groups.decision import GroupDecision
 from scheduler.groups.form import form
 from scheduler.groups.roles import role_spec
 from scheduler.groups.scale_out import scale_out
@@ -72,6 +75,7 @@ class Choice:
     degradations: list[str] = field(default_factory=list)
     victims: dict[str, PlacementPlan] = field(default_factory=dict)
     why: str = ""
+    kept: tuple[GroupInputs, GroupDecision | Decision] | None = None  # what the policy saw and said (explain --replay)
 
 
 def book(decider: Decider, spec: ModelSpec, group: str, choose, who) -> GroupPlaced:
@@ -85,12 +89,14 @@ def book(decider: Decider, spec: ModelSpec, group: str, choose, who) -> GroupPla
             snap, _, gens = decider.snapshots.current()
             ch: Choice = choose(snap, who)
             if ch.placed is None:
+                keep_group_decision(decider.keeper, ch.kept, gens)
                 return GroupPlaced(scheduled=False, role=ch.role, reasons=ch.reasons)
             quota = None if ch.victims else group_quota(snap, spec, who, ch.placed)
             if quota:
                 return GroupPlaced(scheduled=False, reasons=[quota])
             tenant = who[1].tenant_of.get(spec.name, "default")
             recs = [(p, _record(p, len(snap.workers), gens, tenant)) for p in ch.placed]
+            keep_group_decision(decider.keeper, ch.kept, gens, {p.name: r for p, r in recs})
             books = [ledger.Booking(p.name, r.plan, f"{r.strategy}: score {r.score}", r.booked_row(_summary(p.request)),
                                     "scheduled", role_spec(spec, p.role).backend.value) for p, r in recs]
             got = group_ledger.preempt_group(decider.engine, books, ch.victims, f"preempted by {tenant}/{group} {ch.why}")\
@@ -120,17 +126,18 @@ def formation(spec: ModelSpec, names: dict[RoleName, list[str]], requests: dict[
         return [Placed(names[m.role][m.ordinal], m.role, m.decision, requests[m.role]) for m in g.members]
 
     def choose(snap: ClusterSnapshot, who) -> Choice:
+        inp = GroupInputs(FORMATION, snap, spec, spec.name, names, requests, who[0], who[1], policy, {})
         g = form(snap, spec, placed_roles, policy)
         if g.scheduled:
-            return Choice(members(g), degradations=list(g.degradations))
+            return Choice(members(g), degradations=list(g.degradations), kept=(inp, g))
         if not may_preempt(spec, who[0], who[1]):
-            return Choice(None, g.role, list(g.reasons))
+            return Choice(None, g.role, list(g.reasons), kept=(inp, g))
         p = plan_group(snap, spec, placed_roles, who[0], who[1], mine, policy)
         if p.group is None or not p.group.scheduled:
-            return Choice(None, g.role, list(g.reasons) + p.reasons)
+            return Choice(None, g.role, list(g.reasons) + p.reasons, kept=(inp, g))
         held = {i.name: plan_of(i) for i in snap.instances if i.name in p.victims}
         return Choice(members(p.group), degradations=list(p.group.degradations),
-                      victims={v: held[v] for v in p.victims}, why=p.why)
+                      victims={v: held[v] for v in p.victims}, why=p.why, kept=(inp, p.group))
     return choose
 
 
@@ -138,9 +145,10 @@ def one_more(spec: ModelSpec, group: str, name: str, role: RoleName, request: Re
     """The chooser of one more member of ``role``, placed alone (``scale_out``)."""
     def choose(snap: ClusterSnapshot, who) -> Choice:
         d = scale_out(snap, spec, role, request, group, policy)
+        kept = (GroupInputs(SCALE_OUT, snap, spec, group, {role: [name]}, {role: request}, who[0], who[1], policy, {}), d)
         if not d.scheduled:
-            return Choice(None, role, [f"role {role.value}: no host fits one more member", *d.reasons])
-        return Choice([Placed(name, role, d, request)])
+            return Choice(None, role, [f"role {role.value}: no host fits one more member", *d.reasons], kept=kept)
+        return Choice([Placed(name, role, d, request)], kept=kept)
     return choose
 
 

@@ -24,7 +24,9 @@ from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
+from scheduler.tenancy.admit import may_preempt
 from scheduler.tenancy.config import TenantsFile
+from scheduler.tenancy.group_preempt import plan_group
 from scheduler.tenancy.preemption import Owners
 
 FORMATION, SCALE_OUT = "group", "scale_out"
@@ -52,11 +54,18 @@ class GroupInputs:
 
 
 def run_group(inp: GroupInputs) -> GroupDecision | Decision:
-    """The group policy on ``inp``: a formation's GroupDecision, or the member's scale_out Decision."""
+    """The group policy on ``inp``: a formation's GroupDecision (when the group does not form and its
+    tenant may preempt, the formation the fewest victims make room for: scheduler/tenancy/group_preempt.py,
+    as the control plane decides), or the member's scale_out Decision."""
     if inp.kind == SCALE_OUT:
         (role, _), = inp.names.items()
         return scale_out(inp.snapshot, inp.spec, role, inp.requests[role], inp.group, inp.policy)
-    return form(inp.snapshot, inp.spec, {r: q for r, q in inp.requests.items() if r != RoleName.ROUTER}, inp.policy)
+    reqs = {r: q for r, q in inp.requests.items() if r != RoleName.ROUTER}
+    g = form(inp.snapshot, inp.spec, reqs, inp.policy)
+    if g.scheduled or not may_preempt(inp.spec, inp.tenants, inp.owners):
+        return g
+    p = plan_group(inp.snapshot, inp.spec, reqs, inp.tenants, inp.owners, set(inp.members()), inp.policy)
+    return p.group if p.group is not None and p.group.scheduled else g
 
 
 def placed(inp: GroupInputs, out: GroupDecision | Decision) -> dict[str, Decision]:
