@@ -61,7 +61,10 @@ def report(name: str, before: dict[str, Any] | None, after_spec: dict[str, Any],
     fields = changed_fields(before["spec"], after_spec)
     if fields:
         r.said.append(f"deployment {name}: spec changed ({', '.join(fields)})")
-        if rolls:
+        if rolls and after_spec.get("roles"):
+            r.warnings.append(f"warning: this change restarts the whole group {name}: every member stops, and the "
+                              "group is formed again (only roles[].replicas changes a group in place)")
+        elif rolls:
             how = (after_spec.get("rollout") or {}).get("strategy", "rolling")
             r.warnings.append(
                 f"warning: this change replaces every replica of {name}: "

@@ -166,3 +166,29 @@ def test_the_autoscalers_chart_and_steps_after_a_cold_start(dev):
         assert "up by cold_start: 0 -> 1" in chart.locator("circle.mark.up title").first.text_content()
         w.check()
         w.close()
+
+
+def test_a_groups_page_scales_one_role_and_keeps_the_others(dev):
+    # a 1P1D group of stand-in engines (4 GiB each), deployed as users do: gpuflow deploy --wait
+    g = {**spec("pd"), "disaggregation": {"mode": "custom"}, "roles": [{"name": "prefill"}, {"name": "decode"}]}
+    (dev.tmp / "pd.json").write_text(json.dumps(g))
+    assert "the group RUNNING (prefill 1/1, decode 1/1)" in dev.run("deploy", str(dev.tmp / "pd.json"), "--wait",
+                                                                     "--timeout", "120")
+    rows = {i["name"]: i for i in dev.instances("pd")}
+    assert sorted(i["role"] for i in rows.values()) == ["decode", "prefill"]  # status --json: every row's role
+    decode = next(n for n, i in rows.items() if i["role"] == "decode")
+    with browser() as b:
+        w = Watched(b, base(dev))
+        page = w.open("/console/deployments/pd")
+        assert page.locator("#roles").inner_text().count("1/1") == 2
+        assert page.locator(f"tr[data-replica={decode}] .role").inner_text() == "decode"
+        page.fill("form.scale-role:has(input[value=prefill]) input[name=replicas]", "2")
+        page.click("form.scale-role:has(input[value=prefill]) button")
+        page.locator("#notice", has_text="pd: prefill 2 replica(s) wanted").wait_for(timeout=30000)
+        page.locator("tr[data-replica] .state.running").nth(2).wait_for(timeout=90000)  # the third member runs
+        w.check()
+        w.close()
+    after = {i["name"]: i for i in dev.instances("pd")}
+    assert sorted(i["role"] for i in after.values()) == ["decode", "prefill", "prefill"]
+    assert after[decode]["state"] == "running" and after[decode].get("pid") == rows[decode].get("pid")
+    assert "a group: prefill 2/2, decode 1/1" in dev.run("status", "pd")

@@ -30,12 +30,19 @@ def cmd_deploy(a) -> int:
     if a.timeout is not None and not a.wait:
         raise InvalidInput("--timeout goes with --wait")
 
+    if spec.is_group and a.replicas is not None:
+        raise InvalidInput("--replicas: a prefill/decode group's size is its roles' replicas (roles[].replicas in "
+                           "the file, or gpuflow scale NAME N --role ROLE)")
+
     async def go():
         client = await connect(s.temporal)
         before = await ops.current(client, spec.name)
-        n, source = deploy_report.replicas_to_apply("replicas" in spec.model_fields_set, spec.replicas, a.replicas,
-                                                    before.replicas if before else None)
-        new = spec.model_copy(update={"replicas": n})
+        if spec.is_group:  # its size is its roles' replicas: no count is passed, none compared
+            new, n, source = spec, None, "its roles"
+        else:
+            n, source = deploy_report.replicas_to_apply("replicas" in spec.model_fields_set, spec.replicas, a.replicas,
+                                                        before.replicas if before else None)
+            new = spec.model_copy(update={"replicas": n})
         view = await ops.deploy(client, new, s.timings, n)
         raw = new.model_dump(mode="json", exclude_none=True)
         said = deploy_report.report(view.name, before and {"spec": before.spec, "replicas": before.replicas},
@@ -64,8 +71,11 @@ LOOK_S = 10.0  # deploy without --wait: how long it looks for a replica no host 
 
 def _rolls(old_raw: dict, new) -> bool:
     from scheduler.spec import ModelSpec
+    from workflows.group_steps import restarts_group
     from workflows.rollout_steps import rolls
 
+    if new.is_group or old_raw.get("roles"):  # any change but roles[].replicas restarts the whole group
+        return restarts_group(old_raw, new.model_dump(mode="json", exclude_none=True))
     try:
         return rolls(ModelSpec.model_validate(old_raw), new)
     except ValueError:  # the running spec no longer validates here: a change, as the workflow sees it
