@@ -52,12 +52,19 @@ class Route:
     engine_key: str | None = field(default=None, repr=False)  # what its engine answers (store/engine_keys.py)
 
 
+FRONT_DOORS = (None, "router")  # a plain replica; a prefill/decode group's router (its members hand KV to each other)
+
+
 def routes(engine: Engine) -> list[Route]:
-    """Every RUNNING instance whose server has an address and a port, sorted by name."""
+    """Every RUNNING instance whose server has an address and a port, sorted by name. Of a
+    prefill/decode group only its router takes requests: a prefill answers one token and a decode
+    waits for KV, so sending them a request directly would serve it aggregated, the silent collapse
+    a group exists to avoid (a group without a router is not served until the gateway pairs them)."""
     with Session(engine) as s:
         rows = s.exec(select(InstanceRow).where(InstanceRow.state == "running").order_by(InstanceRow.name))
         return [Route(instance=r.name, deployment=r.deployment, address=r.address or "127.0.0.1", port=r.port,
-                      worker=r.worker, kv_events_port=r.kv_events_port, engine_key=r.engine_key) for r in rows if r.port]
+                      worker=r.worker, kv_events_port=r.kv_events_port, engine_key=r.engine_key) for r in rows
+                if r.port and r.role in FRONT_DOORS]
 
 
 def report_load(engine: Engine, gateway: str, url: str, in_flight: dict[str, int],

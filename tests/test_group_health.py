@@ -50,3 +50,19 @@ def test_a_groups_degradations_are_a_gauge_per_kind(store):
     # the decode on b instead: zone z1 holds them all
     set_rows(engine, {"pd-2": ("running", "b")})
     assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 0}
+
+
+def test_only_a_groups_router_takes_requests(store):
+    # pd-0 prefill, pd-1 decode, pd-2 router and plain-0, all RUNNING with a port: the gateway's
+    # table holds the router and the plain replica; a request straight to a prefill or a decode
+    # would be served aggregated
+    from store import serving
+
+    _, _, engine = store
+    with Session(engine) as s:
+        for name, dep, role in (("pd-0", "pd", "prefill"), ("pd-1", "pd", "decode"), ("pd-2", "pd", "router"),
+                                ("plain-0", "plain", None)):
+            s.add(InstanceRow(name=name, deployment=dep, state="running", role=role, group_name=role and dep,
+                              address="127.0.0.1", port=8000))
+        s.commit()
+    assert [r.instance for r in serving.routes(engine)] == ["pd-2", "plain-0"]
