@@ -17,9 +17,7 @@ import signal
 import sys
 
 import pytest
-from temporalio.common import WorkflowIDConflictPolicy
 
-from contracts.control import CONTROL_QUEUE, DeploymentInput
 from contracts.group import DEPLOYMENT_SCALE_ROLE, RoleScaleAsk
 from contracts.ids import deployment_id
 from gpuflow import ops
@@ -44,12 +42,8 @@ def group(name: str, roles: list[dict], vram_gib: float = 8, **kw) -> dict:
 
 
 async def deploy(lv: Live, raw: dict) -> None:
-    """The deployment's workflow started as ``ops.deploy`` starts it (which refused groups before this)."""
-    spec = ModelSpec.model_validate(raw)
-    h = await lv.client.start_workflow(
-        "ModelDeploymentWorkflow", DeploymentInput(spec=spec.model_dump(mode="json", exclude_none=True), timings=FAST),
-        id=deployment_id(spec.name), task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-    await h.execute_update("accepted")
+    """``gpuflow deploy``'s call: start the deployment (or update it), as users run it."""
+    await ops.deploy(lv.client, ModelSpec.model_validate(raw), FAST)
 
 
 def members(lv: Live, name: str) -> dict[str, object]:
@@ -217,3 +211,20 @@ async def test_preemption_admits_a_guaranteed_group_whole(stack):
             if await ops.current(lv.client, n) is not None:
                 await gone(lv, n)
         tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": []}))
+
+
+async def test_a_redeploy_changing_a_roles_replicas_restarts_nothing_and_another_change_restarts_the_group(stack):
+    lv = stack
+    raw = group("re", [{"name": "prefill"}, {"name": "decode"}])
+    await deploy(lv, raw)
+    before = {n: i.pid for n, i in (await running(lv, "re", 2)).items()}
+    await deploy(lv, {**raw, "roles": [{"name": "prefill"}, {"name": "decode", "replicas": 2}]})  # update_spec
+    after = await running(lv, "re", 3)
+    assert {n: after[n].pid for n in before} == before and sorted(i.role for i in after.values()) == [
+        "decode", "decode", "prefill"]
+    await deploy(lv, {**raw, "roles": [{"name": "prefill"}, {"name": "decode", "replicas": 2}],
+                      "run_command": STANDIN + " --token-s 0.01"})
+    await lv.wait(lambda: not set(members(lv, "re")) & set(after), 60, "every old member stopped")
+    again = await running(lv, "re", 3)  # formed again, whole, under new names
+    assert not set(again) & set(after) and sorted(i.role for i in again.values()) == ["decode", "decode", "prefill"]
+    await gone(lv, "re")

@@ -40,11 +40,6 @@ with workflow.unsafe.imports_passed_through():
 START_BATCH = 64
 
 
-# gpuflow/ops.py's refusal, until it lets groups through: the workflow admits them (workflows/group_steps.py)
-GROUPS_NOT_LIVE = ("roles: a prefill/decode group is placed in dry runs only (gpuflow schedule --cluster F "
-                   "--model SPEC); this control plane does not admit groups yet, so it starts none of it")
-
-
 def parse_spec(raw: dict) -> ModelSpec:
     try:
         spec = ModelSpec.model_validate(raw)
@@ -159,7 +154,7 @@ class ModelDeploymentWorkflow(GroupSteps):
         if new.tenant != parse_spec(self.raw).tenant:
             await self._known_tenant(new)
         if new.is_group or self.raw.get("roles"):  # a group never rolls: restarted whole, or one role scaled
-            self.recreate = self.recreate or self._group_change(self.raw, dict(spec))
+            self.recreate = self.recreate or self._group_change(self.raw, dict(spec), new)
             self.raw, self.dirty, self.replicas = dict(spec), True, members_total(new) or new.replicas
             return await self._applied()
         change = ro.change_spec(self.ro, self.raw, dict(spec), new, parse_spec(self.raw), undo)
