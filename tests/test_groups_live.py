@@ -12,6 +12,7 @@ standin`` (a real process each). Each test deploys its own group, looks, and del
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
 from store import ledger, tenants
 from store.snapshot import load_snapshot
-from tests.live import FAST, Live, spec
+from tests.live import FAST, Live, cli, spec
 from worker_agent.processes import pid_alive
 
 pytestmark = pytest.mark.asyncio
@@ -109,9 +110,12 @@ async def test_a_2p1d_group_with_a_router_is_placed_whole(stack):
     await gone(lv, "pdr")
 
 
-async def test_a_group_whose_decode_cannot_fit_starts_nothing_and_holds_nothing(stack):
+async def test_a_group_whose_decode_cannot_fit_starts_nothing_and_holds_nothing(stack, tmp_path):
     lv = stack
-    await deploy(lv, group("nofit", [{"name": "prefill"}, {"name": "decode", "worker_selector": {"tier": "h200"}}]))
+    path = tmp_path / "nofit.json"
+    path.write_text(json.dumps(group("nofit", [{"name": "prefill"}, {"name": "decode", "worker_selector": {"tier": "h200"}}])))
+    out = cli(lv, "deploy", str(path), "--wait", "--timeout", "40")  # as users run it
+    assert out.returncode == 3 and "decode" in out.stdout + out.stderr, (out.returncode, out.stdout, out.stderr)
     await lv.wait_async(lambda: _waiting(lv, "nofit"), 30, "nofit says why it waits")
     view = await ops.current(lv.client, "nofit")
     assert view.waiting.startswith("unschedulable: ") and "decode" in view.waiting, view.waiting
