@@ -108,3 +108,15 @@ def test_scale_in_removes_the_prefill_with_fewest_decodes_beside_it(tmp_path):
                          "--scale-in", "prefill", check=0).stdout)
     assert out["victim"] in ("pd-1", "pd-2")
     assert [m["name"] for m in out["members"]][-1] == "pd-3"
+
+
+@pytest.mark.parametrize("model,extra,said", [
+    # a live cluster's layers are the vocabulary's: a custom layer no cluster file declares is refused
+    (spec(gather={"strategy": "MustGather", "layer": "custom-abcdef"}), (), "gather.layer custom-abcdef"),
+    # a group's size is its roles' replicas
+    (spec(), ("--replicas", "2"), "scale NAME N --role ROLE"),
+])
+def test_deploy_refuses_a_bad_group_before_it_reaches_temporal(tmp_path, model, extra, said):
+    # no Temporal at this address: refused (exit 2) before any connection is tried (that would exit 4)
+    p = gpuflow("deploy", write(tmp_path, "m.yaml", model), *extra, "--address", "127.0.0.1:1", check=2)
+    assert said in p.stderr

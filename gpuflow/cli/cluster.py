@@ -17,7 +17,7 @@ from gpuflow.cli.agent import add_agent, add_server
 from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from gpuflow.cli.flags import setting
 from scheduler.errors import InvalidInput
-from scheduler.groups.spec import RoleName
+from scheduler.groups.spec import RoleName, gather_problems
 
 
 def cmd_deploy(a) -> int:
@@ -30,6 +30,10 @@ def cmd_deploy(a) -> int:
     if a.timeout is not None and not a.wait:
         raise InvalidInput("--timeout goes with --wait")
 
+    # a live cluster's layers are the vocabulary's (zone, rack, host): a gather layer outside them is refused here
+    problems = gather_problems(spec.gather, []) if spec.is_group else []
+    if problems:
+        raise InvalidInput("; ".join(problems))
     if spec.is_group and a.replicas is not None:
         raise InvalidInput("--replicas: a prefill/decode group's size is its roles' replicas (roles[].replicas in "
                            "the file, or gpuflow scale NAME N --role ROLE)")
