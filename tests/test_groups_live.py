@@ -232,3 +232,19 @@ async def test_a_redeploy_changing_a_roles_replicas_restarts_nothing_and_another
     again = await running(lv, "re", 3)  # formed again, whole, under new names
     assert not set(again) & set(after) and sorted(i.role for i in again.values()) == ["decode", "decode", "prefill"]
     await gone(lv, "re")
+
+
+async def test_a_member_whose_workflow_ends_is_replaced_alone(stack):
+    # its workflow terminated from the UI: the deployment finds it closed, stops its process and places one
+    # more member of that role alone beside the group (place_member); the other member keeps its pid
+    lv = stack
+    await deploy(lv, group("rep", [{"name": "prefill"}, {"name": "decode"}]))
+    before = await running(lv, "rep", 2)
+    decode = next(n for n, i in before.items() if i.role == "decode")
+    prefill = next(n for n in before if n != decode)
+    await lv.client.get_workflow_handle(f"instance/{decode}").terminate("test: gone")
+    await lv.wait(lambda: decode not in members(lv, "rep") and len(members(lv, "rep")) == 2, 60, "decode replaced")
+    after = await running(lv, "rep", 2)
+    assert sorted(i.role for i in after.values()) == ["decode", "prefill"] and after[prefill].pid == before[prefill].pid
+    assert not pid_alive(before[decode].pid)
+    await gone(lv, "rep")
