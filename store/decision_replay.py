@@ -156,7 +156,8 @@ def _replay_member(engine: Engine, row: decision_log.DecisionRow, recorded: Deci
     return {"instance": row.instance, "kind": row.kind, "inputs": row.digest, "at": row.at.isoformat(),
             "names": inp.members(), "group": inp.group, "same": not diff, "differences": diff,
             "recorded": group_outcome(recorded), "now": group_outcome(now),
-            "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas"}
+            "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas",
+            "record": recorded.summary()}  # gpuflow explain of a member whose group has not formed (no workflow yet)
 
 
 def _replay_step(engine: Engine, row: decision_log.DecisionRow) -> dict[str, Any]:

@@ -71,6 +71,31 @@ def test_a_members_explain_shows_its_group_and_replays_it(dev):
     dev.run("delete", "pd")
 
 
+def test_a_member_of_a_group_that_cannot_form_explains_why_naming_the_role(dev):
+    # the decode asks for a host labelled tier=h200 and box is not: the group does not form, no member's workflow starts,
+    # and explain answers from the kept refusal (through the control plane), naming decode
+    g = {"name": "big", "backend": "custom", "run_command": STANDIN, "source": {"local_path": "/models/big"},
+         "resources": {"vram": 4 * GiB, "ram": GiB}, "disaggregation": {"mode": "custom"},
+         "roles": [{"name": "prefill"}, {"name": "decode", "worker_selector": {"tier": "h200"}}]}
+    (dev.tmp / "big.json").write_text(json.dumps(g))
+    dev.run("deploy", str(dev.tmp / "big.json"))
+    decode = until("the members named", lambda: {r: n for n, r in roles(dev, "big").items()}.get("decode"), timeout=60)
+    text = until("the refusal kept", lambda: (t := _explain(dev, decode)) and "does not fit" in t and t, timeout=60)
+    assert "decode of group big: the group did not form: decode does not fit" in text, text
+    assert "not placed, because" in text
+    got = _replay(dev, decode)
+    assert got["same"] and got["kind"] == "group" and "group big not formed: decode does not fit" in got["now"], got
+    dev.run("delete", "big")
+
+
+def _explain(dev: Dev, name: str) -> str | None:
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-m", "gpuflow", "explain", name, "--address", dev.address],
+                       capture_output=True, text=True, timeout=120)
+    return p.stdout if p.returncode == 0 else None
+
+
 def _replay(dev: Dev, name: str) -> dict | None:
     import subprocess
 

@@ -164,7 +164,14 @@ def cmd_explain(a) -> int:
         from gpuflow.serving_view import open_store, pending_reason
 
         client = await connect(s.temporal)
-        d = await ops.explain(client, a.instance)
+        try:
+            d = await ops.explain(client, a.instance)
+        except InvalidInput:  # no instance workflow: a group's member whose group has not formed?
+            from gpuflow.cli.explain import kept_member
+
+            d = await kept_member(client, s, a)
+            if d is None:
+                raise
         now = None
         if d.get("state") == "pending":  # the store itself only when named (offline use), else through the control plane
             now = pending_reason(open_store(s, True), a.instance) if a.database_url or a.data_dir \

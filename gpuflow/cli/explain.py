@@ -100,6 +100,29 @@ def _offline(a, s) -> int:
     return run_command(go())
 
 
+async def kept_member(client, s, a) -> dict | None:
+    """``gpuflow explain MEMBER`` for a prefill/decode group's member that has no instance workflow
+    (its group has not formed: nothing was started): its kept decision as explain shows a record
+    (the group's refusal, naming the role that does not fit), read from the store named or through
+    the control plane; None when it has none."""
+    try:
+        if a.database_url or a.data_dir:
+            from gpuflow.serving_view import open_store
+
+            got = replay(open_store(s, True), a.instance, None)
+        else:
+            from gpuflow import cluster_client
+
+            got = await cluster_client.audit(client, a.instance, history=False, limit=1, decision="",
+                                             with_settings=False)
+    except InvalidInput:
+        return None
+    if got.get("kind") not in KINDS or "record" not in got:
+        return None
+    return {"instance": a.instance, "state": "pending" if not got["record"]["scheduled"] else "unknown",
+            **got["record"]}
+
+
 async def _recorded(s, name: str) -> DecisionRecord | None:
     """The decision the instance's workflow holds; None when the workflow is gone (the store's copy
     is then the record)."""

@@ -102,7 +102,8 @@ def group_lines(g: dict[str, Any] | None) -> list[str]:
             for m in g.get("members") or []]
     if g.get("degradations"):
         out.append(f"  degraded: {', '.join(g['degradations'])}")
-    out += [f"  - {r}" for r in (g.get("reasons") or [])[:12]]
+    if g["scheduled"]:  # not placed: the record's reasons above are the group's
+        out += [f"  - {r}" for r in (g.get("reasons") or [])[:12]]
     return out
 
 
