@@ -190,3 +190,36 @@ def test_retention_keeps_a_kept_groups_parts(store):  # noqa: F811
     keep(engine, formation(two_racks(), names={P: ["x-0"], D: ["x-1"], R: ["x-2"]}))  # not live: dropped
     dropped, blobs = decision_log.prune(engine, keep_days=1, now=decision_log.utcnow() + timedelta(days=2))
     assert dropped == 3 and replay(engine, "g-1", None)["same"]
+
+
+def test_a_kept_formation_writes_the_cluster_and_spec_a_dry_run_reads(store, tmp_path):  # noqa: F811
+    # gpuflow explain MEMBER --snapshot F: the cluster the formation saw and the group's spec, which
+    # gpuflow schedule --cluster F --model F.spec.json forms again (the same host b)
+    from gpuflow.cli.explain import write_snapshot
+    from scheduler.cluster import ClusterSnapshot
+    from scheduler.groups.form import form
+    from scheduler.spec import ModelSpec
+
+    engine = store[2]
+    digest, _ = keep(engine, formation(two_racks()))
+    cluster_path, spec_path = write_snapshot(engine, digest, str(tmp_path / "seen.json"), "group")
+    snap = ClusterSnapshot.model_validate_json(open(cluster_path).read())
+    spec = ModelSpec.model_validate_json(open(spec_path).read())
+    assert spec.is_group and [w.name for w in snap.workers] == ["a", "b"]
+    assert {m.worker for m in form(snap, spec, reqs()).members} == {"b"}
+
+
+def test_a_formation_by_preemption_replays_the_same(store):  # noqa: F811
+    # tests/test_group_preempt.py's first row: poc's x-0..x-3 fill hosts a and b (20 GiB on each GPU), lab's
+    # 1P1D group is within lab's guarantee of 2 GPUs: form() alone does not place it, the preemption takes the
+    # two newest of poc's (x-2, x-3 on b) and the group forms on b; the replay decides it the same way
+    from tests import test_group_preempt as gp
+
+    owners = Owners({"x": "poc", "pd": "lab"}, {}, {"x-0": 1, "x-1": 2, "x-2": 3, "x-3": 4})
+    snap = cluster(gp.HOSTS, gp.FULL)
+    inp = GroupInputs(FORMATION, snap, gp.group(), "pd", {P: ["pd-0"], D: ["pd-1"]}, gp.REQ, gp.TENANTS, owners,
+                      PolicyConfig(), {"a": 1, "b": 1})
+    engine = store[2]
+    _, recs = keep(engine, inp)
+    assert {m.worker for m in recs["pd-0"].group.members} == {"b"} and recs["pd-0"].tenant == "lab"
+    assert replay(engine, "pd-1", None)["same"]
