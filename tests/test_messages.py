@@ -19,7 +19,7 @@ SPEC = {"name": "chat", "backend": "custom", "source": {"local_path": "/m"}, "ru
 
 
 def deployment():
-    return SimpleNamespace(limits=None, deleting=False, name="chat", _check_new=lambda new: D._check_new(
+    return SimpleNamespace(limits=None, deleting=False, name="chat", raw={"name": "chat"}, _check_new=lambda new: D._check_new(
         deployment(), new))
 
 

@@ -31,7 +31,7 @@ def test_the_client_refuses_what_is_not_a_whole_number(v, shown):
 
 
 def validate(*args):
-    wf = SimpleNamespace(limits=None, deleting=False, name="chat")  # what the validator reads of the workflow
+    wf = SimpleNamespace(limits=None, deleting=False, name="chat", raw={"name": "chat"})  # what the validator reads
     ModelDeploymentWorkflow._check_scale(wf, *args)
 
 
@@ -55,3 +55,9 @@ def test_the_workflow_takes_one_input_within_the_ceiling(args, why):
 def test_whole_numbers_pass(n):
     _check_replicas(n)
     validate(n)
+
+
+def test_a_group_is_scaled_one_role_at_a_time():
+    wf = SimpleNamespace(limits=None, deleting=False, name="pd", raw={"name": "pd", "roles": [{"name": "prefill"}]})
+    with pytest.raises(ValueError, match=r"pd is a prefill/decode group: scale one role \(--role ROLE\)"):
+        ModelDeploymentWorkflow._check_scale(wf, 2)
