@@ -164,3 +164,18 @@ def test_a_member_too_wide_for_one_host_spans_hosts():
 def test_every_role_needs_its_request():
     with pytest.raises(ValueError, match="no request for role decode"):
         form(zones(), group(), {P: FlatRequest(vram=GiB)})
+
+
+def test_the_routers_nearness_is_the_deepest_layer_shared_with_a_member():
+    # every pair's domains.depth, brute force, against the prefix sets the router's placement reads:
+    # zones z1/z2, racks r1/r2 (r1 in both zones: two domains), hosts with no rack, one with no label
+    from scheduler.groups.form import _Solve
+
+    ws = [labelled("a", [24], zone="z1", rack="r1"), labelled("b", [24], zone="z1", rack="r1"),
+          labelled("c", [24], zone="z1", rack="r2"), labelled("d", [24], zone="z2", rack="r1"),
+          labelled("e", [24], zone="z1"), labelled("f", [24], zone="z2"), labelled("g", [24])]
+    s = _Solve(cluster(ws), group(), reqs(), None)
+    names = [w.name for w in ws]
+    for hosts in (["a"], ["a", "d"], ["e"], ["g"], ["c", "f"], names):
+        brute = [max((domains.depth(s.where, [w, h]) for h in hosts), default=0) for w in names]
+        assert s._nearness(names, hosts) == brute, hosts

@@ -79,9 +79,8 @@ class _Miss:
     router: Decision | None = None  # the router's decision, when the router is what does not fit
 
 
-def _only(snap: ClusterSnapshot, names) -> ClusterSnapshot:
-    keep = set(names)
-    return snap.model_copy(update={"workers": [w for w in snap.workers if w.name in keep]})
+def _touches(i, keep: set[str]) -> bool:
+    return i.worker in keep or any(s.worker in keep for s in i.subordinates)
 
 
 class _Solve:
@@ -101,6 +100,22 @@ class _Solve:
         self.needed = sum(r.replicas for r in self.gang)
         self.cache: dict[tuple, list[Decision]] = {}
         self.ids = count()
+        self.base = len(snapshot.instances)  # every snapshot of this solve is this one plus what it booked
+        self.held_on: dict[str, list[int]] = {}  # worker -> the snapshot's instances holding it (by position)
+        for k, i in enumerate(snapshot.instances):
+            for w in {i.worker, *(s.worker for s in i.subordinates)} - {None}:
+                self.held_on.setdefault(w, []).append(k)
+
+    def _only(self, snap: ClusterSnapshot, names) -> ClusterSnapshot:
+        """``snap`` (this solve's snapshot plus its own bookings) narrowed to the workers ``names``
+        and the instances holding any of them: a decision there reads nothing else, and probing
+        one worker costs what that worker holds, not the whole cluster (found by bench/bench_groups.py:
+        formation probes every worker of a domain)."""
+        keep = set(names)
+        held = sorted({k for w in keep for k in self.held_on.get(w, ())})
+        mine = [i for i in snap.instances[self.base:] if _touches(i, keep)]
+        return snap.model_copy(update={"workers": [w for w in snap.workers if w.name in keep],
+                                       "instances": [snap.instances[k] for k in held] + mine})
 
     def _role(self, name: RoleName, requests: dict) -> _Role:
         rs = role_spec(self.spec, name)
@@ -129,7 +144,7 @@ class _Solve:
         key = (role.name, w, prior)
         if key not in self.cache:
             out: list[Decision] = []
-            s = _only(snap, [w])
+            s = self._only(snap, [w])
             while w in role.eligible and len(out) < role.replicas:
                 d = self._decide(s, role)
                 if not d.scheduled:
@@ -147,7 +162,7 @@ class _Solve:
         if len(bs) > 1:
             usable = min(bs, key=lambda b: (-max(self.sizes[w] for w in b), min(self.order[w] for w in b)))
         out: dict[str, list[Decision]] = {}
-        s = _only(snap, usable)
+        s = self._only(snap, usable)
         while len(usable) > 1 and sum(map(len, out.values())) < role.replicas:
             d = self._decide(s, role)
             if not d.scheduled:
@@ -194,7 +209,7 @@ class _Solve:
     def _router(self, snap: ClusterSnapshot, scope, hosts: list[str]) -> Decision:
         """The router on ``scope``: RAM only, through its member chain, nearest the members first."""
         role = self.router
-        sub = _only(snap, scope)
+        sub = self._only(snap, scope)
         occ = occupancy.of(sub)
         ctx = Context(role.spec, sub, role.request, self.config, occ.allocatable, None, occ)
         kept, verdicts = filters.run_chain(ctx, list(sub.workers), role.chain)
@@ -207,10 +222,21 @@ class _Solve:
             msgs.append(f"No worker has {gib(ram)} GiB of allocatable RAM for the router.")
             return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts, msgs))
         tight = len(self.layers)
-        near = [max((domains.depth(self.where, [c.worker, h]) for h in hosts), default=0) for c in cands]
+        near = self._nearness([c.worker for c in cands], hosts)
         apply_chain(cands, [*scale_up_chain(ctx)[:1],
                             ("proximity", STEP * tight, lambda cs: [100.0 * n / tight for n in near])])
         return Decision(True, pick(cands), "cpu", cands, verdicts, reasons.rank(verdicts, scheduled=True)[0] + msgs)
+
+    def _nearness(self, workers: list[str], hosts: list[str]) -> list[int]:
+        """For each of ``workers``, the most layers it shares with one of ``hosts``: the same as
+        the largest ``domains.depth`` of it and a host, read from the hosts' path prefixes once
+        (one set a layer) rather than for every pair."""
+        prefixes = [{self.where[h][:k + 1] for h in hosts if h in self.where} for k in range(len(self.layers))]
+        out = []
+        for w in workers:
+            p = self.where.get(w, ())
+            out.append(max((k + 1 for k in range(len(p)) if p[k] is not None and p[:k + 1] in prefixes[k]), default=0))
+        return out
 
     def layer(self, fits: list[_Fit], domains_: list[Domain], sizing: dict[str, int], best: _Miss | None):
         """Try ``domains_`` (one layer's) smallest first; the fits (at most CANDIDATE_LIMIT) and the
@@ -234,7 +260,7 @@ class _Solve:
         if miss.router is not None:
             return miss.router
         role = next(r for r in self.gang if r.name == miss.role)
-        s = _only(miss.snap, miss.domain.workers)
+        s = self._only(miss.snap, miss.domain.workers)
         for _ in range(role.replicas + 1):
             d = self._decide(s, role)
             if not d.scheduled:
