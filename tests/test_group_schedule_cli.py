@@ -120,3 +120,28 @@ def test_deploy_refuses_a_bad_group_before_it_reaches_temporal(tmp_path, model, 
     # no Temporal at this address: refused (exit 2) before any connection is tried (that would exit 4)
     p = gpuflow("deploy", write(tmp_path, "m.yaml", model), *extra, "--address", "127.0.0.1:1", check=2)
     assert said in p.stderr
+
+
+def test_the_examples_a_newcomer_runs(tmp_path):
+    # gpuflow/examples/cluster-racks.yaml: racks r1 (r1-a, r1-b) and r2 (r2-a, r2-b, the latter with
+    # Kubernetes' keys), 2 x 80 GiB GPUs each; pd-demo's 2 prefills and 1 decode already in r1.
+    # model-pd.yaml: 2P1D + router, 60 GiB a member, MustGather at the rack.
+    import os
+
+    from tests.test_cli import EXAMPLES
+
+    cluster, model = os.path.join(EXAMPLES, "cluster-racks.yaml"), os.path.join(EXAMPLES, "model-pd.yaml")
+    # r1 has 1 free GPU (r1-b:1), r2 has 4: the group forms in r2 (r2-b read by its Kubernetes keys)
+    out = json.loads(gpuflow("schedule", "--cluster", cluster, "--model", model, "--json", check=0).stdout)
+    assert out["domain"]["layer"] == "builtin-000003" and out["domain"]["path"][-1] == "r2"
+    assert {m["worker"] for m in out["members"]} <= {"r2-a", "r2-b"}
+    text = gpuflow("schedule", "--cluster", cluster, "--model", model, check=0).stdout
+    assert "GROUP SCHEDULED: 4 members, gathered in rack z1 / r2" in text
+    # one more decode: the floor is r1 (where the members are), and r1-b:1 is its one free GPU
+    out = json.loads(gpuflow("schedule", "--cluster", cluster, "--model", model, "--scale-out", "decode", "--json",
+                             check=0).stdout)
+    assert (out["placement"]["worker"], out["placement"]["gpu_indexes"]) == ("r1-b", [1])
+    # scale-in of a prefill: pd-demo-1 (on r1-b, no decode beside it) goes, not pd-demo-0 (beside the decode)
+    out = json.loads(gpuflow("schedule", "--cluster", cluster, "--model", model, "--scale-in", "prefill", "--json",
+                             check=0).stdout)
+    assert out["victim"] == "pd-demo-1"

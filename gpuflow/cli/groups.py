@@ -12,6 +12,7 @@ from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import InvalidInput
 from scheduler.estimate import estimate_request
 from scheduler.groups.form import form
+from scheduler.groups.layers import chain
 from scheduler.groups.roles import role_spec
 from scheduler.groups.scale_in import scale_in
 from scheduler.groups.scale_out import scale_out
@@ -79,5 +80,6 @@ def schedule(a, snapshot: ClusterSnapshot, spec: ModelSpec, config: PolicyConfig
     if a.json:
         print(json.dumps({**g.to_dict(), "requests": summaries}, indent=2))
     else:
-        print(render.formation(g, {k: summary_text(v) for k, v in summaries.items()}))
+        names = {x.id: x.name for x in chain(snapshot.topology)}
+        print(render.formation(g, {k: summary_text(v) for k, v in summaries.items()}, names))
     return EXIT_OK if g.scheduled else EXIT_UNSCHEDULABLE

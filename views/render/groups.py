@@ -6,11 +6,13 @@ from __future__ import annotations
 from views.render.dryrun import decision, text_table
 
 
-def formation(g, summaries: dict[str, str]) -> str:
-    """``g``: a GroupDecision (scheduler/groups/decision.py); ``summaries``: each role's request in words."""
+def formation(g, summaries: dict[str, str], layer_names: dict[str, str] | None = None) -> str:
+    """``g``: a GroupDecision (scheduler/groups/decision.py); ``summaries``: each role's request in
+    words; ``layer_names``: layer id -> its name (rack, zone, the cluster's own)."""
     out = [f"request, {role}: {s}" for role, s in summaries.items()]
     if g.scheduled:
-        where = f"{g.domain[0]} {'/'.join(g.path) or g.domain[1]}" if g.domain else "the cluster"
+        layer = (layer_names or {}).get(g.domain[0], g.domain[0]) if g.domain else ""
+        where = f"{layer} {' / '.join(g.path) or g.domain[1]}" if g.domain else "the cluster"
         out.append(f"GROUP SCHEDULED: {len(g.members)} members, gathered in {where}")
         rows = [[m.role.value, str(m.ordinal), m.worker, ",".join(map(str, m.gpu_indexes)) or "-",
                  m.decision.strategy or "-"] for m in g.members]
