@@ -84,10 +84,10 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
     apply_chain(cands, scale_up_chain(ctx, flags))
     best = pick(cands)
     placed = reasons.rank(verdicts, scheduled=True)[0]
-    return Decision(True, best, strategy, cands, verdicts, placed + _topology_notes(ctx, cands, best))
+    return Decision(True, best, strategy, cands, verdicts, placed + topology_notes(ctx, cands, best))
 
 
-def _topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> list[str]:
+def topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> list[str]:
     """Each candidate's link level (where workers report topology), and the placement's CPU
     binding when the spec asks for pinning (a note when the worker cannot say)."""
     if ctx.occupancy.topology and not isinstance(cands, GpuRows):  # one GPU each: no link to name

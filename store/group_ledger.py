@@ -14,9 +14,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from contracts.decision import PlacementPlan
-from store import changes, tenants
-from store.ledger import Booking, NotWanted, StaleDecision, bump_workers, lock_workers, reserve_in, plan_rows, same_rows
-from store.tables import InstanceRow, ReservationRow, utcnow
+from store import tenants
+from store.ledger import (Booking, NotWanted, StaleDecision, bump_workers, lock_workers, mark_victims, plan_rows,
+                          reserve_in, same_rows)
+from store.tables import ReservationRow
 
 
 def preempt_group(engine: Engine, bookings: list[Booking], victims: dict[str, PlacementPlan],
@@ -45,12 +46,7 @@ def preempt_group(engine: Engine, bookings: list[Booking], victims: dict[str, Pl
         except (StaleDecision, NotWanted) as e:
             s.rollback()
             return e
-        for v in sorted(victims):
-            row = s.get(InstanceRow, v)
-            if row is not None:
-                row.placement, row.reason, row.updated_at = None, reason, utcnow()
-                s.add(row)
-            changes.bump(s, v)
+        mark_victims(s, victims, reason)
         bump_workers(s, workers.values())
         s.commit()
     return out

@@ -167,8 +167,22 @@ def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[Placemen
     order, so two batches cannot deadlock. Each plan is checked against the ledger as the bookings
     before it in the batch left it; one that does not fit gets its StaleDecision (or OverQuota), one
     not wanted its NotWanted, nothing of it written, and the others are booked."""
+    return _reserve_all(engine, bookings, whole=False)
+
+
+def reserve_group(engine: Engine, bookings: list[Booking]) -> list[tuple[PlacementPlan, bool]] | StaleDecision | NotWanted:
+    """Every member of a prefill/decode group booked in ONE transaction, or none of them: as
+    ``reserve_many``, but the first booking that does not fit, is over its tenant's limit (each
+    member counted on top of those before it) or is not wanted rolls the whole transaction back,
+    and its error is returned; nothing is written then. Otherwise each member's (plan, booked now)."""
+    return _reserve_all(engine, bookings, whole=True)
+
+
+def _reserve_all(engine: Engine, bookings: list[Booking], whole: bool):
+    """The bookings in one transaction, workers locked in name order. A booking refused: with
+    ``whole``, everything rolled back and its error returned; else its error in its place."""
     wanted = [plan_rows(b.instance, b.plan) for b in bookings]
-    out: list[tuple[PlacementPlan, bool] | StaleDecision | NotWanted] = []
+    out: list = []
     with Session(engine) as s:
         workers = lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
         touched: dict[str, WorkerRow] = {}
@@ -176,6 +190,9 @@ def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[Placemen
             try:
                 now = reserve_in(s, workers, b, rows)
             except (StaleDecision, NotWanted) as e:
+                if whole:
+                    s.rollback()  # the members booked before it go too: a group is admitted whole or not at all
+                    return e
                 out.append(e)
                 continue
             out.append((b.plan, now))
@@ -185,29 +202,6 @@ def reserve_many(engine: Engine, bookings: list[Booking]) -> list[tuple[Placemen
         s.commit()
     return out
 
-
-def reserve_group(engine: Engine, bookings: list[Booking]) -> list[tuple[PlacementPlan, bool]] | StaleDecision | NotWanted:
-    """Every member of a prefill/decode group booked in ONE transaction, or none of them: as
-    ``reserve_many``, but the first booking that does not fit, is over its tenant's limit (each
-    member counted on top of those before it) or is not wanted rolls the whole transaction back,
-    and its error is returned; nothing is written then. Otherwise each member's (plan, booked now)."""
-    wanted = [plan_rows(b.instance, b.plan) for b in bookings]
-    out: list[tuple[PlacementPlan, bool]] = []
-    with Session(engine) as s:
-        workers = lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
-        touched: dict[str, WorkerRow] = {}
-        for b, rows in zip(bookings, wanted):
-            try:
-                now = reserve_in(s, workers, b, rows)
-            except (StaleDecision, NotWanted) as e:
-                s.rollback()  # the members booked before it go too: a group is admitted whole or not at all
-                return e
-            out.append((b.plan, now))
-            if now:
-                touched.update((r.worker, workers[r.worker]) for r in rows)
-        bump_workers(s, touched.values())
-        s.commit()
-    return out
 
 
 def reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
@@ -273,15 +267,20 @@ def preempt(engine: Engine, instance: str, plan: PlacementPlan, victims: dict[st
         s.exec(delete(ReservationRow).where(ReservationRow.instance.in_(gone | {instance})))
         s.add_all(wanted)
         bump_workers(s, workers.values())
-        for v in sorted(gone):
-            row = s.get(InstanceRow, v)
-            if row is not None:
-                row.placement, row.reason, row.updated_at = None, reason, utcnow()
-                s.add(row)
-            changes.bump(s, v)
+        mark_victims(s, gone, reason)
         _mark_scheduled(s, instance, plan, backend=backend or _spec_backend(s, instance))
         s.commit()
         return plan, True
+
+
+def mark_victims(s: Session, victims, reason: str) -> None:
+    """Preempted instances' rows: no placement any more, the preemption as their reason."""
+    for v in sorted(victims):
+        row = s.get(InstanceRow, v)
+        if row is not None:
+            row.placement, row.reason, row.updated_at = None, reason, utcnow()
+            s.add(row)
+        changes.bump(s, v)
 
 
 def _spec_backend(s: Session, instance: str) -> str | None:

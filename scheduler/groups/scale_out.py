@@ -17,14 +17,14 @@ from __future__ import annotations
 from scheduler import filters, occupancy, reasons, selectors, topology_policy
 from scheduler.candidates import GpuRows
 from scheduler.cluster import ClusterSnapshot
-from scheduler.decide import scale_up_chain
-from scheduler.decision import Candidate, Context, Decision
+from scheduler.decide import scale_up_chain, topology_notes
+from scheduler.decision import Context, Decision
 from scheduler.groups import domains
 from scheduler.groups.roles import role_spec
 from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
-from scheduler.scorers import apply_chain, fragmentation, pairing, pick, proximity, topology
+from scheduler.scorers import apply_chain, fragmentation, pairing, pick, proximity
 from scheduler.spec import ModelSpec
 
 
@@ -52,7 +52,7 @@ def scale_out(snapshot: ClusterSnapshot, spec: ModelSpec, role: RoleName, reques
     apply_chain(cands, g.chain(scale_up_chain(ctx, flags), cands))
     best = pick(cands)
     placed = reasons.rank(verdicts, scheduled=True)[0]
-    return Decision(True, best, strategy, cands, verdicts, placed + g.notes() + _topology_notes(ctx, cands, best))
+    return Decision(True, best, strategy, cands, verdicts, placed + g.notes() + topology_notes(ctx, cands, best))
 
 
 class _Group:
@@ -94,19 +94,4 @@ class _Group:
             out.append(f"pairing: {self.w:g} points per {opposite} beside the new {self.role.value} "
                        f"({opposite}s per worker: {held})")
         return out
-
-
-def _topology_notes(ctx: Context, cands, best: Candidate) -> list[str]:
-    """decide()'s notes on the pick: each candidate's link level, the placement's CPU binding."""
-    if ctx.occupancy.topology and not isinstance(cands, GpuRows):
-        for c, lv in zip(cands, topology.links(ctx.snapshot, cands)):
-            c.link = lv
-    notes = topology_policy.admitted_note(ctx.snapshot, ctx.spec.topology_policy, best)
-    if not topology_policy.wants_pinning(ctx.spec):
-        return notes
-    best.cpus, best.numa_nodes = topology_policy.binding(ctx.snapshot, best)
-    if best.cpus is None and best.numa_nodes is None:
-        notes.append(f"cpu pinning: worker {best.worker} reports no NUMA node or local CPUs for GPUs "
-                     f"{best.gpu_indexes}; the engine will run unpinned")
-    return notes
 
