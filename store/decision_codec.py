@@ -128,20 +128,27 @@ class Encoder:
         self.known.add(h)
         out[h] = data()
 
+    def _rows(self, snap, out: dict[str, bytes]) -> dict:
+        """The snapshot's rows in chunks, the same for a replica's inputs and a group's (shared blobs)."""
+        return {"workers": self._chunks(snap.workers, WORKERS_PER_CHUNK, out),
+                "instances": self._chunks(snap.instances, ROWS_PER_CHUNK, out),
+                "files": self._chunks(snap.model_files, ROWS_PER_CHUNK, out)}
+
+    def _context(self, inp, out: dict[str, bytes]) -> dict:
+        """The spec, tenants, owners, policy and generations a decision read (either kind of inputs)."""
+        return {"spec": self._blob(inp.spec, _model_json, out),
+                "tenants": self._blob(inp.tenants, _model_json, out),
+                "owners": self._blob(inp.owners, _owners_json, out),
+                "policy": self._blob(inp.policy, _model_json, out),
+                "gens": self._blob(inp.gens, _canon, out)}
+
     def encode(self, inp: DecisionInputs) -> Encoded:
         out: dict[str, bytes] = {}
         snap = inp.snapshot
         manifest = {
             "v": VERSION, "names": list(inp.names),
-            "workers": self._chunks(snap.workers, WORKERS_PER_CHUNK, out),
-            "instances": self._chunks(snap.instances, ROWS_PER_CHUNK, out),
-            "files": self._chunks(snap.model_files, ROWS_PER_CHUNK, out),
-            "spec": self._blob(inp.spec, _model_json, out),
-            "request": self._blob(inp.request, lambda r: _canon(request_codec.encode(r)), out),
-            "tenants": self._blob(inp.tenants, _model_json, out),
-            "owners": self._blob(inp.owners, _owners_json, out),
-            "policy": self._blob(inp.policy, _model_json, out),
-            "gens": self._blob(inp.gens, _canon, out)}
+            **self._rows(snap, out), **self._context(inp, out),
+            "request": self._blob(inp.request, lambda r: _canon(request_codec.encode(r)), out)}
         data = _canon(manifest)
         return Encoded(hashlib.sha256(data).hexdigest(), data, out)
 
@@ -154,17 +161,10 @@ class Encoder:
         manifest = {
             "v": VERSION, "kind": inp.kind, "group": inp.group,
             "roles": {r.value: list(ns) for r, ns in inp.names.items()},
-            "workers": self._chunks(snap.workers, WORKERS_PER_CHUNK, out),
-            "instances": self._chunks(snap.instances, ROWS_PER_CHUNK, out),
-            "files": self._chunks(snap.model_files, ROWS_PER_CHUNK, out),
+            **self._rows(snap, out), **self._context(inp, out),
             "topology": self._blob(snap.topology, lambda t: _canon([x.model_dump(mode="json") for x in t]), out),
-            "spec": self._blob(inp.spec, _model_json, out),
             "requests": self._blob(inp.requests, lambda rs: _canon({r.value: request_codec.encode(q)
-                                                                     for r, q in rs.items()}), out),
-            "tenants": self._blob(inp.tenants, _model_json, out),
-            "owners": self._blob(inp.owners, _owners_json, out),
-            "policy": self._blob(inp.policy, _model_json, out),
-            "gens": self._blob(inp.gens, _canon, out)}
+                                                                     for r, q in rs.items()}), out)}
         data = _canon(manifest)
         return Encoded(hashlib.sha256(data).hexdigest(), data, out)
 
