@@ -50,6 +50,9 @@ class Route:
     worker: str | None = None
     kv_events_port: int | None = None  # its engine's KV-cache events (ZMQ PUB on ``address``; gateway/kv_subscriber.py)
     engine_key: str | None = field(default=None, repr=False)  # what its engine answers (store/engine_keys.py)
+    role: str | None = None  # a prefill/decode group's member: prefill, decode or router (None: a plain replica)
+    group_gen: int = 0  # its group's generation (a prefill and a decode pair only within one)
+    bootstrap_port: int | None = None  # its engine's KV hand-off port on ``address`` (SGLang's bootstrap)
 
 
 FRONT_DOORS = (None, "router")  # a plain replica; a prefill/decode group's router (its members hand KV to each other)
@@ -63,7 +66,8 @@ def routes(engine: Engine) -> list[Route]:
     with Session(engine) as s:
         rows = s.exec(select(InstanceRow).where(InstanceRow.state == "running").order_by(InstanceRow.name))
         return [Route(instance=r.name, deployment=r.deployment, address=r.address or "127.0.0.1", port=r.port,
-                      worker=r.worker, kv_events_port=r.kv_events_port, engine_key=r.engine_key) for r in rows
+                      worker=r.worker, kv_events_port=r.kv_events_port, engine_key=r.engine_key, role=r.role,
+                      group_gen=r.group_gen or 0, bootstrap_port=r.bootstrap_port) for r in rows
                 if r.port and r.role in FRONT_DOORS]
 
 

@@ -81,6 +81,12 @@ class InstanceRow(SQLModel, table=True):
     backend: str | None = None  # the backend its booking was made for: which parts it runs (contracts/booked_parts.py)
     role: str | None = None  # a prefill/decode group's member: prefill, decode or router (None: a plain replica)
     group_name: str | None = None  # and the deployment whose group it belongs to (store/groups.py)
+    # which generation of its group (a rollout that replaces the group whole starts the next one beside it;
+    # the gateway pairs a prefill and a decode of one generation only). None: a plain replica, or generation 0
+    group_gen: int | None = None
+    # where its engine's KV hand-off listens, on ``address``: SGLang's bootstrap port, vLLM NIXL's side
+    # channel (the first rank's), a custom command's {bootstrap_port} (worker_agent/pd_argv.py). None: none
+    bootstrap_port: int | None = None
 
 
 class ReservationRow(SQLModel, table=True):
