@@ -53,7 +53,8 @@ class Gateway:
         s = self.settings = settings
         self.engine = engine
         self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s, routing=s.routing,
-                                 index=PrefixIndex(s.prefix_cache_blocks), knobs=Knobs(slack_min=s.route_slack))
+                                 index=PrefixIndex(s.prefix_cache_blocks), knobs=Knobs(slack_min=s.route_slack),
+                                 block_chars=s.prefix_block_chars)
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
         self.usage = UsageCounter()  # requests and tokens per key, tenant and model (refresh.py flushes them)
@@ -127,7 +128,7 @@ class Gateway:
         if not table.models[name].openai:
             return errors.bad_request(f"Deployment '{name}' serves no OpenAI API (its spec says api: none): the "
                                       "gateway cannot relay requests to it.", "not_an_openai_model"), name
-        cold = not table.models[name].replicas  # scaled to zero: start one now
+        cold = not table.models[name].size  # scaled to zero: start one now
         if cold:
             self.waker.poke(name)
         prompt = await self._prompt(request, name, data)
@@ -143,10 +144,12 @@ class Gateway:
         replica of it publishes KV events and its tokenizer is loaded (gateway/cache_watch.py)."""
         s = self.settings
         path = request.scope["path"]
-        if self.balancer.routing_of(model) != CACHE_AWARE or path.endswith("/embeddings"):
-            return Prompt()
-        p = Prompt(block_hashes(prompt_text(data, s.max_prompt_chars), s.prefix_block_chars))
         m = self.balancer.table.models.get(model)
+        group = m is not None and m.pd is not None  # a group's skip threshold needs the prompt's length
+        if (self.balancer.routing_of(model) != CACHE_AWARE and not group) or path.endswith("/embeddings"):
+            return Prompt()
+        text = prompt_text(data, s.max_prompt_chars)
+        p = Prompt(block_hashes(text, s.prefix_block_chars), chars=len(text))
         tok = self.caches.tokenizers.get(m.tokenizer) if m is not None and p.blocks else None
         if tok is not None and any(r.instance in self.balancer.tokens.live for r in m.replicas):
             p.tokens = await asyncio.to_thread(tokenize, tok, data, path.endswith("/chat/completions"),
@@ -180,7 +183,7 @@ class Gateway:
         t = self.balancer.table
         self.metrics.requests.labels("", tenant, "200").inc()
         return JSONResponse({"object": "list", "data": [
-            {"id": n, "object": "model", "created": 0, "owned_by": "gpuflow", "replicas": len(t.models[n].replicas)}
+            {"id": n, "object": "model", "created": 0, "owned_by": "gpuflow", "replicas": t.models[n].size}
             for n in t.listed_for(tenant, keyed)]})
 
     async def healthz(self, request: Request) -> Response:

@@ -28,7 +28,9 @@ from typing import Iterable
 
 from store.serving import Route
 from gateway.cache_aware import CACHE_AWARE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, Choice, Knobs, choose
-from gateway.prefix_index import PrefixIndex
+from gateway.pd_pick import DECODE, DISAGGREGATED, Pick, estimate_tokens, pick_decode
+from gateway.pd_pick import pick as pick_pair
+from gateway.prefix_index import BLOCK_CHARS, PrefixIndex
 from gateway.table import Table
 from gateway.token_index import TokenIndex, token_hashes
 
@@ -72,6 +74,9 @@ class Prompt:
     choice: Choice | None = None
     tokens: tuple[int, ...] | None = None  # its token ids, where a replica's KV events can be matched (None: not)
     hashed: dict[int, tuple[int, ...]] = field(default_factory=dict)  # block size -> the tokens' chained hashes
+    chars: int = 0  # its text's length (a group's skip threshold estimates tokens from it when not tokenized)
+    pick: Pick | None = None  # a prefill/decode group's ends, chosen (gateway/pd_pick.py)
+    after: Route | None = None  # set: only a decode is wanted, for the KV this prefill holds (a decode's retry)
 
     def token_hashes(self, block_size: int) -> tuple[int, ...]:
         h = self.hashed.get(block_size)
@@ -91,7 +96,8 @@ class Waiter:
 
 class Balancer:
     def __init__(self, queue_timeout_s: float, max_queue: int, bad_s: float, rng: random.Random | None = None,
-                 routing: str = CACHE_AWARE, index: PrefixIndex | None = None, knobs: Knobs | None = None):
+                 routing: str = CACHE_AWARE, index: PrefixIndex | None = None, knobs: Knobs | None = None,
+                 block_chars: int = BLOCK_CHARS):
         self.queue_timeout_s, self.max_queue, self.bad_s = queue_timeout_s, max_queue, bad_s
         self.rng = rng or random.Random()
         self.routing = routing  # the gateway's default; a deployment's spec may say otherwise
@@ -104,6 +110,8 @@ class Balancer:
         self.bad_until: dict[str, float] = {}  # instance -> monotonic time it may be tried again
         self.queues: dict[str, list[Waiter]] = {}  # each sorted by Waiter.key
         self.seq = itertools.count()
+        self.block_chars = block_chars  # of the prefix index's blocks (a group's uncached tokens are estimated with it)
+        self.started: dict[str, set[int]] = {}  # a group's generations this gateway has seen ready (pd_pick.py rule 1)
 
     def swap(self, table: Table) -> None:
         """A new routing table: waiters for a deployment that is gone fail, the others get any
@@ -120,7 +128,8 @@ class Balancer:
     def _forget_gone(self, table: Table) -> None:
         """Replicas not in ``table`` (drained, stopped, failed) or now at another address (a new
         process) leave the prefix index: the cache the index stood for is gone."""
-        now = {r.instance: (r.address, r.port) for m in table.models.values() for r in m.replicas}
+        now = {r.instance: (r.address, r.port) for m in table.models.values()
+               for r in (*m.replicas, *(m.pd.members if m.pd is not None else ()))}
         for i in [i for i, at in self.where.items() if now.get(i) != at]:
             self.index.forget(i)
             del self.where[i]
@@ -190,12 +199,13 @@ class Balancer:
                 elif not w.fut.cancelled() and w.fut.exception() is None:
                     self.release(w.fut.result(), model)  # given a replica just as the wait ended
 
-    def release(self, r: Route, model: str) -> None:
-        n = self.in_flight.get(r.instance, 0) - 1
-        if n > 0:
-            self.in_flight[r.instance] = n
-        else:
-            self.in_flight.pop(r.instance, None)
+    def release(self, r: Route | Pick, model: str) -> None:
+        for x in r.routes() if isinstance(r, Pick) else (r,):
+            n = self.in_flight.get(x.instance, 0) - 1
+            if n > 0:
+                self.in_flight[x.instance] = n
+            else:
+                self.in_flight.pop(x.instance, None)
         self._dispatch(model)
 
     def mark_bad(self, r: Route) -> None:
@@ -205,6 +215,8 @@ class Balancer:
         """A replica of ``model`` with a free slot, by the model's routing, taken (counted in
         flight, and its prompt's blocks indexed under it); None when every one is busy."""
         m = self.table.models[model]
+        if m.pd is not None:
+            return self._choose_pd(model, exclude, now, prompt or Prompt())
         blocks = prompt.blocks if prompt is not None else ()
         if self.routing_of(model) == LEAST_OUTSTANDING:
             r = pick(m.replicas, m.limit, self.in_flight, self.bad_until, now, exclude, self.rng)
@@ -231,6 +243,43 @@ class Balancer:
         if prompt is not None:
             prompt.choice = c
         return r
+
+    def _choose_pd(self, model: str, exclude: frozenset[str], now: float, prompt: Prompt) -> Pick | None:
+        """A prefill/decode group's ends for one request (gateway/pd_pick.py), taken (each counted
+        in flight; the prompt's blocks indexed under the ends that will hold its KV); None: it waits.
+        ``prompt.after`` set: a decode only, of that prefill's generation, near it."""
+        m = self.table.models[model]
+        g, blocks, slack = m.pd, prompt.blocks, self.knobs.slack(m.limit)
+        if prompt.after is not None and prompt.pick is not None:
+            a = prompt.after
+            d = pick_decode(g.of(a.group_gen, DECODE), m.limit, self.in_flight, self.bad_until, now, exclude,
+                            a.worker, slack, self.rng)
+            p = d and replace(prompt.pick, decode=d, retry=True)  # the prefill's slot is not held again
+        else:
+            gen = g.serving(frozenset(self.started.get(model, ())))
+            if gen is None:
+                return None
+            if g.ready(gen):
+                self.started.setdefault(model, set()).add(gen)
+            tokens = estimate_tokens(prompt.chars, len(prompt.tokens) if prompt.tokens is not None else None)
+            home = self.index.home(blocks) if blocks else None
+            p = pick_pair(g, gen, m.limit, self.in_flight, self.bad_until, now, exclude, tokens,
+                          lambda ps: choose(ps, m.limit, self.in_flight, lambda i: self.index.matched(i, blocks),
+                                            len(blocks), self.knobs, self.rng, self.bad_until, now, exclude,
+                                            self.index.size, home, self.index.new_turn),
+                          lambda d: tokens - tokens * self.index.matched(d.instance, blocks) * self.block_chars
+                          // max(prompt.chars, 1), slack, self.rng)
+            if p is not None and p.path == DISAGGREGATED and p.choice.reason == NO_PREFIX and home is None and blocks:
+                self.index.placed_new(p.prefill.instance)
+        if p is None:
+            return None
+        for r in p.routes():
+            self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
+            if blocks:  # the decode holds the prompt's KV after it, whichever the path
+                self.index.insert(r.instance, blocks)
+                self.where[r.instance] = (r.address, r.port)
+        prompt.pick = p
+        return p
 
     def _exact(self, instance: str, prompt: Prompt) -> int:
         """Leading tokens of ``prompt`` in whole blocks that ``instance``'s engine says it holds."""

@@ -33,7 +33,8 @@ def load(engine: Engine, default_limit: int) -> tuple[tables.Table, bool]:
     """The routing table and whether any API key exists, read from the store."""
     with Session(engine) as s:
         specs = {d.name: d.spec or {} for d in s.exec(select(DeploymentRow).where(DeploymentRow.state == "active"))}
-    return tables.build(serving.routes(engine), specs, default_limit), keys.any_key(engine)
+    return (tables.build(serving.routes(engine), specs, default_limit, members=serving.group_members(engine)),
+            keys.any_key(engine))
 
 
 def load_tenants(engine: Engine, known: int | None) -> tuple[int, dict[str, Rule]] | None:

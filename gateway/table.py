@@ -14,8 +14,9 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from store.serving import Route
+from store.serving import Members, Route
 from gateway.cache_aware import ROUTINGS
+from gateway.pd_pick import ANY_PER_ROLE, PDGroup
 from gateway.prompt_tokens import source_of
 from scheduler import params
 from scheduler.spec import BACKEND_API, Api
@@ -41,6 +42,12 @@ class Model:
     routing: str | None = None  # the spec's routing (cache-aware, least-outstanding); None: the gateway's
     tokenizer: tuple | None = None  # where its tokenizer is (gateway/prompt_tokens.py source_of): for KV events
     openai: bool = True  # its engine serves the OpenAI API (the spec's ``api``, else its backend's: api_of)
+    pd: PDGroup | None = None  # a prefill/decode group with no router: the gateway pairs its members (pd_pick.py)
+
+    @property
+    def size(self) -> int:
+        """Its replicas, or a group's RUNNING members: what /v1/models shows, 0 when scaled to zero."""
+        return len(self.replicas) + (len(self.pd.members) if self.pd is not None else 0)
 
     @property
     def public(self) -> bool:
@@ -142,15 +149,34 @@ def api_of(spec: dict[str, Any]) -> bool:
     return BACKEND_API.get(str(spec.get("backend", "")), Api.OPENAI) == Api.OPENAI
 
 
-def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_limit: int, version: int = 0) -> Table:
+def pd_of(spec: dict[str, Any], members: Members | None) -> PDGroup | None:
+    """The group the gateway pairs itself: a spec with ``disaggregation`` and no ``router`` role
+    (a router stays the group's only front door). The store holds validated specs; a value it
+    should never hold is read as the default."""
+    d, roles = spec.get("disaggregation"), spec.get("roles")
+    if not isinstance(d, dict) or not isinstance(roles, list):
+        return None
+    if any(isinstance(r, dict) and r.get("name") == "router" for r in roles):
+        return None
+    mode = d.get("mode") if isinstance(d.get("mode"), str) else "custom"
+    readiness = d.get("readiness") if d.get("readiness") in ("any_per_role", "all") else ANY_PER_ROLE
+    skip = d.get("skip_prefill_below")
+    skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip >= 0 else PDGroup.skip_below
+    m = members or Members()
+    return PDGroup(mode, readiness, skip, m.routes, m.wanted)
+
+
+def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_limit: int, version: int = 0,
+          members: dict[str, Members] | None = None) -> Table:
     """Every deployment in ``specs`` (active ones) is routable, with or without replicas: a
     request for one with none waits for one. Routes of a deployment not in ``specs`` are left
-    out (it is being deleted)."""
+    out (it is being deleted). A group with no router is served through its ``members``
+    (store/serving.py group_members), paired here."""
     by: dict[str, list[Route]] = {name: [] for name in specs}
     for r in routes:
         if r.deployment in by:
             by[r.deployment].append(r)
     return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]),
                               routing=routing_of(specs[name]), tokenizer=source_of(specs[name]),
-                              openai=api_of(specs[name]))
+                              openai=api_of(specs[name]), pd=pd_of(specs[name], (members or {}).get(name)))
                   for name, rs in by.items()}, version)

@@ -71,6 +71,44 @@ def routes(engine: Engine) -> list[Route]:
                 if r.port and r.role in FRONT_DOORS]
 
 
+MEMBER_ROLES = ("prefill", "decode")  # a group's members the gateway pairs itself (a group with no router)
+
+
+@dataclass(frozen=True)
+class Members:
+    """A prefill/decode group's members, as the gateway pairs them: the RUNNING ones with a port,
+    and for each generation the names its deployment wants (readiness ``all`` waits for all of them)."""
+
+    routes: tuple[Route, ...] = ()
+    wanted: tuple[tuple[int, frozenset[str]], ...] = ()  # (generation, wanted member names), by generation
+
+    def wanted_of(self, gen: int) -> frozenset[str]:
+        return next((names for g, names in self.wanted if g == gen), frozenset())
+
+
+def group_members(engine: Engine) -> dict[str, Members]:
+    """Each deployment's prefill and decode members (RUNNING with a port, or wanted), in one query;
+    ``routes()`` leaves them out (a request straight to either would be served aggregated)."""
+    with Session(engine) as s:
+        rows = s.exec(select(InstanceRow).where(InstanceRow.role.in_(MEMBER_ROLES))
+                      .where((InstanceRow.state == "running") | (InstanceRow.wanted == True))  # noqa: E712
+                      .order_by(InstanceRow.name)).all()
+    running: dict[str, list[Route]] = {}
+    wanted: dict[str, dict[int, set[str]]] = {}
+    for r in rows:
+        dep = r.group_name or r.deployment
+        if r.state == "running" and r.port:
+            running.setdefault(dep, []).append(Route(
+                instance=r.name, deployment=dep, address=r.address or "127.0.0.1", port=r.port, worker=r.worker,
+                kv_events_port=r.kv_events_port, engine_key=r.engine_key, role=r.role, group_gen=r.group_gen or 0,
+                bootstrap_port=r.bootstrap_port))
+        if r.wanted:
+            wanted.setdefault(dep, {}).setdefault(r.group_gen or 0, set()).add(r.name)
+    return {d: Members(tuple(running.get(d, ())),
+                       tuple((g, frozenset(ns)) for g, ns in sorted(wanted.get(d, {}).items())))
+            for d in running.keys() | wanted.keys()}
+
+
 def report_load(engine: Engine, gateway: str, url: str, in_flight: dict[str, int],
                 now: datetime | None = None) -> None:
     """Replace ``gateway``'s counts with ``in_flight`` (instance -> requests; zeros may be left

@@ -94,6 +94,10 @@ class Disaggregation(Strict):
     mode: PDMode  # the recipe: engine and KV connector (custom: the user writes the connector's parameters)
     vendor: Annotated[str, Field(min_length=1, max_length=64)] | None = None  # which accelerator vendor runs the group
     readiness: Readiness = Readiness.ANY_PER_ROLE  # any_per_role: serving once each role has a ready member; all: every member
+    # the gateway skips the prefill for a prompt with fewer uncached tokens than this on the chosen decode
+    # (llm-d's nonCachedTokens): the decode prefills it itself. 16, one vLLM KV block: under a block of new KV,
+    # a hand-off (a round trip to a prefill, then a KV fetch) costs more than the decode's own prefill step
+    skip_prefill_below: Whole = Field(default=16, ge=0, le=1 << 20)
 
 
 class Gather(Strict):
