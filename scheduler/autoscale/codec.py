@@ -14,7 +14,7 @@ from scheduler.autoscale.histogram import Histogram
 from scheduler.autoscale.policy import PolicyState
 from scheduler.autoscale.signals import Sample
 
-HISTOGRAMS = ("latency", "queue_time", "gateway_queue_time")  # a Sample's
+HISTOGRAMS = ("latency", "queue_time", "gateway_queue_time", "ttft", "itl")  # a Sample's
 
 
 def hist_out(h: Histogram | None) -> dict | None:
@@ -42,7 +42,17 @@ def sample_in(d: dict) -> Sample:
                   queue=float(d.get("queue", 0.0)), tpot_s=num(d.get("tpot_s")),
                   latency_p95_s=num(d.get("latency_p95_s")), queue_time_p90_s=num(d.get("queue_time_p90_s")),
                   finished=float(d.get("finished", 0.0)), tpot_sum=float(d.get("tpot_sum", 0.0)),
-                  tpot_count=float(d.get("tpot_count", 0.0)), **{k: hist_in(d.get(k)) for k in HISTOGRAMS})
+                  tpot_count=float(d.get("tpot_count", 0.0)), kv_usage=_fraction(d.get("kv_usage")),
+                  **{k: hist_in(d.get(k)) for k in HISTOGRAMS})
+
+
+def _fraction(v) -> float | None:
+    if v is None:
+        return None
+    f = float(v)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"kv_usage {f!r} is not a fraction in [0, 1]")
+    return f
 
 
 def sample_out(s: Sample) -> dict:

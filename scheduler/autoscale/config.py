@@ -13,7 +13,12 @@ window holds ``min_samples`` requests (20) that all arrived after the last scale
 judged sooner, on the last ``panic_window_s`` (6 s, at least one interval), only when it shows
 ``panic_threshold`` (2.0) times the rule's up threshold: twice the capacity the threshold stands
 for. With several rules, any rule voting up wins (the largest step); down needs every rule to vote
-down (the smallest step)."""
+down (the smallest step).
+
+A prefill/decode group is scaled per role (``roles``, after Dynamo's SLA planner, which sizes prefill
+from TTFT and decode from ITL independently): ``ttft`` (P90 above 500 ms) and ``queue`` for a
+prefill, ``itl`` (P90 above 50 ms), ``tpot`` and ``kv_usage`` (above 0.85) for a decode. Each role
+has its own bounds, rules and anti-flap state; the windows and their evidence gates are the block's."""
 
 from __future__ import annotations
 
@@ -61,7 +66,59 @@ class QueueTimeP90(Strict):
     min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
 
 
-Rule = Annotated[Union[QueueTpot, LatencyP95, QueueTimeP90], Field(discriminator="kind")]
+class Ttft(Strict):
+    """A prefill's cost: the quantile of time to first token (Dynamo's planner sizes prefill on it)."""
+    kind: Literal["ttft"] = "ttft"  # `ttft`: a quantile of time to first token (a prefill's rule).
+    quantile: float = Field(0.9, ge=0.5, le=0.99, description="The quantile of time to first token judged. Default 0.9 (P90).")
+    up_above_s: float = Field(0.500, gt=0, le=1e6, description="TTFT quantile above which it adds ``up_step``. Default 0.500 s "
+                              "(Dynamo's example SLA: TTFT under 500 ms).")
+    down_below_s: float = Field(0.150, gt=0, le=1e6, description="TTFT quantile below which it removes one. Default 0.150 s.")
+    up_step: int = Field(1, ge=1, le=100, description="Replicas added. Default 1.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+class Itl(Strict):
+    """A decode's cost: the quantile of inter-token latency (Dynamo's planner sizes decode on it)."""
+    kind: Literal["itl"] = "itl"  # `itl`: a quantile of inter-token latency (a decode's rule).
+    quantile: float = Field(0.9, ge=0.5, le=0.99, description="The quantile of inter-token latency judged. Default 0.9 (P90).")
+    up_above_s: float = Field(0.050, gt=0, le=1e6, description="ITL quantile above which it adds ``up_step``. Default 0.050 s "
+                              "(Dynamo's example SLA: ITL 50 ms).")
+    down_below_s: float = Field(0.020, gt=0, le=1e6, description="ITL quantile below which it removes one. Default 0.020 s.")
+    up_step: int = Field(1, ge=1, le=100, description="Replicas added. Default 1.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+class Tpot(Strict):
+    """A decode's cost on average: time per output token, the mean gap between tokens."""
+    kind: Literal["tpot"] = "tpot"  # `tpot`: the mean time per output token (a decode's rule).
+    up_above_s: float = Field(0.050, gt=0, le=1e6, description="Mean TPOT above which it adds ``up_step``. Default 0.050 s.")
+    down_below_s: float = Field(0.020, gt=0, le=1e6, description="Mean TPOT below which it removes one. Default 0.020 s.")
+    up_step: int = Field(1, ge=1, le=100, description="Replicas added. Default 1.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+class KvUsage(Strict):
+    """A decode's memory: the engines' KV-cache usage (``vllm:kv_cache_usage_perc``, a fraction),
+    averaged over the window's samples. Above the up threshold, new sequences start to wait or be
+    preempted."""
+    kind: Literal["kv_usage"] = "kv_usage"  # `kv_usage`: the engines' mean KV-cache usage, 0-1 (a decode's rule).
+    up_above: float = Field(0.85, gt=0, le=1, description="Mean KV-cache usage (0-1) above which it adds ``up_step``. Default 0.85.")
+    down_below: float = Field(0.40, ge=0, le=1, description="Mean KV-cache usage below which it removes one. Default 0.40.")
+    up_step: int = Field(1, ge=1, le=100, description="Replicas added. Default 1.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+class Queue(Strict):
+    """Requests waiting per RUNNING replica, alone (a prefill's queue: its waiting prompts)."""
+    kind: Literal["queue"] = "queue"  # `queue`: mean requests waiting per replica (a prefill's rule).
+    up_queue: float = Field(4, gt=0, le=1e6, description="Mean requests waiting per replica at or above which it adds ``up_step``. Default 4.")
+    down_queue: float = Field(0.5, ge=0, le=1e6, description="Mean waiting per replica at or below which it removes one. Default 0.5.")
+    up_step: int = Field(1, ge=1, le=100, description="Replicas added. Default 1.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+Rule = Annotated[Union[QueueTpot, LatencyP95, QueueTimeP90, Ttft, Itl, Tpot, KvUsage, Queue],
+                 Field(discriminator="kind")]
 
 
 def _named(v):
@@ -69,6 +126,26 @@ def _named(v):
     if isinstance(v, list):
         return [{"kind": r} if isinstance(r, str) else r for r in v]
     return v
+
+
+ROLE_RULES = {"prefill": ("ttft", "queue", "queue_time_p90"),  # a prefill's cost is the first token
+              "decode": ("itl", "tpot", "kv_usage", "queue_tpot")}  # a decode's, the tokens after it and their KV
+ROLE_DEFAULT_RULE = {"prefill": "ttft", "decode": "itl"}
+
+
+class RoleAutoscaling(Strict):
+    """One role of a prefill/decode group, scaled on its own signals (scheduler/autoscale/roles.py)."""
+
+    min_replicas: int = Field(1, ge=1, le=MAX_REPLICAS_BOUND, description="The role's fewest replicas; at least 1 "
+                              "(a group without a role's members does not serve). Default 1.")
+    max_replicas: int = Field(1, ge=1, le=MAX_REPLICAS_BOUND, description="The role's most replicas. Default 1.")
+    rules: Annotated[list[Rule] | None, BeforeValidator(_named)] = Field(
+        None, min_length=1, max_length=8, description="The role's rules: prefill takes ttft, queue, queue_time_p90; "
+        "decode takes itl, tpot, kv_usage, queue_tpot. Default: [ttft] for prefill, [itl] for decode.")
+    max_step: int | None = Field(None, ge=1, le=MAX_REPLICAS_BOUND, description="Most of the role's replicas added or "
+                                 "removed in one decision. Default: the block's ``max_step``.")
+    scale_up_stabilization_s: float | None = Field(None, ge=0, le=86400, description="Default: the block's.")
+    scale_down_stabilization_s: float | None = Field(None, ge=0, le=86400, description="Default: the block's.")
 
 
 class Autoscaling(Strict):
@@ -87,6 +164,10 @@ class Autoscaling(Strict):
                                   "at the default 15 s interval it is the last sample. Default 6 s.")
     panic_threshold: float = Field(2.0, ge=1, le=1000, description="The panic window votes up only when its signal "
                                    "is at least this many times the rule's up threshold (Knative's 200%). Default 2.0.")
+    roles: dict[Literal["prefill", "decode"], RoleAutoscaling] | None = Field(
+        None, min_length=1, max_length=2, description="A prefill/decode group's rules per role, each role scaled on its "
+        "own (a role left out keeps its replicas); the block's min_replicas, max_replicas and rules are then not given. "
+        "Only on a spec with roles.")
 
     @model_validator(mode="after")
     def _coherent(self) -> "Autoscaling":
@@ -98,4 +179,23 @@ class Autoscaling(Strict):
         kinds = [r.kind for r in self.rules]
         if len(set(kinds)) != len(kinds):
             raise ValueError(f"a rule is given twice: {kinds}")
+        if self.roles:
+            given = sorted({"min_replicas", "max_replicas", "rules"} & self.model_fields_set)
+            if given:
+                raise ValueError(f"autoscaling.{given[0]}: a group is autoscaled per role; give it under "
+                                 f"autoscaling.roles.<role> instead")
+            for name, r in self.roles.items():
+                _role_coherent(name, r)
         return self
+
+
+def _role_coherent(name: str, r: RoleAutoscaling) -> None:
+    if r.min_replicas > r.max_replicas:
+        raise ValueError(f"autoscaling.roles.{name}: min_replicas {r.min_replicas} is above max_replicas {r.max_replicas}")
+    kinds = [x.kind for x in r.rules or []]
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"autoscaling.roles.{name}.rules: a rule is given twice: {kinds}")
+    wrong = [k for k in kinds if k not in ROLE_RULES[name]]
+    if wrong:
+        raise ValueError(f"autoscaling.roles.{name}.rules: {wrong[0]} does not measure a {name}'s work; "
+                         f"a {name} takes {', '.join(ROLE_RULES[name])}")

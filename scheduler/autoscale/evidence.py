@@ -60,6 +60,18 @@ class Evidence:
     def latency(self, q: float) -> float | None:
         return quantile(merge([s.latency for s in self.samples if s.latency is not None]), q)
 
+    def ttft(self, q: float) -> float | None:
+        return quantile(merge([s.ttft for s in self.samples if s.ttft is not None]), q)
+
+    def itl(self, q: float) -> float | None:
+        return quantile(merge([s.itl for s in self.samples if s.itl is not None]), q)
+
+    @property
+    def kv_usage(self) -> float | None:
+        """The mean of the samples' KV-cache usage (those that have one)."""
+        got = [s.kv_usage for s in self.samples if s.kv_usage is not None]
+        return sum(got) / len(got) if got else None
+
     def queue_time(self, q: float) -> float | None:
         """The larger of the engines' and the gateways' q-quantile of queueing time."""
         got = [quantile(merge([getattr(s, f) for s in self.samples if getattr(s, f) is not None]), q)

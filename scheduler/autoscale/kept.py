@@ -8,7 +8,12 @@ A step is kept when it did something or a rule voted (direction up or down, or t
 a hold with every rule content happens every interval and is in the autoscaler's own history.
 Pure (the store keeps the bytes; activities/autoscale.py decides what to keep): ``gpuflow explain
 --replay`` and bench/replay_all.py re-run a step from here. The format is kept byte for byte
-(VERSION): steps kept by earlier builds must replay."""
+(VERSION): steps kept by earlier builds must replay.
+
+A group's role step (scheduler/autoscale/roles.py) is kept the same way, with the role's own block
+(``role_config``), its own samples and state, and ``role`` beside them (a key a plain step does not
+have): it replays through the same ``decide``. Fields added since VERSION 1 (a sample's ``ttft``,
+``itl``, ``kv_usage``; the block's ``roles``) decode to their defaults from older steps."""
 
 from __future__ import annotations
 
@@ -30,15 +35,19 @@ def worth_keeping(d: Decision) -> bool:
 
 
 def encode(cfg: Autoscaling, samples: list[Sample], current: int, starting: int, now: float,
-           state: PolicyState) -> bytes:
-    return json.dumps({"v": VERSION, "config": cfg.model_dump(mode="json"), "samples": [sample_out(s) for s in samples],
-                       "current": current, "starting": starting, "now": now, "state": asdict(state)},
-                      sort_keys=True, separators=(",", ":")).encode()
+           state: PolicyState, role: str | None = None) -> bytes:
+    m = {"v": VERSION, "config": cfg.model_dump(mode="json"),
+         "samples": [sample_out(s) for s in samples], "current": current, "starting": starting, "now": now,
+         "state": asdict(state)}
+    if role is not None:
+        m["role"] = role
+    return json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decision_of(d: Decision) -> dict[str, Any]:
-    return {"desired": d.desired, "direction": d.direction, "rule": d.rule, "reason": d.reason,
-            "votes": [asdict(v) for v in d.votes]}
+def decision_of(d: Decision, role: str | None = None) -> dict[str, Any]:
+    out = {"desired": d.desired, "direction": d.direction, "rule": d.rule, "reason": d.reason,
+           "votes": [asdict(v) for v in d.votes]}
+    return out if role is None else {**out, "role": role}
 
 
 def replay(data: bytes) -> dict[str, Any]:
@@ -50,6 +59,9 @@ def replay(data: bytes) -> dict[str, Any]:
             raise InvalidInput(f"autoscaler inputs of version {m.get('v')!r}; this gpuflow reads version {VERSION}")
         d, _ = decide(Autoscaling.model_validate(m["config"]), [sample_in(s) for s in m["samples"]],
                       int(m["current"]), int(m["starting"]), float(m["now"]), state_in(m["state"]))
+        role = m.get("role")
+        if role is not None and role not in ("prefill", "decode"):
+            raise ValueError(f"role {role!r} is not prefill or decode")
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidInput(f"the kept autoscaler inputs do not decode: {type(e).__name__}: {e}") from None
-    return decision_of(d)
+    return decision_of(d, role)

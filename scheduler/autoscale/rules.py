@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from scheduler.autoscale.config import LatencyP95, QueueTimeP90, QueueTpot
+from scheduler.autoscale.config import Itl, KvUsage, LatencyP95, Queue, QueueTimeP90, QueueTpot, Tpot, Ttft
 from scheduler.autoscale.evidence import Evidence, evidence
 from scheduler.autoscale.signals import Sample
 
@@ -128,4 +128,57 @@ def queue_time_p90(r: QueueTimeP90, history: list[Sample], now: float, w: Window
     return judge(r.kind, t, r.min_samples, 1, 1, history, now, w, own, own)
 
 
-VOTERS = {"queue_tpot": queue_tpot, "latency_p95": latency_p95, "queue_time_p90": queue_time_p90}
+def _above(read: Callable[[Evidence], float | None], up: float):
+    """Above ``up`` and at least f times it (f: 1 in the stable window, the panic threshold in a burst)."""
+    return lambda ev, f: (v := read(ev)) is not None and v > up and v >= f * up
+
+
+def ttft(r: Ttft, history: list[Sample], now: float, w: Windows) -> Vote:
+    def q(ev: Evidence) -> float | None:
+        return ev.ttft(r.quantile)
+
+    p = f"TTFT P{r.quantile * 100:g}"
+    t = Test(over=_above(q, r.up_above_s), under=lambda ev: (v := q(ev)) is not None and v < r.down_below_s,
+             show=lambda ev: f"{p} {_ms(q(ev))}", up=f"> {_ms(r.up_above_s)}", down=f"< {_ms(r.down_below_s)}")
+    return judge(r.kind, t, r.min_samples, r.up_step, 1, history, now, w)
+
+
+def itl(r: Itl, history: list[Sample], now: float, w: Windows) -> Vote:
+    def q(ev: Evidence) -> float | None:
+        return ev.itl(r.quantile)
+
+    p = f"ITL P{r.quantile * 100:g}"
+    t = Test(over=_above(q, r.up_above_s), under=lambda ev: (v := q(ev)) is not None and v < r.down_below_s,
+             show=lambda ev: f"{p} {_ms(q(ev))}", up=f"> {_ms(r.up_above_s)}", down=f"< {_ms(r.down_below_s)}")
+    return judge(r.kind, t, r.min_samples, r.up_step, 1, history, now, w)
+
+
+def tpot(r: Tpot, history: list[Sample], now: float, w: Windows) -> Vote:
+    def mean(ev: Evidence) -> float | None:
+        return ev.tpot_s
+
+    t = Test(over=_above(mean, r.up_above_s), under=lambda ev: (v := mean(ev)) is not None and v < r.down_below_s,
+             show=lambda ev: f"TPOT {_ms(mean(ev))}", up=f"> {_ms(r.up_above_s)}", down=f"< {_ms(r.down_below_s)}")
+    return judge(r.kind, t, r.min_samples, r.up_step, 1, history, now, w)
+
+
+def kv_usage(r: KvUsage, history: list[Sample], now: float, w: Windows) -> Vote:
+    """A burst would need panic_threshold x up_above (1.7 at the defaults): KV usage never shows
+    one, so it scales on the stable window only."""
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0%}"
+
+    t = Test(over=_above(lambda ev: ev.kv_usage, r.up_above),
+             under=lambda ev: ev.kv_usage is not None and ev.kv_usage < r.down_below,
+             show=lambda ev: f"KV usage {pct(ev.kv_usage)}", up=f"> {pct(r.up_above)}", down=f"< {pct(r.down_below)}")
+    return judge(r.kind, t, r.min_samples, r.up_step, 1, history, now, w)
+
+
+def queue(r: Queue, history: list[Sample], now: float, w: Windows) -> Vote:
+    t = Test(over=lambda ev, f: ev.queue >= f * r.up_queue, under=lambda ev: ev.queue <= r.down_queue,
+             show=lambda ev: f"queue {ev.queue:.1f}/replica", up=f">= {r.up_queue:g}", down=f"<= {r.down_queue:g}")
+    return judge(r.kind, t, r.min_samples, r.up_step, 1, history, now, w)
+
+
+VOTERS = {"queue_tpot": queue_tpot, "latency_p95": latency_p95, "queue_time_p90": queue_time_p90,
+          "ttft": ttft, "itl": itl, "tpot": tpot, "kv_usage": kv_usage, "queue": queue}

@@ -10,6 +10,8 @@ this module maps each engine's names to one shape and turns two scrapes into a w
 | TPOT | inter_token_latency_seconds (older time_per_output_token_seconds) | the same two | - | inter_token_latency_seconds |
 | latency | e2e_request_latency_seconds | e2e_request_latency_seconds | - | request_duration_seconds |
 | queue time | request_queue_time_seconds | - | - | queue_wait_seconds |
+| TTFT | time_to_first_token_seconds | time_to_first_token_seconds | - | time_to_first_token_seconds |
+| KV usage | kv_cache_usage_perc (a fraction; older gpu_cache_usage_perc) | - | - | - |
 """
 
 from __future__ import annotations
@@ -92,4 +94,5 @@ def window(prev: Scrape | None, cur: Scrape | None) -> Window:
         return Window(ok=False)
     h = {k: delta(prev.histograms.get(k) if prev else None, v) if prev else None for k, v in cur.histograms.items()}
     return Window(waiting=cur.gauges.get("waiting"), running=cur.gauges.get("running"),
-                  tpot=h.get("tpot"), latency=h.get("latency"), queue_time=h.get("queue_time"))
+                  tpot=h.get("tpot"), latency=h.get("latency"), queue_time=h.get("queue_time"), ttft=h.get("ttft"),
+                  kv_usage=cur.gauges.get("kv_usage"))

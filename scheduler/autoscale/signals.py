@@ -25,6 +25,8 @@ class Window:
     tpot: Histogram | None = None  # time per output token, observed in the window
     latency: Histogram | None = None  # whole-request latency, observed in the window
     queue_time: Histogram | None = None  # time spent queued, observed in the window
+    ttft: Histogram | None = None  # time to first token, observed in the window
+    kv_usage: float | None = None  # the engine's KV-cache usage now, 0-1 (vllm:kv_cache_usage_perc)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class Sample:
     latency: Histogram | None = None  # whole-request latency observed in the window (sparse)
     queue_time: Histogram | None = None  # the engines' queueing time (sparse)
     gateway_queue_time: Histogram | None = None  # the gateways' queueing time (sparse)
+    ttft: Histogram | None = None  # time to first token observed in the window (sparse): a prefill's cost
+    itl: Histogram | None = None  # the gaps between tokens observed in the window (sparse): a decode's cost
+    kv_usage: float | None = None  # the engines' mean KV-cache usage (0-1) at the sample; None: none publishes it
 
     @property
     def idle(self) -> bool:
@@ -54,7 +59,10 @@ class Sample:
         """What a decision record shows (the window's numbers, not its buckets)."""
         return {"running_replicas": self.running_replicas, "complete": self.complete, "requests": self.requests,
                 "queue": self.queue, "tpot_s": self.tpot_s, "latency_p95_s": self.latency_p95_s,
-                "queue_time_p90_s": self.queue_time_p90_s}
+                "queue_time_p90_s": self.queue_time_p90_s,
+                **{k: v for k, v in (("ttft_p90_s", quantile(self.ttft, 0.9) if self.ttft else None),
+                                     ("itl_p90_s", quantile(self.itl, 0.9) if self.itl else None),
+                                     ("kv_usage", self.kv_usage)) if v is not None}}
 
 
 def _pick(engines: list[Window], gateway: Window | None, field: str) -> Histogram | None:
@@ -73,6 +81,8 @@ def combine(at: float, running_replicas: int, engines: list[Window], gateway: Wi
     latency = _pick(engines, gateway, "latency")
     tpot = _pick(engines, gateway, "tpot")
     eqt, gqt = _pick(engines, None, "queue_time"), gateway.queue_time if gateway else None
+    ttft = _pick(engines, gateway, "ttft")
+    kv = [min(1.0, w.kv_usage) for w in engines if w.ok and w.kv_usage is not None]
     q90 = [v for v in (quantile(h, 0.9) for h in (eqt, gqt) if h is not None) if v is not None]
     return Sample(at=at, running_replicas=running_replicas, complete=all(w.ok for w in engines),
                   requests=(latency.count if latency else 0.0) + serving,
@@ -82,7 +92,8 @@ def combine(at: float, running_replicas: int, engines: list[Window], gateway: Wi
                   queue_time_p90_s=max(q90) if q90 else None,
                   finished=latency.count if latency else 0.0,
                   tpot_sum=tpot.sum if tpot else 0.0, tpot_count=tpot.count if tpot else 0.0,
-                  latency=_kept(latency), queue_time=_kept(eqt), gateway_queue_time=_kept(gqt))
+                  latency=_kept(latency), queue_time=_kept(eqt), gateway_queue_time=_kept(gqt),
+                  ttft=_kept(ttft), itl=_kept(tpot), kv_usage=sum(kv) / len(kv) if kv else None)
 
 
 def _kept(h: Histogram | None) -> Histogram | None:
