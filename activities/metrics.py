@@ -42,7 +42,8 @@ class StoreCollector:
         hosts = GaugeMetricFamily("gpuflow_hosts", "Hosts by state.", labels=["state"])
         degraded = GaugeMetricFamily("gpuflow_group_degraded", "Prefill/decode groups' degradations: 1 while the group "
                                      "has it (ratio_unmet: a role runs fewer members than it wants; gather_unmet: its "
-                                     "prefill/decode members share less than its PreferGather layer), else 0.",
+                                     "prefill/decode members share less than its PreferGather layer; pd_ineffective: its decodes "
+                                     "serve requests without remote KV), else 0.",
                                      labels=["deployment", "kind"])
         try:
             with Session(self.engine) as s:

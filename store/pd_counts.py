@@ -21,16 +21,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
-from scheduler.groups.pd_health import PDCounts, Sample
+from scheduler.groups.pd_health import ENGINE, PDCounts, Sample
 from store import serving
 
-__all__ = ["PDCounts", "Sample", "report", "totals", "samples", "LIVE_S", "SLOT_S", "KEEP_S"]
+__all__ = ["PDCounts", "Sample", "report", "totals", "samples", "samples_in", "LIVE_S", "SLOT_S", "KEEP_S"]
 
 LIVE_S = serving.LIVE_S  # a gateway silent this long no longer counts in ``totals`` (as for its in-flight counts)
 SLOT_S = 5  # one sample per gateway and deployment kept every 5 s: 6 in a 30 s judgement window
 KEEP_S = 600.0  # samples kept 10 minutes: 120 rows per gateway and group at most (one per slot)
 COLUMN_MAX = 2**63 - 1  # BIGINT's largest: a count saturates there
-ENGINE = "engine:"  # the source of an engine-side witness: engine:<instance>
 COUNTS = ("disaggregated", "skipped", "fallback", "transfer_failures")
 
 
@@ -79,11 +78,17 @@ def _counts(r: PDCountsRow) -> PDCounts:
 
 def samples(engine: Engine, since_s: float, now: datetime | float | None = None) -> list[Sample]:
     """Every sample taken in [since_s, now], oldest first: the series the judgement reads."""
-    at = seconds(now)
-    r = PDCountsRow
     with Session(engine) as s:
-        got = s.exec(select(r).where(r.at_s >= since_s, r.at_s <= at).order_by(r.at_s)).all()
-        return [Sample(x.source, x.deployment, x.at_s, _counts(x)) for x in got]
+        return samples_in(s, since_s, seconds(now))
+
+
+def samples_in(s: Session, since_s: float, now_s: float, deployments: list[str] | None = None) -> list[Sample]:
+    """``samples`` in an open session, of ``deployments`` only where named."""
+    r = PDCountsRow
+    q = select(r).where(r.at_s >= since_s, r.at_s <= now_s)
+    if deployments is not None:
+        q = q.where(r.deployment.in_(deployments))
+    return [Sample(x.source, x.deployment, x.at_s, _counts(x)) for x in s.exec(q.order_by(r.at_s))]
 
 
 def totals(engine: Engine, now: datetime | float | None = None, live_s: float = LIVE_S,

@@ -4,11 +4,14 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import time
+
 from sqlmodel import Session, select
 
 from activities.metrics import StoreCollector
 from contracts.host import HostReport
-from store import groups, records
+from store import groups, pd_counts, records
+from store.pd_counts import PDCounts
 from store.tables import InstanceRow
 from tests.test_ledger import host
 
@@ -43,13 +46,22 @@ def test_a_groups_degradations_are_a_gauge_per_kind(store):
     groups.create_members(engine, "pd", "pd", {"pd-0": "prefill", "pd-1": "prefill", "pd-2": "decode"})
     # prefills on a and b (zone z1), the decode still pending: a role short, nothing loose yet
     set_rows(engine, {"pd-0": ("running", "a"), "pd-1": ("running", "b"), "pd-2": ("pending", None)})
-    assert scrape(engine) == {("pd", "ratio_unmet"): 1, ("pd", "gather_unmet"): 0}
+    assert scrape(engine) == {("pd", "ratio_unmet"): 1, ("pd", "gather_unmet"): 0, ("pd", "pd_ineffective"): 0}
     # the decode runs on c, in zone z2: every role at its count, but the members share no zone
     set_rows(engine, {"pd-2": ("running", "c")})
-    assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 1}
+    assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 1, ("pd", "pd_ineffective"): 0}
     # the decode on b instead: zone z1 holds them all
     set_rows(engine, {"pd-2": ("running", "b")})
-    assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 0}
+    assert scrape(engine) == {("pd", "ratio_unmet"): 0, ("pd", "gather_unmet"): 0, ("pd", "pd_ineffective"): 0}
+    # a gateway's counts 10 s apart, within the 30 s window: +1 disaggregated, +9 fallbacks (9 of 10
+    # without remote KV, >= half): raised
+    now = time.time()
+    pd_counts.report(engine, "gw", {"pd": PDCounts(disaggregated=5)}, now - 25)
+    pd_counts.report(engine, "gw", {"pd": PDCounts(disaggregated=6, fallback=9)}, now - 15)
+    assert scrape(engine)[("pd", "pd_ineffective")] == 1
+    # transfers resume: +20 disaggregated, no fallback; over the window 21 remote, 9 not (9 of 30 < half): cleared
+    pd_counts.report(engine, "gw", {"pd": PDCounts(disaggregated=26, fallback=9)}, now - 1)
+    assert scrape(engine)[("pd", "pd_ineffective")] == 0
 
 
 def test_only_a_groups_router_takes_requests(store):

@@ -1,8 +1,9 @@
 """How a prefill/decode group stands, from its members as they are: each role's running members
 against its wanted replicas (``prefill 2/2, decode 1/2``), and its degradations, in GPUStack's
 words: ``ratio_unmet`` (a role runs fewer members than it wants: the P:D ratio the spec states is
-not what serves) and ``gather_unmet`` (the prefill/decode members share less than the layer a
-PreferGather asked for). Pure: what ``gpuflow status``, the console, the deployment's details in
+not what serves), ``gather_unmet`` (the prefill/decode members share less than the layer a
+PreferGather asked for) and ``pd_ineffective`` (its decodes serve requests without remote KV: the
+group has collapsed into aggregated serving; judged in scheduler/groups/pd_health.py). Pure: what ``gpuflow status``, the console, the deployment's details in
 the Temporal UI and the ``gpuflow_group_degraded`` metric all say."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from scheduler.groups.spec import Gather, GatherStrategy, RoleName, RoleSpec
 
 RATIO_UNMET = "ratio_unmet"
 GATHER_UNMET = "gather_unmet"
-KINDS = (RATIO_UNMET, GATHER_UNMET)
+PD_INEFFECTIVE = "pd_ineffective"
+KINDS = (RATIO_UNMET, GATHER_UNMET, PD_INEFFECTIVE)
 GANG = (RoleName.PREFILL, RoleName.DECODE)  # the roles that hold weights and hand KV across
 
 
@@ -58,11 +60,13 @@ def gather_unmet(gather: Gather | None, members: list[MemberNow], cluster: Clust
 
 
 def degradations(roles: list[RoleSpec], gather: Gather | None, members: list[MemberNow],
-                 cluster: ClusterSnapshot) -> list[str]:
-    """The group's degradations now, in KINDS order."""
+                 cluster: ClusterSnapshot, pd_ineffective: bool = False) -> list[str]:
+    """The group's degradations now, in KINDS order (``pd_ineffective``: what pd_health.judge said)."""
     out = []
     if ratio_unmet(counts(roles, members)):
         out.append(RATIO_UNMET)
     if gather_unmet(gather, members, cluster):
         out.append(GATHER_UNMET)
+    if pd_ineffective:
+        out.append(PD_INEFFECTIVE)
     return out
