@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, field
 
 import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
 from prometheus_client import CollectorRegistry
@@ -37,6 +38,7 @@ from activities import callers, capacity_hook
 from activities.decision_keeper import DecisionKeeper
 from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER, ApplyAsk, AutoscalerInput,
                                  DeploymentRef, Step, StepAsk)
+from activities.autoscale_group import GroupAutoscale
 from activities.autoscale_metrics import AutoscalerMetrics
 from scheduler.autoscale.scrape import Scrape, parse, window
 from activities.autoscale_state import Carry
@@ -49,6 +51,7 @@ from store.tables import DeploymentRow
 from store.snapshot import load_snapshot
 from scheduler.autoscale import kept
 from scheduler.autoscale.fit import demand, fit
+from scheduler.autoscale.config import keep_s
 from scheduler.autoscale.histogram import delta, merge
 from scheduler.autoscale.policy import UP, decide
 from scheduler.autoscale.signals import Window, combine
@@ -83,18 +86,23 @@ def _gateway_window(ws: list[Window]) -> Window | None:
         return merge(got) if got else None
 
     return Window(waiting=sum(w.waiting or 0.0 for w in ok), running=sum(w.running or 0.0 for w in ok),
-                  tpot=hist("tpot"), latency=hist("latency"), queue_time=hist("queue_time"))
+                  tpot=hist("tpot"), latency=hist("latency"), queue_time=hist("queue_time"), ttft=hist("ttft"))
 
 
-def _keep_s(spec: ModelSpec) -> float:
-    a = spec.autoscaling
-    rule_windows = [getattr(r, k, None) or 0 for r in a.rules for k in ("up_window_s", "down_window_s")]
-    rule_windows += [(getattr(r, "samples", None) or 0) * a.interval_s for r in a.rules]
-    return max([a.scale_down_stabilization_s, a.scale_up_stabilization_s, a.interval_s, a.stable_window_s,
-                *rule_windows]) + 3 * a.interval_s
+@dataclass
+class Signals:
+    """One interval's scrapes: each engine's window by instance, the gateways' merged window, the
+    scrapes to carry, the gateways' cold starts (count, seconds summed)."""
+
+    gateways: list
+    scraped: int = 0  # engines whose /metrics was read
+    engines: dict[str, Window] = field(default_factory=dict)
+    gateway: Window | None = None
+    scrapes: dict[str, Scrape] = field(default_factory=dict)
+    cold: list[tuple[float, float]] = field(default_factory=list)
 
 
-class AutoscaleActivities:
+class AutoscaleActivities(GroupAutoscale):
     def __init__(self, engine: Engine, client: Client, runner: Runner, estimates: EstimateCache,
                  policy: PolicyConfig, registry: CollectorRegistry, capacity_hook_cmd: str | None = None,
                  keeper: DecisionKeeper | None = None):
@@ -133,6 +141,8 @@ class AutoscaleActivities:
         it once); the replicas the deployment then has."""
         callers.check(AUTOSCALE_APPLY, ask)
         deployment, replicas = ask.deployment, ask.replicas
+        if ask.role is not None:
+            return await self.apply_role(deployment, ask.role, replicas)
         h = self.client.get_workflow_handle(deployment_id(deployment))
         try:
             view = await h.execute_update(DEPLOYMENT_SCALE, replicas, result_type=DeploymentView)
@@ -159,35 +169,15 @@ class AutoscaleActivities:
             carry = Carry(carried)
         except (KeyError, TypeError, ValueError, AttributeError):  # arrived through Temporal: not trusted
             carry = Carry({})  # start afresh: no evidence of idleness until the window is covered again
+        if spec.is_group:
+            return await self.group_step(deployment, spec, view, carry, now)
         routes = [r for r in await self.runner.run(serving.routes, self.engine)
                   if r.deployment == deployment and r.instance in view.instances]
-        gateways = await self.runner.run(serving.live_gateways, self.engine)
-        async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as http:
-            eng = await asyncio.gather(*(_scrape(http, f"http://{r.address}:{r.port}/metrics", None, r.engine_key)
-                                         for r in routes))
-            gws = await asyncio.gather(*(_scrape(http, metrics_url(g.url), deployment) for g in gateways))
-        activity.heartbeat()
-        scrapes: dict[str, Scrape] = {}
-        engines, gw_windows = [], []
-        for r, s in zip(routes, eng):
-            if s == "none":
-                engines.append(Window())
-            else:
-                engines.append(window(carry.scrapes.get(f"engine:{r.instance}"), s))
-                if s is not None:
-                    scrapes[f"engine:{r.instance}"] = s
-        cold = []  # the gateways' cold starts in this window: (count, seconds summed)
-        for g, s in zip(gateways, gws):
-            if isinstance(s, Scrape):
-                prev = carry.scrapes.get(f"gateway:{g.id}")
-                gw_windows.append(window(prev, s))
-                scrapes[f"gateway:{g.id}"] = s
-                if prev is not None and "cold_start" in s.histograms:
-                    h = delta(prev.histograms.get("cold_start"), s.histograms["cold_start"])
-                    cold.append((h.count, h.sum))
-        sample = combine(now, len(routes), engines, _gateway_window(gw_windows))
-        carry.scrapes, carry.samples = scrapes, carry.samples + [sample]
-        carry.keep(now, _keep_s(spec))
+        got = await self._signals(deployment, routes, carry)
+        engines, eng, gateways, cold = list(got.engines.values()), got.scraped, got.gateways, got.cold
+        sample = combine(now, len(routes), engines, got.gateway)
+        carry.scrapes, carry.samples = got.scrapes, carry.samples + [sample]
+        carry.keep(now, keep_s(cfg))
         current = view.replicas
         starting = max(0, current - len(routes))
         before = carry.policy
@@ -201,13 +191,41 @@ class AutoscaleActivities:
         record = {"at": now, "signals": sample.signals(),
                   "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
                   "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,
-                  "gateways": len(gateways), "engines_scraped": sum(1 for s in eng if isinstance(s, Scrape))}
+                  "gateways": len(gateways), "engines_scraped": eng}
         n = sum(c for c, _ in cold)
         if n > 0:  # mean request -> first token of the requests that arrived with no replica
             record["cold_start_first_token_s"] = round(sum(t for _, t in cold) / n, 3)
         self._count(deployment, target, d.direction, d.rule, blocked)
         return Step(carry=carry.out(), record=record, current=current, target=target, blocked=blocked,
                     reasons=reasons, interval_s=cfg.interval_s)
+
+    async def _signals(self, deployment: str, routes: list, carry: Carry) -> Signals:
+        """Every route's engine and every live gateway scraped, as windows against the carried scrapes."""
+        gateways = await self.runner.run(serving.live_gateways, self.engine)
+        async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as http:
+            eng = await asyncio.gather(*(_scrape(http, f"http://{r.address}:{r.port}/metrics", None, r.engine_key)
+                                         for r in routes))
+            gws = await asyncio.gather(*(_scrape(http, metrics_url(g.url), deployment) for g in gateways))
+        activity.heartbeat()
+        out = Signals(gateways=gateways, scraped=sum(1 for x in eng if isinstance(x, Scrape)))
+        for r, x in zip(routes, eng):
+            if x == "none":
+                out.engines[r.instance] = Window()
+            else:
+                out.engines[r.instance] = window(carry.scrapes.get(f"engine:{r.instance}"), x)
+                if x is not None:
+                    out.scrapes[f"engine:{r.instance}"] = x
+        gw_windows = []
+        for g, x in zip(gateways, gws):
+            if isinstance(x, Scrape):
+                prev = carry.scrapes.get(f"gateway:{g.id}")
+                gw_windows.append(window(prev, x))
+                out.scrapes[f"gateway:{g.id}"] = x
+                if prev is not None and "cold_start" in x.histograms:
+                    h = delta(prev.histograms.get("cold_start"), x.histograms["cold_start"])
+                    out.cold.append((h.count, h.sum))
+        out.gateway = _gateway_window(gw_windows)
+        return out
 
     async def _fit(self, spec: ModelSpec, current: int, k: int, carry: Carry, now: float):
         """(target, dry-run outcome, blocked, reasons): add only what the scheduler can place. The

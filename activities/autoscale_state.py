@@ -36,12 +36,26 @@ class Carry:
         self.samples = [sample_in(s) for s in (d.get("samples") or [])]
         self.policy = state_in(d.get("policy"))
         self.hooked = dict(d.get("hooked") or {})  # the last demand told the capacity hook, and when
+        # a prefill/decode group's: each role's own samples and policy state (scheduler/autoscale/roles.py)
+        self.role_samples = {_role(k): [sample_in(s) for s in v] for k, v in (d.get("role_samples") or {}).items()}
+        self.role_policy = {_role(k): state_in(v) for k, v in (d.get("role_policy") or {}).items()}
 
     def keep(self, now: float, window_s: float) -> None:
         """Only the samples the policy can still read (``window_s`` back), at most MAX_SAMPLES."""
         self.samples = [s for s in self.samples if now - s.at <= window_s][-MAX_SAMPLES:]
+        self.role_samples = {r: [s for s in v if now - s.at <= window_s][-MAX_SAMPLES:]
+                             for r, v in self.role_samples.items()}
 
     def out(self) -> dict:
         return {"scrapes": {k: scrape_out(v) for k, v in self.scrapes.items()},
                 "samples": [sample_out(s) for s in self.samples], "policy": asdict(self.policy),
-                "hooked": self.hooked}
+                "hooked": self.hooked,
+                **({"role_samples": {r: [sample_out(s) for s in v] for r, v in self.role_samples.items()},
+                    "role_policy": {r: asdict(p) for r, p in self.role_policy.items()}} if self.role_policy
+                   or self.role_samples else {})}
+
+
+def _role(k: object) -> str:
+    if k not in ("prefill", "decode"):
+        raise ValueError(f"carried role {k!r} is not prefill or decode")
+    return str(k)

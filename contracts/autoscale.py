@@ -3,7 +3,7 @@ activities/autoscale.py runs them, workflows/autoscaler.py calls them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -40,10 +40,23 @@ class StepAsk(BaseModel):
 
 
 class ApplyAsk(BaseModel):
-    """Set ``deployment``'s replicas to ``replicas`` (absolute)."""
+    """Set ``deployment``'s replicas to ``replicas`` (absolute); with ``role``, that role's replicas
+    of a prefill/decode group (the deployment's ``scale_role`` update)."""
 
     deployment: Name
     replicas: int = Field(le=2**31)  # the step's target; the deployment's ``scale`` update checks it (ScaleRefused)
+    role: Literal["prefill", "decode"] | None = None
+
+
+class RoleStep(BaseModel):
+    """One role's outcome in a group's interval: its replicas now and the absolute count to set."""
+
+    role: Literal["prefill", "decode"]
+    current: int = Field(0, ge=0, le=2**31)
+    target: int = Field(0, ge=0, le=2**31)
+    blocked: bool = False  # some of the members it wanted do not fit
+    reasons: list[str] = Field([], max_length=50)  # the scheduler's, for the first that does not fit
+    record: dict[str, Any] = {}
 
 
 class Step(BaseModel):
@@ -57,6 +70,7 @@ class Step(BaseModel):
     blocked: bool = False  # some of the replicas the policy wanted do not fit
     reasons: list[str] = []  # the scheduler's, for the first that does not fit
     interval_s: float = 15.0
+    roles: list[RoleStep] = Field([], max_length=2)  # a group's: each autoscaled role's step (then target is unused)
 
 
 class AutoscaleView(BaseModel):
@@ -69,3 +83,4 @@ class AutoscaleView(BaseModel):
     ended: str = ""
     history: list[dict[str, Any]] = []
     cold_starts: list[dict[str, Any]] = []
+    roles: list[dict[str, Any]] = []  # a group's: {role, desired, capacity_blocked, blocked_reasons} per autoscaled role

@@ -3,7 +3,9 @@
 starting it again is a no-op). Every ``interval_s`` it runs ``autoscale_step`` (activities/
 autoscale.py: signals, the pure policy, the scheduler's dry run) with ``now`` from the workflow's
 clock and the state carried from the step before, then sets the step's ABSOLUTE replica count
-through the deployment's ``scale`` update (its scale-down ranking and draining do the rest). A
+through the deployment's ``scale`` update (its scale-down ranking and draining do the rest); a
+prefill/decode group's step sets each autoscaled role's count through ``scale_role``, one record per
+role (activities/autoscale_group.py). A
 retried step or apply after a control-plane worker died therefore never applies a step twice.
 
 While capacity-blocked it looks again every few seconds, so a host that joins lets the scale-up
@@ -25,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import ui_text
     from contracts.ids import AUTOSCALER_VIEW, AUTOSCALER_WAKE, autoscaler_id
     from contracts.autoscale import (AUTOSCALE_APPLY, AUTOSCALE_STEP, HISTORY, ApplyAsk, AutoscalerInput,
-                                     AutoscaleView, Step, StepAsk)
+                                     AutoscaleView, RoleStep, Step, StepAsk)
     from workflows import common as c
     from workflows import guards, signals
     from workflows.inputs import one_input
@@ -55,7 +57,9 @@ class AutoscalerWorkflow:
         last = self.last
         return AutoscaleView(deployment=self.deployment, desired=last.target if last and not last.done else None,
                              capacity_blocked=bool(last and last.blocked), blocked_reasons=last.reasons if last else [],
-                             ended=self.ended, history=list(self.history), cold_starts=list(self.cold_starts))
+                             ended=self.ended, history=list(self.history), cold_starts=list(self.cold_starts),
+                             roles=[{"role": r.role, "desired": r.target, "capacity_blocked": r.blocked,
+                                     "blocked_reasons": r.reasons} for r in (last.roles if last else [])])
 
     @workflow.signal(name=AUTOSCALER_WAKE)
     def wake(self, *args: Any) -> None:
@@ -96,6 +100,10 @@ class AutoscalerWorkflow:
         if step.done:
             return step
         self.carry, self.last = step.carry, step
+        if step.roles:  # a prefill/decode group: each role's count set on its own, one record each
+            for rs in step.roles:
+                self._keep(await self._apply_role(rs))
+            return step
         rec = dict(step.record)
         if step.target != step.current:
             try:
@@ -119,6 +127,24 @@ class AutoscalerWorkflow:
             self._cold({"at": now, "request_to_first_token_s": rec["cold_start_first_token_s"]})
         self._keep(rec)
         return step
+
+    async def _apply_role(self, rs: RoleStep) -> dict:
+        """One role's count set through the deployment's ``scale_role``; a role that cannot be set
+        (or does not fit) says so, and the other role's step is applied regardless."""
+        rec = dict(rs.record)
+        if rs.target != rs.current:
+            try:
+                got = await workflow.execute_activity(AUTOSCALE_APPLY, ApplyAsk(deployment=self.deployment,
+                                                                                replicas=rs.target, role=rs.role),
+                                                      result_type=int, **STEP_CALL)
+                rec["done"] = f"{rs.role} {rs.current} -> {got}"
+            except ActivityError as e:
+                rec["done"] = f"not applied: {c.cause(e)[1]}"
+        elif rs.blocked:
+            rec["done"] = f"capacity-blocked: no {rs.role} added"
+        else:
+            rec["done"] = "nothing"
+        return rec
 
     def _cold(self, entry: dict) -> None:
         self.cold_starts = (self.cold_starts + [entry])[-10:]

@@ -29,8 +29,17 @@ def line(name: str, v: dict[str, Any]) -> str:
         got = [c[key] for c in v.get("cold_starts") or [] if key in c]
         if got:
             ended += f"; last cold start {got[-1]:.1f} s ({what})"
+    if v.get("roles"):  # a prefill/decode group: each role's own count, and why a blocked one is
+        return f"autoscaler {name}: " + "; ".join(_role_line(r, v) for r in v["roles"]) + ended
     return (f"autoscaler {name}: desired {v.get('desired')}, last {last.get('direction', '-')} by "
             f"{last.get('rule', '-')} ({last.get('done', '-')}){blocked}{ended}")
+
+
+def _role_line(r: dict[str, Any], v: dict[str, Any]) -> str:
+    last = next((h for h in reversed(v.get("history") or []) if h.get("role") == r.get("role")), {})
+    blocked = f", CAPACITY-BLOCKED: {'; '.join(r.get('blocked_reasons') or [])[:200]}" if r.get("capacity_blocked") else ""
+    return (f"{r.get('role')} desired {r.get('desired')}, last {last.get('direction', '-')} by {last.get('rule', '-')} "
+            f"({last.get('done', '-')}){blocked}")
 
 
 def render(v: dict[str, Any]) -> str:
@@ -43,7 +52,8 @@ def render(v: dict[str, Any]) -> str:
         dry = h.get("dry_run") or {}
         reasons = ("; " + "; ".join(dry["reasons"])[:160]) if dry.get("reasons") else ""
         fit = f" [dry run: {dry['fits']}/{dry['asked']} fit{reasons}]" if dry else ""
-        out.append(f"{now - h['at']:>7.0f}s  {h.get('direction', '-'):5} {h.get('rule', '-'):15} {repl:>9} "
+        rule = f"{h['role']}:{h.get('rule', '-')}" if h.get("role") else h.get("rule", "-")
+        out.append(f"{now - h['at']:>7.0f}s  {h.get('direction', '-'):5} {rule:15} {repl:>9} "
                    f"{s.get('queue', 0):>6.1f} {_ms(s.get('tpot_s')):>7} {_ms(s.get('latency_p95_s')):>7}  "
                    f"{h.get('done', '-')}: {h.get('reason', '')}{fit}")
     return "\n".join(out)
@@ -88,6 +98,7 @@ async def add_status(client: Client, st: dict[str, Any]) -> str:
             continue
         last = (v.get("history") or [{}])[-1]
         d["autoscaler"] = {"desired": v.get("desired"), "capacity_blocked": v.get("capacity_blocked"),
+                           "roles": v.get("roles") or [],
                            "blocked_reasons": v.get("blocked_reasons"), "ended": v.get("ended"),
                            "last": {k: last.get(k) for k in ("at", "direction", "rule", "reason", "done")}}
         lines.append(line(d["name"], v))

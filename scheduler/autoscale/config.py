@@ -199,3 +199,11 @@ def _role_coherent(name: str, r: RoleAutoscaling) -> None:
     if wrong:
         raise ValueError(f"autoscaling.roles.{name}.rules: {wrong[0]} does not measure a {name}'s work; "
                          f"a {name} takes {', '.join(ROLE_RULES[name])}")
+
+
+def keep_s(a: Autoscaling) -> float:
+    """How far back the samples are carried: the longest window any rule or stabilization reads."""
+    rule_windows = [getattr(r, k, None) or 0 for r in a.rules for k in ("up_window_s", "down_window_s")]
+    rule_windows += [(getattr(r, "samples", None) or 0) * a.interval_s for r in a.rules]
+    return max([a.scale_down_stabilization_s, a.scale_up_stabilization_s, a.interval_s, a.stable_window_s,
+                *rule_windows]) + 3 * a.interval_s

@@ -12,6 +12,8 @@ from scheduler.cluster import ClusterSnapshot
 from scheduler.decide import decide
 from scheduler.decision import Candidate
 from scheduler.dry_run import book
+from scheduler.groups.scale_out import scale_out
+from scheduler.groups.spec import RoleName
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -43,6 +45,23 @@ def fit(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request, k: int,
             break
         out.placed.append(d.placement)
         snap = book(snap, d.placement, f"{spec.name}~dry-run-{i}", spec.name)
+    return out
+
+
+def fit_member(snapshot: ClusterSnapshot, spec: ModelSpec, role: str, request: Request, group: str, k: int,
+               config: PolicyConfig | None = None) -> Fit:
+    """How many of ``k`` more ``role`` members of ``spec``'s group fit (each placed alone beside the
+    group, as ``place_member`` would: scheduler/groups/scale_out.py), and why the next one does not."""
+    out, snap = Fit(asked=k), snapshot
+    for i in range(k):
+        d = scale_out(snap, spec, RoleName(role), request, group, config)
+        if not d.scheduled:
+            out.reasons = [f"role {role}: no host fits one more member", *d.reasons]
+            break
+        out.placed.append(d.placement)
+        snap = book(snap, d.placement, f"{group}~dry-run-{role}-{i}", spec.name)
+        last = snap.instances[-1].model_copy(update={"role": RoleName(role), "group": group})
+        snap = snap.model_copy(update={"instances": [*snap.instances[:-1], last]})
     return out
 
 
