@@ -12,7 +12,11 @@ vector). Its text is canned and echoes the last message, cut to ``max_tokens`` w
 counts a word a token and 4 characters a prompt token. Behind the replica's engine key as every
 engine is (engine_guard.py: only /health answers without it); ``GET /`` and ``/health`` say what it
 is. It serves no file. Standard library only (http.server, a thread a connection): it starts in a
-fraction of a second and holds little memory, so a laptop runs many."""
+fraction of a second and holds little memory, so a laptop runs many.
+
+With ``--sim-gpu``, or in a prefill/decode role (``--pd-role prefill|decode --kv-port {kv_port}``,
+issue 35), its completions run on one simulated GPU and speak vLLM's disaggregated protocol, and it
+answers ``GET /metrics``: standin_pd.py."""
 
 from __future__ import annotations
 
@@ -64,6 +68,10 @@ class Answer:
         self.base = {"id": f"standin-{time.monotonic_ns()}", "created": int(time.time()),
                      "model": body.get("model") or name, "system_fingerprint": "gpuflow-standin"}
 
+    def fit(self, n: int, repeat: bool) -> None:
+        """At most ``n`` words; with ``repeat`` (vLLM's ``ignore_eos``), exactly ``n``, the answer again."""
+        self.words = [self.words[i % len(self.words)] for i in range(n)] if repeat and self.words else self.words[:n]
+
     def whole(self) -> dict:
         text = " ".join(self.words)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"} if self.chat
@@ -86,14 +94,32 @@ class Answer:
             yield {**self.base, "object": obj, "choices": [], "usage": usage(self.body, len(self.words))}
 
 
-def handler(key: str | None, name: str, token_s: float) -> type[BaseHTTPRequestHandler]:
+def stream(h: BaseHTTPRequestHandler, answer: Answer, token_s: float) -> None:
+    """``answer`` as server-sent events, ``token_s`` between words."""
+    h.send_response(200)
+    h.send_header("Content-Type", "text/event-stream")
+    h.send_header("Transfer-Encoding", "chunked")
+    h.end_headers()
+    for ev in [*answer.events(), "[DONE]"]:
+        data = b"data: " + (ev.encode() if isinstance(ev, str) else json.dumps(ev).encode()) + b"\n\n"
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        h.wfile.flush()
+        time.sleep(token_s)
+    h.wfile.write(b"0\r\n\r\n")
+
+
+def handler(key: str | None, name: str, token_s: float, engine=None) -> type[BaseHTTPRequestHandler]:
+    """The request handler; ``engine`` (standin_pd.PDEngine): completions run on its simulated GPU."""
     class StandIn(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the gateway pools its connections
 
-        def _send(self, status: int, obj: dict | bytes) -> None:
+        def _send(self, status: int, obj: dict | bytes, headers: dict | None = None,
+                  kind: str = "application/json") -> None:
             out = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
             self.wfile.write(out)
@@ -113,7 +139,9 @@ def handler(key: str | None, name: str, token_s: float) -> type[BaseHTTPRequestH
                 return
             path = self.path.split("?", 1)[0]
             if path in ("/", "/health"):
-                self._send(200, {"engine": "gpuflow stand-in", "runs": "no model"})
+                self._send(200, engine.health() if engine else {"engine": "gpuflow stand-in", "runs": "no model"})
+            elif path == "/metrics" and engine:
+                self._send(200, engine.metrics.text(), kind="text/plain; version=0.0.4; charset=utf-8")
             elif path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": name, "object": "model", "created": 0,
                                                              "owned_by": "gpuflow-standin"}]})
@@ -140,26 +168,19 @@ def handler(key: str | None, name: str, token_s: float) -> type[BaseHTTPRequestH
                 self._send(200, {"object": "list", "model": body.get("model") or name, "usage": usage(body, 0),
                                  "data": [{"object": "embedding", "index": i, "embedding": embedding(x)}
                                           for i, x in enumerate(inputs)]})
+            elif path == "/standin/faults" and engine:
+                self._send(*engine.faults(body))
             elif path in ("/v1/chat/completions", "/v1/completions"):
                 answer = Answer(name, body, path.endswith("chat/completions"))
-                if body.get("stream") is True:
-                    self._stream(answer)
+                if engine:
+                    from gpuflow.demo.standin_pd import serve_completion
+                    serve_completion(self, engine, answer, body, usage(body, 0)["prompt_tokens"])
+                elif body.get("stream") is True:
+                    stream(self, answer, token_s)
                 else:
                     self._send(200, answer.whole())
             else:
                 self._error(404, f"no {path[:100]} here: the stand-in engine serves /v1 only")
-
-        def _stream(self, answer: Answer) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for ev in [*answer.events(), "[DONE]"]:
-                data = b"data: " + (ev.encode() if isinstance(ev, str) else json.dumps(ev).encode()) + b"\n\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-                time.sleep(token_s)
-            self.wfile.write(b"0\r\n\r\n")
 
         def log_message(self, *args) -> None:  # quiet: the agent keeps the engine's log
             pass
@@ -170,13 +191,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--model-name", default="standin", help="the id /v1/models lists (default standin)")
-    p.add_argument("--token-s", type=float, default=0.02, help="a streamed word's pause, in seconds (default 0.02)")
+    p.add_argument("--token-s", type=float, default=0.02,
+                   help="a streamed word's pause, in seconds; on the simulated GPU, a decode step's (default 0.02)")
     p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, which the "
                                      "agent sets)")
+    g = p.add_argument_group("simulated GPU and prefill/decode roles (standin_pd.py)")
+    g.add_argument("--pd-role", choices=("prefill", "decode", "none", ""), default=None,
+                   help="a prefill/decode group member's role (implies --sim-gpu; none or '': aggregated)")
+    g.add_argument("--kv-port", type=int, help="the KV side channel's port: a decode pulls a prefill's KV from it "
+                                               "(needed to answer do_remote_decode)")
+    g.add_argument("--kv-host", help="the side channel's host as decodes reach it (default: --host, or this "
+                                     "machine's address when --host binds every address)")
+    g.add_argument("--sim-gpu", action="store_true", help="run completions on one simulated GPU (continuous "
+                                                          "batching; /metrics) without a prefill/decode role")
+    g.add_argument("--engine-id", help="the engine's id in kv_transfer_params (default: a random UUID)")
+    g.add_argument("--prefill-token-s", type=float, default=0.0001,
+                   help="a prefilled prompt token's GPU time, in seconds (default 0.0001: 2,048 tokens in 205 ms)")
+    g.add_argument("--prefill-chunk", type=int, default=2048,
+                   help="the most prompt tokens one step prefills (default 2048, vLLM's chunked-prefill budget)")
+    g.add_argument("--max-seqs", type=int, default=256, help="sequences in the running batch, at most (default 256)")
+    g.add_argument("--kv-blocks", type=int, default=8192, help="the GPU's KV blocks (default 8192)")
+    g.add_argument("--block-tokens", type=int, default=16, help="tokens a KV block (default 16, vLLM's)")
+    g.add_argument("--kv-hold-s", type=float, default=30.0,
+                   help="how long a prefill holds KV no decode pulled, in seconds (default 30)")
+    g.add_argument("--kv-token-s", type=float, default=0.0,
+                   help="a pulled token's transfer time on the side channel, in seconds (default 0)")
 
 
 def serve(a) -> int:
-    server = ThreadingHTTPServer((a.host, a.port), handler(key_from(a.api_key), a.model_name, max(0.0, a.token_s)))
+    engine = None
+    a.pd_role = a.pd_role or None if a.pd_role != "none" else None
+    if a.pd_role == "prefill" and not a.kv_port:
+        raise SystemExit("gpuflow standin: --pd-role prefill needs --kv-port (where decodes pull its KV)")
+    if a.pd_role or a.sim_gpu:
+        from gpuflow.demo.standin_pd import PDEngine
+        engine = PDEngine(a, a.model_name)
+    server = ThreadingHTTPServer((a.host, a.port),
+                                 handler(key_from(a.api_key), a.model_name, max(0.0, a.token_s), engine))
     server.daemon_threads = True
     try:
         server.serve_forever()
