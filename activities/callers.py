@@ -30,6 +30,7 @@ from contracts import activity_names as c
 from contracts import cluster as cc
 from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER
 from contracts.group import FORM_GROUP, PLACE_MEMBER, SCALE_IN_MEMBER
+from contracts.pd_health import GROUP_PD_HEALTH
 from contracts.ids import CLUSTER_ID, autoscaler_id, deployment_id, host_id, instance_id
 from contracts.rollout import ROLLOUT_PROBE
 from contracts.usage import RECORD_USAGE
@@ -81,6 +82,7 @@ RULES: dict[str, Rule] = {
     c.RECORD_MODEL_PATHS: Rule(INSTANCE, lambda p: [instance_id(p.instance or "")]),
     # the deployment workflow, for itself and its own replicas
     c.SAVE_DEPLOYMENT: Rule(DEPLOYMENT, lambda r: [deployment_id(r.name)]),
+    GROUP_PD_HEALTH: Rule(DEPLOYMENT, _deployment),  # writes its decodes' witness samples
     c.START_INSTANCES: Rule(DEPLOYMENT, lambda b: [deployment_id(i.deployment) for i in b.instances]),
     c.CLOSED_WORKFLOWS: Rule(DEPLOYMENT, lambda n: [of_deployment(x) for x in n.names]),
     START_AUTOSCALER: Rule(DEPLOYMENT, _deployment),

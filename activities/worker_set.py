@@ -31,6 +31,7 @@ from activities.host_auth import HostAuthActivities
 from activities.group_activities import GroupActivities
 from activities.hosts import HostStateActivities
 from activities.metrics import ControlMetrics
+from activities.pd_health import PDHealthActivities
 from activities.place_batch import place_batches
 from activities.placement import PlacementActivities
 from activities.queue import QueueActivities
@@ -65,13 +66,14 @@ class WorkerSet:
     booking: BookingActivities
     rollout: RolloutProbe
     autoscale: AutoscaleActivities
+    pd_health: PDHealthActivities  # a prefill/decode group's pd_ineffective check (issue 35)
     cluster: ClusterActivities  # the cluster workflow's (workflows/cluster.py)
     cluster_reads: StoreReads  # the reads workflow's queries, answered from the store (workflows/cluster_reads.py)
 
     def all(self) -> list:
         """Every activity, for the worker's ``activities=``."""
         return [fn for group in (self.placement, self.groups, self.records, self.hosts, self.host_auth, self.drain, self.queue,
-                                 self.booking, self.rollout, self.autoscale, self.cluster) for fn in group.all()]
+                                 self.booking, self.rollout, self.autoscale, self.pd_health, self.cluster) for fn in group.all()]
 
 
 def control_activities(engine: Engine, client: Client, policy: PolicyConfig | None = None, threads: int = 16,
@@ -108,5 +110,6 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         rollout=RolloutProbe(client),
         autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook,
                                       decider.keeper),
+        pd_health=PDHealthActivities(engine, runner),
         cluster=ClusterActivities(engine, runner, estimates, policy, waker.wake),
         cluster_reads=StoreReads(engine, reads, runner.pool, lambda spec: known_request(estimates, spec), policy))
