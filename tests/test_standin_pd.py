@@ -32,9 +32,13 @@ def client(p, key: str = KEY) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"http://127.0.0.1:{p.port}/v1", api_key=key, max_retries=0, timeout=30)
 
 
+TOY_PROXY = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+             "remote_block_ids": None, "remote_host": None, "remote_port": None}  # what vLLM's toy proxy sends
+
+
 def prefill(p, msgs=MSGS) -> dict:
     r = client(p).chat.completions.create(model="m", messages=msgs, max_tokens=1, stream=False,
-                                          extra_body={"kv_transfer_params": {"do_remote_decode": True}})
+                                          extra_body={"kv_transfer_params": TOY_PROXY})
     assert r.usage.completion_tokens == 1 and r.model_extra["gpuflow_kv"]["source"] == "local"
     return r.model_extra["kv_transfer_params"]
 

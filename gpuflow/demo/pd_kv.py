@@ -48,6 +48,11 @@ class KVParams(BaseModel):
     remote_port: Annotated[int, Field(ge=1, le=65535)] | None = None  # and port
     tp_size: Annotated[int, Field(ge=1, le=1024)] = 1  # the prefill's tensor parallelism (vLLM's field)
 
+    @field_validator("remote_block_ids", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v):
+        return [] if v is None else v  # vLLM's toy proxy sends null fields with do_remote_decode
+
     @field_validator("remote_host")
     @classmethod
     def _host(cls, v: str | None) -> str | None:
