@@ -197,3 +197,23 @@ def test_a_sample_from_before_these_fields_decodes():
     with pytest.raises(ValueError, match="kv_usage 1.5"):
         sample_in({**old, "kv_usage": 1.5})
     assert isinstance(back.itl, Histogram)
+
+
+# --- a role's scale-up asks the scheduler first: one more member placed alone beside the group
+@pytest.mark.parametrize("role, k, fits, why", [
+    ("decode", 1, 1, "GPU 0 holds the prefill's 10 of 24 GiB: 14 free, one more 10 GiB decode fits"),
+    ("decode", 2, 2, "the first booked on GPU 0, the second on GPU 1 (14 free beside the decode)"),
+    ("decode", 3, 2, "both GPUs then hold 20 of 24 GiB: the third does not fit: blocked, saying why"),
+    ("prefill", 3, 2, "the same host for the other role: its own dry run, the same arithmetic"),
+])
+def test_a_role_adds_only_the_members_that_fit(role, k, fits, why):
+    from scheduler.autoscale.fit import fit_member
+    from tests.conftest import cluster
+    from tests.test_group_scale import REQ, group, host, member
+
+    snap = cluster([host("a")], [member("g-0", "prefill", "a", 0), member("g-1", "decode", "a", 1)])
+    f = fit_member(snap, group(), role, REQ, "g", k)
+    assert (f.fits, f.blocked) == (fits, fits < k), why
+    assert sorted(p.gpu_indexes[0] for p in f.placed) == list(range(fits))
+    if f.blocked:
+        assert f.reasons[0] == f"role {role}: no host fits one more member" and "10.0 GiB of VRAM" in f.reasons[1]
