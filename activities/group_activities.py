@@ -83,7 +83,7 @@ class GroupActivities:
             raise ApplicationError(f"{ask.deployment}: the members asked for do not match the roles' replicas",
                                    type="InvalidInput", non_retryable=True)
         await self.runner.run(groups.create_members, self.engine, ask.deployment, spec.name,
-                              {m.name: m.role.value for m in ask.members})
+                              {m.name: m.role.value for m in ask.members}, ask.gen)
         requests = {r: await self._request(spec, r) for r in names}
         return await self._book(spec, ask.deployment, formation(spec, names, requests, self.decider.policy),
                                 [m.name for m in ask.members])
@@ -94,7 +94,8 @@ class GroupActivities:
         callers.check(PLACE_MEMBER, ask)
         spec = group_spec(ask.spec, ask.deployment)
         m = ask.member
-        await self.runner.run(groups.create_members, self.engine, ask.deployment, spec.name, {m.name: m.role.value})
+        await self.runner.run(groups.create_members, self.engine, ask.deployment, spec.name, {m.name: m.role.value},
+                              ask.gen)
         req = await self._request(spec, m.role)
         return await self._book(spec, ask.deployment,
                                 one_more(spec, ask.deployment, m.name, m.role, req, self.decider.policy), [m.name])

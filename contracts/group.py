@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.decision import DecisionRecord, PlacementPlan
-from scheduler.bounds import Lines, Name, Text, Whole
+from scheduler.bounds import Count, Lines, Name, Text, Whole
 from scheduler.groups.spec import RoleName
 from scheduler.limits import REPLICAS_CEILING
 
@@ -37,6 +37,7 @@ class FormGroupAsk(BaseModel):
     deployment: Name
     spec: dict[str, Any]
     members: list[MemberRef] = Field(min_length=1, max_length=MAX_MEMBERS)
+    gen: Count = 0  # the group's generation the members join (their rows' group_gen; a whole roll's is the old + 1)
 
 
 class PlaceMemberAsk(BaseModel):
@@ -45,6 +46,7 @@ class PlaceMemberAsk(BaseModel):
     deployment: Name
     spec: dict[str, Any]
     member: MemberRef
+    gen: Count = 0  # the group's generation the member joins (its row's group_gen)
 
 
 class MemberPlaced(BaseModel):

@@ -37,6 +37,8 @@ MAX_NAMES = 2 * REPLICAS_CEILING  # instances a step names, or a map keeps (inst
 Since = Annotated[float, Field(ge=0, le=1e11)]  # a workflow time, in seconds since the epoch
 Spec = Annotated[ModelSpec, PlainSerializer(lambda s: s.model_dump(mode="json", exclude_none=True))]
 Result = Literal["rolling", "good", "deployed", "replaced", "rolled back", "halted"]
+Way = Literal["", "none", "roles", "whole", "recreate"]  # how a group's edit rolls (scheduler/groups/compat.py)
+RoleWord = Literal["prefill", "decode", "router"]
 
 
 class RolloutStep(BaseModel):
@@ -95,6 +97,16 @@ class RolloutState(BaseModel):
     pending_since: Annotated[dict[Name, Since], Field(max_length=MAX_NAMES)] = {}
     answering_since: Annotated[dict[Name, Since], Field(max_length=MAX_NAMES)] = {}
     history: Annotated[list[Outcome], Field(max_length=KEEP_HISTORY)] = []  # oldest first; the current and good kept
+    # a prefill/decode group's (workflows/group_roll.py): which way its last edit rolls and why, the roles rolling
+    # (in order), the generation new members join (their rows' group_gen), and each member's generation
+    way: Way = ""
+    why: Text = ""
+    roles: Annotated[list[RoleWord], Field(max_length=3)] = []
+    gen: Count = 0  # the target's generation
+    good_gen: Count = 0  # the generation of the good spec a rollback returns to
+    gen_latest: Count = 0  # the highest generation handed out
+    gens: Annotated[dict[Name, Count], Field(max_length=MAX_NAMES)] = {}  # member -> its generation (absent: 0)
+    forming_since: Since | None = None  # a whole roll: since when its new generation waits to be placed
 
 
 class UndoView(BaseModel):
@@ -121,3 +133,6 @@ class RolloutView(BaseModel):
     undo: UndoView
     steps: list[RolloutStep]
     history: list[OutcomeView]
+    way: Way = ""  # a group's: none | roles | whole | recreate (scheduler/groups/compat.py)
+    why: Text = ""  # a group's: which way its last edit rolls, and why
+    gen: Count = 0  # a group's: the generation its target runs as

@@ -25,6 +25,7 @@ from pydantic import Field
 from scheduler.fields import Strict  # not scheduler.cluster: it imports scheduler.spec, which imports this
 
 START, STOP, WAIT, DONE, ROLLBACK = "start_new", "stop_old", "wait", "done", "rollback"
+FORM = "form_new"  # a prefill/decode group rolled whole: form its new generation beside the old
 
 
 class RolloutConfig(Strict):
@@ -50,6 +51,7 @@ class Step:
     names: list[str] = field(default_factory=list)  # the old replica to stop
     reason: str = ""
     fallback: bool = False  # stop-first because the surge could not be placed
+    role: str = ""  # a group rolled role by role: the role this step is for
 
 
 def next_step(cfg: RolloutConfig, desired: int, old: list[Replica], new: list[Replica], now: float) -> Step:
@@ -79,3 +81,33 @@ def next_step(cfg: RolloutConfig, desired: int, old: list[Replica], new: list[Re
                     f"(>= {cfg.surge_timeout_s:.0f} s): stop-first for this step", fallback=True)
     waiting = [r.name for r in new if not r.ready]
     return Step(WAIT, reason=f"waiting for {', '.join(waiting)}" if waiting else "waiting")
+
+
+def next_whole_step(cfg: RolloutConfig, desired: int, old: list[Replica], new: list[Replica], named: int,
+                    forming_since: float | None, now: float) -> Step:
+    """The next step of a prefill/decode group rolled whole (issue 35): its new generation (``new``,
+    the members placed; ``named``: members named for it and not placed yet) forms beside the old
+    one (``old``, every member of an older generation), all ``desired`` members at once; once every
+    one of them is ready (so the gateways serve it), the old generation is drained and stopped at
+    once. A generation that cannot be placed for ``surge_timeout_s`` makes the roll stop-first: the
+    old generation is stopped so the new one gets its GPUs (the fallback, recorded)."""
+    failed = [r for r in new if r.state == "error" or r.restarts >= cfg.failure_threshold]
+    if failed:
+        r = failed[0]
+        why = f"{r.name} restarted {r.restarts} times" if r.restarts >= cfg.failure_threshold else f"{r.name} is ERROR"
+        return Step(ROLLBACK, reason=f"rolled back: {why}")
+    ready = [r for r in new if r.ready]
+    if not old and len(ready) >= desired:
+        return Step(DONE, reason=f"the new generation's {len(ready)} member(s) ready")
+    if not new:
+        if forming_since is not None and now - forming_since >= cfg.surge_timeout_s and old:
+            return Step(STOP, [r.name for r in old],
+                        f"the new generation could not be placed for {now - forming_since:.0f} s "
+                        f"(>= {cfg.surge_timeout_s:.0f} s): stop-first, the old generation goes", fallback=True)
+        return Step(FORM, reason=f"forming the new generation ({desired} member(s)) beside {len(old)} old"
+                    + (f"; {named} named, not placed yet" if named else ""))
+    if len(ready) >= desired and old:
+        return Step(STOP, [r.name for r in old], f"the new generation's {len(ready)} member(s) ready: the old "
+                                                 f"generation ({len(old)}) drains and stops")
+    waiting = [r.name for r in new if not r.ready]
+    return Step(WAIT, reason=f"waiting for the new generation: {', '.join(waiting)}" if waiting else "waiting")

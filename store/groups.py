@@ -19,9 +19,9 @@ from store.records import QUEUED
 from store.tables import InstanceRow, utcnow
 
 
-def create_members(engine: Engine, deployment: str, model: str, members: dict[str, str]) -> list[str]:
+def create_members(engine: Engine, deployment: str, model: str, members: dict[str, str], gen: int = 0) -> list[str]:
     """The first row of each member (name -> role) in one transaction, wanted, PENDING, with its
-    role and group; a row written since is left as it is (a retry), a deleted one is a new member's
+    role, group and the group's generation ``gen`` (a prefill and a decode pair only within one); a row written since is left as it is (a retry), a deleted one is a new member's
     first row (as records.create_instances). Returns the names inserted."""
     if not members:
         return []
@@ -35,6 +35,7 @@ def create_members(engine: Engine, deployment: str, model: str, members: dict[st
             row = row or InstanceRow(name=name, deployment=deployment)
             row.deployment, row.model, row.state, row.reason, row.wanted = deployment, model, "pending", "", True
             row.role, row.group_name, row.decision, row.placement, row.backend = role, deployment, None, None, None
+            row.group_gen = gen
             row.queued_at, row.updated_at = utcnow(), utcnow()
             s.add(row)
             changes.bump(s, name)

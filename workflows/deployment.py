@@ -150,16 +150,13 @@ class ModelDeploymentWorkflow(GroupSteps):
 
     async def _change_spec(self, spec: dict, undo: tuple[ro.Outcome, str] | None = None) -> DeploymentView:
         new = parse_spec(spec)
-        await self._within_limits(new.replicas)
+        replicas = members_total(new) or new.replicas  # a group's: its members, every role's together
+        await self._within_limits(replicas)
         if new.tenant != parse_spec(self.raw).tenant:
             await self._known_tenant(new)
-        if new.is_group or self.raw.get("roles"):  # a group never rolls: restarted whole, or one role scaled
-            self.recreate = self.recreate or self._group_change(self.raw, dict(spec), new)
-            self.raw, self.dirty, self.replicas = dict(spec), True, members_total(new) or new.replicas
-            return await self._applied()
-        change = ro.change_spec(self.ro, self.raw, dict(spec), new, parse_spec(self.raw), undo)
+        change = ro.change_spec(self.ro, self.raw, dict(spec), new, parse_spec(self.raw), undo)  # a group's: compat
         self.raw, self.recreate = change.raw, self.recreate or change.recreate
-        self.dirty, self.replicas = True, new.replicas
+        self.dirty, self.replicas = True, replicas
         return await self._applied()
 
     @workflow.update
@@ -170,7 +167,7 @@ class ModelDeploymentWorkflow(GroupSteps):
         if to is None:  # refused by the validator; here only if the state changed since
             raise ApplicationError(f"deployment {self.name}: nothing to undo to: {said}", type="InvalidSpec",
                                    non_retryable=True)
-        return await self._change_spec({**to.raw(), "replicas": self.replicas}, (to, said))
+        return await self._change_spec(ro.undo_raw(to, self.raw, self.replicas or 0), (to, said))
 
     @rollout_undo.validator
     def _check_undo(self, *args: Any) -> None:
@@ -271,8 +268,8 @@ class ModelDeploymentWorkflow(GroupSteps):
                 self.recreate = False
                 await self._stop(list(self.instances))
                 await self._forget(list(self.forming))
-            if self.raw.get("roles"):
-                await self._group_step(parse_spec(self.raw))
+            if self.raw.get("roles"):  # a group's: a roll (workflows/group_roll.py), else each role kept
+                await (self._group_roll_step if self.ro.rolling else self._group_step)(parse_spec(self.raw))
             elif self.ro.rolling:
                 await self._rollout_step()
             else:

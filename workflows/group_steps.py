@@ -12,9 +12,10 @@
   alone (``place_member``: scale_out beside the group), one fewer stops the member ``scale_in_member``
   names (the retention scorer's victim). No other member restarts. A member that ends on its own is
   replaced the same way, alone.
-- **A change of the spec** other than roles[].replicas restarts the whole group (GPUStack marks the
-  group stale): every member stopped, then formed again once they are gone.
-Autoscaling and rollouts of groups are refused at validation for now (``group_problem``)."""
+- **A change of the spec** that replaces members rolls the group (workflows/group_roll.py; which way:
+  scheduler/groups/compat.py): role by role with the ordinary rollout when old and new members can
+  still hand KV across, else whole: a new generation beside the old (GPUStack restarts the group).
+Autoscaling groups is refused at validation for now (``group_problem``).""" 
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from contracts.control import ClosedInstances, DeploymentInput, InstanceInput, InstanceNames, PreemptNotice
@@ -31,11 +31,13 @@ with workflow.unsafe.imports_passed_through():
                                  GroupPlaced, MemberPlaced, MemberRef, PlaceMemberAsk, RoleScaleAsk, ScaleInAsk,
                                  ScaleInPick)
     from contracts.records import StartInstances
+    from scheduler.groups.compat import NO_ROLL, judge
     from scheduler.groups.roles import role_spec
     from scheduler.groups.spec import RoleName
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import messages
+    from workflows.group_roll import GroupRoll
 
 RETRY_S, RETRY_CAP_S = 2.0, 30.0  # a group not formed tries again after this, doubling
 VICTIMS_WAIT_S = 300  # a group formed by preemption starts its members once its victims stopped, or after this
@@ -56,17 +58,22 @@ def members_total(spec: ModelSpec) -> int:
 
 
 def _without_replicas(raw: dict) -> dict:
-    out = {k: v for k, v in raw.items() if k not in ("replicas", "roles")}
+    out = {k: v for k, v in raw.items() if k not in NO_ROLL | {"roles"}}
     out["roles"] = [{k: v for k, v in r.items() if k != "replicas"} for r in raw.get("roles") or []]
     return out
 
 
 def restarts_group(old: dict, new: dict) -> bool:
-    """A change of a group's spec other than its roles' replicas restarts the whole group."""
-    return _without_replicas(old) != _without_replicas(new)
+    """Whether a change of a group's spec replaces any of its members (rolled role by role, whole or
+    recreated: scheduler/groups/compat.py); a role's replicas and the fields that restart nothing
+    never do. Specs that do not validate: any change but those."""
+    try:
+        return judge(ModelSpec.model_validate(old), ModelSpec.model_validate(new)).way != "none"
+    except ValueError:
+        return _without_replicas(old) != _without_replicas(new)
 
 
-class GroupSteps:
+class GroupSteps(GroupRoll):
     """The deployment workflow's group half (workflows/deployment.py keeps the rest)."""
 
     def _group_init(self, inp: DeploymentInput) -> None:
@@ -91,6 +98,8 @@ class GroupSteps:
             out.append(f"**waiting** {self.waiting[:500]}")
         if self.degraded:
             out.append(f"**degraded** {', '.join(self.degraded)}")
+        if self.ro.rolling and self.ro.why:
+            out.append(f"**rolling** {self.ro.why[:500]}")
         return out
 
     def _wait_s(self, default: timedelta) -> timedelta:
@@ -155,10 +164,12 @@ class GroupSteps:
         self.waiting, self.retry_s = "", RETRY_S
 
     def _named(self, role: str) -> str:
+        """A new member's name; it runs the current version, in the current generation."""
         name = f"{self.name}-{self.next_index}"
         self.next_index += 1
         self.forming.append(name)
         self.members[name] = role
+        self.ro.versions[name], self.ro.gens[name] = self.ro.version, self.ro.gen
         return name
 
     async def _form(self, spec: ModelSpec) -> None:
@@ -170,18 +181,20 @@ class GroupSteps:
                 for _ in range(r.replicas):
                     self._named(r.name.value)
         got: GroupPlaced = await workflow.execute_activity(
-            FORM_GROUP, FormGroupAsk(deployment=self.name, spec=self.raw, members=[
+            FORM_GROUP, FormGroupAsk(deployment=self.name, spec=self.raw, gen=self.ro.gen, members=[
                 MemberRef(name=n, role=RoleName(self.members[n])) for n in self.forming]),
             result_type=GroupPlaced, **c.STORE_CALL)
         await self._placed(spec, got)
 
-    async def _add_member(self, spec: ModelSpec, role: RoleName, name: str | None) -> None:
-        """One more ``role`` member, placed alone; ``name``: the one asked for before, still waiting."""
+    async def _add_member(self, spec: ModelSpec, role: RoleName, name: str | None) -> str:
+        """One more ``role`` member, placed alone; ``name``: the one asked for before, still waiting.
+        Returns its name (placed, or still waiting: then ``waiting`` says why)."""
         name = name or self._named(role.value)
         got: GroupPlaced = await workflow.execute_activity(
-            PLACE_MEMBER, PlaceMemberAsk(deployment=self.name, spec=self.raw, member=MemberRef(name=name, role=role)),
-            result_type=GroupPlaced, **c.STORE_CALL)
+            PLACE_MEMBER, PlaceMemberAsk(deployment=self.name, spec=self.raw, member=MemberRef(name=name, role=role),
+                                         gen=self.ro.gens.get(name, self.ro.gen)), result_type=GroupPlaced, **c.STORE_CALL)
         await self._placed(spec, got)
+        return name
 
     async def _placed(self, spec: ModelSpec, got: GroupPlaced) -> None:
         """Start every booked member's workflow with its booking; or say why none is placed."""
@@ -234,9 +247,3 @@ class GroupSteps:
         self.waiting = ""
         await workflow.execute_activity(c.CLOSED_WORKFLOWS, InstanceNames(names=names),
                                         result_type=ClosedInstances, **c.STORE_CALL)
-
-    def _group_change(self, old_raw: dict, raw: dict, new: ModelSpec) -> bool:
-        """A group's new spec: True when it restarts the whole group."""
-        if group_problem(new):
-            raise ApplicationError(group_problem(new), type="InvalidSpec", non_retryable=True)
-        return restarts_group(old_raw, raw)

@@ -25,6 +25,7 @@ from temporalio import workflow
 from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, Outcome, OutcomeView, ReplicaProbe, RolloutState, RolloutStep,
                                RolloutView, UndoView)
 from scheduler.bounds import MAX_TEXT
+from scheduler.groups.compat import Judgement, judge
 from scheduler.rollout import DONE, ROLLBACK, WAIT, Replica, Step, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
@@ -57,7 +58,9 @@ def state_from(raw: RolloutState | dict | None) -> RolloutState:
 
 
 def rolls(old: ModelSpec, new: ModelSpec) -> bool:
-    """Whether going from ``old`` to ``new`` replaces the replicas."""
+    """Whether going from ``old`` to ``new`` replaces the replicas (a group's: any of its members)."""
+    if old.is_group or new.is_group:
+        return judge(old, new).way != "none"
     return old.model_dump(mode="json", exclude=NO_ROLL) != new.model_dump(mode="json", exclude=NO_ROLL)
 
 
@@ -74,13 +77,14 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     """Make ``raw`` the deployment's spec (``current`` is the one it has): a new version to roll to,
     unless nothing that runs changed. ``undo``: the version whose spec this is and what undo said
     (``gpuflow rollout undo``)."""
+    j = judge(old, new) if old.is_group or new.is_group else None
     if not rolls(old, new):
         cur = _entry(r, r.version)
         if cur is not None:  # the version's spec as it is now (replicas, autoscaling, ...)
             cur.spec = new
         return Change(raw=raw)
     if not r.rolling:  # every replica runs the current spec: it is the good one to fall back on
-        r.good, r.good_version, r.from_version = current, r.version, r.version
+        r.good, r.good_version, r.from_version, r.good_gen = current, r.version, r.version, r.gen
     cur = _entry(r, r.version)
     r.latest = max(r.latest, r.version) + 1
     if cur is not None and cur.result == "rolling":
@@ -88,7 +92,7 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     if undo is not None:
         log_step(r, "undo", [], f"from version {r.version} to {undo[1]}")
     r.version, r.rolled_back = r.latest, False
-    recreate = new.rollout.strategy == "recreate"
+    recreate = new.rollout.strategy == "recreate" if j is None else _group_way(r, j)
     _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
     if recreate:
         r.rolling, r.good = False, None
@@ -99,6 +103,21 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     r.status = f"rolling from version {r.from_version} to {r.version}"
     log_step(r, "begin", [], r.status)
     return Change(raw=raw)
+
+
+def _group_way(r: RolloutState, j: Judgement) -> bool:
+    """A group's edit: record which way it rolls and why; a whole roll (or a recreate) makes a new
+    generation for the members to come. A roll still under way that was whole stays whole (its
+    members are of two generations already). True: recreate."""
+    way = "whole" if j.way == "roles" and r.rolling and r.way == "whole" else j.way
+    r.why = j.said() if way == j.way else f"rolls the group whole: the roll before it was whole; {j.said()}"
+    r.roles = [x.value for x in j.roles] if way == "roles" else []
+    r.forming_since = None
+    if way in ("whole", "recreate"):
+        r.gen_latest = max(r.gen_latest, r.gen) + 1
+        r.gen = r.gen_latest
+    r.way = way
+    return way == "recreate"
 
 
 # --- the versions and `gpuflow rollout undo` -------------------------------------------------------
@@ -187,7 +206,7 @@ def log_step(r: RolloutState, action: str, names: list[str], reason: str, fallba
     del r.steps[:-KEEP_STEPS]
 
 
-def _replicas(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[str, Replica]:
+def seen(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[str, Replica]:
     """An old replica that answers is ready at once (the gateways route it already); a new one
     once it has answered for SEEN_S, so the gateways have seen it before an old one goes."""
     out = {}
@@ -211,7 +230,7 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
     """The rollout's next step, from a look at its replicas (``probes``, taken at ``now``): the
     pure policy's (scheduler/rollout.py ``next_step``) over the old and new versions' replicas."""
     cfg = ModelSpec.model_validate(raw).rollout
-    reps = _replicas(r, probes, now)
+    reps = seen(r, probes, now)
     live = [n for n in instances if n in reps]
     old = [reps[n] for n in live if r.versions.get(n, 0) != r.version]
     new = [reps[n] for n in live if r.versions.get(n, 0) == r.version]
@@ -242,11 +261,14 @@ def roll_back(r: RolloutState, reason: str) -> dict | None:
         return None
     _record(r, r.version, "rolled back", why)
     r.version, r.rolled_back, r.status = r.good_version, True, reason
+    if r.way == "whole":  # a group rolled whole: back to the generation that serves the good spec
+        r.gen = r.good_gen
     return r.good
 
 
 def _prune(r: RolloutState, keep: set[str]) -> None:
     r.versions = {n: v for n, v in r.versions.items() if n in keep}
+    r.gens = {n: g for n, g in r.gens.items() if n in keep}
     r.pending_since = {n: t for n, t in r.pending_since.items() if n in keep}
     r.answering_since = {n: t for n, t in r.answering_since.items() if n in keep}
 
@@ -259,7 +281,18 @@ def view(r: RolloutState, name: str, replicas: int, instances: list[str], stoppi
     return RolloutView(name=name, status=r.status or "no rollout yet", rolling=r.rolling, version=r.version,
                        from_version=r.from_version, desired=replicas, old=old, new=new, stopping=sorted(stopping),
                        can_undo=to is not None, undo=UndoView(to=to.version if to else None, says=said),
-                       steps=list(r.steps), history=[OutcomeView(**h.model_dump(exclude={"spec"})) for h in r.history])
+                       steps=list(r.steps), history=[OutcomeView(**h.model_dump(exclude={"spec"})) for h in r.history],
+                       way=r.way, why=r.why, gen=r.gen)
+
+
+def undo_raw(to: Outcome, current: dict, replicas: int) -> dict:
+    """The spec undo applies: ``to``'s, with today's replica count (a group's: each role's today,
+    for the roles both specs have)."""
+    raw = to.raw()
+    if not raw.get("roles"):
+        return {**raw, "replicas": replicas}
+    now = {x.get("name"): x.get("replicas", 1) for x in current.get("roles") or []}
+    return {**raw, "roles": [{**x, "replicas": now.get(x.get("name"), x.get("replicas", 1))} for x in raw["roles"]]}
 
 
 def timeout(r: RolloutState, reconcile_s: float) -> timedelta:

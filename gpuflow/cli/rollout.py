@@ -1,5 +1,5 @@
 """``gpuflow rollout status NAME`` (a rollout's progress, old and new replicas, each step with its
-reason and whether it fell back to stop-first, the versions kept with how each ended, and where
+reason and whether it fell back to stop-first, a group's way (role by role or whole, and why: scheduler/groups/compat.py), the versions kept with how each ended, and where
 undo would go) and ``gpuflow rollout undo NAME`` (back to the last good spec before the current
 one, never one rolled back for failing, rolled the same way; refused, with the reason, when there
 is none). The rollout itself: workflows/rollout_steps.py."""
@@ -18,6 +18,8 @@ def render(v: dict) -> str:
     lines = [f"deployment {v['name']}: {v['status']}",
              f"  version {v['version']} (from {v['from_version']}); {v['desired']} replica(s) wanted; "
              f"new {len(v['new'])}, old {len(v['old'])}, stopping {len(v['stopping'])}"]
+    if v.get("way"):  # a prefill/decode group's: which way its last edit rolls, and why (generation N)
+        lines.append(f"  group generation {v.get('gen', 0)}: {v.get('why') or v['way']}")
     if v["new"] or v["old"]:
         lines.append(f"  new: {', '.join(v['new']) or '-'}   old: {', '.join(v['old']) or '-'}")
     if v["steps"]:

@@ -1,0 +1,172 @@
+"""Edits that keep a prefill/decode group serving (issue 35), on ONE dev stack for the file: the
+Temporal dev server, a control-plane worker and two agents with simulated 24 GiB GPUs whose
+members run ``gpuflow standin`` (a real process each). Rows are sampled every 0.1 s while a roll
+runs, so the order of events is seen, not assumed:
+
+- a compatible edit (decode's env) rolls decode alone, surge first: the new decode RUNNING before
+  the old one leaves, the prefill's process untouched, one generation throughout;
+- an incompatible edit (the model) rolls the group whole: a new generation (rows' group_gen 1)
+  RUNNING in full before any old member leaves; ``rollout status`` says which way and why; undo
+  rolls it whole again (generation 2) back to the first spec;
+- a new generation that fails is rolled back: the old one serves throughout, the new one stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import pytest
+
+from gpuflow import ops
+from scheduler.spec import ModelSpec
+from tests.live import FAST, Live, cli
+
+pytestmark = pytest.mark.asyncio
+GiB = 2**30
+STANDIN = f"{sys.executable} -m gpuflow standin --port {{port}} --host {{host}}"
+
+
+def group(name: str, model: str | None = None, **kw) -> dict:
+    return {"name": name, "backend": "custom", "run_command": STANDIN,
+            "source": {"local_path": f"/models/{model or name}"}, "resources": {"vram": 8 * GiB, "ram": GiB},
+            "disaggregation": {"mode": "custom"}, "roles": [{"name": "prefill"}, {"name": "decode"}], **kw}
+
+
+async def deploy(lv: Live, raw: dict) -> None:
+    await ops.deploy(lv.client, ModelSpec.model_validate(raw), FAST)
+
+
+def rows(lv: Live, name: str) -> dict[str, object]:
+    return {i.name: i for i in lv.instances(name) if i.state != "deleted"}
+
+
+class Timeline:
+    """Each member's first and last moment seen RUNNING (monotonic seconds), sampled every 0.1 s."""
+
+    def __init__(self, lv: Live, name: str):
+        self.lv, self.name = lv, name
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.gen: dict[str, int | None] = {}
+        self.role: dict[str, str] = {}
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        for n, i in rows(self.lv, self.name).items():
+            self.gen[n], self.role[n] = i.group_gen, i.role
+            if i.state == "running":
+                self.first.setdefault(n, now)
+                self.last[n] = now
+
+
+async def rollout(lv: Live, name: str) -> dict:
+    return await lv.client.get_workflow_handle(f"deployment/{name}").query("rollout")
+
+
+async def settled(lv: Live, name: str, status: str, n: int, tl: Timeline, timeout: float = 180) -> dict:
+    """Until the roll is over, says ``status`` and ``n`` members run (sampling the timeline)."""
+    view: dict = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tl.sample()
+        view = await rollout(lv, name)
+        states = [i.state for i in rows(lv, name).values()]
+        if not view["rolling"] and view["status"].startswith(status) and not view["stopping"] \
+                and states == ["running"] * n:
+            return view
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{name} not settled as {status!r}: {json.dumps(view, indent=1)}; "
+                         f"{ {k: i.state for k, i in rows(lv, name).items()} }")
+
+
+async def running(lv: Live, name: str, n: int, timeout: float = 90) -> dict[str, object]:
+    await lv.wait(lambda: len(rows(lv, name)) == n and all(i.state == "running" for i in rows(lv, name).values()),
+                  timeout, f"{n} members of {name} RUNNING")
+    return rows(lv, name)
+
+
+async def gone(lv: Live, name: str) -> None:
+    await ops.delete(lv.client, name)
+    await lv.wait(lambda: not rows(lv, name), 60, f"{name} deleted")
+
+
+@pytest.fixture(scope="module")
+async def stack(tmp_path_factory):
+    lv = await Live(str(tmp_path_factory.mktemp("grollout"))).start({"h1": [24, 24], "h2": [24, 24]})
+    yield lv
+    lv.close()
+
+
+async def test_a_compatible_edit_rolls_decode_alone_surge_first(stack):
+    lv = stack
+    raw = group("cr")
+    await deploy(lv, raw)
+    before = await running(lv, "cr", 2)
+    prefill = next(n for n, i in before.items() if i.role == "prefill")
+    decode = next(n for n in before if n != prefill)
+    tl = Timeline(lv, "cr")
+    await deploy(lv, {**raw, "roles": [{"name": "prefill"}, {"name": "decode", "env": {"OMP_NUM_THREADS": "2"}}]})
+    v = await settled(lv, "cr", "version 1 rolled out", 2, tl)
+    after = rows(lv, "cr")
+    new = next(n for n in after if n != prefill)
+    assert prefill in after and after[prefill].pid == before[prefill].pid  # the prefill never restarted
+    assert decode not in after and after[new].role == "decode"
+    # surge first: the new decode ran before the old one was last seen RUNNING (0.1 s samples)
+    assert tl.first[new] < tl.last[decode], (tl.first, tl.last)
+    assert {g for g in tl.gen.values()} == {0}  # one generation throughout
+    assert v["way"] == "roles" and v["why"].startswith("rolls role by role (decode)") and "env" in v["why"], v
+    acts = [s["action"] for s in v["steps"]]
+    assert acts.index("start_new") < acts.index("stop_old") and acts[-1] == "done", v["steps"]
+    out = await asyncio.to_thread(cli, lv, "rollout", "status", "cr")
+    assert out.returncode == 0 and "rolls role by role (decode)" in out.stdout, (out.stdout, out.stderr)
+    await gone(lv, "cr")
+
+
+async def test_an_incompatible_edit_rolls_the_group_whole_and_undo_rolls_it_back(stack):
+    lv = stack
+    raw = group("wr")
+    await deploy(lv, raw)
+    gen0 = set(await running(lv, "wr", 2))
+    tl = Timeline(lv, "wr")
+    await deploy(lv, group("wr", model="wr-14b"))  # the model changes: old and new KV cannot meet
+    v = await settled(lv, "wr", "version 1 rolled out", 2, tl)
+    gen1 = set(rows(lv, "wr"))
+    assert not gen0 & gen1 and {tl.gen[n] for n in gen1} == {1} and {tl.gen[n] for n in gen0} == {0}
+    assert sorted(tl.role[n] for n in gen1) == ["decode", "prefill"]
+    # the whole new generation RUNNING before any old member left: max(first new) < min(last old)
+    assert max(tl.first[n] for n in gen1) < min(tl.last[n] for n in gen0), (tl.first, tl.last)
+    assert v["way"] == "whole" and v["gen"] == 1 and "the model changes" in v["why"], v
+    assert "form_new" in [s["action"] for s in v["steps"]], v["steps"]
+    out = await asyncio.to_thread(cli, lv, "rollout", "status", "wr")
+    assert out.returncode == 0 and "group generation 1: rolls the group whole" in out.stdout, out.stdout
+
+    tl = Timeline(lv, "wr")
+    out = await asyncio.to_thread(cli, lv, "rollout", "undo", "wr")
+    assert out.returncode == 0, out.stderr
+    v = await settled(lv, "wr", "version 2 rolled out", 2, tl)
+    gen2 = set(rows(lv, "wr"))
+    assert not gen2 & gen1 and {tl.gen[n] for n in gen2} == {2}
+    assert max(tl.first[n] for n in gen2) < min(tl.last[n] for n in gen1), (tl.first, tl.last)
+    status = await lv.client.get_workflow_handle("deployment/wr").query("status")
+    assert status["spec"]["source"] == {"local_path": "/models/wr"}  # the first spec again
+    assert v["way"] == "whole" and v["history"][-1]["undo_of"] == 0, v
+    await gone(lv, "wr")
+
+
+async def test_a_failing_new_generation_is_rolled_back_and_the_old_serves_throughout(stack):
+    lv = stack
+    raw = group("fr")
+    await deploy(lv, raw)
+    gen0 = await running(lv, "fr", 2)
+    tl = Timeline(lv, "fr")
+    bad = group("fr", model="fr-bad", roles=[{"name": "prefill"},
+                                             {"name": "decode", "run_command": "python3 -c 'raise SystemExit(3)'"}])
+    await deploy(lv, bad)
+    v = await settled(lv, "fr", "rolled back: ", 2, tl)
+    now = rows(lv, "fr")
+    assert {n: i.pid for n, i in now.items()} == {n: i.pid for n, i in gen0.items()}  # never stopped
+    assert {tl.gen[n] for n in tl.gen if n not in gen0} == {1} and v["gen"] == 0, (tl.gen, v["gen"])
+    assert v["history"][-1]["result"] == "rolled back", v["history"]
+    await gone(lv, "fr")
