@@ -92,6 +92,7 @@ class Detail:
     replicas: list[Replica]
     roles: list[RoleLine] = field(default_factory=list)  # a prefill/decode group's; [] otherwise
     degradations: list[str] = field(default_factory=list)  # the group's (store/group_health.py)
+    degraded_why: dict[str, str] = field(default_factory=dict)  # a degradation -> what shows it (pd_ineffective's counts)
     kept_steps: list[dict[str, Any]] = field(default_factory=list)  # the store's autoscaler steps, newest last
 
 
@@ -177,7 +178,7 @@ def detail(engine: Engine, caller: Caller, name: str) -> Detail | None:
     roles = [RoleLine(r.value, ran, want) for r, (ran, want) in group.counts.items()] if group else []
     return Detail(name=name, summary=_summary(d, states), spec_yaml=spec_yaml(d.spec or {}),
                   replicas=[_replica(r, flying, mem) for r in rows], kept_steps=steps, roles=roles,
-                  degradations=group.degradations if group else [])
+                  degradations=group.degradations if group else [], degraded_why=group.why if group else {})
 
 
 def _step(row: DecisionRow) -> dict:

@@ -4,6 +4,8 @@ from live gateways only, its measured VRAM against its claim, and env values nev
 
 from __future__ import annotations
 
+import pathlib
+import time
 from datetime import timedelta
 
 import pytest
@@ -11,12 +13,15 @@ from sqlmodel import Session
 
 from console import deployment_view as dv
 from console.access import OPEN, Caller
-from store import db
+from console.web import ENV
+from store import db, pd_counts
+from store.pd_counts import PDCounts
 from store.serving import GatewayLoadRow, GatewayRow
 from store.tables import DeploymentRow, InstanceRow, utcnow
 from store.usage import InstanceUsageRow
 
 GIB = 2**30
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -115,6 +120,19 @@ def test_a_groups_page_shows_each_role_and_its_degradations(tmp_path):
     assert [(r.role, r.running, r.wanted) for r in d.roles] == [("prefill", 2, 2), ("decode", 0, 1)]
     assert d.degradations == ["ratio_unmet"]
     assert [r.role for r in d.replicas] == ["prefill", "prefill", "decode"]
+    # a gateway's counts 10 s apart: 0 disaggregated, +4 fallbacks (no prefill could serve): 4 of 4 without
+    # remote KV, pd_ineffective, and the card says why
+    now = time.time()
+    pd_counts.report(e, "gw", {"pd": PDCounts(disaggregated=7)}, now - 12)
+    pd_counts.report(e, "gw", {"pd": PDCounts(disaggregated=7, fallback=4)}, now - 2)
+    d = dv.detail(e, OPEN, "pd")
+    assert d.degradations == ["ratio_unmet", "pd_ineffective"]
+    assert d.degraded_why == {"pd_ineffective": "gateway: 4 of 4 requests in the last 30 s served without remote KV"}
+    # the Roles card's line, as the page's template renders it (autoescaped)
+    line = next(x for x in (ROOT / "console/templates/deployment.html").read_text().splitlines() if "d.degradations %}" in x)
+    assert ENV.from_string(line.strip().removesuffix("{% endif %}")).render(d=d) == (
+        '<p class="error" id="degraded">degraded: ratio_unmet, pd_ineffective (gateway: 4 of 4 requests in the last 30 s '
+        'served without remote KV)</p></div>')
     e.dispose()
 
 

@@ -40,6 +40,10 @@ MEMBERS = {"pd-0": "prefill", "pd-1": "prefill", "pd-2": "decode"}
     # formed looser than its PreferGather layer: gather_unmet, as the workflow's formation said
     ([row("pd-0", "running"), row("pd-1", "running"), row("pd-2", "running")], [], "", ["gather_unmet"],
      "prefill 2/2, decode 1/1", ["gather_unmet"], 0),
+    # every member running, but the workflow's last check found the decodes serving without remote KV
+    # (workflows/pd_watch.py): pd_ineffective shows; it serves, so --wait is done (0)
+    ([row("pd-0", "running"), row("pd-1", "running"), row("pd-2", "running")], [], "", ["gather_unmet", "pd_ineffective"],
+     "prefill 2/2, decode 1/1", ["gather_unmet", "pd_ineffective"], 0),
 ])
 def test_a_groups_status_row(insts, forming, waiting, degraded, roles, kinds, code):
     d = dep(view([i["name"] for i in insts], MEMBERS, forming, waiting, degraded), insts)

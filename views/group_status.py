@@ -8,7 +8,7 @@ from typing import Any
 
 from contracts.control import DeploymentView
 from scheduler.groups.spec import RoleName, RoleSpec
-from scheduler.groups.status import GATHER_UNMET, RATIO_UNMET, MemberNow, counts, counts_text, ratio_unmet
+from scheduler.groups.status import GATHER_UNMET, PD_INEFFECTIVE, RATIO_UNMET, MemberNow, counts, counts_text, ratio_unmet
 
 
 def roles_of(spec: dict[str, Any]) -> list[RoleSpec]:
@@ -33,7 +33,9 @@ def group_view(view: DeploymentView, insts: list[dict[str, Any]]) -> dict[str, A
                           "reason": view.waiting or "waiting for the group to form"})
     now = [MemberNow(RoleName(i["role"]), i["state"], i.get("worker")) for i in insts if i.get("role")]
     c = counts(roles, now)
-    kinds = ([RATIO_UNMET] if ratio_unmet(c) else []) + [k for k in view.degraded if k == GATHER_UNMET]
+    # ratio_unmet from the rows as they are; gather_unmet (its formation) and pd_ineffective (its last
+    # check: workflows/pd_watch.py) as the workflow holds them
+    kinds = ([RATIO_UNMET] if ratio_unmet(c) else []) + [k for k in (GATHER_UNMET, PD_INEFFECTIVE) if k in view.degraded]
     return {"wanted": sum(want for _, want in c.values()),
             "group": {"roles": counts_text(c), "counts": {r.value: {"running": ran, "wanted": want}
                                                          for r, (ran, want) in c.items()},
