@@ -19,6 +19,11 @@ READ_MODEL_HEADER = "read_model_header"
 
 
 ROLES = ("server", "rpc-server", "ray-head", "ray-worker", "sglang-node")
+PD_ROLES = ("prefill", "decode")  # a prefill/decode group's members that hand KV across (a router hands none)
+# a group's disaggregation.mode (scheduler/groups/spec.py PDMode's values; a test keeps them equal)
+PD_MODES = ("vllm-nixl", "vllm-mooncake", "sglang-mooncake", "sglang-nixl", "vllm-ascend-mooncake", "custom")
+PDRole = Literal["prefill", "decode"]
+PDModeName = Literal["vllm-nixl", "vllm-mooncake", "sglang-mooncake", "sglang-nixl", "vllm-ascend-mooncake", "custom"]
 KEY_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"  # an engine key's nonce (worker_agent/engine_key.py)
 
 
@@ -75,6 +80,10 @@ class LaunchRequest(BaseModel):
         Field({}, max_length=MAX_GPUS)
     ram_claim: int = Field(0, ge=0, le=MAX_BYTES)
     source: Annotated[str, Field(max_length=MAX_TEXT)] = ""  # the model's source key (hf:..., local:...)
+    # A prefill/decode group's member: its role and the group's mode; the agent adds that mode's
+    # flags and picks its KV ports (worker_agent/pd_argv.py). None: a plain replica, or a router.
+    pd_role: PDRole | None = None
+    pd_mode: PDModeName | None = None
 
     @property
     def key(self) -> str:
@@ -108,6 +117,9 @@ class LaunchResult(BaseModel):
     address: str = ""  # the agent's advertised address: where other hosts reach a helper's port
     dist_port: int | None = None  # SGLang's rank 0: the port of its --dist-init-addr
     kv_events_port: int | None = None  # its engine publishes KV-cache events there (ZMQ PUB), on ``address``
+    # its engine's KV hand-off port on ``address`` (worker_agent/pd_argv.py): SGLang's bootstrap port,
+    # vLLM's NIXL side channel (rank 0's), a custom command's {bootstrap_port} (else its {kv_port})
+    bootstrap_port: int | None = Field(None, ge=1, le=65535)
     argv: list[str] = []
     log: str = ""
     binding: str = ""  # CPU pinning: what the process is bound to, or why it is not (pinning asked)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.agent import KEY_ID_PATTERN
+from contracts.agent import KEY_ID_PATTERN, PDModeName
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from contracts.host import CordonReason
@@ -96,6 +96,7 @@ class InstanceFields(BaseModel):
     port: Port | None = None
     address: ShortText | None = None  # the host agent's advertised address; the server listens there on ``port``
     kv_events_port: Port | None = None  # its engine publishes KV-cache events there (ZMQ), on ``address``
+    bootstrap_port: Port | None = None  # its engine's KV hand-off port on ``address`` (LaunchResult.bootstrap_port)
 
 
 class InstanceRecord(InstanceFields):
@@ -130,6 +131,7 @@ class InstanceInput(BaseModel):
     decision: DecisionRecord | None = None  # likewise: the decision that placed it, for explain
     group: Name | None = None  # a prefill/decode group's member: its deployment, which booked the group whole
     role: ShortText | None = None  # and its role (prefill, decode, router)
+    pd_mode: PDModeName | None = None  # and the group's disaggregation.mode: the agent adds its flags and ports
 
 
 class DeploymentInput(BaseModel):

@@ -6,8 +6,8 @@ with the credential of the host the ledger booked it on (store/engine_keys.py ``
 Without it, anyone who can reach Temporal could run a workflow named for a replica whose own
 workflow is not running (one deleted, say) and record it RUNNING at an address of theirs: the
 gateways would route users there and send it the engine key. The MAC covers what the gateways and
-the store use: the instance, its part, the pid, the port, the address, the engine key's nonce and
-the KV-events port; the nonce is its stamp (each launch has its own), so a MAC read from a history
+the store use: the instance, its part, the pid, the port, the address, the engine key's nonce, the
+KV-events port and the KV hand-off (bootstrap) port; the nonce is its stamp (each launch has its own), so a MAC read from a history
 proves only that launch, at its own address. An adopted process's result carries the same figures,
 and so the same MAC."""
 
@@ -22,10 +22,12 @@ MAC_PATTERN = r"^([0-9a-f]{64})?$"  # an HMAC-SHA256 in hex, or "" (an agent wit
 
 
 def body(instance: str, part: str, pid: int | None, port: int | None, address: str | None, key_id: str | None,
-         kv_events_port: int | None) -> dict[str, Any]:
-    """What a launch's MAC covers (both ends build it from the same figures)."""
-    return {"instance": instance, "part": part, "pid": pid, "port": port, "address": address or "",
-            "key_id": key_id or "", "kv_events_port": kv_events_port}
+         kv_events_port: int | None, bootstrap_port: int | None = None) -> dict[str, Any]:
+    """What a launch's MAC covers (both ends build it from the same figures). The bootstrap port
+    only when there is one: a launch without one has the MAC it had before the field existed."""
+    out = {"instance": instance, "part": part, "pid": pid, "port": port, "address": address or "",
+           "key_id": key_id or "", "kv_events_port": kv_events_port}
+    return out if bootstrap_port is None else {**out, "bootstrap_port": bootstrap_port}
 
 
 def sign(key: bytes, host: str, fields: dict[str, Any]) -> str:

@@ -80,7 +80,8 @@ def launch_problem(rec: InstanceRecord, key: bytes | None, booked: bool) -> str 
         return f"instance {rec.name} is recorded RUNNING at a port with no host"
     if not booked:
         return f"instance {rec.name} is not booked on host {rec.worker} in the ledger: it may not run there"
-    fields = launch_proof.body(rec.name, SERVER_PART, rec.pid, rec.port, rec.address, rec.key_id, rec.kv_events_port)
+    fields = launch_proof.body(rec.name, SERVER_PART, rec.pid, rec.port, rec.address, rec.key_id, rec.kv_events_port,
+                               rec.bootstrap_port)
     return launch_proof.problem(key, rec.worker, fields, rec.launch_mac)
 
 

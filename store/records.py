@@ -136,7 +136,8 @@ def record_instances(engine: Engine, recs: list[InstanceRecord], check_launch: b
             vals: dict[str, Any] = dict(
                 deployment=rec.deployment, model=rec.model, state=rec.state, reason=rec.reason, worker=rec.worker,
                 gpu_indexes=list(rec.gpu_indexes), restarts=rec.restarts, pid=rec.pid, port=rec.port,
-                address=rec.address, kv_events_port=rec.kv_events_port, engine_key=keys.get(rec.name), updated_at=now)
+                address=rec.address, kv_events_port=rec.kv_events_port, bootstrap_port=rec.bootstrap_port,
+                engine_key=keys.get(rec.name), updated_at=now)
             if rec.decision is not None:
                 vals["decision"] = rec.decision
             queued = rec.state in QUEUED

@@ -25,7 +25,7 @@ from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from contracts import agent as p
 from contracts import launch_proof
-from worker_agent import pinning
+from worker_agent import pd_argv, pinning
 from worker_agent.bookings import BookingUnknown, Bookings, part_of, refusal
 from worker_agent.credential import HostCredential
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
@@ -34,7 +34,7 @@ from worker_agent.health import engine_answers, tcp_answers
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
                                      needs_port, wants_kv_events)
 from worker_agent.metrics import AgentMetrics
-from worker_agent.processes import ProcessTable, free_port, visibility_env
+from worker_agent.processes import ProcessTable, free_port, free_ports, visibility_env
 from worker_agent.usage import UsageBook
 
 
@@ -163,6 +163,8 @@ class HostActivities:
         if not adopted:
             port = free_port() if needs_port(req) else None
             kv_port = free_port() if wants_kv_events(req, self.engines) else None
+            pd = pd_argv.ports_wanted(req)  # a prefill/decode member's KV hand-off: free ports picked here
+            pd_kv, pd_boot = free_ports(pd.kv) if pd.kv else None, free_port() if pd.bootstrap else None
             if req.backend == "sglang" and req.role == "server" and (req.nnodes or 1) > 1 and not req.dist_init_addr:
                 # SGLang's rank 0: the other nodes meet it at this host's address, on a port picked here
                 req = req.model_copy(update={"dist_init_addr": f"{self.address}:{free_port()}"})
@@ -170,11 +172,14 @@ class HostActivities:
             nonce = new_nonce() if req.role == "server" and self.credential is not None else None
             secret = self._engine_key(req, nonce)
             try:
-                argv = argv_for(req, port, self.engines, self.address, kv_port, secret, self._key_file(req, secret))
+                argv = argv_for(req, port, self.engines, self.address, kv_port, secret, self._key_file(req, secret),
+                                kv_port=pd_kv, bootstrap_port=pd_boot)
                 argv, bound = pinning.wrap(argv, req)
-                env = {**req.env, **engine_env(req), **visibility_env(req.gpu_vendor, req.gpu_indexes),
+                env = {**req.env, **engine_env(req), **pd_argv.pd_env(req, self.address, pd_kv, pd_boot),
+                       **visibility_env(req.gpu_vendor, req.gpu_indexes),
                        **key_env(req, bool(self.engines.llama_cpp_python), secret)}
-                rec = self.table.start(key, argv, env, port, kv_port, key_id=nonce, secret=secret)
+                rec = self.table.start(key, argv, env, port, kv_port, key_id=nonce, secret=secret,
+                                       bootstrap_port=pd_argv.recorded(pd_kv, pd_boot))
             except LaunchRefused as e:
                 raise ApplicationError(str(e), type="LaunchRefused", non_retryable=True) from None
             except EngineUnavailable as e:  # this host lacks the engine: another host may have it
@@ -223,11 +228,12 @@ class HostActivities:
         the replica RUNNING at this address only when the MAC verifies with this host's credential.
         An adopted process's figures are the same, and so is its MAC."""
         fields = launch_proof.body(req.instance, req.part, rec.pid, rec.port, self.address, rec.key_id,
-                                   rec.kv_events_port)
+                                   rec.kv_events_port, rec.bootstrap_port)
         mac = launch_proof.sign(self.credential.key, self.name, fields) if self.credential is not None else ""
         return p.LaunchResult(pid=rec.pid, port=rec.port, adopted=adopted, argv=rec.argv, log=rec.log,
                               address=self.address, dist_port=dist, binding=bound,
-                              kv_events_port=rec.kv_events_port, key_id=rec.key_id, mac=mac)
+                              kv_events_port=rec.kv_events_port, bootstrap_port=rec.bootstrap_port, key_id=rec.key_id,
+                              mac=mac)
 
     async def _check_booking(self, req: p.LaunchRequest) -> Booking:
         """No process without its booking: the ledger, not the request, says which processes (parts)

@@ -9,7 +9,9 @@ booked from it) is kept instead of ours.
 | sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
 | llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
 | llama.cpp (--llama-cpp-python PY) | PY -m llama_cpp.server --model PATH ... (flags translated) | --n_gpu_layers, --tensor_split |
-| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} {kv_events_port} {api_key} |
+| custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} {kv_events_port} {api_key} {pd_role} {kv_port} {bootstrap_port} |
+
+A prefill/decode group's member gets its mode's flags, env and KV ports too (pd_argv.py).
 
 Each server gets its replica's engine key (engine_key.py): by environment (``engine_key.key_env``),
 SGLang by ``--config`` naming a 0600 file, a custom command also by ``{api_key}``.
@@ -52,7 +54,8 @@ from scheduler.errors import InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec_env import env_problems
 from contracts.agent import LaunchRequest
-from worker_agent.processes import build_argv
+from worker_agent import pd_argv
+from worker_agent.processes import PDWords, build_argv
 
 
 def _flag(flag: str, help: str, **more) -> dict:
@@ -98,6 +101,8 @@ class EngineConfig:
     kv_events_port: int | None = None  # this launch's events port (argv_for sets it)
     api_key: str | None = field(default=None, repr=False)  # this launch's engine key (argv_for sets it)
     key_file: str | None = None  # SGLang: the 0600 --config file holding it (argv_for sets it)
+    kv_port: int | None = None  # this launch's KV hand-off base port (pd_argv.py; argv_for sets it)
+    bootstrap_port: int | None = None  # and its bootstrap port (argv_for sets it)
 
 
 def check_model_path(path: str | None, roots: tuple[str, ...]) -> None:
@@ -225,6 +230,7 @@ def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
             + _ours(u, ("--distributed-executor-backend",), "ray" if pp else None)
             + _ours(u, ("--gpu-memory-utilization",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + _ours(u, ("--kv-events-config",), kv_events_config("vllm", cfg.kv_events_port))
+            + pd_argv.vllm_flags(req, cfg.kv_port)
             + list(u))
 
 
@@ -241,6 +247,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
             + _ours(u, ("--mem-fraction-static",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + (_ours(u, ("--kv-events-config",), kv_events_config("sglang", cfg.kv_events_port)) if port else [])
             + (["--config", cfg.key_file] if port and cfg.key_file else [])  # the engine key (engine_key.py)
+            + pd_argv.sglang_flags(req, cfg.bootstrap_port if port else None)
             + nodes + list(u))
 
 
@@ -278,7 +285,8 @@ def custom_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
     if not cfg.allow_custom:
         raise EngineUnavailable("custom run commands are not enabled on this host (start the agent with --allow-custom)")
     return build_argv(req.run_command or "", port, req.model_path, req.gpu_indexes, host=cfg.host,
-                      kv_events_port=cfg.kv_events_port, api_key=cfg.api_key)
+                      kv_events_port=cfg.kv_events_port, api_key=cfg.api_key,
+                      pd=PDWords(req.pd_role, cfg.kv_port, cfg.bootstrap_port))
 
 
 def rpc_server_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str) -> list[str]:
@@ -337,10 +345,12 @@ def needs_port(req: LaunchRequest) -> bool:
 
 
 def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: str = "127.0.0.1",
-             kv_events_port: int | None = None, api_key: str | None = None, key_file: str | None = None) -> list[str]:
+             kv_events_port: int | None = None, api_key: str | None = None, key_file: str | None = None,
+             kv_port: int | None = None, bootstrap_port: int | None = None) -> list[str]:
     """The command that runs ``req`` (the server, or a helper bound to ``address``) on ``port``
     (publishing KV-cache events on ``kv_events_port``, when given: ``wants_kv_events``; answering
-    only ``api_key``, a custom command's ``{api_key}``, or SGLang's ``key_file``);
+    only ``api_key``, a custom command's ``{api_key}``, or SGLang's ``key_file``; handing KV over on
+    ``kv_port`` and ``bootstrap_port``, when given: pd_argv.ports_wanted);
     EngineUnavailable when this host cannot, LaunchRefused when it may not."""
     req = req.model_copy(update={"backend_parameters": check_launch(req, cfg)})
     if req.role != "server":
@@ -360,7 +370,8 @@ def argv_for(req: LaunchRequest, port: int | None, cfg: EngineConfig, address: s
         raise EngineUnavailable(unsupported(req) or f"backend {req.backend}: the placement spans several workers "
                                 "but no helper endpoints came with the launch")
     check_model_path(req.model_path, cfg.model_roots)
-    cfg = replace(cfg, host=address, kv_events_port=kv_events_port, api_key=api_key, key_file=key_file)
+    cfg = replace(cfg, host=address, kv_events_port=kv_events_port, api_key=api_key, key_file=key_file,
+                  kv_port=kv_port, bootstrap_port=bootstrap_port)
     if req.backend == "llama.cpp" and cfg.llama_cpp_python:
         build = llama_cpp_python_argv
     argv = build(req, port, cfg)

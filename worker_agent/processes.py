@@ -23,11 +23,24 @@ from scheduler.errors import InvalidInput
 from scheduler.naming import path_in
 from worker_agent.engine_key import read_redacted
 
-PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}", "{kv_events_port}", "{api_key}")
+PLACEHOLDERS = ("{port}", "{host}", "{model_path}", "{gpu_indexes}", "{kv_events_port}", "{api_key}", "{pd_role}",
+                "{kv_port}", "{bootstrap_port}")
+
+
+@dataclass(frozen=True)
+class PDWords:
+    """A prefill/decode member's placeholders (worker_agent/pd_argv.py): ``{pd_role}`` (prefill or
+    decode; "" for a router or a plain replica), ``{kv_port}`` and ``{bootstrap_port}`` (ports the
+    agent picked because the command names them; "" when none)."""
+
+    pd_role: str | None = None
+    kv_port: int | None = None
+    bootstrap_port: int | None = None
 
 
 def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_indexes: list[int],
-               host: str = "127.0.0.1", kv_events_port: int | None = None, api_key: str | None = None) -> list[str]:
+               host: str = "127.0.0.1", kv_events_port: int | None = None, api_key: str | None = None,
+               pd: PDWords = PDWords()) -> list[str]:
     """Split ``run_command`` like a POSIX shell would (quotes honoured, nothing expanded) and
     substitute the placeholders inside each word. The result is exec'd directly. ``{api_key}`` is
     the replica's engine key (worker_agent/engine_key.py): in the argv, where any local user can
@@ -38,9 +51,13 @@ def build_argv(run_command: str, port: int | None, model_path: str | None, gpu_i
         raise InvalidInput(f"run_command {run_command!r}: {e}") from None
     if not words:
         raise InvalidInput("run_command is empty")
-    values = {"{port}": "" if port is None else str(port), "{model_path}": model_path or "",
+
+    def text(v: int | None) -> str:
+        return "" if v is None else str(v)
+    values = {"{port}": text(port), "{model_path}": model_path or "",
               "{gpu_indexes}": ",".join(map(str, gpu_indexes)), "{host}": host,
-              "{kv_events_port}": "" if kv_events_port is None else str(kv_events_port), "{api_key}": api_key or ""}
+              "{kv_events_port}": text(kv_events_port), "{api_key}": api_key or "", "{pd_role}": pd.pd_role or "",
+              "{kv_port}": text(pd.kv_port), "{bootstrap_port}": text(pd.bootstrap_port)}
     out = []
     for w in words:
         for k, v in values.items():
@@ -96,6 +113,30 @@ def free_port(now: float | None = None) -> int:
     raise OSError(f"no free port that this process has not handed out in the last {HANDED_OUT_S:g} s")
 
 
+def free_ports(n: int, now: float | None = None) -> int:
+    """The first of ``n`` consecutive ports, each free now and not handed out lately (``free_port``'s
+    memory): an engine that binds base + rank for each of its ranks (vLLM's NIXL side channel)."""
+    if n <= 1:
+        return free_port(now)
+    now = time.monotonic() if now is None else now
+    for _ in range(64):
+        base = free_port(now)
+        rest = range(base + 1, base + n)
+        if base + n - 1 <= 65535 and all(p not in _handed_out and _bindable(p) for p in rest):
+            _handed_out.update({p: now for p in rest})
+            return base
+    raise OSError(f"no {n} consecutive free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def visibility_env(vendor: str, gpu_indexes: list[int]) -> dict[str, str]:
     """The placement's GPUs, by the indexes the inventory reported. NVML numbers NVIDIA cards in
     PCI bus order while CUDA's default is fastest first, so CUDA is told to count as NVML does:
@@ -131,6 +172,7 @@ class Record:
     started_at: float = field(default_factory=time.time)
     kv_events_port: int | None = None  # where its engine publishes KV-cache events (engines.py kv_events_config)
     key_id: str | None = None  # its engine key's nonce (engine_key.py): an adopted process keeps its key
+    bootstrap_port: int | None = None  # its engine's KV hand-off port (pd_argv.py): an adopted process reports it again
 
 
 class ProcessTable:
@@ -158,7 +200,8 @@ class ProcessTable:
         return path_in(self.run_dir, instance, ".key.yaml")
 
     def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None,
-              kv_events_port: int | None = None, key_id: str | None = None, secret: str | None = None) -> Record:
+              kv_events_port: int | None = None, key_id: str | None = None, secret: str | None = None,
+              bootstrap_port: int | None = None) -> Record:
         """Start ``argv`` with ``env`` over the base environment (never over the agent's own).
         ``secret`` (the engine key) is never written: the log and the record (whose argv reaches
         the workflow's history) show ``{api_key}`` where an argv word holds it."""
@@ -170,7 +213,8 @@ class ProcessTable:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                  env=launch_env(env), start_new_session=True, close_fds=True)
         self.children[p.pid] = p
-        rec = Record(instance, p.pid, port, shown, log, kv_events_port=kv_events_port, key_id=key_id)
+        rec = Record(instance, p.pid, port, shown, log, kv_events_port=kv_events_port, key_id=key_id,
+                     bootstrap_port=bootstrap_port)
         tmp = self._pidfile(instance) + ".tmp"
         with open(tmp, "w") as f:
             json.dump(asdict(rec), f)

@@ -48,12 +48,13 @@ class SimulatedProcessTable(ProcessTable):
             f.write(line + "\n")
 
     def start(self, instance: str, argv: list[str], env: dict[str, str], port: int | None,
-              kv_events_port: int | None = None, key_id: str | None = None, secret: str | None = None) -> Record:
+              kv_events_port: int | None = None, key_id: str | None = None, secret: str | None = None,
+              bootstrap_port: int | None = None) -> Record:
         argv = hide(argv, secret)
         self._log(instance, f"--- gpuflow: starting {shlex.join(argv)}")
         self._log(instance, f"simulated: not forked; listening on port {port} in {self.start_delay:g} s")
         rec = Record(instance, next(_PIDS), port, argv, self.log_path(instance), kv_events_port=kv_events_port,
-                     key_id=key_id)
+                     key_id=key_id, bootstrap_port=bootstrap_port)
         srv = _Server(rec, self.rng.random() < self.fail_rate)
         self.servers[instance] = self._by_pid[rec.pid] = self.children[rec.pid] = srv  # children: "our child"
         srv.task = asyncio.get_running_loop().create_task(self._run(srv))

@@ -49,7 +49,14 @@ class HostSteps(SuperviseSteps):
                                 liveness_s=t.liveness_s, liveness_failures=t.liveness_failures,
                                 cpu_pinning=wants_pinning(spec), cpus=plan.cpus, numa_nodes=plan.numa_nodes,
                                 stop_on_cancel=False,  # stopped by stop_instance, not by a supervisor's cancel
-                                vram_claim=dict(claim.vram), ram_claim=claim.ram, source=spec.source.key)
+                                vram_claim=dict(claim.vram), ram_claim=claim.ram, source=spec.source.key,
+                                **self._pd_fields())
+
+    def _pd_fields(self) -> dict:
+        """A prefill/decode group's member: its role and the group's mode, for the agent's flags and
+        KV ports (worker_agent/pd_argv.py); a router, or a plain replica, hands no KV."""
+        role = self.inp.role if self.inp.role in hp.PD_ROLES else None
+        return {"pd_role": role, "pd_mode": self.inp.pd_mode if role else None}
 
     async def _launch(self, worker: str, req: hp.LaunchRequest, sts: float) -> hp.LaunchResult:
         try:
@@ -110,6 +117,7 @@ class HostSteps(SuperviseSteps):
                 await self._stop_everywhere()  # the next attempt starts every part afresh
             return t.kind, t.why, t.host, False
         s.pid, s.port, s.address, s.kv_events_port = res.pid, res.port, res.address, res.kv_events_port
+        s.bootstrap_port = res.bootstrap_port  # a prefill/decode member's KV hand-off port, recorded for the gateways
         s.key_id, s.launch_mac = res.key_id, res.mac
         sts = self.t.host_schedule_to_start_s  # the host answers: supervise with the full patience, not the grace left
         started_here = req.backend == "sglang" and bool(parts)  # rank 0 was started moments ago, then waited for

@@ -233,7 +233,7 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             if not s.processes_stopped:
                 await self._stop_everywhere()
             await self._release()
-        s.pid = s.port = s.address = s.kv_events_port = s.key_id = None
+        s.pid = s.port = s.address = s.kv_events_port = s.bootstrap_port = s.key_id = None
         s.launch_mac = ""
         await self._record("deleted", f"not placed: {s.unwanted}" if s.unwanted else "")
         try:

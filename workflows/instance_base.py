@@ -84,7 +84,7 @@ class InstanceBase:
         rec = InstanceRecord(
             name=self.inp.name, deployment=self.inp.deployment, model=self.spec_name, state=state, reason=reason,
             worker=self.worker, gpu_indexes=self.gpus, restarts=s.restarts, pid=s.pid, port=s.port,
-            address=s.address, kv_events_port=s.kv_events_port, decision=decision, model_source=s.source_key, model_file_state=file_state,
+            address=s.address, kv_events_port=s.kv_events_port, bootstrap_port=s.bootstrap_port, decision=decision, model_source=s.source_key, model_file_state=file_state,
             key_id=s.key_id, launch_mac=s.launch_mac)
         # A local activity: run by this worker inside the workflow task, no round trip through the
         # task queue, no history events of its own (a marker). Its semantics fit this write: it is
@@ -127,6 +127,7 @@ class InstanceBase:
         await workflow.execute_activity(c.RELEASE_PLACEMENT, InstanceRef(instance=self.inp.name), result_type=int,
                                         **c.STORE_CALL)
         self.s.plan, self.s.pid, self.s.port, self.s.address, self.s.kv_events_port = None, None, None, None, None
+        self.s.bootstrap_port = None
         self.s.key_id, self.s.launch_mac = None, ""
 
     async def _give_up(self, reason: str) -> None:

@@ -78,6 +78,7 @@ class InstanceState(BaseModel):
     pid: int | None = None
     port: int | None = None
     kv_events_port: int | None = None  # its engine's KV-cache events (LaunchResult), recorded for the gateways
+    bootstrap_port: int | None = None  # its engine's KV hand-off port (LaunchResult), recorded for the gateways
     key_id: str | None = None  # its engine key's nonce (LaunchResult): the store makes the key from it (not a secret)
     launch_mac: str = ""  # its host's MAC over the launch (LaunchResult.mac): the store checks it before RUNNING
     address: str | None = None  # where the server listens (the host agent's advertised address)
