@@ -54,7 +54,7 @@ class GroupAutoscale:
         if why:
             return Step(done=f"its autoscaling block does not fit the group: {why}")
         members = (await self.runner.run(serving.group_members, self.engine)).get(deployment)
-        running = [r for r in (members.running if members else ()) if r.instance in view.instances]
+        running = [r for r in (members.routes if members else ()) if r.instance in view.instances]
         got = await self._signals(deployment, running, carry)
         carry.scrapes = got.scrapes
         current, starting, samples = {}, {}, {}

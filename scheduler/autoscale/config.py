@@ -180,7 +180,9 @@ class Autoscaling(Strict):
         if len(set(kinds)) != len(kinds):
             raise ValueError(f"a rule is given twice: {kinds}")
         if self.roles:
-            given = sorted({"min_replicas", "max_replicas", "rules"} & self.model_fields_set)
+            # by value, not by fields set: a block dumped and read back (a role's effective spec) sets every field
+            given = [k for k, v in (("min_replicas", self.min_replicas != 1), ("max_replicas", self.max_replicas != 1),
+                                    ("rules", self.rules != [QueueTpot()])) if v]
             if given:
                 raise ValueError(f"autoscaling.{given[0]}: a group is autoscaled per role; give it under "
                                  f"autoscaling.roles.<role> instead")
