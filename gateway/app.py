@@ -31,6 +31,7 @@ from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from gateway.prompt_tokens import tokenize
 from gateway.protocol import with_header_timeout
 from gateway.refresh import Refresher
+from gateway.pd_route import forward_pd
 from gateway.relay import Ask, Disconnect, Relay, Serving, TooLarge, forward, read_body
 from gateway.stream_usage import ask_usage
 from gateway.tenant_limits import Limits
@@ -159,7 +160,9 @@ class Gateway:
     async def _forward(self, request: Request, ask: Ask, body: bytes) -> Response:
         watch = Disconnect(request.receive)
         try:
-            r = await forward(self.serving, request, ask, body, watch)
+            m = self.balancer.table.models.get(ask.model)
+            r = await (forward_pd if m is not None and m.pd is not None else forward)(self.serving, request, ask,
+                                                                                     body, watch)
         except asyncio.CancelledError:
             if not watch.fired:
                 raise

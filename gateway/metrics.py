@@ -11,6 +11,7 @@ import json
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.usage_counter import tokens  # an answer's counts, clipped, as per-key usage takes them
+from scheduler.groups.pd_health import PDCounts
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 RATIOS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
@@ -55,12 +56,31 @@ class Metrics:
         self.kv_events = Counter("gpuflow_gateway_kv_event_batches", "Engines' KV-cache event messages read, by "
                                  "result (ok; malformed: dropped; gap: messages were lost, that replica's exact "
                                  "index was cleared)", ["result"], registry=r)
+        self.pd_requests = Counter("gpuflow_gateway_pd_requests", "A prefill/decode group's requests handed to a "
+                                   "decode, by model and path (disaggregated: decoded from a prefill's KV; skipped: "
+                                   "a short prompt the decode prefilled itself; fallback: no prefill could serve, "
+                                   "the decode served it whole)", ["model", "path"], registry=r)
+        self.pd_failures = Counter("gpuflow_gateway_pd_transfer_failures", "A prefill/decode group's KV hand-offs "
+                                   "that failed before the client saw a byte (then retried), by model and the end "
+                                   "that failed (prefill: no usable KV; decode: it could not take the KV)",
+                                   ["model", "end"], registry=r)
+        self.pd_counts: dict[str, PDCounts] = {}  # the same, per model, reported to the store (store/pd_counts.py)
 
     def route(self, model: str, choice) -> None:
         """One routing decision (gateway/cache_aware.py Choice)."""
         self.route_decisions.labels(model, choice.reason).inc()
         if choice.blocks and choice.reason != "least-outstanding":
             self.prefix_match.labels(model).observe(choice.matched / choice.blocks)
+
+    def pd(self, model: str, path: str) -> None:
+        """A group's request handed to a decode by ``path`` (gateway/pd_pick.py PATHS)."""
+        self.pd_requests.labels(model, path).inc()
+        c = self.pd_counts.setdefault(model, PDCounts())
+        setattr(c, path, getattr(c, path) + 1)
+
+    def pd_failed(self, model: str, end: str) -> None:
+        self.pd_failures.labels(model, end).inc()
+        self.pd_counts.setdefault(model, PDCounts()).transfer_failures += 1
 
     def usage(self, model: str, usage, estimated: int = 0) -> None:
         for kind, n in zip(("prompt", "completion"), tokens(usage)):

@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from store import db, keys, serving, tenants
+from store import db, keys, pd_counts, serving, tenants
 from store.tables import DeploymentRow
 from gateway import table as tables
 from gateway.tenant_limits import Rule, rules_of
@@ -88,6 +89,12 @@ class Refresher:
                                     dict(gw.balancer.in_flight))
         except Exception as e:  # noqa: BLE001
             log.warning("gateway: cannot report in-flight counts (%s)", e)
+        if gw.metrics.pd_counts:  # a group's paths, the judgement of pd_ineffective reads them (store/pd_counts.py)
+            counts = {m: replace(c) for m, c in gw.metrics.pd_counts.items()}
+            try:
+                await asyncio.to_thread(pd_counts.report, gw.engine, gw.settings.gateway_id, counts)
+            except Exception as e:  # noqa: BLE001
+                log.warning("gateway: cannot report prefill/decode counts (%s)", e)
 
     async def run(self) -> None:
         while True:

@@ -197,7 +197,7 @@ class Relay(Response):
         self.background = None
         # the stream's usage the gateway asked for, hidden from a client that did not (stream_usage.py)
         self.hide = HideUsage() if ask.hide_usage and resp.status == 200 else None
-        choice = ask.prompt.choice
+        choice = ask.prompt.pick or ask.prompt.choice  # a group's ends (gateway/pd_pick.py), or the replica
         self.extra_headers = ([(ROUTE, choice.header().encode("latin-1", "replace"))]
                               if ask.show_route and choice is not None else [])
 

@@ -1,0 +1,153 @@
+"""A prefill/decode group served through ``gpuflow gateway`` as its router (issue 35): real stand-in
+PD engines (``gpuflow standin --pd-role prefill|decode --kv-port P``, gpuflow/demo/standin_pd.py,
+which pull the KV over their side channel) in front of a real gateway process, over a real store
+whose rows are written as the control plane writes them, driven by the official ``openai`` client.
+No Temporal: the store is all a gateway reads (tests/gateway_stack.py)."""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2 as httpx
+import openai
+from sqlmodel import Session
+
+from gpuflow.ports import free_port
+from store.tables import InstanceRow
+from tests import gateway_stack as gs
+from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
+
+SPEC = {"roles": [{"name": "prefill", "replicas": 2}, {"name": "decode", "replicas": 2}],
+        "disaggregation": {"mode": "custom"}}
+PROMPT = "Tell me about the sea. " * 40  # 920 characters: ~230 tokens, far over the 16 the prefill is skipped below
+DEBUG = {"x-gpuflow-debug": "route"}
+
+
+def member(name: str, role: str, worker: str, log: str) -> gs.Proc:
+    port, kv = free_port(), free_port()
+    return gs.Proc([sys.executable, "-m", "gpuflow", "standin", "--port", str(port), "--pd-role", role,
+                    "--kv-port", str(kv), "--engine-id", name, "--model-name", "pd", "--token-s", "0.002"],
+                   port, log)
+
+
+def row(engine, name: str, role: str, port: int, worker: str, state: str = "running", gen: int = 0) -> None:
+    with Session(engine) as s:
+        r = s.get(InstanceRow, name) or InstanceRow(name=name, deployment="pd")
+        r.model, r.state, r.role, r.group_name, r.wanted, r.group_gen = "pd", state, role, "pd", True, gen
+        r.worker, r.address, r.port = worker, "127.0.0.1", port
+        s.add(r)
+        s.commit()
+
+
+def group(store, procs, tmp_path) -> tuple[dict[str, gs.Proc], gs.Proc]:
+    """p0 and d0 on host w1, p1 and d1 on w2, all RUNNING; a gateway in front."""
+    url, schema, engine = store
+    gs.deploy(engine, "pd", **SPEC)
+    members = {}
+    for name, role, worker in (("pd-p0", "prefill", "w1"), ("pd-p1", "prefill", "w2"),
+                               ("pd-d0", "decode", "w1"), ("pd-d1", "decode", "w2")):
+        members[name] = m = member(name, role, worker, str(tmp_path / f"{name}.log"))
+        procs.append(m)
+        row(engine, name, role, m.port, worker)
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "pd", 4)
+    return members, g
+
+
+def ask(c: openai.OpenAI, i: int, stream: bool) -> tuple[str, str]:
+    """One request: (its x-gpuflow-route header, where its answer's KV came from and whose)."""
+    msgs = [{"role": "user", "content": f"{i}: {PROMPT}"}]
+    raw = c.chat.completions.with_raw_response.create(model="pd", messages=msgs, max_tokens=8, stream=stream,
+                                                      extra_headers=DEBUG)
+    route = raw.headers["x-gpuflow-route"]
+    if stream:
+        chunks = list(raw.parse())
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        kv = chunks[-1].model_extra["gpuflow_kv"]
+    else:
+        r = raw.parse()
+        assert r.choices[0].message.content
+        kv = r.model_extra["gpuflow_kv"]
+    return route, f"{kv['source']}:{kv['engine_id']}"
+
+
+def fields(route: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in route.split("; "))
+
+
+def scrape(p: gs.Proc) -> str:
+    return httpx.get(f"http://127.0.0.1:{p.port}/metrics").text
+
+
+def remote_prefills(p: gs.Proc) -> float:
+    return gs.metric(scrape(p), "gpuflow_standin_prefills_total", source="remote")
+
+
+def test_requests_decode_from_the_prefills_kv(sqlite_store, procs, tmp_path):
+    members, g = group(sqlite_store, procs, tmp_path)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none", max_retries=0)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: ask(c, i, i % 2 == 0), range(60)))  # 60 requests, 8 at once, half streamed
+    routes = [fields(r) for r, _ in got]
+    # >= 95% disaggregated (all of these: long prompts, both prefills up): the answer's KV is remote,
+    # from the very prefill the header names, and the decode it names is one of the group's
+    assert sum(r["kv"] == "remote" for r in routes) >= 57  # 0.95 * 60
+    misrouted = [(r, kv) for r, kv in zip(routes, (kv for _, kv in got))
+                 if kv != f"remote:{r['prefill']}" or r["decode"] not in ("pd-d0", "pd-d1") or r["gen"] != "0"]
+    assert misrouted == []
+    # each decode pulled exactly the KV the headers say it was sent
+    sent = collections.Counter(r["decode"] for r in routes)
+    assert {d: remote_prefills(members[d]) for d in ("pd-d0", "pd-d1")} == {d: sent[d] for d in ("pd-d0", "pd-d1")}
+    m = scrape(g)
+    assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd", path="disaggregated") == 60
+    assert gs.metric(m, "gpuflow_gateway_pd_transfer_failures_total", model="pd") == 0
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="pd", code="200") == 60  # 0 failed
+    # a short prompt (3 tokens < 16) skips the prefill: the decode prefills it itself
+    short = c.chat.completions.with_raw_response.create(model="pd", messages=[{"role": "user", "content": "hi"}],
+                                                        max_tokens=2, extra_headers=DEBUG)
+    assert fields(short.headers["x-gpuflow-route"])["kv"] == "skipped"
+    assert short.parse().model_extra["gpuflow_kv"]["source"] == "local"
+
+
+def test_killing_a_prefill_then_a_decode_under_load_fails_no_request(sqlite_store, procs, tmp_path):
+    # 6 clients send requests back to back (not streamed: a stream a dying decode already started
+    # cannot be retried, every byte before it reached the client). p0 is killed (SIGKILL), then d0,
+    # then p1: no request fails; the last ones are served by d1 whole (fallback, counted)
+    _, _, engine = sqlite_store
+    members, g = group(sqlite_store, procs, tmp_path)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none", max_retries=0)
+    stop, done, failed = threading.Event(), [], []
+
+    def load(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                done.append(fields(ask(c, k * 10_000 + i, False)[0]))
+            except Exception as e:  # noqa: BLE001  a failed request is what this test counts
+                failed.append(repr(e))
+            i += 1
+
+    def after(n: int) -> None:
+        want = len(done) + n
+        gs.wait_for(lambda: len(done) >= want or failed, 60, f"{n} more answers")
+
+    with ThreadPoolExecutor(6) as pool:
+        for k in range(6):
+            pool.submit(load, k)
+        after(20)
+        for name, role, worker in (("pd-p0", "prefill", "w1"), ("pd-d0", "decode", "w1"), ("pd-p1", "prefill", "w2")):
+            members[name].kill()
+            after(10)  # served while the store still says RUNNING: the gateway's own retries
+            row(engine, name, role, members[name].port, worker, state="failed")  # the control plane notices
+            after(20)
+        stop.set()
+    assert failed == []
+    tail = done[-10:]  # no prefill left: d1 serves them whole
+    assert {(r["decode"], r["kv"], r["path"]) for r in tail} == {("pd-d1", "local", "fallback")}
+    m = scrape(g)
+    assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd", path="fallback") >= 10
+    assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd") == len(done)  # every answer, one path
