@@ -93,6 +93,24 @@ def test_which_ports_a_launch_gets(req, want):
     assert pd_argv.ports_wanted(req) == want
 
 
+@pytest.mark.parametrize("req, refused", [
+    (member("vllm", "prefill", "vllm-nixl", distributed=True), True),
+    (member("sglang", "decode", "sglang-mooncake", distributed=True), True),
+    (member("vllm", "prefill", "vllm-nixl", distributed=True, params=["--kv-transfer-config", "{}"]), False),
+    (member("custom", "prefill", "custom", distributed=True, run_command=CMD), False),  # its command decides
+    (member("vllm", None, None, distributed=True), False),  # a plain replica across workers, as before
+    (member("vllm", "prefill", "vllm-nixl"), False),
+])
+def test_a_member_across_several_workers_is_refused_naming_the_mode(req, refused):
+    from worker_agent.engines import LaunchRefused, check_launch
+
+    if not refused:
+        check_launch(req, EngineConfig(allow_engine_flags=("--kv-transfer-config",)))
+        return
+    with pytest.raises(LaunchRefused, match=f"pd_mode {req.pd_mode}: a {req.pd_role} member placed across"):
+        check_launch(req, EngineConfig())
+
+
 # --- vLLM ---------------------------------------------------------------------------------------------------
 
 def kv_config(argv: list[str]) -> dict:

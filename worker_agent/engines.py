@@ -190,7 +190,7 @@ def check_launch(req: LaunchRequest, cfg: EngineConfig) -> list[str]:
         check_name("model", req.model)
     except InvalidInput as e:
         raise LaunchRefused(str(e)) from None
-    problems = env_problems(req.env, cfg.allow_env)
+    problems = env_problems(req.env, cfg.allow_env) + pd_argv.problems(req)
     params = list(req.backend_parameters)
     if req.backend != "custom":
         checked = check_flags(req.backend, params, cfg.allow_engine_flags, file_resolver(req, cfg))

@@ -56,6 +56,18 @@ def configured(req: LaunchRequest) -> bool:
     return bool(own) and params.has(list(req.backend_parameters), *own)
 
 
+def problems(req: LaunchRequest) -> list[str]:
+    """What this agent cannot launch of a member's mode: a member across several workers (its other
+    ranks would need the hand-off's ports too, which only rank 0's agent picks), unless the spec
+    configures the hand-off itself."""
+    if req.role != "server" or req.pd_role is None or req.pd_mode in (None, "custom") or not req.distributed:
+        return []
+    if configured(req):
+        return []
+    return [f"pd_mode {req.pd_mode}: a {req.pd_role} member placed across several workers is not disaggregated "
+            "by gpuflow yet (place it on one worker, or configure the KV connector in backend_parameters)"]
+
+
 def ports_wanted(req: LaunchRequest) -> PDPorts:
     """The ports this launch's KV hand-off binds, for the agent to pick free ones: a custom
     command's named placeholders (on any launch), or the mode's (a prefill or decode member)."""
