@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "installed: gpuflow and temporal are in $(VENV)/bin. To type them as the README does, run once per shell:"
 	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\""
 
-.PHONY: chromium demo dry-run docs docs-serve test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing bench-console
+.PHONY: chromium demo dry-run docs docs-serve test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing bench-console bench-pd
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -87,3 +87,8 @@ bench-routing: $(VENV)/.installed
 # target (a store filled as the control plane writes it, a real gateway over it; about 20 s).
 bench-console: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_console.py $(BENCH_ARGS)
+
+# Prefill/decode disaggregation against aggregated serving on the same simulated GPUs (2 and 4:
+# aggregated, 1P1D, 1P3D, 2P2D, 3P1D) through a real gateway, long prompts streamed (about 5 minutes).
+bench-pd: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_pd.py $(BENCH_ARGS)
