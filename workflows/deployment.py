@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import guards, messages, signals
     from workflows import rollout_steps as ro
     from workflows.group_steps import GroupSteps, group_problem, members_total
+    from workflows.pd_watch import PDWatch
     from workflows.inputs import one_input
 
 
@@ -51,7 +52,7 @@ def parse_spec(raw: dict) -> ModelSpec:
 
 
 @workflow.defn(name="ModelDeploymentWorkflow")
-class ModelDeploymentWorkflow(GroupSteps):
+class ModelDeploymentWorkflow(GroupSteps, PDWatch):
     @workflow.init
     def __init__(self, *args: Any) -> None:
         inp = one_input(args, DeploymentInput, "ModelDeploymentWorkflow")
@@ -73,6 +74,7 @@ class ModelDeploymentWorkflow(GroupSteps):
         ro.begin(self.ro, self.raw)  # the versions kept for `gpuflow rollout undo`
         self.checked = False  # the spec passed the control plane's checks (limits, tenant)
         self._group_init(inp)  # a prefill/decode group's members (workflows/group_steps.py)
+        self._pd_init()  # its disaggregation's watch: pd_ineffective (workflows/pd_watch.py)
 
     @property
     def name(self) -> str:
@@ -83,7 +85,8 @@ class ModelDeploymentWorkflow(GroupSteps):
     def status(self) -> DeploymentView:
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping),
-                              members=self.members, forming=self.forming, waiting=self.waiting, degraded=self.degraded)
+                              members=self.members, forming=self.forming, waiting=self.waiting,
+                              degraded=self.degraded + self.pd_degraded)
 
     @workflow.update
     async def accepted(self, *args: Any) -> DeploymentView:
@@ -236,7 +239,7 @@ class ModelDeploymentWorkflow(GroupSteps):
             try:
                 await workflow.wait_condition(
                     lambda: self.dirty or bool(self.ended) or self._may_continue_as_new(),
-                    timeout=self._wait_s(ro.timeout(self.ro, self.timings.reconcile_s)))
+                    timeout=self._pd_wait(self._wait_s(ro.timeout(self.ro, self.timings.reconcile_s))))
             except asyncio.TimeoutError:
                 await self._drop_closed()
             self.dirty = False
@@ -270,6 +273,7 @@ class ModelDeploymentWorkflow(GroupSteps):
                 await self._forget(list(self.forming))
             if self.raw.get("roles"):  # a group's: a roll (workflows/group_roll.py), else each role kept
                 await (self._group_roll_step if self.ro.rolling else self._group_step)(parse_spec(self.raw))
+                await self._pd_check()  # pd_ineffective, at most every 15 s (workflows/pd_watch.py)
             elif self.ro.rolling:
                 await self._rollout_step()
             else:
@@ -286,7 +290,8 @@ class ModelDeploymentWorkflow(GroupSteps):
     def _show(self, state: str) -> None:
         """Its current details in the Temporal UI (contracts/ui_text.py)."""
         workflow.set_current_details(ui_text.deployment_current(state, self.raw, self.replicas or 0,
-                                                                len(self.instances), self.ro.rolling, self._group_lines()))
+                                                                len(self.instances), self.ro.rolling,
+                                                                self._group_lines() + self._pd_lines()))
 
     async def _rollout_step(self) -> None:
         """One step of the running rollout: look at the replicas, let the rollout decide

@@ -15,7 +15,7 @@
 - **A change of the spec** that replaces members rolls the group (workflows/group_roll.py; which way:
   scheduler/groups/compat.py): role by role with the ordinary rollout when old and new members can
   still hand KV across, else whole: a new generation beside the old (GPUStack restarts the group).
-Autoscaling groups is refused at validation for now (``group_problem``).""" 
+A group's autoscaling is per role (``group_problem``: scheduler/autoscale/roles.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
                                  GroupPlaced, MemberPlaced, MemberRef, PlaceMemberAsk, RoleScaleAsk, ScaleInAsk,
                                  ScaleInPick)
     from contracts.records import StartInstances
+    from scheduler.autoscale.roles import autoscaling_problem
     from scheduler.groups.compat import NO_ROLL, judge
     from scheduler.groups.roles import role_spec
     from scheduler.groups.spec import RoleName
@@ -44,12 +45,10 @@ VICTIMS_WAIT_S = 300  # a group formed by preemption starts its members once its
 
 
 def group_problem(spec: ModelSpec) -> str | None:
-    """What a group spec may not ask for yet (None: it may)."""
-    if not spec.is_group:
-        return None
+    """What a spec's autoscaling may not ask for (None: it may): a group is autoscaled per role
+    (autoscaling.roles), a plain deployment never is (scheduler/autoscale/roles.py)."""
     if spec.autoscaling is not None:
-        return "autoscaling: a prefill/decode group is scaled per role (gpuflow scale NAME N --role ROLE); " \
-               "autoscaling groups is not supported yet"
+        return autoscaling_problem(spec.autoscaling, [r.name.value for r in spec.roles] if spec.is_group else None)
     return None
 
 
@@ -234,7 +233,8 @@ class GroupSteps(GroupRoll):
     def _member_input(self, spec: ModelSpec, m: MemberPlaced) -> InstanceInput:
         rspec = role_spec(spec, m.role).model_dump(mode="json", exclude_none=True)
         return InstanceInput(name=m.name, deployment=self.name, spec=rspec, timings=self.timings, placement=m.plan,
-                             decision=m.decision, group=self.name, role=m.role.value)
+                             decision=m.decision, group=self.name, role=m.role.value,
+                             pd_mode=spec.disaggregation.mode.value if spec.disaggregation else None)
 
     async def _forget(self, names: list[str]) -> None:
         """Members named but never started (no workflow): forgotten here, their rows recorded
