@@ -187,6 +187,16 @@ def handler(key: str | None, name: str, token_s: float, engine=None) -> type[Bas
     return StandIn
 
 
+def port_or_none(v: str) -> int | None:
+    """A port, or none: the agent renders ``{kv_port}`` as "" for a member it picked no port for."""
+    if v == "":
+        return None
+    n = int(v)
+    if not 0 < n < 65536:
+        raise ValueError(v)
+    return n
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
@@ -197,8 +207,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "agent sets)")
     g = p.add_argument_group("simulated GPU and prefill/decode roles (standin_pd.py)")
     g.add_argument("--pd-role", choices=("prefill", "decode", "none", ""), default=None,
-                   help="a prefill/decode group member's role (implies --sim-gpu; none or '': aggregated)")
-    g.add_argument("--kv-port", type=int, help="the KV side channel's port: a decode pulls a prefill's KV from it "
+                   help="a prefill/decode group member's role (implies --sim-gpu); none or '' (the agent's "
+                        "{pd_role} for a router or a plain replica): the plain stand-in")
+    g.add_argument("--kv-port", type=port_or_none, help="the KV side channel's port: a decode pulls a prefill's KV from it "
                                                "(needed to answer do_remote_decode)")
     g.add_argument("--kv-host", help="the side channel's host as decodes reach it (default: --host, or this "
                                      "machine's address when --host binds every address)")
