@@ -89,8 +89,11 @@ class Refresher:
                                     dict(gw.balancer.in_flight))
         except Exception as e:  # noqa: BLE001
             log.warning("gateway: cannot report in-flight counts (%s)", e)
-        if gw.metrics.pd_counts:  # a group's paths, the judgement of pd_ineffective reads them (store/pd_counts.py)
-            counts = {m: replace(c) for m, c in gw.metrics.pd_counts.items()}
+        # each group's paths, from this gateway's start (zeros too: a first sample is the judgement's baseline);
+        # pd_ineffective is judged from them (store/pd_counts.py, scheduler/groups/pd_health.py)
+        counts = {n: replace(gw.metrics.pd_counts.get(n) or pd_counts.PDCounts())
+                  for n, m in gw.balancer.table.models.items() if m.pd is not None}
+        if counts:
             try:
                 await asyncio.to_thread(pd_counts.report, gw.engine, gw.settings.gateway_id, counts)
             except Exception as e:  # noqa: BLE001

@@ -16,6 +16,8 @@ import openai
 from sqlmodel import Session
 
 from gpuflow.ports import free_port
+from store import pd_counts
+from store.pd_counts import PDCounts
 from store.tables import InstanceRow
 from tests import gateway_stack as gs
 from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
@@ -106,6 +108,9 @@ def test_requests_decode_from_the_prefills_kv(sqlite_store, procs, tmp_path):
     assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd", path="disaggregated") == 60
     assert gs.metric(m, "gpuflow_gateway_pd_transfer_failures_total", model="pd") == 0
     assert gs.metric(m, "gpuflow_gateway_requests_total", model="pd", code="200") == 60  # 0 failed
+    # the same counts reach the store within a refresh (0.5 s), where pd_ineffective is judged
+    engine = sqlite_store[2]
+    gs.wait_for(lambda: pd_counts.totals(engine).get("pd") == PDCounts(disaggregated=60), 5, "the counts stored")
     # a short prompt (3 tokens < 16) skips the prefill: the decode prefills it itself
     short = c.chat.completions.with_raw_response.create(model="pd", messages=[{"role": "user", "content": "hi"}],
                                                         max_tokens=2, extra_headers=DEBUG)
