@@ -170,3 +170,95 @@ async def test_a_failing_new_generation_is_rolled_back_and_the_old_serves_throug
     assert {tl.gen[n] for n in tl.gen if n not in gen0} == {1} and v["gen"] == 0, (tl.gen, v["gen"])
     assert v["history"][-1]["result"] == "rolled back", v["history"]
     await gone(lv, "fr")
+
+
+PD = STANDIN + " --pd-role {pd_role} --kv-port {kv_port} --token-s 0.002"
+PROMPT = "Tell me about the sea. " * 40  # ~230 tokens: far over the 16 a prefill is skipped below
+
+
+class Load:
+    """Four clients through the gateway (the official openai client, no retries), back to back;
+    each answer's route (x-gpuflow-route: its generation, where its KV came from) kept, and every
+    failure with its reason."""
+
+    def __init__(self, base: str, model: str, workers: int = 4):
+        import openai
+        self.model, self.routes, self.failed, self.stop = model, [], [], asyncio.Event()
+        self.c = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
+        self.tasks = [asyncio.ensure_future(self._run(w)) for w in range(workers)]
+
+    async def _run(self, w: int) -> None:
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            try:
+                raw = await self.c.chat.completions.with_raw_response.create(
+                    model=self.model, max_tokens=4, messages=[{"role": "user", "content": f"{w}.{i}: {PROMPT}"}],
+                    extra_headers={"x-gpuflow-debug": "route"})
+                assert raw.parse().choices[0].message.content
+                self.routes.append(dict(p.split("=", 1) for p in raw.headers["x-gpuflow-route"].split("; ")))
+            except Exception as e:  # noqa: BLE001  every failure is a test failure, kept with its reason
+                self.failed.append(f"{type(e).__name__}: {e}")
+            await asyncio.sleep(0.02)
+
+    async def finish(self) -> None:
+        self.stop.set()
+        await asyncio.gather(*self.tasks)
+        await self.c.close()
+
+
+async def first_answer(base: str, model: str, timeout: float = 60) -> None:
+    """Until the gateway serves the group once (before the load: nothing counted)."""
+    import openai
+    c = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0, timeout=30)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                await c.chat.completions.create(model=model, max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+                return
+            except Exception:  # noqa: BLE001
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.3)
+    finally:
+        await c.close()
+
+
+async def test_both_rolls_under_load_through_the_gateway_fail_no_request(stack):
+    # a 1P1D group of stand-in PD engines (custom mode: the agent fills {pd_role} and {kv_port}) behind
+    # a real gateway, four clients sending long prompts throughout: decode's env changes (role by
+    # role), then the model (whole: generation 1); no request fails, >= 95% decode from a prefill's KV
+    from gpuflow.ports import free_port
+    lv = stack
+    gw = lv.stack.start_gateway(free_port())
+    raw = {**group("ld"), "run_command": PD}
+    await deploy(lv, raw)
+    await running(lv, "ld", 2)
+    await first_answer(gw, "ld")
+    load = Load(gw, "ld")
+    try:
+        await lv.wait(lambda: len(load.routes) >= 20 or load.failed, 60, "the group answers through the gateway")
+        tl = Timeline(lv, "ld")
+        await deploy(lv, {**raw, "roles": [{"name": "prefill"}, {"name": "decode", "env": {"OMP_NUM_THREADS": "2"}}]})
+        v = await settled(lv, "ld", "version 1 rolled out", 2, tl)
+        assert v["way"] == "roles" and v["why"].startswith("rolls role by role (decode)"), v
+        mark = len(load.routes)
+        await lv.wait(lambda: len(load.routes) >= mark + 20 or load.failed, 60, "answers after the decode rolled")
+        await deploy(lv, {**raw, "source": {"local_path": "/models/ld-14b"}})
+        v = await settled(lv, "ld", "version 2 rolled out", 2, tl)
+        assert v["way"] == "whole" and v["gen"] == 1, v
+        mark = len(load.routes)
+        await lv.wait(lambda: len(load.routes) >= mark + 20 or load.failed, 60, "answers from generation 1")
+        await load.finish()
+        routes = load.routes
+        assert load.failed == [], load.failed[:5]
+        assert {r["gen"] for r in routes} == {"0", "1"} and {r["gen"] for r in routes[-10:]} == {"1"}
+        remote = sum(r["kv"] == "remote" for r in routes)
+        assert remote >= 0.95 * len(routes), (remote, len(routes))  # decoded from a prefill's KV
+        print(f"\ngroup rolls under load: {len(routes)} answered, 0 failed, {remote} with remote KV; "
+              f"generation 0 -> 1 at request {next(i for i, r in enumerate(routes) if r['gen'] == '1')}")
+    finally:
+        if not load.stop.is_set():
+            await load.finish()
+    await gone(lv, "ld")
