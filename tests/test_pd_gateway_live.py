@@ -156,3 +156,28 @@ def test_killing_a_prefill_then_a_decode_under_load_fails_no_request(sqlite_stor
     m = scrape(g)
     assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd", path="fallback") >= 10
     assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd") == len(done)  # every answer, one path
+
+
+def test_a_new_generation_takes_over_once_ready(sqlite_store, procs, tmp_path):
+    # gen 0 (p0, d0) serves; gen 1's decode d9 is RUNNING but its prefill p9 only starting: gen 1 is
+    # not ready (any_per_role wants one of each), gen 0 keeps every request. p9 RUNNING: within a
+    # refresh every request goes to gen 1, never a prefill of one generation with a decode of another
+    url, schema, engine = sqlite_store
+    gs.deploy(engine, "pd", **{**SPEC, "roles": [{"name": "prefill"}, {"name": "decode"}]})
+    ms = {n: member(n, role, "w1", str(tmp_path / f"{n}.log"))
+          for n, role in (("pd-p0", "prefill"), ("pd-d0", "decode"), ("pd-p9", "prefill"), ("pd-d9", "decode"))}
+    procs.extend(ms.values())
+    for n, gen, state in (("pd-p0", 0, "running"), ("pd-d0", 0, "running"), ("pd-p9", 1, "starting"),
+                          ("pd-d9", 1, "running")):
+        row(engine, n, "prefill" if "-p" in n else "decode", ms[n].port, "w1", state, gen)
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "pd", 3)  # p0, d0, d9 RUNNING
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none", max_retries=0)
+    before = [fields(ask(c, i, False)[0]) for i in range(6)]
+    assert {(r["prefill"], r["decode"], r["gen"]) for r in before} == {("pd-p0", "pd-d0", "0")}
+    row(engine, "pd-p9", "prefill", ms["pd-p9"].port, "w1", "running", 1)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "pd", 4)
+    after = [ask(c, i, i % 2 == 0) for i in range(6)]
+    assert {(fields(r)["prefill"], fields(r)["decode"], fields(r)["gen"], kv) for r, kv in after} == {
+        ("pd-p9", "pd-d9", "1", "remote:pd-p9")}  # decoded from p9's KV
