@@ -68,11 +68,11 @@ class GroupAutoscale:
             current[role], starting[role] = wanted[role], max(0, wanted[role] - len(mine))
         carry.keep(now, max([keep_s(role_config(cfg, r)) for r in current] or [cfg.interval_s]))
         before = dict(carry.role_policy)
-        steps = []
+        steps, dry = [], {}  # dry: the snapshot with the members an earlier role's dry run placed booked
         for role, (d, state) in decide_roles(cfg, carry.role_samples, current, starting, now, before).items():
             carry.role_policy[role] = state
             steps.append(await self._role_step(deployment, spec, role, d, samples[role],
-                                               before.get(role, PolicyState()), carry, now))
+                                               before.get(role, PolicyState()), carry, now, dry))
         total = sum(wanted.values())
         record = {"at": now, "gateways": len(got.gateways), "engines_scraped": got.scraped}
         return Step(carry=carry.out(), record=record, current=total, target=total,
@@ -80,7 +80,7 @@ class GroupAutoscale:
                     interval_s=cfg.interval_s, roles=steps)
 
     async def _role_step(self, deployment: str, spec: ModelSpec, role: str, d: Decision, sample: Sample,
-                         before: PolicyState, carry, now: float) -> RoleStep:
+                         before: PolicyState, carry, now: float, dry: dict) -> RoleStep:
         if self.keeper is not None and kept.worth_keeping(d):  # replayable, like a plain step
             inputs = kept.encode(role_config(spec.autoscaling, role), carry.role_samples[role], d.current, d.starting,
                                  now, before, role=role)
@@ -88,7 +88,7 @@ class GroupAutoscale:
         target, outcome, blocked, reasons = d.desired, None, False, []
         if d.direction == UP and d.delta > 0:
             target, outcome, blocked, reasons = await self._fit_role(deployment, spec, role, d.current, d.delta,
-                                                                     carry, now)
+                                                                     carry, now, dry)
         record = {"at": now, "role": role, "signals": sample.signals(), "current": d.current, "starting": d.starting,
                   "direction": d.direction, "rule": d.rule, "reason": d.reason, "desired": d.desired,
                   "target": target, "dry_run": outcome}
@@ -96,14 +96,19 @@ class GroupAutoscale:
         return RoleStep(role=role, current=d.current, target=target, blocked=blocked, reasons=reasons[:50],
                         record=record)
 
-    async def _fit_role(self, deployment: str, spec: ModelSpec, role: str, current: int, k: int, carry, now: float):
-        """(target, dry-run outcome, blocked, reasons) for ``k`` more ``role`` members: only what fits."""
+    async def _fit_role(self, deployment: str, spec: ModelSpec, role: str, current: int, k: int, carry, now: float,
+                        dry: dict):
+        """(target, dry-run outcome, blocked, reasons) for ``k`` more ``role`` members: only what fits.
+        Both roles' dry runs of one step share a snapshot: the second sees the first's members booked,
+        so two roles never both count on the same free GPU."""
         def run():
             rspec = role_spec(spec, RoleName(role))
             req = self.estimates.get(rspec)
-            return rspec, req, fit_member(load_snapshot(self.engine), spec, role, req, deployment, k, self.policy)
+            snap = dry.get("snapshot") or load_snapshot(self.engine)
+            return rspec, req, fit_member(snap, spec, role, req, deployment, k, self.policy)
 
         rspec, req, f = await self.runner.run(run)
+        dry["snapshot"] = f.after
         outcome = {"asked": f.asked, "fits": f.fits, "placed_on": [p.worker for p in f.placed], "reasons": f.reasons}
         if f.blocked and self.hook:
             want = {**demand(rspec, req, f), "deployment": deployment, "role": role}

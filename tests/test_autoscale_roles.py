@@ -217,3 +217,18 @@ def test_a_role_adds_only_the_members_that_fit(role, k, fits, why):
     assert sorted(p.gpu_indexes[0] for p in f.placed) == list(range(fits))
     if f.blocked:
         assert f.reasons[0] == f"role {role}: no host fits one more member" and "10.0 GiB of VRAM" in f.reasons[1]
+
+
+def test_both_roles_dry_runs_in_one_step_share_the_free_gpus():
+    # host a, 2 GPUs of 24 GiB, each holding one 10 GiB member: 14 GiB free on each. The prefill's
+    # dry run takes both (2 fit); the decode's, on the snapshot it leaves, finds 4 GiB: none fits,
+    # so the two roles never both count on the same free GPU
+    from scheduler.autoscale.fit import fit_member
+    from tests.conftest import cluster
+    from tests.test_group_scale import REQ, group, host, member
+
+    snap = cluster([host("a")], [member("g-0", "prefill", "a", 0), member("g-1", "decode", "a", 1)])
+    p = fit_member(snap, group(), "prefill", REQ, "g", 2)
+    d = fit_member(p.after, group(), "decode", REQ, "g", 1)
+    assert (p.fits, d.fits, d.blocked) == (2, 0, True)
+    assert [(i.role.value, i.group) for i in p.after.instances[-2:]] == [("prefill", "g"), ("prefill", "g")]

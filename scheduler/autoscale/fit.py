@@ -24,6 +24,7 @@ class Fit:
     asked: int
     placed: list[Candidate] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why the first replica that did not fit did not
+    after: ClusterSnapshot | None = None  # fit_member's: the snapshot with what fits booked (the next role's dry run)
 
     @property
     def fits(self) -> int:
@@ -62,6 +63,7 @@ def fit_member(snapshot: ClusterSnapshot, spec: ModelSpec, role: str, request: R
         snap = book(snap, d.placement, f"{group}~dry-run-{role}-{i}", spec.name)
         last = snap.instances[-1].model_copy(update={"role": RoleName(role), "group": group})
         snap = snap.model_copy(update={"instances": [*snap.instances[:-1], last]})
+    out.after = snap
     return out
 
 
