@@ -53,7 +53,8 @@ async def stack(tmp_path_factory):
     exe = tmp / "vllm"
     exe.write_text(STAND_IN.format(python=sys.executable, out=str(out)))
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    lv = await Live(str(tmp)).start({"h1": [24, 24], "h2": [24, 24]}, agent_args=["--vllm", str(exe)])
+    lv = await Live(str(tmp)).start({"h1": [24, 24], "h2": [24, 24]},
+                                    agent_args=["--vllm", str(exe), "--kv-connector", "nixl"])  # NIXL: stated
     lv.seen, lv.exe = out, str(exe)
     yield lv
     lv.close()
