@@ -181,3 +181,35 @@ def test_a_new_generation_takes_over_once_ready(sqlite_store, procs, tmp_path):
     after = [ask(c, i, i % 2 == 0) for i in range(6)]
     assert {(fields(r)["prefill"], fields(r)["decode"], fields(r)["gen"], kv) for r, kv in after} == {
         ("pd-p9", "pd-d9", "1", "remote:pd-p9")}  # decoded from p9's KV
+
+
+def test_sglang_mode_sends_both_ends_the_prefills_bootstrap(sqlite_store, procs, tmp_path):
+    # mode sglang-nixl: the gateway sends each request to a prefill and a decode at once, with the
+    # prefill's bootstrap host and port (its row's bootstrap_port) and a fresh room; the decode waits
+    # for that room at the prefill's bootstrap server (tests/standin_sglang.py) and answers from it
+    url, schema, engine = sqlite_store
+    gs.deploy(engine, "pd", **{**SPEC, "disaggregation": {"mode": "sglang-nixl"}})
+    boots = {}
+    for name, role in (("pd-p0", "prefill"), ("pd-p1", "prefill"), ("pd-d0", "decode")):
+        port, boot = free_port(), free_port() if role == "prefill" else None
+        procs.append(gs.Proc([sys.executable, "tests/standin_sglang.py", "--port", str(port), "--name", name,
+                              "--role", role, *(["--bootstrap-port", str(boot)] if boot else [])], port))
+        row(engine, name, role, port, "w1")
+        with Session(engine) as s:
+            r = s.get(InstanceRow, name)
+            r.bootstrap_port = boots[name] = boot
+            s.add(r)
+            s.commit()
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "pd", 3)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none", max_retries=0)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: c.chat.completions.with_raw_response.create(
+            model="pd", messages=[{"role": "user", "content": f"{i}: {PROMPT}"}], max_tokens=4,
+            extra_headers=DEBUG), range(12)))
+    seen = [(fields(r.headers["x-gpuflow-route"]), r.parse().model_extra["gpuflow_kv"]) for r in got]
+    # each decoded from the room of the very prefill the header names (its bootstrap port), 12 rooms
+    assert [kv["source"] for _, kv in seen] == ["remote"] * 12
+    assert all(kv["engine_id"] == boots[h["prefill"]] for h, kv in seen)
+    assert len({kv["room"] for _, kv in seen}) == 12
