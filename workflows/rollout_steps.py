@@ -25,7 +25,8 @@ from temporalio import workflow
 from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, Outcome, OutcomeView, ReplicaProbe, RolloutState, RolloutStep,
                                RolloutView, UndoView)
 from scheduler.bounds import MAX_TEXT
-from scheduler.groups.compat import Judgement, judge
+from scheduler.groups.compat import ORDER, Judgement, judge
+from scheduler.groups.spec import RoleName
 from scheduler.rollout import DONE, ROLLBACK, WAIT, Replica, Step, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
@@ -92,7 +93,7 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     if undo is not None:
         log_step(r, "undo", [], f"from version {r.version} to {undo[1]}")
     r.version, r.rolled_back = r.latest, False
-    recreate = new.rollout.strategy == "recreate" if j is None else _group_way(r, j)
+    recreate = new.rollout.strategy == "recreate" if j is None else _group_way(r, j, new)
     _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
     if recreate:
         r.rolling, r.good = False, None
@@ -105,13 +106,21 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     return Change(raw=raw)
 
 
-def _group_way(r: RolloutState, j: Judgement) -> bool:
-    """A group's edit: record which way it rolls and why; a whole roll (or a recreate) makes a new
-    generation for the members to come. A roll still under way that was whole stays whole (its
-    members are of two generations already). True: recreate."""
-    way = "whole" if j.way == "roles" and r.rolling and r.way == "whole" else j.way
-    r.why = j.said() if way == j.way else f"rolls the group whole: the roll before it was whole; {j.said()}"
-    r.roles = [x.value for x in j.roles] if way == "roles" else []
+def _group_way(r: RolloutState, j: Judgement, new: ModelSpec) -> bool:
+    """A group's edit (``j``: judged from the current spec): record which way it rolls and why; a
+    whole roll (or a recreate) makes a new generation for the members to come. A roll still under
+    way has members of the spec before it too: the edit is judged from that one as well, and the
+    stricter way wins (a whole roll under way stays whole; roles rolling stay rolling). True: recreate."""
+    was = r.way if r.rolling else ""
+    jg = judge(ModelSpec.model_validate(r.good), new) if r.rolling and r.good is not None else j
+    ways = (j.way, jg.way, was)
+    way = "recreate" if "recreate" in ways[:2] else "whole" if "whole" in ways else j.way
+    mine = {*j.roles, *jg.roles, *(RoleName(x) for x in r.roles if was == "roles")}
+    roles = tuple(x for x in ORDER if x in mine) if way == "roles" else ()
+    why = j.why + tuple(f"from version {r.from_version}, before the roll under way: {w}" for w in jg.why
+                        if jg is not j and w not in j.why) + (("the roll under way is whole",) if was == "whole" else ())
+    r.why = Judgement(way, roles, why).said()
+    r.roles = [x.value for x in roles]
     r.forming_since = None
     if way in ("whole", "recreate"):
         r.gen_latest = max(r.gen_latest, r.gen) + 1
