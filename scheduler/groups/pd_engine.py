@@ -4,7 +4,7 @@
 | engine | counted in | from remote KV | prefilled locally | failed transfers |
 | --- | --- | --- | --- | --- |
 | gpuflow's stand-in | requests | ``gpuflow_standin_prefills_total{source="remote"}`` | ``{source="local"}`` | ``vllm:nixl_num_failed_transfers_total`` |
-| vLLM (0.11 and later) | prompt tokens | ``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}`` | ``{source="local_compute"}`` | the same |
+| vLLM (where it publishes the split: the name GPUStack 2.3.0 maps, its metrics_config.yaml) | prompt tokens | ``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}`` | ``{source="local_compute"}`` | the same |
 
 vLLM's ``local_cache_hit`` tokens (its own prefix cache) are neither: no prefill ran for them. An
 engine that publishes neither (SGLang: its transfer counters sit on the prefill, and no token split)
