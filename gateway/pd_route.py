@@ -8,7 +8,7 @@ and retries before the client has seen a byte:
 - a decode that is down (unreachable, reset) -> another decode with the same kv_transfer_params
   (the prefill still holds the KV: it was not pulled);
 - a decode that answers an error (its KV pull failed: a 5xx or 409) -> the request again from its
-  prefill on, that prefill left out (its KV is what failed).
+  prefill on, that prefill left out (its KV is what failed) and marked bad for ``bad_s``.
 
 Every failed end counts in ``gpuflow_gateway_pd_transfer_failures_total{end}``, every request
 handed to a decode in ``gpuflow_gateway_pd_requests_total{path}``. A client's error (a 4xx from
@@ -191,6 +191,7 @@ async def vllm(sv: Serving, ask: Ask, p: Pick, path: str, headers: dict, data: d
             return await relay_from(sv, ask, p, d, path, headers, body, watch, last)
         except EndFailed as e:
             if not e.down:  # the decode answered: its pull of this KV failed, start over from another prefill
+                bal.mark_bad(p.prefill)  # its side channel fails: the next requests go to others for a while
                 raise EndFailed(DECODE, p.prefill, f"decode {d.instance} could not take its KV ({e})") from None
             sv.metrics.pd_failed(model, DECODE)
             exclude |= {d.instance}

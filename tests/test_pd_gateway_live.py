@@ -213,3 +213,25 @@ def test_sglang_mode_sends_both_ends_the_prefills_bootstrap(sqlite_store, procs,
     assert [kv["source"] for _, kv in seen] == ["remote"] * 12
     assert all(kv["engine_id"] == boots[h["prefill"]] for h, kv in seen)
     assert len({kv["room"] for _, kv in seen}) == 12
+
+
+def test_failing_kv_pulls_fall_back_to_the_decode_then_resume(sqlite_store, procs, tmp_path):
+    # both prefills' side channels refuse every pull (the stand-in's fault): the first request is
+    # prefilled on one (its decode's pull fails: 503), again on the other (fails), then served by a
+    # decode whole; both prefills are marked bad (5 s), so the next ones fall back at once. No request
+    # fails. Pulls resume: once the marks expire, requests decode from the prefills' KV again
+    members, g = group(sqlite_store, procs, tmp_path)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none", max_retries=0)
+    for p in ("pd-p0", "pd-p1"):
+        assert httpx.post(f"http://127.0.0.1:{members[p].port}/standin/faults", json={"fail_kv_pulls": True}).is_success
+    got = [ask(c, i, i % 2 == 0) for i in range(5)]
+    assert {(fields(r)["kv"], fields(r)["path"], kv.split(":")[0]) for r, kv in got} == {("local", "fallback", "local")}
+    m = scrape(g)
+    assert gs.metric(m, "gpuflow_gateway_pd_transfer_failures_total", model="pd", end="decode") == 2  # p0 and p1, once
+    assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd", path="fallback") == 5
+    assert gs.metric(m, "gpuflow_gateway_requests_total", model="pd", code="200") == 5  # 0 failed
+    for p in ("pd-p0", "pd-p1"):
+        httpx.post(f"http://127.0.0.1:{members[p].port}/standin/faults", json={"fail_kv_pulls": False})
+    n = iter(range(100, 200))  # new prompts: one the decodes already hold would skip its prefill
+    gs.wait_for(lambda: fields(ask(c, next(n), False)[0])["kv"] == "remote", 15,
+                "a request decoded from a prefill's KV", every=0.5)
