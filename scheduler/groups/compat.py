@@ -178,3 +178,11 @@ def _judge(old: ModelSpec, new: ModelSpec) -> Judgement:
     fields = {r: sorted(k for k in _runs(news[r]) if _runs(olds[r]).get(k) != _runs(news[r]).get(k)) for r in changed}
     why = tuple(f"{r.value}: {', '.join(fields[r])} changes; the KV hand-off does not depend on it" for r in changed)
     return Judgement("roles", roles=changed, why=why)
+
+
+def way_of(old: dict, new: dict) -> Judgement | None:
+    """``judge`` on two specs as written (plain JSON); None when either does not validate."""
+    try:
+        return judge(ModelSpec.model_validate(old), ModelSpec.model_validate(new))
+    except ValueError:
+        return None
