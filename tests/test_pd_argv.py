@@ -220,3 +220,40 @@ def test_the_launch_mac_covers_the_bootstrap_port_and_older_macs_stay_valid():
     moved = launch_proof.body("pd-0", "", 10, 8000, "10.0.0.5", "n" * 16, None, 7201)
     assert "does not verify" in launch_proof.problem(key, "h1", moved, mac)  # another port: refused
     assert "does not verify" in launch_proof.problem(key, "h1", old, mac)  # dropped: refused
+
+
+# --- the store writes the port only with its host's word (a real SQLite store) -------------------------------
+
+from tests.test_launch_proof import NONCE, world  # noqa: E402,F401  (the fixture: h1 and h2 joined, a-0 booked on h1)
+
+
+def boot_launch(cred, signed: int | None, **edit):
+    from contracts.control import InstanceRecord
+
+    fields = launch_proof.body("a-0", "", 4242, 8000, "10.0.0.1", NONCE, None, signed)
+    rec = dict(name="a-0", deployment="a", model="a", state="running", worker="h1", pid=4242, port=8000,
+               address="10.0.0.1", bootstrap_port=signed, key_id=NONCE,
+               launch_mac=launch_proof.sign(cred.key, cred.name, fields))
+    return InstanceRecord(**{**rec, **edit})
+
+
+@pytest.mark.parametrize("signed, recorded, refused", [
+    (7200, 7200, False),  # the agent's figure: the row keeps it for the gateways
+    (None, None, False),  # none (a router, a plain replica): the MAC of before
+    (7200, 6666, True),  # edited after the MAC: the gateways would hand decodes another port
+    (7200, None, True),  # dropped
+    (None, 6666, True),  # added
+])
+def test_the_row_records_the_bootstrap_port_only_as_its_host_signed_it(world, signed, recorded, refused):
+    from store import records
+    from store.engine_keys import UnprovenLaunch
+
+    engine, h1, _ = world
+    rec = boot_launch(h1, signed, bootstrap_port=recorded)
+    if refused:
+        with pytest.raises(UnprovenLaunch, match="does not verify"):
+            records.record_instance(engine, rec)
+        assert records.instances_of(engine) == []  # nothing written
+        return
+    records.record_instance(engine, rec)
+    assert records.instances_of(engine)[0].bootstrap_port == recorded
