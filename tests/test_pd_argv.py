@@ -257,3 +257,15 @@ def test_the_row_records_the_bootstrap_port_only_as_its_host_signed_it(world, si
         return
     records.record_instance(engine, rec)
     assert records.instances_of(engine)[0].bootstrap_port == recorded
+
+
+async def test_an_adopted_member_reports_the_same_bootstrap_port(tmp_path):
+    """The pid file keeps the port: an agent restarted on the host (a new table on the same folder)
+    adopts the engine and its LaunchResult carries the same figure, so the same MAC."""
+    first = procs.ProcessTable(str(tmp_path))
+    rec = first.start("pd-prefill-0", ["sleep", "30"], {}, 8000, bootstrap_port=7200)
+    try:
+        again = procs.ProcessTable(str(tmp_path)).find("pd-prefill-0")
+        assert (again.pid, again.bootstrap_port) == (rec.pid, 7200)
+    finally:
+        await first.stop("pd-prefill-0", 1.0)
