@@ -44,7 +44,9 @@ class CacheWatch:
         self.session = None
 
     def on_table(self, table: Table) -> None:
-        here = {(r.instance, r.address, r.port): r for m in table.models.values() for r in m.replicas}
+        # a group's members too: the index sizes a prefill's cache as a replica's (gateway/pd_pick.py chooses on it)
+        here = {(r.instance, r.address, r.port): r for m in table.models.values()
+                for r in (*m.replicas, *(m.pd.members if m.pd is not None else ()))}
         for key in [k for k in self.sizes if k not in here]:
             del self.sizes[key]
         for key in here:
@@ -57,8 +59,8 @@ class CacheWatch:
                 t.add_done_callback(self.probing.discard)
         if not self.kv_events:
             return
-        self.subscribers.sync({r.instance: endpoint(r.address, r.kv_events_port)
-                               for r in here.values() if r.kv_events_port})
+        self.subscribers.sync({r.instance: endpoint(r.address, r.kv_events_port)  # a group's choice reads text only
+                               for m in table.models.values() for r in m.replicas if r.kv_events_port})
         for m in table.models.values():
             if any(r.kv_events_port for r in m.replicas):
                 self.tokenizers.want(m.tokenizer)

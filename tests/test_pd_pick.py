@@ -162,3 +162,15 @@ async def test_balancer_takes_both_ends_and_releases_them():
     b.release(p2, "pd")
     b.release(p.decode, "pd")
     assert b.in_flight == {}
+
+
+async def test_a_groups_members_have_their_cache_sizes_asked():
+    # the prefix index sizes each prefill's cache from its engine, as a replica's (gateway/cache_watch.py):
+    # the members are asked once each (the probe itself: tests/test_engine_cache.py)
+    from gateway.cache_watch import CacheWatch
+
+    b = Balancer(1.0, 10, 5.0)
+    w = CacheWatch(b, 128, kv_events=False)
+    w.on_table(tables.build([], {"pd": SPEC}, 4, members={"pd": Members((P0, D1))}))
+    assert sorted(w.sizes) == [("d1", "127.0.0.1", 9000), ("p0", "127.0.0.1", 9000)]
+    await w.close()
