@@ -103,3 +103,8 @@ def test_a_router_alone_rolls_alone_last():
     assert judge(old, group(roles=roles(r={"run_command": "router --v2"}))).roles == (R,)
     j = judge(old, group(env={"OMP_NUM_THREADS": "4"}, roles=roles(r={"run_command": "router --v2"})))
     assert (j.way, j.roles) == ("roles", (P, D, R)), j
+
+
+def test_a_deployment_wide_change_is_said_once_naming_both_roles():
+    j = judge(OLD, group(params=("--dtype", "bfloat16")))
+    assert j.why == ("dtype changes (prefill, decode: --dtype float16 -> bfloat16)",), j.why

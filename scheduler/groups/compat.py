@@ -98,24 +98,33 @@ def _tp(spec: ModelSpec) -> str:
     return _flag(_words(spec), TP_FLAGS) or "1"
 
 
-def _kv_changes(role: RoleName, old: ModelSpec, new: ModelSpec) -> list[str]:
-    """What a role's KV hand-off depends on that changes (each naming the field)."""
+def _kv_changes(old: ModelSpec, new: ModelSpec) -> list[str]:
+    """What a role's KV hand-off depends on that changes, each naming the field; ``{r}`` stands
+    for the role (filled by ``_per_role``, which merges the roles a deployment-wide change hits)."""
     out = []
     if old.source != new.source:
-        out.append(f"the model changes ({role.value}: source)")
+        out.append("the model changes ({r}: source)")
     if (old.backend, old.backend_version) != (new.backend, new.backend_version):
-        out.append(f"the engine changes ({role.value}: backend {old.backend.value} {old.backend_version or '-'} "
+        out.append(f"the engine changes ({{r}}: backend {old.backend.value} {old.backend_version or '-'} "
                    f"-> {new.backend.value} {new.backend_version or '-'}): its KV layout and handshake are its own")
     ow, nw = _words(old), _words(new)
     for label, flags in MUST_MATCH.items():
         a, b = _flag(ow, flags), _flag(nw, flags)
         if a != b:
-            out.append(f"{label} changes ({role.value}: {flags[0]} {a or 'unset'} -> {b or 'unset'})")
+            out.append(f"{label} changes ({{r}}: {flags[0]} {a or 'unset'} -> {b or 'unset'})")
     for k in LAYOUT_ENV:
         if old.env.get(k) != new.env.get(k):
-            out.append(f"KV layout changes ({role.value}: env {k} {old.env.get(k) or 'unset'} -> "
-                       f"{new.env.get(k) or 'unset'})")
+            out.append(f"KV layout changes ({{r}}: env {k} {old.env.get(k) or 'unset'} -> {new.env.get(k) or 'unset'})")
     return out
+
+
+def _per_role(found: dict[RoleName, list[str]]) -> list[str]:
+    """Each reason once, naming every role it holds for ("prefill, decode: source")."""
+    roles: dict[str, list[str]] = {}
+    for r, whys in found.items():
+        for w in whys:
+            roles.setdefault(w, []).append(r.value)
+    return [w.replace("{r}", ", ".join(rs)) for w, rs in roles.items()]
 
 
 def _tp_pairs(old: dict[RoleName, ModelSpec], new: dict[RoleName, ModelSpec]) -> list[str]:
@@ -168,7 +177,7 @@ def _judge(old: ModelSpec, new: ModelSpec) -> Judgement:
     olds = {r.name: role_spec(old, r.name) for r in old.roles or []}
     news = {r.name: role_spec(new, r.name) for r in new.roles or []}
     changed = tuple(r for r in ORDER if r in news and _runs(olds[r]) != _runs(news[r]))
-    kv = [w for r in changed if r != RoleName.ROUTER for w in _kv_changes(r, olds[r], news[r])] + _tp_pairs(olds, news)
+    kv = _per_role({r: _kv_changes(olds[r], news[r]) for r in changed if r != RoleName.ROUTER}) + _tp_pairs(olds, news)
     if kv:
         return Judgement("whole", why=tuple(kv))
     if _no_gateway(old) != _no_gateway(new):  # a disaggregation field none of the above names: safest whole
