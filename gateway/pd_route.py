@@ -193,10 +193,10 @@ async def vllm(sv: Serving, ask: Ask, p: Pick, path: str, headers: dict, data: d
             if not e.down:  # the decode answered: its pull of this KV failed, start over from another prefill
                 bal.mark_bad(p.prefill)  # its side channel fails: the next requests go to others for a while
                 raise EndFailed(DECODE, p.prefill, f"decode {d.instance} could not take its KV ({e})") from None
-            sv.metrics.pd_failed(model, DECODE)
             exclude |= {d.instance}
             if not another_decode(sv, model, p, exclude):
-                raise
+                raise  # counted once, where it is caught
+            sv.metrics.pd_failed(model, DECODE)
             ask.prompt.after = p.prefill
             got = await acquire(sv, ask, exclude, place)
             if not isinstance(got, Pick):

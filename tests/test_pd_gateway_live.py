@@ -156,6 +156,10 @@ def test_killing_a_prefill_then_a_decode_under_load_fails_no_request(sqlite_stor
     m = scrape(g)
     assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd", path="fallback") >= 10
     assert gs.metric(m, "gpuflow_gateway_pd_requests_total", model="pd") == len(done)  # every answer, one path
+    # the kills were met and retried: new prompts alternate between the prefills (p0 was tried dead), and
+    # p1 on w2 prefers d0 on w2 (d0 was tried dead; another decode took the same KV)
+    assert gs.metric(m, "gpuflow_gateway_pd_transfer_failures_total", model="pd", end="prefill") >= 1
+    assert gs.metric(m, "gpuflow_gateway_pd_transfer_failures_total", model="pd", end="decode") >= 1
 
 
 def test_a_new_generation_takes_over_once_ready(sqlite_store, procs, tmp_path):
