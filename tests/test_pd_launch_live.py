@@ -7,7 +7,9 @@ told (so each was free), and answers HTTP; the instance rows are then read for `
 - mode custom: each member's run_command gets ``{pd_role}``, ``{kv_port}`` and ``{bootstrap_port}``;
   the row records its ``{bootstrap_port}``;
 - mode vllm-nixl: each member's vLLM gets ``--kv-transfer-config`` (NixlConnector) and the side
-  channel on the agent's address and a port it picked; the row records that port."""
+  channel on the agent's address and a port it picked; the row records that port;
+- mode sglang-mooncake: the prefill's SGLang gets ``--disaggregation-mode prefill`` and a bootstrap
+  port it binds, which its row records; the decode ``--disaggregation-mode decode`` and no port."""
 
 from __future__ import annotations
 
@@ -27,10 +29,12 @@ GiB = 2**30
 STAND_IN = """#!{python}
 import http.server, json, os, socket, sys
 args = sys.argv[1:]
+if "--port" not in args:  # asked whether it imports sglang (the agent's engine check): it does
+    sys.exit(0)
 def val(flag):
     return args[args.index(flag) + 1] if flag in args else ""
 held = []
-for flag in ("--kv-port", "--bootstrap-port"):
+for flag in ("--kv-port", "--bootstrap-port", "--disaggregation-bootstrap-port"):
     if val(flag):  # the port it was told: bind it, as an engine would (fails if it is taken)
         s = socket.socket(); s.bind(("127.0.0.1", int(val(flag)))); s.listen(); held.append(s)
 env = {{k: v for k, v in os.environ.items() if k.startswith("VLLM_")}}
@@ -54,7 +58,8 @@ async def stack(tmp_path_factory):
     exe.write_text(STAND_IN.format(python=sys.executable, out=str(out)))
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     lv = await Live(str(tmp)).start({"h1": [24, 24], "h2": [24, 24]},
-                                    agent_args=["--vllm", str(exe), "--kv-connector", "nixl"])  # NIXL: stated
+                                    agent_args=["--vllm", str(exe), "--sglang-python", str(exe),  # both engines
+                                                "--kv-connector", "nixl", "--kv-connector", "mooncake"])
     lv.seen, lv.exe = out, str(exe)
     yield lv
     lv.close()
@@ -116,3 +121,21 @@ async def test_a_vllm_nixl_member_gets_the_connector_and_its_side_channel(stack)
         assert s["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == r.address  # reachable from the other hosts, not localhost
         assert int(s["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == r.bootstrap_port != r.port
     await gone(lv, "pdv")
+
+
+async def test_an_sglang_prefill_gets_its_bootstrap_port_and_the_decode_none(stack):
+    lv = stack
+    before = frozenset(seen(lv))
+    await ops.deploy(lv.client, group("pds", backend="sglang", disaggregation={"mode": "sglang-mooncake"}), FAST)
+    rows = await running(lv, "pds", 2)
+    new = {int(flag(s["argv"], "--port")): s["argv"] for s in seen(lv, before).values()}
+    for r in rows.values():
+        argv = new[r.port]
+        assert argv[:2] == ["-m", "sglang.launch_server"]
+        assert flag(argv, "--disaggregation-mode") == r.role
+        assert flag(argv, "--disaggregation-transfer-backend") == "mooncake"
+        if r.role == "prefill":  # bound by the stand-in: it was free
+            assert int(flag(argv, "--disaggregation-bootstrap-port")) == r.bootstrap_port != r.port
+        else:  # each request names its prefill's bootstrap host, port and room
+            assert "--disaggregation-bootstrap-port" not in argv and r.bootstrap_port is None
+    await gone(lv, "pds")
