@@ -32,8 +32,7 @@ from contracts.agent import LaunchRequest
 # DISAGG_TRANSFER_BACKEND_CHOICES: mooncake, nixl, ascend, fake)
 SGLANG_BACKEND = {"sglang-mooncake": "mooncake", "sglang-nixl": "nixl"}
 VLLM_MODES = ("vllm-nixl", "vllm-mooncake", "vllm-ascend-mooncake")
-# vllm-ascend registers MooncakeConnectorV1 (vllm_ascend/distributed/__init__.py) when vLLM loads it as
-# its platform plugin; no kv_connector_module_path: vLLM's fallback would look for a class by that name
+# the flags by which a spec configures the hand-off itself (then gpuflow adds none and picks no port)
 OWN_FLAGS = {"vllm": ("--kv-transfer-config",), "sglang": ("--disaggregation-mode",)}
 
 
@@ -105,7 +104,10 @@ def vllm_flags(req: LaunchRequest, kv_port: int | None) -> list[str]:
     role = "kv_producer" if req.pd_role == "prefill" else "kv_consumer"
     if req.pd_mode == "vllm-mooncake":
         return ["--kv-transfer-config", _json({"kv_connector": "MooncakeConnector", "kv_role": role})]
-    tp = tp_size(req)  # vllm-ascend: both roles' TP in the config (prefill's >= decode's): ours for both
+    # vllm-ascend registers MooncakeConnectorV1 (vllm_ascend/distributed/__init__.py) when vLLM loads it
+    # as its platform plugin; no kv_connector_module_path: vLLM's fallback would look for a class by that
+    # name, which that module does not have. Both roles' TP (prefill's >= decode's): ours for both
+    tp = tp_size(req)
     return ["--kv-transfer-config", _json({
         "kv_connector": "MooncakeConnectorV1", "kv_role": role, "kv_port": kv_port, "engine_id": req.instance,
         "kv_connector_extra_config": {"prefill": {"dp_size": 1, "tp_size": tp}, "decode": {"dp_size": 1, "tp_size": tp}}})]
