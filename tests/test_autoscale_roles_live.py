@@ -23,6 +23,7 @@ import sys
 
 import pytest
 
+from contracts.ids import autoscaler_id
 from gpuflow.workflow_views import autoscale_view
 from store import decision_log, serving
 from store.decision_replay import replay_row
@@ -134,6 +135,10 @@ async def test_a_blocked_role_says_why_and_the_other_still_scales(stack):
             return "CAPACITY-BLOCKED: role decode: no host fits one more member" in out and "prefill desired 2" in out
 
         await lv.wait_async(status_says_it, 30, "gpuflow status naming the blocked decode")
+        # the Temporal UI's "current details" of the autoscaler name both roles' last steps
+        md = await lv.client.get_workflow_handle(autoscaler_id(name)).query("__temporal_workflow_metadata")
+        assert "by rule `prefill: " in md.current_details and "by rule `decode: itl`" in md.current_details, \
+            md.current_details
     finally:
         for load in loads:
             await load.close()

@@ -101,8 +101,10 @@ class AutoscalerWorkflow:
             return step
         self.carry, self.last = step.carry, step
         if step.roles:  # a prefill/decode group: each role's count set on its own, one record each
-            for rs in step.roles:
-                self._keep(await self._apply_role(rs))
+            recs = [await self._apply_role(rs) for rs in step.roles]
+            self.history = (self.history + recs)[-HISTORY:]
+            workflow.set_current_details("\n\n".join(  # the Temporal UI: every role's last step, named
+                ui_text.autoscaler_current({**r, "rule": f"{r.get('role')}: {r.get('rule', '-')}"}) for r in recs))
             return step
         rec = dict(step.record)
         if step.target != step.current:
