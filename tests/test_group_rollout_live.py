@@ -8,7 +8,10 @@ runs, so the order of events is seen, not assumed:
 - an incompatible edit (the model) rolls the group whole: a new generation (rows' group_gen 1)
   RUNNING in full before any old member leaves; ``rollout status`` says which way and why; undo
   rolls it whole again (generation 2) back to the first spec;
-- a new generation that fails is rolled back: the old one serves throughout, the new one stopped."""
+- a new generation that fails is rolled back: the old one serves throughout, the new one stopped;
+- both rolls under load through a real gateway (stand-in PD engines, the openai client): 0 failed;
+- no room for two generations: stop-first after surge_timeout_s, recorded as the fallback;
+- a control-plane worker SIGKILLed mid whole roll: it resumes from the members, nothing formed twice."""
 
 from __future__ import annotations
 
@@ -262,3 +265,52 @@ async def test_both_rolls_under_load_through_the_gateway_fail_no_request(stack):
         if not load.stop.is_set():
             await load.finish()
     await gone(lv, "ld")
+
+
+async def test_a_whole_roll_without_room_for_two_generations_goes_stop_first(stack):
+    # 2P2D of 20 GiB members: the four 24 GiB GPUs hold one generation, never two. The new one waits
+    # surge_timeout_s (3 s) unplaced, then the old generation is stopped (the fallback, recorded) and
+    # the new one forms on its GPUs
+    lv = stack
+    roles = [{"name": "prefill", "replicas": 2}, {"name": "decode", "replicas": 2}]
+    raw = {**group("sf", roles=roles), "resources": {"vram": 20 * GiB, "ram": GiB}, "rollout": {"surge_timeout_s": 3}}
+    await deploy(lv, raw)
+    gen0 = set(await running(lv, "sf", 4))
+    tl = Timeline(lv, "sf")
+    await deploy(lv, {**raw, "source": {"local_path": "/models/sf-14b"}})
+    v = await settled(lv, "sf", "version 1 rolled out", 4, tl)
+    gen1 = set(rows(lv, "sf"))
+    assert not gen0 & gen1 and {tl.gen[n] for n in gen1} == {1}
+    stops = [s for s in v["steps"] if s["action"] == "stop_old"]
+    assert len(stops) == 1 and stops[0]["fallback"] and sorted(stops[0]["names"]) == sorted(gen0), v["steps"]
+    assert min(tl.first[n] for n in gen1) > max(tl.last[n] for n in gen0)  # stop-first: never both at once
+    await gone(lv, "sf")
+
+
+async def test_a_control_plane_worker_killed_mid_whole_roll_resumes_from_the_members(stack):
+    # the only control-plane worker is SIGKILLed right after the new generation was formed, and a fresh
+    # one started: the roll carries on from the members: one new generation (no second formation),
+    # each old member stopped once
+    lv = stack
+    raw = group("kr")
+    await deploy(lv, raw)
+    gen0 = set(await running(lv, "kr", 2))
+    tl = Timeline(lv, "kr")
+    await deploy(lv, group("kr", model="kr-14b"))
+
+    async def formed() -> bool:
+        tl.sample()
+        return any(s["action"] == "form_new" and s["names"] for s in (await rollout(lv, "kr"))["steps"])
+    await lv.wait_async(formed, 60, "the new generation formed", every=0.1)
+    victim = next(p for p in lv.stack.servers if p.poll() is None)
+    victim.send_signal(9)
+    victim.wait(10)
+    await asyncio.sleep(2)
+    lv.stack.start_server()
+    v = await settled(lv, "kr", "version 1 rolled out", 2, tl, timeout=240)
+    gen1 = set(rows(lv, "kr"))
+    every = {i.name for i in lv.instances("kr")}  # every row the deployment ever wrote, deleted ones too
+    assert {tl.gen[n] for n in gen1} == {1} and every == gen0 | gen1, (every, tl.gen)  # no other member ever
+    stops = [n for s in v["steps"] if s["action"] == "stop_old" for n in s["names"]]
+    assert sorted(stops) == sorted(gen0), v["steps"]  # each old member once
+    await gone(lv, "kr")
