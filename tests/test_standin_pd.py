@@ -83,6 +83,11 @@ def test_a_decode_pulls_the_prefill_s_kv_and_counts_it(procs):
     assert m(D, "gpuflow_standin_prefills_total", source="local") == 1
     assert m(D, "vllm:prompt_tokens_by_source_total", source="local_compute") == PROMPT_TOKENS
 
+    done = list(client(D).completions.create(model="m", prompt="a b", max_tokens=2, stream=True))  # text, streamed
+    assert "".join(x.choices[0].text for x in done if x.choices) == "This is"
+    assert client(D).completions.create(model="m", prompt="a b", max_tokens=3).usage.completion_tokens == 3
+    assert m(D, "gpuflow_standin_prefills_total", source="local") == 3
+
     with pytest.raises(openai.InternalServerError) as e:  # the same params again: the blocks are gone
         decode(D, kv)
     assert e.value.status_code == 503 and "already pulled" in e.value.message
