@@ -263,13 +263,14 @@ class Balancer:
                 self.started.setdefault(model, set()).add(gen)
             tokens = estimate_tokens(prompt.chars, len(prompt.tokens) if prompt.tokens is not None else None)
             home = self.index.home(blocks) if blocks else None
+            n = 0 if self.routing_of(model) == LEAST_OUTSTANDING else len(blocks)  # 0: the least loaded prefill
             p = pick_pair(g, gen, m.limit, self.in_flight, self.bad_until, now, exclude, tokens,
                           lambda ps: choose(ps, m.limit, self.in_flight, lambda i: self.index.matched(i, blocks),
-                                            len(blocks), self.knobs, self.rng, self.bad_until, now, exclude,
+                                            n, self.knobs, self.rng, self.bad_until, now, exclude,
                                             self.index.size, home, self.index.new_turn),
                           lambda d: tokens - tokens * self.index.matched(d.instance, blocks) * self.block_chars
                           // max(prompt.chars, 1), slack, self.rng)
-            if p is not None and p.path == DISAGGREGATED and p.choice.reason == NO_PREFIX and home is None and blocks:
+            if p is not None and p.path == DISAGGREGATED and p.choice.reason == NO_PREFIX and home is None and n:
                 self.index.placed_new(p.prefill.instance)
         if p is None:
             return None

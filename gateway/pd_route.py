@@ -143,6 +143,8 @@ async def forward_pd(sv: Serving, request: Request, ask: Ask, body: bytes, watch
         p = await acquire(sv, ask, exclude, place)
         if not isinstance(p, Pick):
             return p
+        if p.choice is not None:  # the prefill's choice, as a replica's (route decisions, prefix match)
+            sv.metrics.route(model, p.choice)
         try:
             if p.path != DISAGGREGATED:
                 return await relay_from(sv, ask, p, p.decode, path, headers, body, watch, last)

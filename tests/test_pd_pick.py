@@ -174,3 +174,16 @@ async def test_a_groups_members_have_their_cache_sizes_asked():
     w.on_table(tables.build([], {"pd": SPEC}, 4, members={"pd": Members((P0, D1))}))
     assert sorted(w.sizes) == [("d1", "127.0.0.1", 9000), ("p0", "127.0.0.1", 9000)]
     await w.close()
+
+
+async def test_least_outstanding_group_picks_the_least_loaded_prefill():
+    # routing least-outstanding: p0 holds the prompt's 3 blocks but has 1 in flight, p1 none: p1 (the
+    # cache is not weighed); cache-aware (the default): p0, its 3 blocks matched (1 <= 0 + slack 2)
+    for routing, want in (("least-outstanding", "p1"), (None, "p0")):
+        b = Balancer(1.0, 10, 5.0, rng=random.Random(0))
+        spec = {**SPEC, "disaggregation": {"mode": "custom"}, **({"routing": routing} if routing else {})}
+        b.swap(tables.build([], {"pd": spec}, 4, members={"pd": Members((P0, P1, D0, D1))}))
+        b.index.insert("p0", (1, 2, 3))
+        b.in_flight["p0"] = 1
+        p, _ = await b.acquire("pd", prompt=Prompt(blocks=(1, 2, 3), chars=400))
+        assert p.prefill.instance == want
