@@ -62,8 +62,11 @@ def report(name: str, before: dict[str, Any] | None, after_spec: dict[str, Any],
     if fields:
         r.said.append(f"deployment {name}: spec changed ({', '.join(fields)})")
         if rolls and after_spec.get("roles"):
-            r.warnings.append(f"warning: this change restarts the whole group {name}: every member stops, and the "
-                              "group is formed again (only roles[].replicas changes a group in place)")
+            from scheduler.groups.compat import way_of  # which way a group's edit rolls, and why
+
+            j = way_of(before["spec"], after_spec)
+            r.warnings.append(f"warning: this change of group {name} {j.said() if j else 'replaces its members'}; "
+                              f"follow it with 'gpuflow rollout status {name}'")
         elif rolls:
             how = (after_spec.get("rollout") or {}).get("strategy", "rolling")
             r.warnings.append(

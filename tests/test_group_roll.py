@@ -118,3 +118,14 @@ def test_undo_keeps_each_roles_replicas_today():
     to = ro.Outcome(version=0, result="good", spec=ModelSpec.model_validate(group()))
     now = group(roles=[{"name": "prefill", "replicas": 3}, {"name": "decode", "replicas": 2}])
     assert [(r["name"], r["replicas"]) for r in ro.undo_raw(to, now, 5)["roles"]] == [("prefill", 3), ("decode", 2)]
+
+
+def test_gpuflow_deploy_warns_which_way_a_group_edit_rolls():
+    from gpuflow.deploy_report import FILE, report
+    before = {"spec": group(), "replicas": 2}
+    r = report("pd", before, group(roles=DECODE_ENV), 2, FILE, True)
+    assert r.warnings == ["warning: this change of group pd rolls role by role (decode): decode: env changes; the KV "
+                          "hand-off does not depend on it; follow it with 'gpuflow rollout status pd'"], r.warnings
+    r = report("pd", before, group(source={"local_path": "/m2"}), 2, FILE, True)
+    assert r.warnings[0].startswith("warning: this change of group pd rolls the group whole (a new generation beside "
+                                    "the old): the model changes (prefill, decode: source)"), r.warnings
