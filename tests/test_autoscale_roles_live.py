@@ -13,7 +13,11 @@ spec, as an operator would for a test:
   (one 8 GiB member: 4 GiB left), prefill to h2's 24 GiB GPU (room for a second); both loaded, the
   decode on ITL and the prefill on its queue (6 clients on 2 slots: 4 waiting >= 3). The prefill
   goes 1 -> 2; the decode is blocked, naming decode and the scheduler's reason, with no PENDING
-  member created."""
+  member created.
+- decode on KV-cache usage from the stand-in PD engines (``gpuflow standin --pd-role``, the vLLM
+  proxy's protocol: prefill with ``do_remote_decode``, then the decode pulls the KV): a decode of
+  100 KV blocks holding 4-6 prompts of ~29 blocks each is > 85% full: decode 1 -> 2; the prefill's
+  own TTFT (~50 ms < 150 ms) votes down, held at its min 1."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from gpuflow.workflow_views import autoscale_view
 from store import decision_log, serving
 from store.decision_replay import replay_row
 from tests.live import Live, cli
+from tests.test_groups_live import STANDIN
 from tests.test_autoscale_live import Load
 from tests.test_groups_live import deploy, gone, group, members, running
 
@@ -153,4 +158,49 @@ async def test_a_blocked_role_says_why_and_the_other_still_scales(stack):
     assert len(of_role(lv, name, "decode")) == 1  # no PENDING decode was created
     line = cli(lv, "autoscale", name)
     assert line.returncode == 0 and "decode:itl" in line.stdout and "prefill:queue" in line.stdout, line.stdout
+    await gone(lv, name)
+
+
+PROMPT = "Summarise the history of the printing press. " * 40  # ~1 800 chars: ~450 tokens, 29 blocks of 16
+
+
+async def proxied(prefill: openai.AsyncOpenAI, decode: openai.AsyncOpenAI, done: list, stop: asyncio.Event):
+    """Requests as vLLM's disaggregated proxy sends them, back to back: the prefill (max_tokens 1,
+    ``do_remote_decode``), then the decode with the prefill's ``kv_transfer_params``."""
+    while not stop.is_set():
+        p = await prefill.completions.create(model="standin", prompt=PROMPT, max_tokens=1, stream=False,
+                                             extra_body={"kv_transfer_params": {"do_remote_decode": True}})
+        d = await decode.completions.create(model="standin", prompt=PROMPT, max_tokens=32,
+                                            extra_body={"kv_transfer_params": p.model_dump()["kv_transfer_params"]})
+        done.append(d.model_dump()["gpuflow_kv"]["source"])
+
+
+async def test_decode_scales_on_the_pd_engines_kv_usage(stack):
+    lv, name = stack, "pd-kv"
+    auto = {**AUTOSCALING, "roles": {"prefill": AUTOSCALING["roles"]["prefill"],
+                                     "decode": {"max_replicas": 2, "rules": [{"kind": "kv_usage", "min_samples": 5}]}}}
+    kv = f"{STANDIN} --kv-port {{kv_port}} --pd-role {{pd_role}}"
+    raw = group(name, [{"name": "prefill", "run_command": kv},
+                       {"name": "decode", "run_command": f"{kv} --kv-blocks 100 --token-s 0.02"}], autoscaling=auto)
+    await deploy(lv, raw)
+    await running(lv, name, 2)
+    p, d = endpoint(lv, name, "prefill"), endpoint(lv, name, "decode")
+    clients = [openai.AsyncOpenAI(base_url=f"http://{r.address}:{r.port}/v1", api_key=r.engine_key or "none",
+                                  max_retries=0, timeout=60) for r in (p, d)]
+    done, stop = [], asyncio.Event()
+    tasks = [asyncio.ensure_future(proxied(*clients, done, stop)) for _ in range(6)]
+    try:
+        await lv.wait(lambda: len(of_role(lv, name, "decode")) == 2, 90, "a second decode")
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)  # a failed request raises here
+        for c in clients:
+            await c.close()
+    assert done and set(done) == {"remote"}, done  # every one decoded from the prefill's KV
+    v = await autoscale_view(lv.client, name)
+    ups = [h for h in v["history"] if h.get("direction") == "up"]
+    assert [(h["role"], h["rule"], h["done"]) for h in ups] == [("decode", "kv_usage", "decode 1 -> 2")], ups
+    assert ups[0]["signals"]["kv_usage"] > 0.85, ups[0]
+    ttft = [h["reason"] for h in v["history"] if h.get("role") == "prefill" and "TTFT P90" in h.get("reason", "")]
+    assert ttft and all(h["done"] == "nothing" for h in v["history"] if h.get("role") == "prefill"), v["history"]
     await gone(lv, name)
