@@ -97,7 +97,7 @@ def test_a_decode_pulls_the_prefill_s_kv_and_counts_it(procs):
 
 def test_every_failed_pull_answers_before_any_byte_and_is_counted(procs):
     P = pd.standin("prefill", key=KEY)
-    short = pd.standin("prefill", key=KEY, kv_hold_s=0.3)
+    short = pd.standin("prefill", key=KEY, kv_hold_s=1.0)
     D = pd.standin("decode", key=KEY)
     procs += [P, short, D]
     other = [{"role": "user", "content": "another prompt"}]
@@ -115,11 +115,13 @@ def test_every_failed_pull_answers_before_any_byte_and_is_counted(procs):
     assert decode(D, kv)[1]["source"] == "remote"  # transfers resume: the same params pull the KV
 
     late = prefill(short)
-    time.sleep(1.3)  # held 0.3 s: expired (the reaper runs at the next hold or pull)
+    assert m(short, "vllm:kv_cache_usage_perc") > 0
+    # held 1 s: the reaper (every 0.5 s) frees the blocks with no request asking
+    gs.wait_for(lambda: m(short, "vllm:kv_cache_usage_perc") == 0, 10, "the expired hold freed")
+    assert m(short, "vllm:nixl_num_kv_expired_reqs_total") == 1
     with pytest.raises(openai.InternalServerError) as e:
         decode(D, late)
-    assert "expired" in e.value.message and m(short, "vllm:nixl_num_kv_expired_reqs_total") == 1
-    assert m(short, "vllm:kv_cache_usage_perc") == 0
+    assert "expired" in e.value.message
 
     gone = prefill(P)
     P.kill()

@@ -107,6 +107,16 @@ class Held:
         self.next_block = 0
         self.fail_pulls = False  # a fault a test turns on: every pull answers 503
 
+    def reap(self) -> threading.Thread:
+        """Expire holds in the background too (a quiet engine frees them without a next request)."""
+        def loop() -> None:
+            while True:
+                time.sleep(min(1.0, self.hold_s / 2))
+                self.expire()
+        t = threading.Thread(target=loop, name="standin-kv-reaper", daemon=True)
+        t.start()
+        return t
+
     def hold(self, blocks: int, tokens: int, prompt_digest: str) -> tuple[str, list[int]]:
         """Keep ``blocks`` blocks of a finished prefill: (request id, block ids)."""
         self.expire()

@@ -60,6 +60,7 @@ class PDEngine:
             self.kv_host = advertised(a.host, a.kv_host)
             self.kv_port = a.kv_port
             self.side = pd_kv.serve_side_channel(self.held, a.host, a.kv_port, max(0.0, a.kv_token_s))
+            self.held.reap()
         self.metrics = Metrics(name, self.gpu, self.held)
         self.gpu.start()
 
