@@ -22,8 +22,11 @@ spec, as an operator would for a test:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+
+import httpx2 as httpx
 
 import pytest
 
@@ -31,6 +34,7 @@ from contracts.ids import autoscaler_id
 from gpuflow.workflow_views import autoscale_view
 from store import decision_log, serving
 from store.decision_replay import replay_row
+from tests.gateway_stack import metric
 from tests.live import Live, cli
 from tests.test_groups_live import STANDIN
 from tests.test_autoscale_live import Load
@@ -51,7 +55,10 @@ AUTOSCALING = {"interval_s": 1, "stable_window_s": 3, "panic_window_s": 1, "scal
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    lv = await Live(str(tmp_path_factory.mktemp("pd-autoscale"))).start({"h1": [12], "h2": [24]})
+    tmp = tmp_path_factory.mktemp("pd-autoscale")
+    hook = f"{sys.executable} {ROOT}/deploy/hooks/log-demand.py {tmp / 'demand.jsonl'}"  # the capacity hook's demands
+    lv = await Live(str(tmp), env={"GPUFLOW_CAPACITY_HOOK": hook}).start({"h1": [12], "h2": [24]})
+    lv.demand = str(tmp / "demand.jsonl")
     yield lv
     lv.close()
 
@@ -140,6 +147,13 @@ async def test_a_blocked_role_says_why_and_the_other_still_scales(stack):
             return "CAPACITY-BLOCKED: role decode: no host fits one more member" in out and "prefill desired 2" in out
 
         await lv.wait_async(status_says_it, 30, "gpuflow status naming the blocked decode")
+
+        def series() -> bool:  # the control plane's per-role series, while the decode is blocked
+            text = httpx.get(f"http://{lv.stack.metrics['server-0']}/metrics").text
+            return (metric(text, "gpuflow_autoscaler_role_capacity_blocked", deployment=name, role="decode") == 1
+                    and metric(text, "gpuflow_autoscaler_role_desired_replicas", deployment=name, role="prefill") == 2)
+
+        await lv.wait(series, 30, "gpuflow_autoscaler_role_* showing the blocked decode")
         # the Temporal UI's "current details" of the autoscaler name both roles' last steps
         md = await lv.client.get_workflow_handle(autoscaler_id(name)).query("__temporal_workflow_metadata")
         assert "by rule `prefill: " in md.current_details and "by rule `decode: itl`" in md.current_details, \
@@ -156,6 +170,10 @@ async def test_a_blocked_role_says_why_and_the_other_still_scales(stack):
     assert [h["done"] for h in v["history"] if h.get("role") == "prefill" and h.get("direction") == "up"][:1] == \
         ["prefill 1 -> 2"]
     assert len(of_role(lv, name, "decode")) == 1  # no PENDING decode was created
+    # the capacity hook heard the decode's demand: one more member of 8 GiB, naming the role
+    wants = [json.loads(x) for x in open(lv.demand)]
+    assert {(w["deployment"], w["role"], w["replicas"]) for w in wants} == {(name, "decode", 1)}, wants
+    assert wants[0]["per_replica"]["vram_bytes"] >= 8 * 2**30 and wants[0]["reasons"][0].startswith("role decode")
     line = cli(lv, "autoscale", name)
     assert line.returncode == 0 and "decode:itl" in line.stdout and "prefill:queue" in line.stdout, line.stdout
     await gone(lv, name)
