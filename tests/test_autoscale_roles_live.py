@@ -176,6 +176,8 @@ async def test_a_blocked_role_says_why_and_the_other_still_scales(stack):
     assert wants[0]["per_replica"]["vram_bytes"] >= 8 * 2**30 and wants[0]["reasons"][0].startswith("role decode")
     line = cli(lv, "autoscale", name)
     assert line.returncode == 0 and "decode:itl" in line.stdout and "prefill:queue" in line.stdout, line.stdout
+    one = cli(lv, "autoscale", name, "--role", "decode")
+    assert one.returncode == 0 and "decode:itl" in one.stdout and "prefill" not in one.stdout, one.stdout
     await gone(lv, name)
 
 

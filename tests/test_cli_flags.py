@@ -34,6 +34,8 @@ FLAGS = {
                "--replay --snapshot --tls-ca --tls-cert --tls-key --with-settings instance",
     "hosts": "--address --api-key --data-dir --database-url --json --namespace --reason --tls-ca --tls-cert "
              "--tls-key action names",
+    # a group's one role with --role (issue 35)
+    "autoscale": "--address --api-key --json --namespace --role --tls-ca --tls-cert --tls-key name",
     # the stand-in engine; its simulated GPU and prefill/decode role (issue 35) from --block-tokens to --sim-gpu
     "standin": "--api-key --block-tokens --engine-id --host --kv-blocks --kv-hold-s --kv-host --kv-port --kv-token-s "
                "--max-seqs --model-name --pd-role --port --prefill-chunk --prefill-token-s --sim-gpu --token-s",

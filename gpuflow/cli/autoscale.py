@@ -71,6 +71,9 @@ def cmd_autoscale(a) -> int:
         if v is None:
             raise InvalidInput(f"deployment {a.name!r} has no autoscaler (its spec has no autoscaling block, "
                                f"or it does not exist)")
+        if a.role:  # a group's one role: its records and its line only
+            v = {**v, "history": [h for h in v.get("history") or [] if h.get("role") == a.role],
+                 "roles": [r for r in v.get("roles") or [] if r.get("role") == a.role]}
         print(json.dumps(v, indent=2) if a.json else render(v))
 
     return run_command(go())
@@ -83,6 +86,7 @@ def add_commands(sub) -> None:
     temporal_flags(p)
     p.add_argument("name")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--role", choices=("prefill", "decode"), help="a prefill/decode group's one role: its decisions only")
     p.set_defaults(fn=cmd_autoscale, temporal=True)
 
 
