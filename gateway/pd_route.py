@@ -179,31 +179,34 @@ async def relay_from(sv: Serving, ask: Ask, p: Pick, d: Route, path: str, header
 async def vllm(sv: Serving, ask: Ask, p: Pick, path: str, headers: dict, data: dict, watch: Disconnect, last: bool,
                exclude: frozenset[str], place: tuple[int, float]) -> Response:
     """The prefill, then a decode with its kv_transfer_params: another decode with the same
-    params while the one tried is down."""
+    params while the one tried is down. The prefill's slot is held until a decode answers (it has
+    pulled the KV by then): a prefill drained before a stop is not stopped with KV still to hand off."""
     bal, model = sv.balancer, ask.model
     try:
         params = await prefill(sv, p.prefill, path, headers, data)
     except BaseException:
         bal.release(p, model)
         raise
-    bal.release(p.prefill, model)
     body, d = decode_body(data, params), p.decode
-    while True:
-        try:
-            return await relay_from(sv, ask, p, d, path, headers, body, watch, last)
-        except EndFailed as e:
-            if not e.down:  # the decode answered: its pull of this KV failed, start over from another prefill
-                bal.mark_bad(p.prefill)  # its side channel fails: the next requests go to others for a while
-                raise EndFailed(DECODE, p.prefill, f"decode {d.instance} could not take its KV ({e})") from None
-            exclude |= {d.instance}
-            if not another_decode(sv, model, p, exclude):
-                raise  # counted once, where it is caught
-            sv.metrics.pd_failed(model, DECODE)
-            ask.prompt.after = p.prefill
-            got = await acquire(sv, ask, exclude, place)
-            if not isinstance(got, Pick):
-                return got
-            d = got.decode
+    try:
+        while True:
+            try:
+                return await relay_from(sv, ask, p, d, path, headers, body, watch, last)
+            except EndFailed as e:
+                if not e.down:  # the decode answered: its pull of this KV failed, start over from another prefill
+                    bal.mark_bad(p.prefill)  # its side channel fails: the next requests go to others for a while
+                    raise EndFailed(DECODE, p.prefill, f"decode {d.instance} could not take its KV ({e})") from None
+                exclude |= {d.instance}
+                if not another_decode(sv, model, p, exclude):
+                    raise  # counted once, where it is caught
+                sv.metrics.pd_failed(model, DECODE)
+                ask.prompt.after = p.prefill
+                got = await acquire(sv, ask, exclude, place)
+                if not isinstance(got, Pick):
+                    return got
+                d = got.decode
+    finally:
+        bal.release(p.prefill, model)
 
 
 async def drain(sv: Serving, r: Route, path: str, headers: dict, body: bytes) -> str | None:

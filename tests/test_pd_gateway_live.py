@@ -16,7 +16,7 @@ import openai
 from sqlmodel import Session
 
 from gpuflow.ports import free_port
-from store import pd_counts
+from store import pd_counts, serving
 from store.pd_counts import PDCounts
 from store.tables import InstanceRow
 from tests import gateway_stack as gs
@@ -28,10 +28,10 @@ PROMPT = "Tell me about the sea. " * 40  # 920 characters: ~230 tokens, far over
 DEBUG = {"x-gpuflow-debug": "route"}
 
 
-def member(name: str, role: str, worker: str, log: str) -> gs.Proc:
+def member(name: str, role: str, worker: str, log: str, *flags: str) -> gs.Proc:
     port, kv = free_port(), free_port()
     return gs.Proc([sys.executable, "-m", "gpuflow", "standin", "--port", str(port), "--pd-role", role,
-                    "--kv-port", str(kv), "--engine-id", name, "--model-name", "pd", "--token-s", "0.002"],
+                    "--kv-port", str(kv), "--engine-id", name, "--model-name", "pd", "--token-s", "0.002", *flags],
                    port, log)
 
 
@@ -239,3 +239,27 @@ def test_failing_kv_pulls_fall_back_to_the_decode_then_resume(sqlite_store, proc
     n = iter(range(100, 200))  # new prompts: one the decodes already hold would skip its prefill
     gs.wait_for(lambda: fields(ask(c, next(n), False)[0])["kv"] == "remote", 15,
                 "a request decoded from a prefill's KV", every=0.5)
+
+
+def test_a_prefill_counts_in_flight_until_its_kv_is_pulled(sqlite_store, procs, tmp_path):
+    # a pull takes 10 ms a token (--kv-token-s): ~233 tokens, ~2.3 s between the prefill's answer and
+    # the decode's first byte. Meanwhile the gateway reports the prefill busy (store/serving.py), so a
+    # drain before a stop (a rollout) waits for the hand-off instead of stopping the KV's holder
+    url, schema, engine = sqlite_store
+    gs.deploy(engine, "pd", **{**SPEC, "roles": [{"name": "prefill"}, {"name": "decode"}]})
+    ms = {n: member(n, role, "w1", str(tmp_path / f"{n}.log"), "--kv-token-s", "0.01")
+          for n, role in (("pd-p0", "prefill"), ("pd-d0", "decode"))}
+    procs.extend(ms.values())
+    for n, m in ms.items():
+        row(engine, n, "prefill" if "-p" in n else "decode", m.port, "w1")
+    g = gs.gateway(url, schema, log=str(tmp_path / "gw.log"))
+    procs.append(g)
+    gs.wait_model(f"http://127.0.0.1:{g.port}", "pd", 2)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{g.port}/v1", api_key="none", max_retries=0)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(ask, c, 0, False)
+        gs.wait_for(lambda: gs.metric(scrape(ms["pd-p0"]), "gpuflow_standin_prefills_total") == 1, 5, "the prefill")
+        gs.wait_for(lambda: serving.in_flight(engine, "pd-p0") == 1, 1.5, "the prefill reported busy")
+        assert not answer.done()  # its KV still being pulled
+        assert answer.result()[1] == "remote:pd-p0"
+    gs.wait_for(lambda: serving.in_flight(engine, "pd-p0") == 0, 2, "the prefill reported idle")
