@@ -14,7 +14,9 @@
    capacity-blocked, with the scheduler's reasons, and the capacity hook is called.
 
 It returns an absolute replica count; ``autoscale_apply`` sets it through the deployment's
-``scale`` update, so a step retried after a worker died never adds twice."""
+``scale`` update, so a step retried after a worker died never adds twice. A prefill/decode group
+is scaled per role instead (activities/autoscale_group.py): one absolute count per role, set
+through the deployment's ``scale_role`` update."""
 
 from __future__ import annotations
 
