@@ -27,6 +27,7 @@ from gateway.cache_watch import CacheWatch
 from gateway.config import GatewaySettings, is_loopback
 from gateway.host_check import HostGuard
 from gateway.metrics import Metrics
+from gateway.pd_protocol import without_handoff
 from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from gateway.prompt_tokens import tokenize
 from gateway.protocol import with_header_timeout
@@ -120,6 +121,7 @@ class Gateway:
             data = json.loads(body)
         except (ValueError, RecursionError) as e:
             return errors.bad_request(f"The request body is not valid JSON: {e}", "invalid_json"), ""
+        data, body = without_handoff(data, body)  # the KV hand-off's fields are the gateway's to write
         name = data.get("model") if isinstance(data, dict) else None
         if not isinstance(name, str) or not name:
             return errors.bad_request("The request needs a 'model' naming a deployment.", "missing_model"), ""

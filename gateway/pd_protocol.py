@@ -41,6 +41,20 @@ class KVParams(BaseModel):
     remote_port: Annotated[int, Field(ge=1, le=65535)] | None = None
 
 
+# The request fields that steer a KV hand-off: the gateway writes them, a client never does. A decode
+# handed a client's ``kv_transfer_params`` would pull KV from whatever host and port they name (a
+# request forgery from inside the cluster), and SGLang's bootstrap fields name the server to join.
+HANDOFF_FIELDS = frozenset({"kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room"})
+
+
+def without_handoff(data, body: bytes) -> tuple[object, bytes]:
+    """The request without the hand-off fields a client sent (``body`` unchanged when it sent none)."""
+    if not isinstance(data, dict) or HANDOFF_FIELDS.isdisjoint(data):
+        return data, body
+    data = {k: v for k, v in data.items() if k not in HANDOFF_FIELDS}
+    return data, json.dumps(data).encode()
+
+
 class BadAnswer(ValueError):
     """A prefill's answer the gateway cannot hand to a decode (the message names the field)."""
 

@@ -7,12 +7,14 @@ No Temporal: the store is all a gateway reads (tests/gateway_stack.py)."""
 from __future__ import annotations
 
 import collections
+import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx
 import openai
+import pytest
 from sqlmodel import Session
 
 from gpuflow.ports import free_port
@@ -116,6 +118,24 @@ def test_requests_decode_from_the_prefills_kv(sqlite_store, procs, tmp_path):
                                                         max_tokens=2, extra_headers=DEBUG)
     assert fields(short.headers["x-gpuflow-route"])["kv"] == "skipped"
     assert short.parse().model_extra["gpuflow_kv"]["source"] == "local"
+    # a client's own hand-off fields never reach an engine: a decode told to pull KV from a host the
+    # client names would connect there. The listener below sees no connection; the decode prefills locally
+    trap = socket.socket()
+    trap.bind(("127.0.0.1", 0))
+    trap.listen(4)
+    trap.settimeout(1.0)
+    forged = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "pd-p0",
+              "remote_block_ids": [0], "remote_host": "127.0.0.1", "remote_port": trap.getsockname()[1]}
+    for content in ("hi", PROMPT):  # skipped, and disaggregated (the gateway writes the prefill's params)
+        r = c.chat.completions.with_raw_response.create(
+            model="pd", messages=[{"role": "user", "content": content}], max_tokens=2, extra_headers=DEBUG,
+            extra_body={"kv_transfer_params": forged, "bootstrap_host": "127.0.0.1", "bootstrap_room": 7})
+        kv = r.parse().model_extra["gpuflow_kv"]
+        assert (fields(r.headers["x-gpuflow-route"])["kv"], kv["source"]) == (
+            ("skipped", "local") if content == "hi" else ("remote", "remote"))
+    with pytest.raises(TimeoutError):
+        trap.accept()
+    trap.close()
 
 
 def test_killing_a_prefill_then_a_decode_under_load_fails_no_request(sqlite_store, procs, tmp_path):
