@@ -129,3 +129,15 @@ def test_gpuflow_deploy_warns_which_way_a_group_edit_rolls():
     r = report("pd", before, group(source={"local_path": "/m2"}), 2, FILE, True)
     assert r.warnings[0].startswith("warning: this change of group pd rolls the group whole (a new generation beside "
                                     "the old): the model changes (prefill, decode: source)"), r.warnings
+
+
+def test_a_formation_still_waiting_is_logged_once_and_status_shows_the_way():
+    d = Deployment()
+    d.edit(group(source={"local_path": "/m2"}))
+    for _ in range(3):  # three passes, the new generation unplaced each time: one line
+        ro.log_step(d.ro, "form_new", [], "forming the new generation (2 member(s)) beside 2 old; waiting: no room")
+    assert [s.action for s in d.ro.steps] == ["begin", "form_new"]
+    from gpuflow.cli.rollout import render
+    v = ro.view(d.ro, "pd", 2, [], set()).model_dump(mode="json")
+    assert "  group generation 1: rolls the group whole (a new generation beside the old): the model changes" \
+        in render(v), render(v)

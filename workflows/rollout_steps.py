@@ -27,7 +27,7 @@ from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, Outcome, OutcomeView, R
 from scheduler.bounds import MAX_TEXT
 from scheduler.groups.compat import ORDER, Judgement, judge
 from scheduler.groups.spec import RoleName
-from scheduler.rollout import DONE, ROLLBACK, WAIT, Replica, Step, next_step
+from scheduler.rollout import DONE, FORM, ROLLBACK, WAIT, Replica, Step, next_step
 from scheduler.spec import ModelSpec
 from workflows import common as c
 from workflows.inputs import compact, invalid
@@ -206,9 +206,10 @@ def _now() -> str:
 
 
 def log_step(r: RolloutState, action: str, names: list[str], reason: str, fallback: bool = False) -> None:
-    """A step of the rollout, in its log (a WAIT repeating the last one is not logged again)."""
+    """A step of the rollout, in its log (a WAIT, or a group's FORM still waiting for room,
+    repeating the last one is not logged again)."""
     last = r.steps[-1] if r.steps else None
-    if action == WAIT and last and last.action == WAIT and last.reason == reason:
+    if action in (WAIT, FORM) and last and (last.action, last.reason, last.names) == (action, reason, names):
         return
     r.steps.append(RolloutStep(at=_now(), action=action, names=names, reason=reason, fallback=fallback,
                                version=r.version))
