@@ -230,8 +230,9 @@ async def first_answer(base: str, model: str, timeout: float = 60) -> None:
 
 async def test_both_rolls_under_load_through_the_gateway_fail_no_request(stack):
     # a 1P1D group of stand-in PD engines (custom mode: the agent fills {pd_role} and {kv_port}) behind
-    # a real gateway, four clients sending long prompts throughout: decode's env changes (role by
-    # role), then the model (whole: generation 1); no request fails, >= 95% decode from a prefill's KV
+    # a real gateway, four clients sending long prompts throughout: the env changes (role by role:
+    # prefill, then decode), then the model (whole: generation 1); no request fails, >= 95% decode
+    # from a prefill's KV
     from gpuflow.ports import free_port
     lv = stack
     gw = lv.stack.start_gateway(free_port())
@@ -243,12 +244,12 @@ async def test_both_rolls_under_load_through_the_gateway_fail_no_request(stack):
     try:
         await lv.wait(lambda: len(load.routes) >= 20 or load.failed, 60, "the group answers through the gateway")
         tl = Timeline(lv, "ld")
-        await deploy(lv, {**raw, "roles": [{"name": "prefill"}, {"name": "decode", "env": {"OMP_NUM_THREADS": "2"}}]})
+        await deploy(lv, {**raw, "env": {"OMP_NUM_THREADS": "2"}})  # both roles' env: prefill rolls, then decode
         v = await settled(lv, "ld", "version 1 rolled out", 2, tl)
-        assert v["way"] == "roles" and v["why"].startswith("rolls role by role (decode)"), v
+        assert v["way"] == "roles" and v["why"].startswith("rolls role by role (prefill, decode)"), v
         mark = len(load.routes)
-        await lv.wait(lambda: len(load.routes) >= mark + 20 or load.failed, 60, "answers after the decode rolled")
-        await deploy(lv, {**raw, "source": {"local_path": "/models/ld-14b"}})
+        await lv.wait(lambda: len(load.routes) >= mark + 20 or load.failed, 60, "answers after both roles rolled")
+        await deploy(lv, {**raw, "env": {"OMP_NUM_THREADS": "2"}, "source": {"local_path": "/models/ld-14b"}})
         v = await settled(lv, "ld", "version 2 rolled out", 2, tl)
         assert v["way"] == "whole" and v["gen"] == 1, v
         mark = len(load.routes)
