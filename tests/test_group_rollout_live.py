@@ -3,7 +3,7 @@ Temporal dev server, a control-plane worker and two agents with simulated 24 GiB
 members run ``gpuflow standin`` (a real process each). Rows are sampled every 0.1 s while a roll
 runs, so the order of events is seen, not assumed:
 
-- a compatible edit (decode's env) rolls decode alone, surge first: the new decode RUNNING before
+- a compatible edit (decode's env) rolls decode alone, surge first (and undo the same way): the new decode RUNNING before
   the old one leaves, the prefill's process untouched, one generation throughout;
 - an incompatible edit (the model) rolls the group whole: a new generation (rows' group_gen 1)
   RUNNING in full before any old member leaves; ``rollout status`` says which way and why; undo
@@ -124,6 +124,15 @@ async def test_a_compatible_edit_rolls_decode_alone_surge_first(stack):
     assert acts.index("start_new") < acts.index("stop_old") and acts[-1] == "done", v["steps"]
     out = await asyncio.to_thread(cli, lv, "rollout", "status", "cr")
     assert out.returncode == 0 and "rolls role by role (decode)" in out.stdout, (out.stdout, out.stderr)
+    # undo: decode alone again, back to the first spec; the prefill still the same process
+    out = await asyncio.to_thread(cli, lv, "rollout", "undo", "cr")
+    assert out.returncode == 0, out.stderr
+    v = await settled(lv, "cr", "version 2 rolled out", 2, tl)
+    back = rows(lv, "cr")
+    assert back[prefill].pid == before[prefill].pid and new not in back and v["way"] == "roles", (back, v["why"])
+    status = await lv.client.get_workflow_handle("deployment/cr").query("status")
+    assert [r.get("env") for r in status["spec"]["roles"]] == [None, None]  # the first spec's roles again
+    assert v["history"][-1]["undo_of"] == 0
     await gone(lv, "cr")
 
 
