@@ -36,6 +36,7 @@ from store import decision_log, serving
 from store.decision_replay import replay_row
 from tests.gateway_stack import metric
 from tests.live import Live, cli
+from tests.test_decision_replay_live import explain
 from tests.test_groups_live import STANDIN
 from tests.test_autoscale_live import Load
 from tests.test_groups_live import deploy, gone, group, members, running
@@ -114,6 +115,9 @@ async def test_a_per_role_step_moves_decode_alone(stack):
     up = kept_up()
     got = replay_row(lv.engine, up[-1])
     assert got["same"] and got["recorded"].startswith("up to 2 replica(s) by itl"), got
+    out = explain(lv, name, "--replay", "--decision", up[-1].digest[:16])  # as users run it
+    assert out.returncode == 0 and "same decision: up to 2 replica(s) by itl: ITL P90" in out.stdout, \
+        out.stdout + out.stderr
     await gone(lv, name)
 
 
