@@ -166,6 +166,24 @@ def pd_of(spec: dict[str, Any], members: Members | None) -> PDGroup | None:
     return PDGroup(mode, readiness, skip, m.routes, m.wanted)
 
 
+def routers_serving(spec: dict[str, Any], routes: list[Route], members: Members | None) -> list[Route]:
+    """A group with a router, rolled whole, runs a router per generation for a while: only the
+    routers of the newest generation whose router RUNS and whose members are ready (the spec's
+    readiness, as a group the gateway pairs) take requests, else the oldest generation's (it served
+    before the roll). A request never reaches a new router before its prefills and decodes can
+    serve it. One generation (no roll), or plain replicas: ``routes`` as they are."""
+    gens = sorted({r.group_gen for r in routes if r.role == "router"}, reverse=True)
+    if len(gens) < 2:
+        return routes
+    d = spec.get("disaggregation")
+    readiness = d.get("readiness") if isinstance(d, dict) and d.get("readiness") in ("any_per_role", "all") \
+        else ANY_PER_ROLE
+    m = members or Members()
+    group = PDGroup("custom", readiness, members=m.routes, wanted=m.wanted)
+    g = next((g for g in gens if group.ready(g)), gens[-1])
+    return [r for r in routes if r.group_gen == g]
+
+
 def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_limit: int, version: int = 0,
           members: dict[str, Members] | None = None) -> Table:
     """Every deployment in ``specs`` (active ones) is routable, with or without replicas: a
@@ -176,7 +194,9 @@ def build(routes: Iterable[Route], specs: dict[str, dict[str, Any]], default_lim
     for r in routes:
         if r.deployment in by:
             by[r.deployment].append(r)
-    return Table({name: Model(name, replica_limit(specs[name], default_limit), tuple(rs), *owner(specs[name]),
+    members = members or {}
+    return Table({name: Model(name, replica_limit(specs[name], default_limit),
+                              tuple(routers_serving(specs[name], rs, members.get(name))), *owner(specs[name]),
                               routing=routing_of(specs[name]), tokenizer=source_of(specs[name]),
-                              openai=api_of(specs[name]), pd=pd_of(specs[name], (members or {}).get(name)))
+                              openai=api_of(specs[name]), pd=pd_of(specs[name], members.get(name)))
                   for name, rs in by.items()}, version)

@@ -128,6 +128,26 @@ def test_table_pairs_a_group_without_a_router(spec, expect):
     assert t.models["pd"].size == (2 if expect else 0)  # /v1/models counts a paired group's members
 
 
+R0, R1 = m("r0", "router"), m("r1", "router", 1)
+ROUTED = {**SPEC, "roles": [*SPEC["roles"], {"name": "router"}], "disaggregation": {"mode": "custom"}}
+
+
+@pytest.mark.parametrize("routers,members,readiness,expect", [
+    ((R0,), (P0, D0), "any_per_role", ["r0"]),  # one generation: its router, as before
+    ((R0, R1), (P0, D0), "any_per_role", ["r0"]),  # gen 1's router RUNNING, its members not yet: gen 0 serves
+    ((R0, R1), (P0, D0, m("p9", "prefill", 1)), "any_per_role", ["r0"]),  # gen 1 has a prefill, no decode yet
+    ((R0, R1), (P0, D0, m("p9", "prefill", 1), m("d9", "decode", 1)), "any_per_role", ["r1"]),  # gen 1 ready
+    # all: gen 1 wants p9, d9 and d8; d8 not RUNNING -> gen 0 keeps serving
+    ((R0, R1), (P0, D0, m("p9", "prefill", 1), m("d9", "decode", 1)), "all", ["r0"]),
+    ((R1,), (m("p9", "prefill", 1), m("d9", "decode", 1)), "all", ["r1"]),  # gen 0 gone: one router left, it serves
+])
+def test_a_group_rolled_whole_is_served_by_one_generations_router(routers, members, readiness, expect):
+    spec = {**ROUTED, "disaggregation": {"mode": "custom", "readiness": readiness}}
+    wanted = ((0, frozenset({"p0", "d0"})), (1, frozenset({"p9", "d9", "d8"})))
+    t = tables.build(list(routers), {"pd": spec}, 4, members={"pd": Members(members, wanted)})
+    assert [r.instance for r in t.models["pd"].replicas] == expect
+
+
 def test_group_members_read_from_the_store(store):
     _, _, engine = store
     with Session(engine) as s:
