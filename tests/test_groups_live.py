@@ -217,7 +217,7 @@ async def test_preemption_admits_a_guaranteed_group_whole(stack):
         tenants.apply(lv.engine, TenantsFile.model_validate({"tenants": []}))
 
 
-async def test_a_redeploy_changing_a_roles_replicas_restarts_nothing_and_another_change_restarts_the_group(stack):
+async def test_a_redeploy_changing_a_roles_replicas_restarts_nothing_and_a_command_change_rolls_the_group_whole(stack):
     lv = stack
     raw = group("re", [{"name": "prefill"}, {"name": "decode"}])
     await deploy(lv, raw)
@@ -229,7 +229,7 @@ async def test_a_redeploy_changing_a_roles_replicas_restarts_nothing_and_another
     await deploy(lv, {**raw, "roles": [{"name": "prefill"}, {"name": "decode", "replicas": 2}],
                       "run_command": STANDIN + " --token-s 0.01"})
     await lv.wait(lambda: not set(members(lv, "re")) & set(after), 60, "every old member stopped")
-    again = await running(lv, "re", 3)  # formed again, whole, under new names
+    again = await running(lv, "re", 3)  # rolled whole: a new generation under new names, the old one stopped
     assert not set(again) & set(after) and sorted(i.role for i in again.values()) == ["decode", "decode", "prefill"]
     await gone(lv, "re")
 

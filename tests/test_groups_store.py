@@ -1,7 +1,7 @@
 """A group's store half (issue 41): its members' rows (store/groups.py) and its booking in one
 ledger transaction, all or nothing (ledger.reserve_group); the deployment's rule for which spec
-change restarts the whole group (workflows/group_steps.py restarts_group). Every host below has
-two 24 GiB GPUs; ``plan(worker, gpu, GiB)`` claims that much of one GPU."""
+change replaces members (workflows/group_steps.py restarts_group;
+which way it rolls: scheduler/groups/compat.py). Every host below has two 24 GiB GPUs; ``plan(worker, gpu, GiB)`` claims that much of one GPU."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ BASE = {"name": "pd", "backend": "custom", "roles": [{"name": "prefill", "replic
     ({**BASE, "roles": [{"name": "prefill", "replicas": 1, "env": {"A": "1"}}, {"name": "decode"}]}, True),
     ({**BASE, "roles": [{"name": "prefill", "replicas": 1}, {"name": "decode"}, {"name": "router"}]}, True),
 ])
-def test_which_change_restarts_the_whole_group(new, restarts):
+def test_which_change_replaces_members(new, restarts):
     assert restarts_group(BASE, new) is restarts
 
 

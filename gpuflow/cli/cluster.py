@@ -78,7 +78,7 @@ def _rolls(old_raw: dict, new) -> bool:
     from workflows.group_steps import restarts_group
     from workflows.rollout_steps import rolls
 
-    if new.is_group or old_raw.get("roles"):  # any change but roles[].replicas restarts the whole group
+    if new.is_group or old_raw.get("roles"):  # any change but roles[].replicas replaces members (scheduler/groups/compat.py)
         return restarts_group(old_raw, new.model_dump(mode="json", exclude_none=True))
     try:
         return rolls(ModelSpec.model_validate(old_raw), new)
