@@ -1,7 +1,8 @@
 """A group's store half (issue 41): its members' rows (store/groups.py) and its booking in one
 ledger transaction, all or nothing (ledger.reserve_group); the deployment's rule for which spec
-change replaces members (workflows/group_steps.py restarts_group;
-which way it rolls: scheduler/groups/compat.py). Every host below has two 24 GiB GPUs; ``plan(worker, gpu, GiB)`` claims that much of one GPU."""
+change replaces members (workflows/group_steps.py restarts_group; which way it rolls:
+scheduler/groups/compat.py). Every host below has two 24 GiB GPUs; ``plan(worker, gpu, GiB)``
+claims that much of one GPU."""
 
 from __future__ import annotations
 
