@@ -27,7 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from store.serving import Route
-from gateway.cache_aware import CACHE_AWARE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, Choice, Knobs, choose
+from gateway import index_feedback
+from gateway.cache_aware import (CACHE_AWARE, IMBALANCE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, TEXT, Choice, Knobs,
+                                 choose)
 from gateway.pd_pick import DECODE, DISAGGREGATED, Pick, estimate_tokens, pick_decode
 from gateway.pd_pick import pick as pick_pair
 from gateway.prefix_index import BLOCK_CHARS, PrefixIndex
@@ -77,6 +79,8 @@ class Prompt:
     chars: int = 0  # its text's length (a group's skip threshold estimates tokens from it when not tokenized)
     pick: Pick | None = None  # a prefill/decode group's ends, chosen (gateway/pd_pick.py)
     after: Route | None = None  # set: only a decode is wanted, for the KV this prefill holds (a decode's retry)
+    age: int | None = None  # the chosen replica's PrefixIndex.age of its first block, before it was sent (None: not held)
+    forgot: bool = False  # the chosen replica's LRU had let go of the first block it was not believed to hold
 
     def token_hashes(self, block_size: int) -> tuple[int, ...]:
         h = self.hashed.get(block_size)
@@ -238,11 +242,29 @@ class Balancer:
             return None
         self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
         if blocks:
-            self.index.insert(r.instance, blocks)
+            if c.index == TEXT:  # what its answer will be weighed against (index_feedback.py), before it is sent
+                prompt.age = self.index.age(r.instance, blocks[0]) if c.matched else None
+                prompt.forgot = c.matched < len(blocks) and self.index.forgot(r.instance, blocks[c.matched])
+            self.index.insert(r.instance, blocks, home=c.reason != IMBALANCE)  # a spill leaves the home put
             self.where[r.instance] = (r.address, r.port)
         if prompt is not None:
             prompt.choice = c
         return r
+
+    def answered(self, instance: str, prompt: Prompt, usage, whole: bool) -> index_feedback.Verdict | None:
+        """``instance`` answered ``prompt`` with ``usage``: its cached tokens correct the prefix
+        index (gateway/index_feedback.py). Not for a group's ends, a replica scored by its KV
+        events, an answer without cached tokens, or a prompt not routed by cache. ``whole``: the
+        prompt was read whole (its characters and tokens compare)."""
+        c = prompt.choice
+        if (c is None or not prompt.blocks or prompt.pick is not None or c.index != TEXT
+                or c.route.instance != instance or c.reason == LEAST_OUTSTANDING):
+            return None
+        got = index_feedback.cached_tokens(usage)
+        if got is None:
+            return None
+        held = index_feedback.held_blocks(got[0], got[1], prompt.chars, len(prompt.blocks), self.block_chars, whole)
+        return index_feedback.apply(self.index, instance, prompt.blocks, c.matched, held, prompt.age, prompt.forgot)
 
     def _choose_pd(self, model: str, exclude: frozenset[str], now: float, prompt: Prompt) -> Pick | None:
         """A prefill/decode group's ends for one request (gateway/pd_pick.py), taken (each counted

@@ -8,13 +8,17 @@ hash then names the whole prefix up to its end, so two prompts share block i's h
 they share every character up to it. A trailing partial block is never hashed (engines cache
 whole blocks only).
 
-Each replica keeps an LRU of at most ``capacity`` hashes (or the size its engine reported:
-``set_capacity``), and the whole index at most
+Each replica keeps an LRU of at most ``capacity`` hashes (or the size its engine reported, or the
+size learned from its answers: ``set_capacity``, gateway/index_feedback.py), and the whole index at most
 ``max_total``: everything is bounded (memory, blocks per replica, characters hashed per request).
 Beside it, ``homes`` remembers for longer (``HOME_FACTOR`` times a replica's capacity, in one LRU)
 which replica each block was last sent to: when a prefix has aged out of every replica's LRU (its
 customer was quiet for a while), it goes back where it lived rather than anywhere, so the
 prefixes stay shared out as they were (SGLang's unbounded tree keeps them put the same way).
+Each entry's value is the replica's *clock* when it was last sent (blocks sent to that replica so
+far): ``age`` tells how many blocks were sent there since, an upper bound on how deep the block
+sits in the engine's LRU (a block sent twice counts twice), which the answers' ``cached_tokens``
+turn into a learned capacity. ``drop`` takes out what an answer showed the engine no longer had.
 The hashes are Python's own (``hash`` of a tuple), salted per process: fast, and never shown to
 anyone or kept across processes."""
 
@@ -97,12 +101,21 @@ class PrefixIndex:
         self.total = 0
         self.homes: OrderedDict[int, str] = OrderedDict()  # block hash -> the replica it was last sent to
         self.home_capacity = min(max_total, HOME_FACTOR * capacity)
-        self.capacities: dict[str, int] = {}  # instance -> its engine's cache, in blocks (engine_cache.py)
+        self.capacities: dict[str, int] = {}  # instance -> its engine's cache, in blocks (engine_cache.py), or learned
+        self.reported: set[str] = set()  # instances whose capacity their engine reported (not learned from answers)
+        self.clock: dict[str, int] = {}  # instance -> blocks sent to it so far (each entry's value: the clock then)
+        self.dropped: OrderedDict[int, str] = OrderedDict()  # a dropped prefix's first hash -> the replica (bounded)
         self.new_seq = 0  # new prefixes placed so far
         self.last_new: dict[str, int] = {}  # instance -> the number of the last new prefix it took
 
-    def set_capacity(self, instance: str, blocks: int) -> None:
-        """``instance``'s engine reported a cache of ``blocks`` blocks: its LRU is that size from now on."""
+    def set_capacity(self, instance: str, blocks: int, reported: bool = True) -> None:
+        """``instance``'s engine reported a cache of ``blocks`` blocks (or, ``reported=False``, its
+        answers showed it holds about that much): its LRU is that size from now on. A reported
+        size is never replaced by a learned one."""
+        if not reported and instance in self.reported:
+            return
+        if reported:
+            self.reported.add(instance)
         self.capacities[instance] = cap = max(1, min(blocks, self.max_total))
         b = self.replicas.get(instance)
         while b and len(b) > cap:
@@ -122,30 +135,66 @@ class PrefixIndex:
             n += 1
         return n
 
-    def insert(self, instance: str, hashes: tuple[int, ...]) -> None:
+    def insert(self, instance: str, hashes: tuple[int, ...], home: bool = True) -> None:
         """``instance`` was sent these blocks: they become its most recent. Inserted last block
         first, so the prompt's head is the freshest and the LRU drops a prefix from its tail, as
-        vLLM's free queue does: a half-evicted prefix keeps its usable head, never a useless tail."""
+        vLLM's free queue does: a half-evicted prefix keeps its usable head, never a useless tail.
+        ``home=False`` (a one-off, such as a spill) leaves the prefix's home where it was."""
         if not hashes:
             return
         blocks = self.replicas.get(instance)
         if blocks is None:
             blocks = self.replicas[instance] = OrderedDict()
         before, cap = len(blocks), self.capacities.get(instance, self.capacity)
-        for h in reversed(hashes[:cap]):  # a prompt longer than the LRU: its head is what repeats
-            blocks[h] = None
+        head = hashes[:cap]  # a prompt longer than the LRU: its head is what repeats
+        t = self.clock[instance] = self.clock.get(instance, 0) + len(head)
+        for h in reversed(head):
+            blocks[h] = t
             blocks.move_to_end(h)
         while len(blocks) > cap:
             blocks.popitem(last=False)
         self.total += len(blocks) - before
         if self.total > self.max_total:
             self._trim()
+        if not home:
+            return
         homes = self.homes
         for h in reversed(hashes[:self.capacity]):
             homes[h] = instance
             homes.move_to_end(h)
         while len(homes) > self.home_capacity:
             homes.popitem(last=False)
+
+    def age(self, instance: str, h: int) -> int | None:
+        """Blocks sent to ``instance`` since the prompt that last sent it block ``h`` (0: the latest);
+        None when its LRU does not hold ``h``. That prompt's block j was j deep then, so j + age
+        bounds its depth in the engine's LRU now (from above: a block sent twice since counts twice)."""
+        b = self.replicas.get(instance)
+        t = b.get(h) if b else None
+        return None if t is None else self.clock[instance] - t
+
+    def forgot(self, instance: str, h: int) -> bool:
+        """Whether block ``h`` was last sent to ``instance`` (its home) and its LRU no longer
+        holds it, and not because an answer had it dropped (``drop``): the LRU let it go."""
+        b = self.replicas.get(instance)
+        return (self.homes.get(h) == instance and not (b and h in b)
+                and self.dropped.get(h) != instance)
+
+    def drop(self, instance: str, hashes: tuple[int, ...]) -> int:
+        """``instance``'s engine did not have these blocks (its answer said so): they leave its
+        LRU (their home stays). Returns how many it held."""
+        b = self.replicas.get(instance)
+        n = 0
+        for h in hashes if b else ():
+            if b.pop(h, None) is not None:
+                n += 1
+        self.total -= n
+        if n:
+            self.dropped[hashes[0]] = instance
+            self.dropped.move_to_end(hashes[0])
+            while len(self.dropped) > self.home_capacity:
+                self.dropped.popitem(last=False)
+        return n
 
     def placed_new(self, instance: str) -> None:
         """A new prefix (no replica held any of it, and it had no home) went to ``instance``."""
@@ -193,6 +242,8 @@ class PrefixIndex:
         """``instance`` left (drained, stopped, restarted elsewhere): its blocks go."""
         b = self.replicas.pop(instance, None)
         self.capacities.pop(instance, None)
+        self.reported.discard(instance)
+        self.clock.pop(instance, None)
         if b:
             self.total -= len(b)
         if instance in self.homes.values():  # a table change, not a request: a pass over the homes is fine
@@ -202,5 +253,5 @@ class PrefixIndex:
     def keep_only(self, instances: Iterable[str]) -> None:
         """Every replica not in ``instances`` leaves the index."""
         keep = set(instances)
-        for name in [n for n in (*self.replicas, *self.capacities) if n not in keep]:
+        for name in [n for n in {*self.replicas, *self.capacities} if n not in keep]:
             self.forget(name)

@@ -275,6 +275,9 @@ class Relay(Response):
                 usage = json.loads(b"".join(kept)).get("usage")
             except (ValueError, AttributeError):
                 usage = None
+        if usage is not None and self.resp.status == 200:  # its cached tokens correct the prefix index
+            p = self.ask.prompt
+            self.sv.balancer.answered(self.route.instance, p, usage, p.chars < self.sv.max_prompt_chars)
         self._count(usage)
 
     async def _count_stream(self) -> None:

@@ -1,0 +1,157 @@
+"""The engines' answers correct the prefix index (gateway/index_feedback.py): an answer's
+``cached_tokens`` drops what the index wrongly believed held, and sizes the LRU of a replica
+whose engine never said its cache size. Tables; comments show the arithmetic."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from store.serving import Route
+from gateway.index_feedback import BEYOND, HIT, MISS, NONE, Verdict, apply, cached_tokens, held_blocks, judge
+from gateway.prefix_index import PrefixIndex, block_hashes
+
+
+@pytest.mark.parametrize("usage, want", [
+    ({"prompt_tokens": 520, "prompt_tokens_details": {"cached_tokens": 496}}, (496, 520)),
+    ({"prompt_tokens": 520, "prompt_tokens_details": {"cached_tokens": 0}}, (0, 520)),  # a miss is evidence too
+    ({"prompt_tokens_details": {"cached_tokens": 16}}, (16, 0)),  # no prompt count: 0, the ratio is then 4
+    ({"prompt_tokens": 520, "prompt_tokens_details": None}, None),  # vLLM without prefix caching sends null
+    ({"prompt_tokens": 520}, None),  # llama.cpp, older engines: no evidence
+    ({"prompt_tokens": 520, "prompt_tokens_details": {"cached_tokens": -1}}, None),
+    ({"prompt_tokens": 520, "prompt_tokens_details": {"cached_tokens": True}}, None),  # a bool is no count
+    ({"prompt_tokens": 520, "prompt_tokens_details": {"cached_tokens": "496"}}, None),
+    (None, None), ([1], None),
+])
+def test_cached_tokens_are_read_only_when_the_engine_said_them(usage, want):
+    assert cached_tokens(usage) == want
+
+
+@pytest.mark.parametrize("cached, prompt, chars, blocks, whole, want", [
+    (0, 520, 2080, 16, True, 0),
+    # 496 of 520 tokens of 2,080 characters: 496 * 2080 // (520 * 128) = 15 blocks (15.5)
+    (496, 520, 2080, 16, True, 15),
+    # code at 3 characters a token: 2,080 characters are 693 tokens; 672 cached: 672 * 2080 // (693 * 128) = 15;
+    # at 4 a token it would be 672 * 4 // 128 = 21 > 16 blocks: the prompt's own ratio is why the share is used
+    (672, 693, 2080, 16, True, 15),
+    (672, 693, 2080, 16, False, 16),  # read in part (over 128 KiB): 4 a token, 21, at most its 16 blocks
+    (496, 0, 2080, 16, True, 15),  # no prompt count: 496 * 4 // 128 = 15
+    (600, 520, 2080, 16, True, 16),  # more cached than prompted (nonsense): 600 * 4 // 128 = 18, at most 16
+    (31, 520, 2080, 16, True, 0),  # under one block of 128 characters: 31 * 2080 // 66560 = 0
+])
+def test_cached_tokens_in_the_index_blocks(cached, prompt, chars, blocks, whole, want):
+    assert held_blocks(cached, prompt, chars, blocks, 128, whole) == want
+
+
+D = 16384  # --prefix-cache-blocks, the default
+
+
+@pytest.mark.parametrize("believed, held, age, forgot, capacity, learn, want", [
+    # the index believed 15 blocks held, the engine had none: all 16 of the prompt's leave; the first
+    # was 40 blocks deep at most (age 40 + 0), so the engine keeps at most 40: the LRU shrinks 16,384 -> 40
+    (15, 0, 40, False, D, True, Verdict(MISS, 0, 40)),
+    (15, 0, 40, False, D, False, Verdict(MISS, 0, None)),  # its engine reported its size: only the drop
+    (15, 7, 100, False, D, True, Verdict(MISS, 7, 107)),  # 2 * 7 = 14 < 15: blocks 7.. go; block 7 was 107 deep
+    (15, 8, 100, False, D, True, Verdict(HIT)),  # 2 * 8 = 16 >= 15: a hit, the engine's blocks may differ a bit
+    (15, 15, 3, False, 200, True, Verdict(HIT)),
+    (15, 1, 500, False, D, True, Verdict(MISS, 1, 501)),  # only the header every prompt shares was cached
+    (15, 0, 2, False, D, True, Verdict(MISS, 0, 16)),  # a restarted engine: 2 deep, but never under 16 (FLOOR)
+    (15, 0, 100, False, 30, True, Verdict(MISS, 0, None)),  # a miss never grows it: min(30, 100) is 30 already
+    # the index believed nothing, the engine had 15 blocks, and its LRU had let the first go: too small,
+    # 40 -> ceil(40 * 1.25) = 50
+    (0, 15, None, True, 40, True, Verdict(BEYOND, None, 50)),
+    (0, 15, None, False, 40, True, Verdict(NONE)),  # never sent there, or dropped by a miss: no growth
+    (4, 9, 5, True, 40, True, Verdict(HIT)),  # 9 > 2 * 4 + 1 = 9? no: within the units' slack
+    (4, 10, 5, True, 40, True, Verdict(BEYOND, None, 50)),  # 10 > 9
+    (0, 15, None, True, 16380, True, Verdict(BEYOND, None, D)),  # never over --prefix-cache-blocks
+    (0, 15, None, True, D, True, Verdict(NONE)),  # at it already
+    (0, 15, None, True, 40, False, Verdict(NONE)),  # a reported size is not learned
+    (0, 0, None, False, D, True, Verdict(NONE)),
+])
+def test_the_correction_and_the_learned_capacity(believed, held, age, forgot, capacity, learn, want):
+    assert judge(believed, held, 16, age, forgot, capacity, D, learn) == want
+
+
+def hashes(tag: str, n: int) -> tuple[int, ...]:
+    return block_hashes(tag * (128 * n), 128)
+
+
+def test_age_counts_the_blocks_sent_since_and_forgot_tells_the_lru_from_a_drop():
+    ix = PrefixIndex(capacity=10)
+    x, y = hashes("x", 4), hashes("y", 6)
+    ix.insert("r", x)
+    assert ix.age("r", x[0]) == 0 and ix.age("r", y[0]) is None and ix.age("q", x[0]) is None
+    ix.insert("r", y)  # 6 blocks sent after x: x's block 3 is 3 + 6 = 9 deep, the LRU's oldest of 10
+    assert ix.age("r", x[0]) == 6 and ix.age("r", y[0]) == 0
+    assert not ix.forgot("r", x[0])  # still held
+    ix.insert("r", hashes("z", 2))  # 12 blocks sent, 10 kept: x's blocks 2 and 3 fell off its tail
+    assert ix.matched("r", x) == 2 and ix.forgot("r", x[2]) and not ix.forgot("q", x[2])
+    assert ix.drop("r", y) == 6 and ix.matched("r", y) == 0 and ix.size("r") == 4  # 10 - 6
+    assert not ix.forgot("r", y[0])  # dropped by an answer, not let go by the LRU
+    assert ix.home(y) == "r"  # its home stays
+
+
+def test_a_learned_capacity_never_replaces_a_reported_one():
+    ix = PrefixIndex(capacity=100)
+    ix.set_capacity("a", 40, reported=False)
+    assert ix.capacities["a"] == 40 and "a" not in ix.reported
+    ix.set_capacity("a", 64)  # its engine answered the probe after all: reported wins
+    ix.set_capacity("a", 20, reported=False)
+    assert ix.capacities["a"] == 64 and "a" in ix.reported
+    ix.forget("a")  # a new process: nothing known
+    assert "a" not in ix.reported and "a" not in ix.capacities and "a" not in ix.clock
+
+
+def test_a_spill_evicted_on_its_second_replica_stops_drawing_its_customer_there_after_one_answer():
+    ix = PrefixIndex()  # 16,384 blocks a replica: far more than the engines hold
+    p = hashes("p", 15)
+    ix.insert("a", p)
+    ix.insert("b", p, home=False)  # the guard spilled it once onto b: its home stays a
+    for i in range(30):  # b's engine then served 30 other prompts of 15 blocks: 450 blocks sent after p
+        ix.insert("b", hashes(chr(0x100 + i), 15))
+    assert ix.matched("a", p) == ix.matched("b", p) == 15 and ix.home(p) == "a"  # a tie: the customer alternates
+    assert ix.age("b", p[0]) == 450
+    v = apply(ix, "b", p, 15, 0, ix.age("b", p[0]), False)  # b answered with 0 cached tokens
+    assert v == Verdict(MISS, 0, 450)  # the engine keeps at most 450 + 0 blocks (the clock: an upper bound)
+    assert ix.matched("b", p) == 0 and ix.matched("a", p) == 15 and ix.home(p) == "a"  # only a is left
+    assert ix.capacities["b"] == 450 and ix.size("b") == 450  # 465 held: the 15 dropped
+    assert "a" not in ix.capacities  # a's own answers will size a
+
+
+R = [Route(i, "m", "127.0.0.1", n) for n, i in enumerate(("a", "b"), 1)]
+
+
+def usage(cached: int, prompt: int) -> dict:
+    return {"prompt_tokens": prompt, "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+async def test_the_balancer_weighs_each_answer_against_what_it_believed_when_it_chose():
+    from gateway.balance import Balancer, Prompt
+    from gateway.table import build
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(1))
+    b.swap(build(R, {"m": {"max_concurrency": 8}}, 4))
+    text = "s" * 2048  # 16 blocks of 128; 512 tokens at 4 characters a token
+
+    async def send() -> Prompt:
+        p = Prompt(block_hashes(text, 128), chars=len(text))
+        r, _ = await b.acquire("m", prompt=p)
+        b.release(r, "m")
+        return p
+
+    first = await send()
+    home = first.choice.route.instance
+    assert b.answered(home, first, usage(0, 512), True) == Verdict(NONE)  # believed 0, had 0: nothing
+    again = await send()
+    assert (again.choice.route.instance, again.choice.matched, again.age) == (home, 16, 0)
+    assert b.answered(home, again, usage(496, 512), True) == Verdict(HIT)  # 496 * 2048 // (512 * 128) = 15
+    assert b.answered(home, again, None, True) is None  # no usage: no evidence
+    assert b.answered("b" if home == "a" else "a", again, usage(0, 512), True) is None  # not the one chosen
+    third = await send()
+    # its engine restarted: 0 cached where 16 blocks were believed held, the latest sent (age 0): 0 + 0, FLOOR 16
+    assert b.answered(home, third, usage(0, 512), True) == Verdict(MISS, 0, 16)
+    assert b.index.matched(home, third.blocks) == 0 and b.index.capacities[home] == 16
+    fourth = await send()  # nothing held anywhere: back home, not a new placement
+    assert fourth.choice.route.instance == home and fourth.choice.matched == 0 and not fourth.forgot
+    assert b.answered(home, fourth, usage(496, 512), True) == Verdict(NONE)  # dropped, not let go: no growth
