@@ -19,19 +19,30 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    prefix: a copy costs a full prefill and pushes another prefix out of the second replica's
    cache. With a quarter of the limit as the gap, stalls of 5 requests at a limit of 16 did, and
    cost the bench its hits.
-4. **Among the candidates**: the most matched blocks (the least prefill); when none matches, the
-   prefix's ``home`` (the replica it was last sent to, remembered longer than the blocks: a
-   prefix that aged out of the index goes back where it lived, so prefixes stay shared out as
-   they were); for a new prefix, the fewest blocks held (SGLang's "smallest tree": new prefixes
-   are shared out by cache room, so no replica is handed more of them than its cache holds while
-   another's is empty); then the fewest in flight; then at random. Reason ``prefix``;
-   ``no-prefix`` when no replica matched; ``imbalance`` when the guard left out one that matched
-   more than the chosen. With nothing matched, no home and no sizes known, this is least
-   outstanding, draw for draw.
+3b. **Cost** (when some replica matches and ``Pace`` has measured every eligible one, this
+   replaces the guard): each replica costs ``cost_s``, the seconds its requests in flight add to a
+   new one's first token plus the seconds of prefill for the blocks it lacks, both measured on that
+   replica. A request leaves the replica holding its prefix only when the wait there costs more
+   than the prefill it would repeat elsewhere. The least cost wins; a tie goes to the prefix's
+   home, then the most matched, then the fewest in flight. Reason ``imbalance`` when it moved.
+4. **Among the candidates**: the most matched blocks (the least prefill); then the prefix's
+   ``home`` (the replica it was last sent to, remembered longer than the blocks, and not moved by
+   a spill: a prefix that aged out of the index goes back where it lived, so prefixes stay shared
+   out as they were, and a spill's copy elsewhere ties with home and loses); for a new prefix, the
+   fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by cache room, so no
+   replica is handed more of them than its cache holds while another's is empty); then the fewest
+   in flight; then at random. Reason ``prefix``; ``no-prefix`` when no replica matched;
+   ``imbalance`` when the guard left out one that matched more than the chosen. With nothing
+   matched, no home and no sizes known, this is least outstanding, draw for draw.
 
-Why a guard and not a weighted cost (Dynamo's ``overlap_weight x prefill + decode``): a gap in
-requests is what an operator can read off the metrics and set, and the rule's choices can be
-listed in a table; the cost's weight depends on the model, the GPU and the prompt lengths.
+Ties go to the prefix's home, not to the API key or ``user`` that sent it: the home is known
+per prefix at no cost, and one key often sends many customers' prefixes (an agent platform).
+
+Why the cost needs measuring (Dynamo's ``overlap_weight x prefill_blocks + decode_blocks`` sets
+the weight): it depends on the model, the GPU and the prompt lengths; a request ahead on a replica
+whose prompts mostly hit costs milliseconds, a full prefill elsewhere far more. Until every
+eligible replica is measured (``Pace``: 16 first tokens, with some variation in both load and
+prefill) the request-gap guard stands: a gap an operator can read off the metrics.
 
 Why no ``cache_threshold`` (SGLang counts a match only above half the prompt): SGLang's tree is
 unbounded, so a partial match there is a different prompt. This index is an LRU sized to the
@@ -95,15 +106,80 @@ def eligible(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], b
             and in_flight.get(r.instance, 0) < limit]
 
 
+class Pace:
+    """What a request ahead and an uncached block cost on each replica, measured: per replica, a
+    least-squares fit of its requests' first-token times on (1, requests in flight before each,
+    its uncached blocks), every sample's weight halved after ``half_life`` more samples (recent
+    requests count most). Pure: the relay feeds it (``observe``), the rule reads it (``of``).
+    O(1) per call: 9 decayed sums per replica, the fit solved when a sample arrives."""
+
+    def __init__(self, half_life: float = 64, min_samples: int = 16):
+        if half_life <= 0 or min_samples < 3:
+            raise ValueError("pace: half_life > 0 and min_samples >= 3")
+        self.decay, self.min_samples = 0.5 ** (1 / half_life), min_samples
+        self.sums: dict[str, list[float]] = {}  # instance -> [n, x, u, xx, xu, uu, y, xy, uy], decayed
+        self.fits: dict[str, tuple[float, float]] = {}  # instance -> (seconds a request ahead, seconds a block)
+        self.seen: dict[str, int] = {}
+
+    def observe(self, instance: str, ahead: int, uncached: int, ttft_s: float) -> None:
+        """A request sent to ``instance`` with ``ahead`` in flight there and ``uncached`` blocks not
+        thought held got its first token after ``ttft_s`` seconds."""
+        s = self.sums.setdefault(instance, [0.0] * 9)
+        x, u, y, d = float(ahead), float(uncached), float(ttft_s), self.decay
+        for k, v in enumerate((1.0, x, u, x * x, x * u, u * u, y, x * y, u * y)):
+            s[k] = s[k] * d + v
+        self.seen[instance] = n = self.seen.get(instance, 0) + 1
+        fit = solve3(((s[0], s[1], s[2]), (s[1], s[3], s[4]), (s[2], s[4], s[5])), (s[6], s[7], s[8]))
+        if n >= self.min_samples and fit is not None and fit[2] > 0:
+            self.fits[instance] = (max(fit[1], 0.0), fit[2])
+        else:
+            self.fits.pop(instance, None)  # no variation to tell the two apart, or prefill free: unmeasured
+
+    def of(self, instance: str) -> tuple[float, float] | None:
+        """(seconds one request in flight adds to a new one's first token, seconds one uncached
+        block adds) on ``instance``; None until measured."""
+        return self.fits.get(instance)
+
+    def forget(self, instance: str) -> None:
+        for d in (self.sums, self.fits, self.seen):
+            d.pop(instance, None)
+
+
+def solve3(a: tuple[tuple[float, ...], ...], b: tuple[float, ...]) -> tuple[float, float, float] | None:
+    """``a x = b`` for a symmetric 3x3 ``a`` (Cramer's rule); None when ``a`` is near singular
+    (a regressor that did not vary, or two that moved together)."""
+    def det(m):
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+    d = det(a)
+    if abs(d) <= 1e-9 * a[0][0] * a[1][1] * a[2][2] or d == 0:
+        return None
+    out = []
+    for c in range(3):
+        m = tuple(tuple(b[r] if k == c else a[r][k] for k in range(3)) for r in range(3))
+        out.append(det(m) / d)
+    return out[0], out[1], out[2]
+
+
+def cost_s(load: int, matched: int, blocks: int, pace: tuple[float, float]) -> float:
+    """The expected seconds to a first token on a replica, but for what every replica shares:
+    ``load`` requests ahead at ``pace[0]`` each, and the blocks it lacks at ``pace[1]`` each.
+    Dynamo's ``overlap_weight x prefill_blocks + decode_blocks``, in seconds, with both weights
+    measured rather than set."""
+    return load * pace[0] + (blocks - matched) * pace[1]
+
+
 def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], matched: Callable[[str], int],
            blocks: int, knobs: Knobs, rng: random.Random, bad_until: dict[str, float] | None = None,
            now: float = 0.0, exclude: frozenset[str] = frozenset(),
            held: Callable[[str], int] | None = None, home: str | None = None,
-           new_turn: Callable[[str], int] | None = None) -> Choice | None:
+           new_turn: Callable[[str], int] | None = None,
+           pace: Callable[[str], tuple[float, float] | None] | None = None) -> Choice | None:
     """The replica for a prompt of ``blocks`` whole blocks, of which replica r holds
     ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all), last sent to
     ``home``; None when no replica is eligible (the request waits). A new prefix goes where there
-    is most room, then to the replica that least recently took a new prefix (``new_turn``)."""
+    is most room, then to the replica that least recently took a new prefix (``new_turn``). When
+    some replica matches and ``pace`` has measured every eligible one, the cost decides (rule 3b)."""
     ok = eligible(replicas, limit, in_flight, bad_until or {}, now, exclude)
     if not ok:
         return None
@@ -114,20 +190,46 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
         low = min(load)
         i = rng.choice([i for i, n in enumerate(load) if n == low])
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
+    paces = [pace(r.instance) for r in ok] if pace is not None and best_any else []
+    if paces and all(p is not None for p in paces):
+        cands = cheapest(ok, load, got, blocks, paces, home)
+    else:
+        cands = guarded(ok, load, got, limit, knobs, held, home, new_turn)
+    low = min(load[i] for i in cands)
+    i = rng.choice([i for i in cands if load[i] == low])
+    reason = NO_PREFIX if best_any == 0 else PREFIX if got[i] == best_any else IMBALANCE
+    return Choice(ok[i], reason, got[i], blocks, load[i], limit)
+
+
+def cheapest(ok: Sequence[Route], load: list[int], got: list[int], blocks: int,
+             paces: list, home: str | None) -> list[int]:
+    """Rule 3b: the replicas of least ``cost_s`` (within a microsecond); a tie goes home, then to
+    the most matched."""
+    cost = [cost_s(load[i], got[i], blocks, paces[i]) for i in range(len(ok))]
+    least = min(cost)
+    cands = [i for i in range(len(ok)) if cost[i] <= least + 1e-6]
+    back = [i for i in cands if ok[i].instance == home]
+    if back:
+        return back
+    top = max(got[i] for i in cands)
+    return [i for i in cands if got[i] == top]
+
+
+def guarded(ok: Sequence[Route], load: list[int], got: list[int], limit: int, knobs: Knobs,
+            held: Callable[[str], int] | None, home: str | None,
+            new_turn: Callable[[str], int] | None) -> list[int]:
+    """Rules 3 and 4: the candidates within the guard's slack, the most matched, then home, room, turn."""
     ceiling = min(load) + knobs.slack(limit)  # the guard: busier than this is passed over
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]
     top = max(got[i] for i in cands)
     cands = [i for i in cands if got[i] == top]
-    back = [i for i in cands if ok[i].instance == home] if top == 0 else []
-    if back:  # aged out of the index: back where it lived, if the guard allows
-        cands = back
-    elif top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
+    back = [i for i in cands if ok[i].instance == home]
+    if back:  # its home: aged out of the index, or a match as long elsewhere (a spill's copy)
+        return back
+    if top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
         room = [held(ok[i].instance) for i in cands]
         cands = [i for i, h in zip(cands, room) if h == min(room)]
         if new_turn is not None and len(cands) > 1:  # as much room (every LRU full): round the replicas
             turn = [new_turn(ok[i].instance) for i in cands]
             cands = [i for i, t in zip(cands, turn) if t == min(turn)]
-    low = min(load[i] for i in cands)
-    i = rng.choice([i for i in cands if load[i] == low])
-    reason = NO_PREFIX if best_any == 0 else PREFIX if top == best_any else IMBALANCE
-    return Choice(ok[i], reason, got[i], blocks, load[i], limit)
+    return cands
