@@ -14,6 +14,7 @@ from scheduler.errors import InvalidInput
 from scheduler.spec import Routing
 
 MiB = 1 << 20
+CHARS_PER_TOKEN = 4  # a token of English text, as gateway/engine_cache.py converts an engine's cache
 # a Host a client may send: a DNS name, an IPv4 address or a bracketed IPv6 one, with an optional port
 PUBLIC_NAME = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*"
                          r"|\[[0-9A-Fa-f:.]{2,45}\])(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}"
@@ -76,9 +77,13 @@ class GatewaySettings:
         "its prompt's prefix is cached, within a load guard; docs/routing.md)", choices=ROUTINGS))
     prefix_block_chars: int = 128  # the prefix index's block, in characters of prompt text
     prefix_cache_blocks: int = field(default=16384, metadata=flag(
-        "--prefix-cache-blocks", "blocks of prompt text (prefix_block_chars characters each) the gateway remembers per "
-        "replica for cache-aware routing (an LRU; 16384 blocks of 128 are about 0.5 M tokens: size it to the engines' "
-        "prefix caches)"))
+        "--prefix-cache-blocks", "blocks of 128 characters of prompt text (about 32 tokens each; not the engine's "
+        "blocks) the gateway remembers per replica for cache-aware routing, until the replica's engine reports its "
+        "cache size or its answers' cached_tokens size it (docs/routing.md); 16384 blocks are about 0.5 M tokens. "
+        "An engine's cache in tokens: --prefix-cache-tokens", metavar="BLOCKS"))
+    prefix_cache_tokens: int = field(default=0, metadata=flag(
+        "--prefix-cache-tokens", "--prefix-cache-blocks given in tokens, as engines count their KV cache (vLLM: "
+        "num_gpu_blocks x block_size): tokens x 4 / 128 blocks; set (not 0), it replaces --prefix-cache-blocks", metavar="TOKENS"))
     max_prompt_chars: int = 128 * 1024  # of a prompt, hashed for routing at most (the rest is not looked at)
     route_slack: int = field(default=2, metadata=flag(  # gateway/cache_aware.py
         "--route-slack", "cache-aware routing's guard: a replica more than max(this, limit/2) requests busier than "
@@ -111,6 +116,11 @@ class GatewaySettings:
                   "max_prompt_chars"):
             if getattr(self, k) < 1:
                 raise InvalidInput(f"gateway setting {k} must be >= 1, got {getattr(self, k)}")
+        if self.prefix_cache_tokens < 0:
+            raise InvalidInput(f"gateway setting prefix_cache_tokens must be >= 0, got {self.prefix_cache_tokens}")
+        if self.prefix_cache_tokens:  # tokens as blocks of text, at 4 characters a token (engine_cache.text_blocks)
+            object.__setattr__(self, "prefix_cache_blocks",
+                               max(1, self.prefix_cache_tokens * CHARS_PER_TOKEN // self.prefix_block_chars))
         for n in self.public_names:
             if not PUBLIC_NAME.match(n):
                 raise InvalidInput(f"gateway setting public_names: {n[:100]!r} is not NAME or NAME:PORT (a DNS name, "

@@ -36,6 +36,12 @@ FLAGS = {
              "--tls-key action names",
     # a group's one role with --role (issue 35)
     "autoscale": "--address --api-key --json --namespace --role --tls-ca --tls-cert --tls-key name",
+    # the prefix index's size in blocks of text or, since issue 39, in tokens as engines count their cache
+    "gateway": "--address --allow-anonymous --api-key --body-timeout --connect-timeout --data-dir --database-url "
+               "--first-byte-timeout --header-timeout --http-client --idle-timeout --listen --max-body "
+               "--max-concurrency --max-queue --metrics-key-required --namespace --no-kv-events --prefix-cache-blocks "
+               "--prefix-cache-tokens --public-name --queue-timeout --route-slack --routing --temporal-ui-url --tls-ca "
+               "--tls-cert --tls-key --tokenizer-root",
     # the stand-in engine; its simulated GPU and prefill/decode role (issue 35) from --block-tokens to --sim-gpu
     "standin": "--api-key --block-tokens --engine-id --host --kv-blocks --kv-hold-s --kv-host --kv-port --kv-token-s "
                "--max-seqs --model-name --pd-role --port --prefill-chunk --prefill-token-s --sim-gpu --token-s",
@@ -103,3 +109,20 @@ def test_the_agents_engine_flags_are_engine_configs_fields():
                              "--allow-env", "MYAPP_*", "--kv-events"])
     got = dataclass_from(EngineConfig, a, a.engine_flags)
     assert (got.vllm, got.model_roots, got.allow_env, got.kv_events) == ("/opt/vllm", ("/m", "/n"), ("MYAPP_*",), True)
+
+
+@pytest.mark.parametrize("argv, blocks", [
+    ([], 16384),  # the default: blocks of 128 characters
+    (["--prefix-cache-blocks", "128"], 128),
+    # vLLM's num_gpu_blocks 2,048 x block_size 16 = 32,768 tokens; x 4 characters / 128 = 1,024 blocks
+    (["--prefix-cache-tokens", "32768"], 1024),
+    (["--prefix-cache-blocks", "128", "--prefix-cache-tokens", "32768"], 1024),  # tokens, given, win
+    (["--prefix-cache-tokens", "10"], 1),  # 10 x 4 / 128 = 0: at least one block
+])
+def test_the_gateways_prefix_index_is_sized_in_blocks_of_text_or_in_tokens(argv, blocks):
+    from gateway.config import GatewaySettings
+
+    a = parser().parse_args(["gateway", *argv])
+    assert dataclass_from(GatewaySettings, a, a.gateway_flags).prefix_cache_blocks == blocks
+    assert "128 characters" in action("gateway", "--prefix-cache-blocks").help  # its unit, in --help
+    assert "tokens" in action("gateway", "--prefix-cache-tokens").help
