@@ -16,7 +16,8 @@ cache-aware routing matter.
   replica (``system_fingerprint``, ``x-replica``).
 - ``/metrics`` reports the cache's size under vLLM's name, ``vllm:cache_config_info`` with the labels
   ``num_gpu_blocks`` and ``block_size`` (in tokens: a block of characters counts as a quarter as many
-  tokens), which the gateway reads to size its index (gateway/engine_cache.py).
+  tokens), which the gateway reads to size its index (gateway/engine_cache.py); ``--cache-info no``
+  leaves it out, as an engine that does not report its cache size (the gateway must learn it).
 - With ``--tokenizer DIR`` the cache holds blocks of ``--block-tokens`` token ids instead, the prompt
   tokenized as vLLM does (a chat through the tokenizer's chat template, with the generation prompt).
   With ``--kv-events-port`` too, it publishes its cache's changes as vLLM does
@@ -26,7 +27,7 @@ cache-aware routing matter.
   its own (a keyed hash), so a reader that relied on them would fail.
 
     python tests/standin_cache_engine.py --port P [--name N] [--block-chars 64] [--cache-blocks 256]
-                                         [--prefill-block-s 0.004] [--token-s 0.01]
+                                         [--prefill-block-s 0.004] [--token-s 0.01] [--cache-info yes|no]
                                          [--tokenizer DIR [--block-tokens 16] [--kv-events-port Q]]"""
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def make_tokenizer(folder: str) -> str:
 
 def make_app(name: str, block_chars: int, cache_blocks: int, prefill_block_s: float, token_s: float,
              tokenizer: str | None = None, block_tokens: int = 16, kv_events_port: int | None = None,
-             host: str = "127.0.0.1") -> Starlette:
+             host: str = "127.0.0.1", cache_info: bool = True) -> Starlette:
     hdr = {"x-replica": name}
     tok = load_tokenizer(tokenizer) if tokenizer else None
     publish = Publisher(host, kv_events_port) if kv_events_port else (lambda batch: None)
@@ -213,9 +214,10 @@ def make_app(name: str, block_chars: int, cache_blocks: int, prefill_block_s: fl
     reg = CollectorRegistry()
     queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache", registry=reg)
     hits = Counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache", registry=reg)
-    info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", ["block_size", "num_gpu_blocks"],
-                 registry=reg)
-    info.labels(str(block_tokens if tok else max(1, block_chars // CHARS_PER_TOKEN)), str(cache_blocks)).set(1)
+    if cache_info:
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                     ["block_size", "num_gpu_blocks"], registry=reg)
+        info.labels(str(block_tokens if tok else max(1, block_chars // CHARS_PER_TOKEN)), str(cache_blocks)).set(1)
 
     async def prefill(text: str, body: dict, chat: bool) -> tuple[int, int]:
         """(prompt tokens, cached tokens), after the time the uncached part takes."""
@@ -310,11 +312,13 @@ def main() -> None:
     p.add_argument("--tokenizer", help="a tokenizer folder: cache token blocks, as vLLM does")
     p.add_argument("--block-tokens", type=int, default=16)
     p.add_argument("--kv-events-port", type=int, help="publish KV-cache events there, as vLLM does (needs --tokenizer)")
+    p.add_argument("--cache-info", choices=("yes", "no"), default="yes",
+                   help="report the cache's size in /metrics (vllm:cache_config_info); no: as an engine that does not")
     a = p.parse_args()
     if a.kv_events_port and not a.tokenizer:
         p.error("--kv-events-port needs --tokenizer (events carry token ids)")
     app = make_app(a.name, a.block_chars, a.cache_blocks, a.prefill_block_s, a.token_s, a.tokenizer,
-                   a.block_tokens, a.kv_events_port, a.host)
+                   a.block_tokens, a.kv_events_port, a.host, a.cache_info == "yes")
     uvicorn.run(guarded(app, key_from(a.api_key)), host=a.host,  # its /metrics too (gpuflow/demo/engine_guard.py)
                 port=a.port, log_level="warning", access_log=False, loop="uvloop", http="httptools",
                 timeout_graceful_shutdown=2)
