@@ -125,3 +125,18 @@ def test_an_unknown_gather_layer_is_refused_against_the_clusters_layers():
     assert gather_problems(g.gather, LAYERS) == []
     (problem,) = gather_problems(g.gather, [])
     assert problem.startswith("gather.layer custom-00aa11: not a layer of this cluster")
+
+
+def test_the_standin_group_example_is_a_group_gpuflow_dev_can_run():
+    # gpuflow/examples/model-pd-standin.yaml: what the groups page tells a newcomer to deploy on `gpuflow dev`
+    import os
+
+    import yaml
+
+    path = os.path.join(os.path.dirname(__file__), "..", "gpuflow", "examples", "model-pd-standin.yaml")
+    with open(path) as f:
+        spec = ModelSpec.model_validate(yaml.safe_load(f))
+    assert spec.is_group and [(r.name.value, r.replicas) for r in spec.roles] == [("prefill", 1), ("decode", 1)]
+    # sized by what it states (vram 0 on a CPU host): nothing is read from its empty source folder
+    assert spec.resources.vram == 0 and spec.cpu_offloading
+    assert "--pd-role {pd_role}" in spec.run_command and "--kv-port {kv_port}" in spec.run_command
