@@ -128,9 +128,9 @@ def env_problem(name: object, value: object, extra: tuple[str, ...] = ()) -> str
     if owned(name):
         return f"env {name} is set by gpuflow for every launch and cannot be overridden"
     if not (name in DEFAULT_ALLOW or _matches(name, extra)):
-        return (f"env {name} is not allowed: a spec may set only known engine-tuning variables (docs/formats.md, "
-                "'env'), and those its operators allowed (GPUFLOW_ALLOW_ENV on the control plane, "
-                "'gpuflow agent --allow-env PATTERN' on each host)")
+        return (f"env {name} is not allowed: a spec may set only known engine-tuning variables (their list: "
+                "scheduler/spec_env.py DEFAULT_ALLOW; why: docs/operations/security.md), and those its operators "
+                "allowed (GPUFLOW_ALLOW_ENV on the control plane, 'gpuflow agent --allow-env PATTERN' on each host)")
     return None
 
 
