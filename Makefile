@@ -87,7 +87,7 @@ bench-routing: $(VENV)/.installed $(VENV)/inference-perf/.installed
 # own: it needs Python >= 3.12 (the first found: IP_PY) and pins its own transformers. Without such a
 # Python the bench skips that workload and says why.
 IP_PY ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[23]*/bin/python3; do \
-  command -v $$p >/dev/null 2>&1 && { echo $$p; break; }; done)
+  $$p -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 INFERENCE_PERF := $(shell grep -o "inference-perf==[0-9.]*" pyproject.toml)
 $(VENV)/inference-perf/.installed: pyproject.toml
 	@if [ -z "$(IP_PY)" ]; then echo "no Python >= 3.12 here: bench-routing skips its inference-perf workload"; else \
