@@ -29,6 +29,7 @@ from scheduler.errors import GpuflowError
 from scheduler.groups.roles import role_spec
 from scheduler.groups.scale_in import scale_in
 from scheduler.groups.spec import RoleName, router_ram
+from scheduler.groups.status import MODEL_BAD
 from scheduler.request import FlatRequest, Request
 from scheduler.spec import ModelSpec
 from store import groups, ledger
@@ -50,13 +51,25 @@ class GroupActivities:
     def all(self) -> list:
         return [self.form_group, self.place_member, self.scale_in_member]
 
-    async def _request(self, spec: ModelSpec, role: RoleName) -> Request:
+    async def _request(self, spec: ModelSpec, role: RoleName) -> Request | str:
+        """A role's request, or why its model cannot be estimated (the spec's fault: a str)."""
         if role == RoleName.ROUTER:
             return FlatRequest(vram=0, ram=router_ram(spec.roles), basis="the router's RAM (it loads no weights)")
         try:
             return await self.runner.run(self.estimates.get, role_spec(spec, role), None)
         except GpuflowError as e:
-            raise ApplicationError(f"role {role.value}: {e}", type="ModelError", non_retryable=True) from None
+            return str(e)
+
+    async def _model_bad(self, names: list[str], bad: dict[RoleName, str]) -> GroupPlaced:
+        """Not formed, for the spec's fault (``bad``: role -> why its model cannot be estimated): the
+        members ERROR saying why (never a failed activity, which failed the deployment's workflow; a
+        plain replica gives up the same way). Roles failing alike are named together."""
+        by_why: dict[str, list[str]] = {}
+        for role, why in bad.items():
+            by_why.setdefault(why, []).append(role.value)
+        why = f"{MODEL_BAD}: " + "; ".join(f"role {', '.join(rs)}: {w}" for w, rs in by_why.items())
+        await self.runner.run(groups.set_failed, self.engine, names, why)
+        return GroupPlaced(scheduled=False, reasons=[why[:2000]])
 
     async def _book(self, spec: ModelSpec, group: str, choose, names: list[str]) -> GroupPlaced:
         who = await self.runner.run(tenancy.owners_of, self.decider.reads, spec)
@@ -85,6 +98,9 @@ class GroupActivities:
         await self.runner.run(groups.create_members, self.engine, ask.deployment, spec.name,
                               {m.name: m.role.value for m in ask.members}, ask.gen)
         requests = {r: await self._request(spec, r) for r in names}
+        bad = {r: x for r, x in requests.items() if isinstance(x, str)}
+        if bad:
+            return await self._model_bad([m.name for m in ask.members], bad)
         return await self._book(spec, ask.deployment, formation(spec, names, requests, self.decider.policy),
                                 [m.name for m in ask.members])
 
@@ -97,6 +113,8 @@ class GroupActivities:
         await self.runner.run(groups.create_members, self.engine, ask.deployment, spec.name, {m.name: m.role.value},
                               ask.gen)
         req = await self._request(spec, m.role)
+        if isinstance(req, str):
+            return await self._model_bad([m.name], {m.role: req})
         return await self._book(spec, ask.deployment,
                                 one_more(spec, ask.deployment, m.name, m.role, req, self.decider.policy), [m.name])
 

@@ -54,7 +54,7 @@ async def closed(handle: WorkflowHandle, d: WorkflowExecutionDescription) -> str
         try:
             await asyncio.wait_for(handle.result(follow_runs=False), QUERY_TIMEOUT_S)
         except WorkflowFailureError as e:
-            why = getattr(e.cause, "message", None) or str(e.cause)
+            why = cause_message(e)
             return f"failed: {why.splitlines()[0][:300] if why else 'no reason given'}"
         except Exception as e:  # noqa: BLE001  the history could not be read: say what it is
             return f"failed ({reason(e)})"
@@ -69,6 +69,17 @@ async def query(handle: WorkflowHandle, q) -> Any:
     except asyncio.TimeoutError:
         raise Unreachable(f"{handle.id} did not answer a query within {QUERY_TIMEOUT_S:g} s "
                            "(is a control-plane worker running? its history in the Temporal UI says more)") from None
+
+
+def cause_message(e: BaseException) -> str:
+    """The innermost cause's message of a failure (a workflow's or an update's): Temporal wraps an
+    activity's ApplicationError ("role prefill: ...: no config.json") in an ActivityError whose
+    message is only "Activity task failed"; a wrapper's own message only where nothing inside has one."""
+    said, c, seen = "", e, 0
+    while c is not None and seen < 32:  # a chain of causes, bounded
+        said = getattr(c, "message", None) or said or str(c)
+        c, seen = getattr(c, "cause", None), seen + 1
+    return said or type(e).__name__
 
 
 def reason(e: BaseException) -> str:

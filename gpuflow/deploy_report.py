@@ -48,10 +48,15 @@ def report(name: str, before: dict[str, Any] | None, after_spec: dict[str, Any],
     the spec change replaces the replicas (rollout_steps.rolls)."""
     r = Report()
     if before is None:
-        r.said.append(f"deployment {name}: created, {after_replicas} replica(s) wanted ({source})")
+        off = " (the group is off: replicas 0, nothing starts)" if after_spec.get("roles") and after_spec.get("replicas") == 0 else ""
+        r.said.append(f"deployment {name}: created, {after_replicas} replica(s) wanted ({source}){off}")
         return r
     was, last_file = before["replicas"], before["spec"].get("replicas")
-    if was != after_replicas:
+    if after_spec.get("roles") and (last_file == 0) != (after_spec.get("replicas") == 0):  # a group off or on
+        r.said.append(f"deployment {name}: the group switched off (replicas 0): its {was} member(s) stop, its roles "
+                      f"kept" if after_spec.get("replicas") == 0 else
+                      f"deployment {name}: the group switched on (replicas 1): {after_replicas} member(s) form whole")
+    elif was != after_replicas:
         r.said.append(f"deployment {name}: replicas {was} -> {after_replicas} from {source}")
         if source == FILE and last_file is not None and was != last_file:
             r.warnings.append(

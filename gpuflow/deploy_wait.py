@@ -8,7 +8,8 @@ whenever the counts change. Exit codes, as ``gpuflow schedule``'s:
   restarts), or the rollout to this spec was rolled back or halted, or ``--timeout`` passed;
 - 3: a replica waits PENDING because no host can take it (``unschedulable: ...``, the decisive
   reasons) or its tenant's quota is full (``quota: ...``);
-- 0: every wanted replica is RUNNING, no rollout is under way and no old replica is left.
+- 0: every wanted replica is RUNNING, no rollout is under way and no old replica is left; or the
+  deployment is a group switched off (its ``replicas`` 0): said at once.
 
 The first verdict that holds decides, in that order: a failure is reported even while another
 replica waits for room.
@@ -39,6 +40,10 @@ class Verdict:
 def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
     """The verdict on one deployment row of ``ops.status`` and its rollout view."""
     insts = dep.get("instances", [])
+    if (dep.get("group") or {}).get("off"):  # switched off: nothing to wait for
+        left = f" ({len(insts)} member(s) still stopping)" if insts else ""
+        return Verdict(0, [f"deployment {dep['name']}: the group is off (replicas 0){left}; "
+                           f"'gpuflow scale {dep['name']} 1' switches it on"])
     failed = [i for i in insts if i["state"] == "error"]
     if failed:
         return Verdict(1, [f"{i['name']}: ERROR: {i.get('reason') or 'no reason recorded'}" for i in failed])

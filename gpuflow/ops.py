@@ -44,10 +44,7 @@ async def run_update(handle, update, *args):
 
 
 def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
-    c = e.cause
-    while getattr(c, "cause", None) is not None:
-        c = c.cause
-    return InvalidInput(getattr(c, "message", None) or str(e))
+    return InvalidInput(broken.cause_message(e))  # the innermost cause's words, never "Activity task failed"
 
 
 async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None,
@@ -94,8 +91,7 @@ async def deployment_handle(client: Client, name: str):
         try:
             await handle.result()
         except WorkflowFailureError as e:
-            why = getattr(e.cause, "message", None) or str(e.cause)
-            raise InvalidInput(f"deployment {name!r} failed: {why[:1000]}") from None
+            raise InvalidInput(f"deployment {name!r} failed: {broken.cause_message(e)[:1000]}") from None
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"no deployment named {name!r}: " + ENDED.get(d.status.name if d.status else "", "it is gone"))
     return handle

@@ -51,3 +51,19 @@ def set_waiting(engine: Engine, names: list[str], reason: str) -> int:
         n = s.connection().execute(update(t).where(t.c.name.in_(names), t.c.state.in_(QUEUED), t.c.reason != reason).values(reason=reason, updated_at=utcnow())).rowcount
         s.commit()
     return n or 0
+
+
+def set_failed(engine: Engine, names: list[str], reason: str) -> int:
+    """The members not placed yet (PENDING, ANALYZING, or ERROR from a formation before) are ERROR
+    with ``reason``: the spec's fault (its model cannot be estimated), as a plain replica gives up;
+    a formation that books them later writes their rows anew. How many changed."""
+    t = InstanceRow.__table__
+    with Session(engine) as s:
+        n = s.connection().execute(update(t).where(t.c.name.in_(names), t.c.state.in_((*QUEUED, "error")),
+                                                   t.c.reason != reason).values(state="error", reason=reason,
+                                                                                updated_at=utcnow())).rowcount
+        if n:
+            for name in names:
+                changes.bump(s, name)
+        s.commit()
+    return n or 0

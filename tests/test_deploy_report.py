@@ -88,3 +88,49 @@ def test_the_wait_verdict(dep, rollout, code, first):
     v = judge(dep, rollout)
     assert (v.code, v.lines[0]) == (code, first)
     assert ".;" not in v.lines[0]  # issue 26 point 5: the reasons' full stops no longer run into '; '
+
+
+GROUP = {"name": "pd", "backend": "custom", "run_command": "srv {port}", "replicas": 1,
+         "roles": [{"name": "prefill", "replicas": 2}, {"name": "decode"}]}  # 2 + 1 = 3 members
+
+
+@pytest.mark.parametrize("before, after, n, said", [
+    # on -> off: its 3 members stop, roles kept (the group's own replicas is not a member count)
+    ({"spec": GROUP, "replicas": 3}, {**GROUP, "replicas": 0}, 0,
+     "deployment pd: the group switched off (replicas 0): its 3 member(s) stop, its roles kept"),
+    # off -> on: 2 prefills + 1 decode = 3 members formed whole
+    ({"spec": {**GROUP, "replicas": 0}, "replicas": 0}, GROUP, 3,
+     "deployment pd: the group switched on (replicas 1): 3 member(s) form whole"),
+    # a new group created off: 0 wanted, nothing starts
+    (None, {**GROUP, "replicas": 0}, 0,
+     "deployment pd: created, 0 replica(s) wanted (its roles) (the group is off: replicas 0, nothing starts)"),
+])
+def test_what_deploy_says_of_a_group_switched_off_or_on(before, after, n, said):
+    assert report("pd", before, after, n, "its roles", False).said == [said]
+
+
+def test_the_wait_verdict_on_a_group_switched_off_is_at_once():
+    off = {"name": "pd", "replicas": 0, "wanted": 0, "instances": [], "group": {"off": True, "roles": "prefill 0/2"}}
+    assert (judge(off, IDLE).code, judge(off, IDLE).lines) == (0, [
+        "deployment pd: the group is off (replicas 0); 'gpuflow scale pd 1' switches it on"])
+    stopping = {**off, "instances": [{"name": "pd-0", "state": "stopping", "reason": ""}]}  # 1 left to stop
+    assert judge(stopping, {**IDLE, "rolling": True}).lines[0].startswith(
+        "deployment pd: the group is off (replicas 0) (1 member(s) still stopping)")
+
+
+def test_a_failure_says_its_innermost_cause_never_just_activity_task_failed():
+    from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+    from temporalio.exceptions import ActivityError, ApplicationError
+
+    from gpuflow.broken import cause_message
+    from gpuflow.ops import _update_error
+
+    why = "role prefill: /tmp/trial-run/model: no config.json: not a Hugging Face model directory"
+    act = ActivityError("Activity task failed", scheduled_event_id=5, started_event_id=6, identity="w",
+                        activity_type="form_group", activity_id="1", retry_state=None)
+    act.__cause__ = ApplicationError(why, type="ModelError", non_retryable=True)  # as Temporal's converter nests it
+    assert cause_message(WorkflowFailureError(cause=act)) == why
+    assert str(_update_error(WorkflowUpdateFailedError(act))) == why
+    bare = ActivityError("Activity task failed", scheduled_event_id=5, started_event_id=6, identity="w",
+                         activity_type="form_group", activity_id="1", retry_state=None)
+    assert cause_message(WorkflowFailureError(cause=bare)) == "Activity task failed"  # nothing inside: its own words

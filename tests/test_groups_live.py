@@ -7,7 +7,11 @@ standin`` (a real process each). Each test deploys its own group, looks, and del
 - ``scale_role`` adds a prefill beside the group and keeps every other member's pid; scaling it back
   stops the member the retention scorer names (scale_in on the store's snapshot);
 - a tenant at its limit gets no partial group: nothing booked, its reason the quota;
-- a control-plane worker SIGKILLed while groups form leaves no partial booking."""
+- a control-plane worker SIGKILLed while groups form leaves no partial booking;
+- a group switched off (``replicas: 0``: deploy, ``scale NAME 0``) stops and unbooks every member and
+  keeps its deployment; switched on (``scale NAME 1``, ``deploy --replicas 1``) it forms whole again;
+  a new group deployed off starts nothing;
+- a group whose model cannot be read: its members ERROR naming why, the deployment listed and deletable."""
 
 from __future__ import annotations
 
@@ -248,3 +252,81 @@ async def test_a_member_whose_workflow_ends_is_replaced_alone(stack):
     assert sorted(i.role for i in after.values()) == ["decode", "prefill"] and after[prefill].pid == before[prefill].pid
     assert not pid_alive(before[decode].pid)
     await gone(lv, "rep")
+
+
+def _file(tmp_path, raw: dict) -> str:
+    path = tmp_path / f"{raw['name']}-{raw.get('replicas', 1)}.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+async def _all_off(lv: Live, name: str, pids: list[int]) -> None:
+    """No member row left wanted (every row deleted), nothing booked, every process gone."""
+    await lv.wait(lambda: not members(lv, name) and not booked(lv, name), 60, f"{name} off, nothing booked")
+    assert not any(i.wanted for i in lv.instances(name)) and not any(pid_alive(p) for p in pids)
+    view = await ops.current(lv.client, name)
+    assert view is not None and view.instances == [] and view.forming == [] and view.replicas == 0  # kept, off
+
+
+async def test_a_group_switched_off_stops_everything_and_switched_on_forms_whole_again(stack, tmp_path):
+    lv = stack
+    raw = group("sw", [{"name": "prefill"}, {"name": "decode"}])
+    await deploy(lv, raw)
+    first = await running(lv, "sw", 2)
+    out = cli(lv, "deploy", _file(tmp_path, {**raw, "replicas": 0}), "--wait", "--timeout", "40")  # the trial's run
+    assert out.returncode == 0 and "switched off" in out.stdout and "the group is off" in out.stdout, (out.stdout, out.stderr)
+    await _all_off(lv, "sw", [i.pid for i in first.values()])
+    kept = (await ops.current(lv.client, "sw")).spec["roles"]
+    assert [(r["name"], r["replicas"]) for r in kept] == [("prefill", 1), ("decode", 1)]  # its roles' replicas kept
+    st = cli(lv, "status", "sw")
+    assert st.returncode == 0 and "off" in st.stdout, st.stdout
+    out = cli(lv, "scale", "sw", "1")  # on: formed whole again, new members
+    assert out.returncode == 0 and "the group is on: 2 member(s)" in out.stdout, (out.stdout, out.stderr)
+    again = await running(lv, "sw", 2)
+    assert sorted(i.role for i in again.values()) == ["decode", "prefill"] and not set(again) & set(first)
+    assert booked(lv, "sw") == sorted(again)
+    out = cli(lv, "scale", "sw", "0")
+    assert out.returncode == 0 and "the group is off" in out.stdout, (out.stdout, out.stderr)
+    await _all_off(lv, "sw", [i.pid for i in again.values()])
+    out = cli(lv, "deploy", _file(tmp_path, raw), "--replicas", "1", "--wait", "--timeout", "60")
+    assert out.returncode == 0 and "switched on" in out.stdout, (out.stdout, out.stderr)
+    await running(lv, "sw", 2)
+    out = cli(lv, "scale", "sw", "2")  # a group's own replicas is 0 or 1: its size is its roles'
+    assert out.returncode == 2 and "--role ROLE" in out.stderr, out.stderr
+    await gone(lv, "sw")
+
+
+async def test_a_new_group_deployed_with_replicas_0_starts_nothing(stack, tmp_path):
+    lv = stack
+    out = cli(lv, "deploy", _file(tmp_path, group("z", [{"name": "prefill"}, {"name": "decode"}], replicas=0)), "--wait")
+    assert out.returncode == 0 and "the group is off" in out.stdout, (out.stdout, out.stderr)
+    await asyncio.sleep(3)  # a formation would have named and booked its members by now
+    view = await ops.current(lv.client, "z")
+    assert view.instances == [] and view.forming == [] and view.replicas == 0
+    assert members(lv, "z") == {} and booked(lv, "z") == []
+    await gone(lv, "z")
+
+
+async def test_a_group_whose_model_cannot_be_read_says_why_and_stays_listed_and_deletable(stack, tmp_path):
+    # the trial's spec: a local path with no config.json, no resources (so the model is read to size
+    # it). A plain replica gives up ERROR with the reason; so do the group's members, and the deployment's
+    # workflow keeps running (before, form_group's error failed it: "Activity task failed", gone from status)
+    lv = stack
+    (tmp_path / "model").mkdir()
+    raw = {**group("bad", [{"name": "prefill"}, {"name": "decode"}]), "source": {"local_path": str(tmp_path / "model")}}
+    raw.pop("resources")
+    out = cli(lv, "deploy", _file(tmp_path, raw), "--wait", "--timeout", "60")
+    both = out.stdout + out.stderr
+    assert out.returncode == 1 and "config.json" in both and "Activity task failed" not in both, both
+    st = cli(lv, "status")
+    assert st.returncode == 0 and "deployment bad" in st.stdout and "config.json" in st.stdout, st.stdout
+    assert {i.state for i in members(lv, "bad").values()} == {"error"} and booked(lv, "bad") == []
+    plain = {k: v for k, v in raw.items() if k not in ("roles", "disaggregation")} | {"name": "badp"}
+    p = cli(lv, "deploy", _file(tmp_path, plain), "--wait", "--timeout", "60")  # the plain path, the same source
+    assert p.returncode == out.returncode and "config.json" in p.stderr, (p.stdout, p.stderr)
+    print(both, p.stdout + p.stderr, st.stdout, sep="\n---\n")  # what users read (pytest -s)
+    for name in ("bad", "badp"):
+        out = cli(lv, "delete", name)
+        assert out.returncode == 0, out.stderr
+        await lv.wait(lambda: not members(lv, name), 60, f"{name}'s members deleted")
+        await lv.wait_async(lambda: _ended(lv, name), 30, f"{name}'s workflow ended")

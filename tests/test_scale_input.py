@@ -59,5 +59,8 @@ def test_whole_numbers_pass(n):
 
 def test_a_group_is_scaled_one_role_at_a_time():
     wf = SimpleNamespace(limits=None, deleting=False, name="pd", raw={"name": "pd", "roles": [{"name": "prefill"}]})
-    with pytest.raises(ValueError, match=r"pd is a prefill/decode group: scale one role \(--role ROLE\)"):
+    with pytest.raises(ValueError, match=r"pd is a prefill/decode group: scale one role \(--role ROLE\), or switch "
+                                         r"it off \(0\) or on \(1\)"):
         ModelDeploymentWorkflow._check_scale(wf, 2)
+    for n in (0, 1):  # the group's own replicas: off or on
+        ModelDeploymentWorkflow._check_scale(wf, n)

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common as c
     from workflows import guards, messages, signals
     from workflows import rollout_steps as ro
-    from workflows.group_steps import GroupSteps, group_problem, members_total
+    from workflows.group_steps import GroupSteps, group_off, group_problem, wanted_total
     from workflows.pd_watch import PDWatch
     from workflows.inputs import one_input
 
@@ -121,6 +121,11 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         """Set the replica count (a ScaleAsk, or a bare whole number); answers once the instances to
         add or stop are chosen."""
         ask = messages.one(args, ScaleAsk, DEPLOYMENT_SCALE)  # the validator let only this in
+        if self.raw.get("roles"):  # a group: 0 switches it off, 1 on (its roles' replicas kept)
+            raw = {**self.raw, "replicas": ask.replicas}
+            await self._within_limits(wanted_total(parse_spec(raw)))
+            self.raw, self.replicas, self.dirty = raw, wanted_total(parse_spec(raw)), True
+            return await self._applied()
         await self._within_limits(ask.replicas)
         self.replicas, self.dirty = ask.replicas, True
         return await self._applied()
@@ -133,8 +138,9 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
             raise ValueError(problem)
         if self.deleting:
             raise ValueError(f"deployment {self.name} is being deleted")
-        if self.raw.get("roles"):
-            raise ValueError(f"deployment {self.name} is a prefill/decode group: scale one role (--role ROLE)")
+        if self.raw.get("roles") and replicas not in (0, 1):
+            raise ValueError(f"deployment {self.name} is a prefill/decode group: scale one role (--role ROLE), "
+                             "or switch it off (0) or on (1)")
 
     async def _known_tenant(self, spec: ModelSpec) -> None:
         """A spec naming a tenant the tenants file does not define is refused (InvalidSpec)."""
@@ -153,7 +159,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
 
     async def _change_spec(self, spec: dict, undo: tuple[ro.Outcome, str] | None = None) -> DeploymentView:
         new = parse_spec(spec)
-        replicas = members_total(new) or new.replicas  # a group's: its members, every role's together
+        replicas = wanted_total(new)  # a group's: its members, every role's together (0 while off)
         await self._within_limits(replicas)
         if new.tenant != parse_spec(self.raw).tenant:
             await self._known_tenant(new)
@@ -222,7 +228,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         guards.workflow_id(deployment_id(spec.name), f"spec name {spec.name!r}")
         guards.instance_names(spec.name, self.instances)
         if self.replicas is None or spec.is_group:
-            self.replicas = members_total(spec) or spec.replicas
+            self.replicas = wanted_total(spec)
         if self.replicas < 0:
             raise ApplicationError(f"replicas must be >= 0, got {self.replicas}", type="InvalidSpec", non_retryable=True)
         self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=Limits, **c.STORE_CALL)
@@ -271,8 +277,9 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
                 self.recreate = False
                 await self._stop(list(self.instances))
                 await self._forget(list(self.forming))
-            if self.raw.get("roles"):  # a group's: a roll (workflows/group_roll.py), else each role kept
-                await (self._group_roll_step if self.ro.rolling else self._group_step)(parse_spec(self.raw))
+            if self.raw.get("roles"):  # a group's: off, a roll (workflows/group_roll.py), else each role kept
+                await (self._group_off_step if group_off(self.raw) else self._group_roll_step if self.ro.rolling
+                       else self._group_step)(parse_spec(self.raw))
                 await self._pd_check()  # pd_ineffective, at most every 15 s (workflows/pd_watch.py)
             elif self.ro.rolling:
                 await self._rollout_step()

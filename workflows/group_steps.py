@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduler.groups.compat import NO_ROLL, judge
     from scheduler.groups.roles import role_spec
     from scheduler.groups.spec import RoleName
+    from scheduler.groups.status import MODEL_BAD
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import messages
@@ -54,6 +55,19 @@ def group_problem(spec: ModelSpec) -> str | None:
 
 def members_total(spec: ModelSpec) -> int:
     return sum(r.replicas for r in spec.roles or [])
+
+
+def wanted_total(spec: ModelSpec) -> int:
+    """The replicas a spec wants: a group's every member (0 while it is off: its own ``replicas``
+    0, its roles' kept for when it is switched on), a plain deployment's ``replicas``."""
+    if spec.is_group:
+        return members_total(spec) if spec.replicas else 0
+    return spec.replicas
+
+
+def group_off(raw: dict) -> bool:
+    """A group switched off: its own ``replicas`` 0 (every member stopped, the deployment kept)."""
+    return bool(raw.get("roles")) and raw.get("replicas") == 0
 
 
 def _without_replicas(raw: dict) -> dict:
@@ -114,8 +128,8 @@ class GroupSteps(GroupRoll):
         raw["roles"] = [{**r, "replicas": ask.replicas} if r.get("name") == ask.role.value else r
                         for r in raw.get("roles") or []]
         spec = ModelSpec.model_validate(raw)
-        await self._within_limits(members_total(spec))
-        self.raw, self.replicas, self.dirty = raw, members_total(spec), True
+        await self._within_limits(wanted_total(spec))
+        self.raw, self.replicas, self.dirty = raw, wanted_total(spec), True
         return await self._applied()
 
     @scale_role.validator
@@ -138,6 +152,13 @@ class GroupSteps(GroupRoll):
             raise ValueError(f"deployment {self.name} is being deleted")
 
     # --- the loop's step --------------------------------------------------------------------------
+    async def _group_off_step(self, spec: ModelSpec) -> None:
+        """A group switched off (its ``replicas`` 0): every member stopped (its workflow releases its
+        booking), those named for a formation forgotten; switched on, the step forms it whole again."""
+        await self._stop(list(self.instances))
+        await self._forget(list(self.forming))
+        self.waiting, self.retry_s, self.degraded = "", RETRY_S, []
+
     async def _group_step(self, spec: ModelSpec) -> None:
         keep = set(self.instances) | set(self.forming) | set(self.stopping)
         self.members = {n: r for n, r in self.members.items() if n in keep}
@@ -197,9 +218,11 @@ class GroupSteps(GroupRoll):
 
     async def _placed(self, spec: ModelSpec, got: GroupPlaced) -> None:
         """Start every booked member's workflow with its booking; or say why none is placed."""
-        if not got.scheduled:
-            why = got.why if got.why.startswith("quota:") else f"unschedulable: {got.why}"
+        if not got.scheduled:  # its model cannot be estimated (members ERROR), a quota, or no room
+            why = got.why if got.why.startswith(("quota:", MODEL_BAD)) else f"unschedulable: {got.why}"
             self.retry_s = min(RETRY_CAP_S, self.retry_s * 2) if self.waiting else RETRY_S
+            if why.startswith(MODEL_BAD):  # the spec's fault: looked at again rarely (a fixed file is seen)
+                self.retry_s = RETRY_CAP_S
             self.waiting = why
             return
         await self._victims_stopped(got)

@@ -227,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(e, (RPCError, WorkflowFailureError)):
             raise
-        print(f"gpuflow: error: Temporal: {getattr(e, 'cause', None) or e}", file=sys.stderr)
+        from gpuflow.broken import cause_message
+
+        print(f"gpuflow: error: Temporal: {cause_message(e)}", file=sys.stderr)  # the innermost cause's words
         code = 1
     except KeyboardInterrupt:
         code = 130

@@ -34,9 +34,11 @@ def cmd_deploy(a) -> int:
     problems = gather_problems(spec.gather, []) if spec.is_group else []
     if problems:
         raise InvalidInput("; ".join(problems))
-    if spec.is_group and a.replicas is not None:
-        raise InvalidInput("--replicas: a prefill/decode group's size is its roles' replicas (roles[].replicas in "
-                           "the file, or gpuflow scale NAME N --role ROLE)")
+    if spec.is_group and a.replicas not in (None, 0, 1):
+        raise InvalidInput("--replicas: a prefill/decode group takes 0 (off) or 1 (on); its size is its roles' "
+                           "replicas (roles[].replicas in the file, or gpuflow scale NAME N --role ROLE)")
+    if spec.is_group and a.replicas is not None:  # off or on: the group's own replicas, its roles' kept
+        spec = spec.model_copy(update={"replicas": a.replicas})
 
     async def go():
         client = await connect(s.temporal)
@@ -96,6 +98,10 @@ def cmd_scale(a) -> int:
             print(f"deployment {view.name}: {a.role} {a.replicas} replica(s) wanted (roles: {wanted})")
             return
         view = await ops.scale(await connect(s.temporal), a.name, a.replicas)
+        if view.spec.get("roles"):  # a group: 0 off, 1 on (the workflow refuses any other count)
+            print(f"deployment {view.name}: the group is " + ("off: every member stops, its roles kept" if a.replicas == 0
+                                                             else f"on: {view.replicas} member(s) wanted"))
+            return
         print(f"deployment {view.name}: {view.replicas} replica(s) wanted")
 
     return run_command(go())
@@ -286,7 +292,7 @@ def add_deploy(sub) -> None:
     temporal_flags(p)
     p.add_argument("spec", help="model spec (YAML or JSON)")
     p.add_argument("--replicas", type=int, help="the replica count (default: the file's replicas; a file that "
-                                                 "names none keeps a running deployment's count)")
+                                                 "names none keeps a running deployment's count; a prefill/decode group: 0 off, 1 on)")
     p.add_argument("--wait", action="store_true",
                    help="return once every replica is RUNNING (exit 0), one is ERROR (1) or cannot be placed (3)")
     p.add_argument("--timeout", type=_seconds, help=f"with --wait: give up after this many seconds, exit 1 "
@@ -298,7 +304,8 @@ def add_scale(sub) -> None:
     p = sub.add_parser("scale", help="change a deployment's replicas (or one role's, with --role)")
     temporal_flags(p)
     p.add_argument("name")
-    p.add_argument("replicas", type=int)
+    p.add_argument("replicas", type=int, help="the replica count; a prefill/decode group without --role: 0 switches it "
+                                              "off (every member stops, its roles kept), 1 on (formed whole again)")
     p.add_argument("--role", choices=[r.value for r in RoleName],
                    help="a prefill/decode group: change this role's replicas only; no other member restarts")
     p.set_defaults(fn=cmd_scale, temporal=True)

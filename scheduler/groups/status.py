@@ -19,6 +19,9 @@ GATHER_UNMET = "gather_unmet"
 PD_INEFFECTIVE = "pd_ineffective"
 KINDS = (RATIO_UNMET, GATHER_UNMET, PD_INEFFECTIVE)
 GANG = (RoleName.PREFILL, RoleName.DECODE)  # the roles that hold weights and hand KV across
+# a formation whose model cannot be estimated (the spec's fault, as a plain replica's GIVE_UP words
+# it: workflows/place_machine.py): its members are ERROR with this reason, not PENDING
+MODEL_BAD = "cannot estimate the model"
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,8 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
             out.append(f"deployment {d['name']}: BROKEN: {d['broken']}")
             continue
         g = d.get("group")
-        wanted = f"a group: {g['roles']}" if g else f"{d['replicas']} replica(s) wanted"
+        wanted = (f"a group, off (replicas 0; its roles kept: {g['roles']})" if g and g.get("off") else
+                  f"a group: {g['roles']}" if g else f"{d['replicas']} replica(s) wanted")
         out.append(f"deployment {d['name']} ({d.get('backend')}): {wanted}"
                    + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
         out.append(f"  instances: {counts(d['instances'])}")
