@@ -29,7 +29,7 @@ from typing import Iterable
 from store.serving import Route
 from gateway import index_feedback
 from gateway.cache_aware import (CACHE_AWARE, IMBALANCE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, TEXT, Choice, Knobs,
-                                 choose)
+                                 Pace, choose)
 from gateway.pd_pick import DECODE, DISAGGREGATED, Pick, estimate_tokens, pick_decode
 from gateway.pd_pick import pick as pick_pair
 from gateway.prefix_index import BLOCK_CHARS, PrefixIndex
@@ -116,6 +116,7 @@ class Balancer:
         self.seq = itertools.count()
         self.block_chars = block_chars  # of the prefix index's blocks (a group's uncached tokens are estimated with it)
         self.started: dict[str, set[int]] = {}  # a group's generations this gateway has seen ready (pd_pick.py rule 1)
+        self.pace = Pace()  # what a request ahead and an uncached block cost on each replica (the relay measures)
 
     def swap(self, table: Table) -> None:
         """A new routing table: waiters for a deployment that is gone fail, the others get any
@@ -136,6 +137,7 @@ class Balancer:
                for r in (*m.replicas, *(m.pd.members if m.pd is not None else ()))}
         for i in [i for i, at in self.where.items() if now.get(i) != at]:
             self.index.forget(i)
+            self.pace.forget(i)  # a new process (or none): its pace is measured anew
             del self.where[i]
         self.index.keep_only(now)
         self.tokens.keep_only(now)
@@ -232,7 +234,7 @@ class Balancer:
             c = choose(m.replicas, m.limit, self.in_flight,
                        (lambda i: self._matched(i, prompt)) if exact else (lambda i: self.index.matched(i, blocks)),
                        len(blocks), self.knobs, self.rng, self.bad_until, now, exclude, self.index.size, home,
-                       self.index.new_turn)
+                       self.index.new_turn, self.pace.of)
             if c is not None and blocks and c.reason == NO_PREFIX and home is None:
                 self.index.placed_new(c.route.instance)
             if c is not None and exact and c.route.instance in self.tokens.live:
@@ -299,7 +301,9 @@ class Balancer:
         for r in p.routes():
             self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
             if blocks:  # the decode holds the prompt's KV after it, whichever the path
-                self.index.insert(r.instance, blocks)
+                # the home is the prefill (the end chosen by cache), unless the guard spilled it; no prefill: the decode
+                chosen = r is p.prefill and p.choice is not None and p.choice.reason != IMBALANCE
+                self.index.insert(r.instance, blocks, home=chosen or p.prefill is None)
                 self.where[r.instance] = (r.address, r.port)
         prompt.pick = p
         return p

@@ -24,11 +24,13 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    new one's first token plus the seconds of prefill for the blocks it lacks, both measured on that
    replica. A request leaves the replica holding its prefix only when the wait there costs more
    than the prefill it would repeat elsewhere. The least cost wins; a tie goes to the prefix's
-   home, then the most matched, then the fewest in flight. Reason ``imbalance`` when it moved.
+   home (as in rule 4), then the most matched, then the fewest in flight. Reason ``imbalance``
+   when it moved.
 4. **Among the candidates**: the most matched blocks (the least prefill); then the prefix's
    ``home`` (the replica it was last sent to, remembered longer than the blocks, and not moved by
    a spill: a prefix that aged out of the index goes back where it lived, so prefixes stay shared
-   out as they were, and a spill's copy elsewhere ties with home and loses); for a new prefix, the
+   out as they were, and a spill's copy elsewhere ties with home and loses, unless every eligible
+   replica holds as much: a shared header, or a hot prefix spread over all); for a new prefix, the
    fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by cache room, so no
    replica is handed more of them than its cache holds while another's is empty); then the fewest
    in flight; then at random. Reason ``prefix``; ``no-prefix`` when no replica matched;
@@ -208,11 +210,17 @@ def cheapest(ok: Sequence[Route], load: list[int], got: list[int], blocks: int,
     cost = [cost_s(load[i], got[i], blocks, paces[i]) for i in range(len(ok))]
     least = min(cost)
     cands = [i for i in range(len(ok)) if cost[i] <= least + 1e-6]
-    back = [i for i in cands if ok[i].instance == home]
+    back = [i for i in cands if ok[i].instance == home and not everywhere(got, got[i])]
     if back:
         return back
     top = max(got[i] for i in cands)
     return [i for i in cands if got[i] == top]
+
+
+def everywhere(got: list[int], n: int) -> bool:
+    """Whether every eligible replica holds ``n`` > 0 leading blocks: a header every prompt shares,
+    or a hot prefix spread over all of them, where no replica is its home and load decides."""
+    return n > 0 and min(got) >= n
 
 
 def guarded(ok: Sequence[Route], load: list[int], got: list[int], limit: int, knobs: Knobs,
@@ -223,7 +231,7 @@ def guarded(ok: Sequence[Route], load: list[int], got: list[int], limit: int, kn
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]
     top = max(got[i] for i in cands)
     cands = [i for i in cands if got[i] == top]
-    back = [i for i in cands if ok[i].instance == home]
+    back = [i for i in cands if ok[i].instance == home and not everywhere(got, top)]
     if back:  # its home: aged out of the index, or a match as long elsewhere (a spill's copy)
         return back
     if top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room

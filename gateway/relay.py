@@ -21,6 +21,7 @@ from starlette.responses import Response
 from store.serving import Route
 from gateway import errors
 from gateway.balance import Balancer, Prompt, QueueFull, QueueTimeout, UnknownModel
+from gateway.cache_aware import LEAST_OUTSTANDING
 from gateway.metrics import Metrics, SSEWatch
 from gateway.prompt_tokens import Tokenizers
 from gateway.stream_tokens import stream_usage
@@ -133,6 +134,7 @@ async def forward(sv: Serving, request: Request, ask: Ask, body: bytes, watch: D
         if prompt.choice is not None:
             sv.metrics.route(model, prompt.choice)
         sv.metrics.in_flight.labels(model).inc()
+        sent = time.perf_counter()  # the replica's first-token time is measured from here (Pace)
         try:
             resp, first = await _open(sv, route, f"http://{route.address}:{route.port}{path}",
                                       to_engine(headers, route.engine_key), body,
@@ -154,7 +156,7 @@ async def forward(sv: Serving, request: Request, ask: Ask, body: bytes, watch: D
             if isinstance(e, ConnectTimeout):
                 return errors.timeout(model, str(e))
             return errors.unreachable(model, str(e))
-        return Relay(sv, ask, route, resp, first, watch)
+        return Relay(sv, ask, route, resp, first, watch, sent)
     return errors.unreachable(model, f"{sv.attempts} attempts failed")
 
 
@@ -185,8 +187,10 @@ class Relay(Response):
     the replica's slot and the tenant's are released when the last byte went out or the client
     left. Whole when made: nothing of it is set afterwards."""
 
-    def __init__(self, sv: Serving, ask: Ask, route: Route, resp, first: bytes, watch: Disconnect):
+    def __init__(self, sv: Serving, ask: Ask, route: Route, resp, first: bytes, watch: Disconnect,
+                 sent: float | None = None):
         self.sv, self.ask, self.route, self.model, self.t0 = sv, ask, route, ask.model, ask.t0
+        self.sent = sent  # when the request went to the replica
         self.resp, self.first, self.watch = resp, first, watch
         ctype = next((v for k, v in resp.headers if k == b"content-type"), b"")
         self.sse = SSEWatch() if ask.stream or ctype.startswith(b"text/event-stream") else None
@@ -216,6 +220,7 @@ class Relay(Response):
                     now = time.perf_counter()
                     if last_content is None:
                         m.ttft.labels(self.model).observe(now - self.t0)
+                        self._paced(now)
                         if self.ask.cold:
                             m.cold_start.labels(self.model).observe(now - self.t0)
                     else:
@@ -264,6 +269,15 @@ class Relay(Response):
         if self.sse is not None and self.sse.done:
             return True
         return self.length is not None and sent >= self.length
+
+    def _paced(self, now: float) -> None:
+        """The replica's first token, measured from when the request went to it, tells the
+        balancer what a request ahead and an uncached block cost there (cache_aware.Pace): for a
+        request routed by cache to a single replica, with its load and unmatched blocks then."""
+        c, p = self.ask.prompt.choice, self.ask.prompt
+        if (self.sent is not None and c is not None and c.blocks and p.pick is None
+                and c.reason != LEAST_OUTSTANDING and c.route.instance == self.route.instance):
+            self.sv.balancer.pace.observe(c.route.instance, c.load, c.blocks - c.matched, now - self.sent)
 
     def _usage(self, kept: list[bytes]) -> None:
         usage = self.sse.usage if self.sse is not None else None

@@ -64,6 +64,8 @@ def test_a_move_is_weighed_against_the_prefill_it_repeats(in_flight, matched, pa
     ({"b": 2, "c": 2}, {"b": 48, "c": 48}, None, {"b", "c"}),  # no home: the most matched tie, at random
     ({"b": 3, "c": 2}, {"b": 48, "c": 48}, "b", {"c"}),  # c cheaper by a request ahead: not a tie
     ({"b": 2, "c": 2}, {"b": 48, "c": 48}, "a", {"b", "c"}),  # a home that costs more (0.144) is no tie
+    # every replica holds it (a shared header, or a hot prefix spread over all): no home, the cost alone
+    ({"a": 2, "b": 2, "c": 2}, {"a": 48, "b": 48, "c": 48}, "b", {"a", "b", "c"}),
 ])
 def test_ties_go_home(in_flight, matched, home, expect):
     assert run(in_flight, matched, ALL_FAST, home=home)[0] == expect
@@ -74,6 +76,9 @@ def test_ties_go_home(in_flight, matched, home, expect):
     ({"b": 4, "c": 0}, {"b": 48, "c": 48}, "b", {"b"}),  # 4 <= 0 + 4: within the guard, home
     ({"b": 4, "c": 0}, {"b": 48, "c": 48}, None, {"c"}),  # no home: the fewer in flight, as before
     ({"b": 5, "c": 0}, {"b": 48, "c": 48}, "b", {"c"}),  # 5 > 0 + 4: the guard leaves home out
+    # a 3-block header every replica holds: not a home, the fewest in flight (a new customer is shared out)
+    ({"a": 1, "b": 2, "c": 1}, {"a": 3, "b": 3, "c": 3}, "b", {"a", "c"}),
+    ({"a": 1, "b": 4, "c": 0}, {"a": 48, "b": 48, "c": 48}, "b", {"c"}),  # a hot prefix spread over all three
 ])
 def test_unmeasured_ties_go_home_within_the_guard(in_flight, matched, home, expect):
     assert run(in_flight, matched, {}, limit=8, home=home)[0] == expect
