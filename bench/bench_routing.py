@@ -11,7 +11,9 @@ in order of first arrival, waiting for it whatever its load), ``sglang`` (SGLang
 shortest queue when max-min > 32 and max > 1.0001 x min, else the best match above
 cache_threshold 0.5, else the smallest tree; its tree approximated by the gateway's block index,
 unbounded as SGLang's is for this load, and not corrected by answers) and ``random``
-(``--policies``).
+(``--policies``). ``cache-aware-learned`` (``--policies``) is the cache-aware gateway told nothing of
+the engines' cache (its index starts at the default 16,384 blocks, 128x theirs), and the engines
+then do not report their size either (``--cache-info no``): it must learn it from their answers.
 
 Workloads (bench/routing_workloads.py): ``shared-prefix`` (prefixes 75% of the caches),
 ``cache-filling`` (prefixes 90% of them, the questions the rest: pinned, each replica's cache is
@@ -59,7 +61,7 @@ from bench import routing_workloads as rw  # noqa: E402
 from bench.bench_gateway import cpu_s  # noqa: E402
 from tests import gateway_stack as gs  # noqa: E402
 
-POLICIES = ("cache-aware", "pinned", "least-outstanding", "sglang", "random")
+POLICIES = ("cache-aware", "pinned", "least-outstanding", "sglang", "random", "cache-aware-learned")
 
 
 def serve_gateway(policy: str, url: str, port: int, cache_chars: int) -> None:
@@ -120,9 +122,10 @@ def serve_gateway(policy: str, url: str, port: int, cache_chars: int) -> None:
         def answered(self, *args, **kw):
             return None  # a baseline's index is its own rule's: answers do not correct it
 
-    own = policy in ("cache-aware", "least-outstanding")
-    s = GatewaySettings(port=port, routing=policy if own else "cache-aware", max_concurrency=16,
-                        prefix_cache_blocks=max(1, cache_chars // 128))  # the engines' cache, as the docs advise
+    own = policy in ("cache-aware", "least-outstanding", "cache-aware-learned")
+    sized = {} if policy == "cache-aware-learned" else {"prefix_cache_blocks": max(1, cache_chars // 128)}
+    s = GatewaySettings(port=port, routing="least-outstanding" if policy == "least-outstanding" else "cache-aware",
+                        max_concurrency=16, **sized)  # sized: the engines' cache, as the docs advise
     app = build(db.make_engine(url), s)
     if not own:
         gw = app.state.gateway
@@ -198,7 +201,8 @@ def args() -> argparse.Namespace:
 
 def start(a, url: str, tmp: str, policies) -> tuple[list, dict]:
     """The engines (in the store as the deployment's replicas) and one gateway per policy."""
-    engines = [gs.cache_engine(f"r{i}", cache_blocks=a.cache_blocks, block_chars=rw.ENGINE_BLOCK,
+    info = "no" if "cache-aware-learned" in policies else "yes"  # its gateway must learn the cache's size
+    engines = [gs.cache_engine(f"r{i}", cache_blocks=a.cache_blocks, block_chars=rw.ENGINE_BLOCK, cache_info=info,
                                prefill_block_s=a.prefill_ms / 1000, token_s=a.token_ms / 1000)
                for i in range(a.replicas)]
     from store import db
@@ -264,7 +268,7 @@ def main() -> None:
                 for pol in (policies if rnd % 2 == 0 else policies[::-1]):  # neither order favours one
                     rows[kind][pol].append(run_phase(a, engines, gateways[pol], reqs, ideal, counted))
                     last = rows[kind][pol][-1]
-                    print(f"  round {rnd + 1} {kind:<15}{pol:<18} p90 {rr.pct(last['ttft'], 90) * 1000:7.0f} ms, "
+                    print(f"  round {rnd + 1} {kind:<15}{pol:<20} p90 {rr.pct(last['ttft'], 90) * 1000:7.0f} ms, "
                           f"full misses {last['misses']}/{last['counted']} ({last['held_missed']} believed held), guard {last['guard']:.0f}x, load average "
                           f"{os.getloadavg()[0]:.1f}", flush=True)
         rr.report({k: {p: rr.merge(v) for p, v in by.items()} for k, by in rows.items()})

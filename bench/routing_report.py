@@ -53,13 +53,13 @@ def merge(rows: list[dict]) -> dict:
 def table(results: dict) -> None:
     for kind, by in results.items():
         print(f"\n{kind}")
-        print(f"{'policy':<19}{'requests':>9}{'failed':>7}{'req/s':>7}{'TTFT p50':>10}{'p90':>8}{'p99':>8}"
+        print(f"{'policy':<21}{'requests':>9}{'failed':>7}{'req/s':>7}{'TTFT p50':>10}{'p90':>8}{'p99':>8}"
               f"{'full miss':>10}{'held->0':>8}{'hit':>6}{'/ideal':>8}{'spread':>7}{'gw CPU ms/req':>15}{'guard':>7}"
               f"  p90 by round (ms)")
         for pol, m in by.items():
             rounds = " ".join(f"{x * 1000:.0f}" for x in m["p90s"])
-            held = m["held_missed"] if pol == "cache-aware" else "-"  # a baseline's choices carry no belief
-            print(f"{pol:<19}{m['n']:>9}{m['failed']:>7}{m['rps']:>7.2f}{m['p50'] * 1000:>8.0f}ms"
+            held = m["held_missed"] if pol.startswith("cache-aware") else "-"  # a baseline's choices carry no belief
+            print(f"{pol:<21}{m['n']:>9}{m['failed']:>7}{m['rps']:>7.2f}{m['p50'] * 1000:>8.0f}ms"
                   f"{m['p90'] * 1000:>6.0f}ms{m['p99'] * 1000:>6.0f}ms{m['miss']:>10.1%}{held:>8}{m['hit']:>6.0%}"
                   f"{m['vs_ideal']:>8.0%}{m['spread']:>7.2f}{m['cpu_ms']:>15.2f}{m['guard']:>7.0f}  {rounds}")
 
