@@ -1,7 +1,7 @@
-"""The guard that weighs the cost of a move (gateway/cache_aware.py, rule 3b), as tables: a
-request leaves the replica holding its prefix only when the wait there costs more than the
-prefill it would repeat elsewhere, both measured per replica (``Pace``); ties go home; an
-unmeasured replica keeps the request-gap guard. Comments show the arithmetic."""
+"""The guard that weighs the cost of a move (gateway/cache_aware.py, rule 3b), as tables: when
+the request-gap guard would move a request off the replica holding its prefix, it moves only if
+the wait there costs more than the prefill it would repeat elsewhere, both measured per replica
+(``Pace``); ties go home; unmeasured, the guard alone. Comments show the arithmetic."""
 
 from __future__ import annotations
 
@@ -38,31 +38,34 @@ ALL_FAST = {"a": FAST, "b": FAST, "c": FAST}
 SLOW_PREFILL = {"a": (0.012, 0.03), "b": (0.012, 0.03), "c": (0.012, 0.03)}
 
 
-@pytest.mark.parametrize("in_flight,matched,paces,expect,reason", [
-    # b holds all 48 blocks; a and c none. Staying costs b's wait, moving a full prefill: 48 x 0.003 = 0.144
-    ({"b": 5}, {"b": 48}, ALL_FAST, {"b"}, PREFIX),  # 5 x 0.012 = 0.060 < 0.144: it waits on b
-    ({"b": 11}, {"b": 48}, ALL_FAST, {"b"}, PREFIX),  # 0.132 < 0.144 (at a limit of 16, the request-gap guard, 8, moved it)
-    ({"b": 13}, {"b": 48}, ALL_FAST, {"a", "c"}, IMBALANCE),  # 0.156 > 0.144: moved, to a or c (0 each)
-    ({"a": 3, "b": 13, "c": 3}, {"b": 48}, ALL_FAST, {"b"}, PREFIX),  # a, c: 0.036 + 0.144 = 0.180 > 0.156
-    # a slow replica: b's requests take 80 ms each ahead (a stall): 2 x 0.08 = 0.16 > 0.144
-    ({"b": 2}, {"b": 48}, {"a": FAST, "b": (0.08, 0.003), "c": FAST}, {"a", "c"}, IMBALANCE),
-    # a partial copy on c (40 of 48): c costs 1 x 0.012 + 8 x 0.003 = 0.036 < b's 4 x 0.012 = 0.048
-    ({"b": 4, "c": 1}, {"b": 48, "c": 40}, ALL_FAST, {"c"}, IMBALANCE),
-    ({"b": 3, "c": 1}, {"b": 48, "c": 40}, ALL_FAST, {"b"}, PREFIX),  # b 0.036 = c 0.036: a tie, the most matched
+@pytest.mark.parametrize("in_flight,matched,paces,limit,expect,reason", [
+    # b holds all 48 blocks; a and c none. Limit 16: the request-gap guard (slack 8) proposes a move when b
+    # is more than 8 ahead; the cost keeps it on b unless b's wait costs more than a full prefill, 48 x 0.003 = 0.144
+    ({"b": 5}, {"b": 48}, ALL_FAST, 16, {"b"}, PREFIX),  # 5 <= 0 + 8: the guard keeps it, nothing to weigh
+    ({"b": 11}, {"b": 48}, ALL_FAST, 16, {"b"}, PREFIX),  # 11 > 8, but 11 x 0.012 = 0.132 < 0.144: it waits on b
+    ({"b": 13}, {"b": 48}, ALL_FAST, 16, {"a", "c"}, IMBALANCE),  # 0.156 > 0.144: moved, to a or c (0 each)
+    ({"a": 3, "b": 13, "c": 3}, {"b": 48}, ALL_FAST, 16, {"b"}, PREFIX),  # 13 > 3 + 8; a, c: 0.036 + 0.144 > 0.156
+    # a slow replica: b's requests take 80 ms each ahead (a stall): 9 x 0.08 = 0.72 > 0.144
+    ({"b": 9}, {"b": 48}, {"a": FAST, "b": (0.08, 0.003), "c": FAST}, 16, {"a", "c"}, IMBALANCE),
+    ({"b": 9}, {"b": 48}, ALL_FAST, 16, {"b"}, PREFIX),  # at 12 ms: 0.108 < 0.144, it stays
+    # a partial copy on c (40 of 48): c costs 1 x 0.012 + 8 x 0.003 = 0.036 < b's 10 x 0.012 = 0.120
+    ({"b": 10, "c": 1}, {"b": 48, "c": 40}, ALL_FAST, 16, {"c"}, IMBALANCE),
+    ({"b": 4, "c": 1}, {"b": 48, "c": 40}, ALL_FAST, 16, {"b"}, PREFIX),  # 4 <= 1 + 8: the guard keeps b
     # prefill dearer (30 ms a block): a move costs 48 x 0.03 = 1.44, as much as 120 requests ahead at 0.012
-    ({"b": 60}, {"b": 48}, SLOW_PREFILL, {"b"}, PREFIX),  # 0.72 < 1.44
-    ({"b": 120}, {"b": 48}, SLOW_PREFILL, {"b"}, PREFIX),  # 1.44 = 1.44: a tie, the most matched
-    ({"b": 121}, {"b": 48}, SLOW_PREFILL, {"a", "c"}, IMBALANCE),  # 1.452 > 1.44
+    ({"b": 70}, {"b": 48}, SLOW_PREFILL, 128, {"b"}, PREFIX),  # 70 > 0 + 64, but 0.84 < 1.44
+    ({"b": 120}, {"b": 48}, SLOW_PREFILL, 128, {"b"}, PREFIX),  # 1.44 = 1.44: a tie, the most matched
+    ({"b": 121}, {"b": 48}, SLOW_PREFILL, 128, {"a", "c"}, IMBALANCE),  # 1.452 > 1.44
 ])
-def test_a_move_is_weighed_against_the_prefill_it_repeats(in_flight, matched, paces, expect, reason):
-    assert run(in_flight, matched, paces, limit=128) == (expect, {reason})
+def test_a_move_is_weighed_against_the_prefill_it_repeats(in_flight, matched, paces, limit, expect, reason):
+    assert run(in_flight, matched, paces, limit=limit) == (expect, {reason})
 
 
 @pytest.mark.parametrize("in_flight,matched,home,expect", [
     # a spill left a full copy on c; b is the prefix's home (a spill does not move it)
     ({"b": 2, "c": 2}, {"b": 48, "c": 48}, "b", {"b"}),  # equal cost (0.024 each): home
     ({"b": 2, "c": 2}, {"b": 48, "c": 48}, None, {"b", "c"}),  # no home: the most matched tie, at random
-    ({"b": 3, "c": 2}, {"b": 48, "c": 48}, "b", {"c"}),  # c cheaper by a request ahead: not a tie
+    ({"b": 3, "c": 2}, {"b": 48, "c": 48}, "b", {"b"}),  # 3 <= 2 + 8: the guard keeps home, nothing to weigh
+    ({"b": 11, "c": 2}, {"b": 48, "c": 48}, "b", {"c"}),  # 11 > 2 + 8: c, as cheap to prefill, waits less
     ({"b": 2, "c": 2}, {"b": 48, "c": 48}, "a", {"b", "c"}),  # a home that costs more (0.144) is no tie
     # every replica holds it (a shared header, or a hot prefix spread over all): no home, the cost alone
     ({"a": 2, "b": 2, "c": 2}, {"a": 48, "b": 48, "c": 48}, "b", {"a", "b", "c"}),
