@@ -79,7 +79,7 @@ bench-autoscaler: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_autoscaler.py
 
 # Cache-aware routing against a pinned ideal, least-outstanding and SGLang's rule, through real gateways
-# in front of stand-in engines with a prefix cache, on four workloads (about 14 minutes).
+# in front of stand-in engines with a prefix cache, on four workloads (about 11 minutes).
 bench-routing: $(VENV)/.installed $(VENV)/inference-perf/.installed
 	$(VENV)/bin/python bench/bench_routing.py $(BENCH_ARGS)
 
