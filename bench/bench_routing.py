@@ -28,7 +28,7 @@ caches start cold: each customer's first request is a full miss under every poli
 prefills they queue slow the first seconds for all). Two rounds pool 32 counted seconds, 450-900
 requests a workload and policy (14-28 req/s), so the p99 rests on 4-9 requests and the p90 on
 45-90; each round's own p90 is printed beside the pooled one, so the swing that is left shows.
-Longer rounds steady the p99 further (``--seconds 40``: about 25 minutes in all); issue 39's run
+Longer rounds steady the p99 further (``--seconds 40``: about 20 minutes in all); issue 39's run
 of two 12 s rounds, not pooled, swung 41/400 to 588/2,780 ms (p90/p99) from one round to the next.
 
 Printed per policy: TTFT p50/p90/p99 (pooled over rounds), completed requests per second, the
