@@ -4,19 +4,56 @@ simulated GPUs (labelled ``simulated`` everywhere it is shown); otherwise CPU on
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from typing import Callable
 
 import yaml
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.host import MAX_KV_CONNECTORS, HostReport, known_kv_connectors
 from scheduler.bounds import Labels
-from scheduler.cluster import GPU, Bytes, GPUList
+from scheduler.cluster import GPU, Bytes, check_gpus
+from scheduler.limits import MAX_GPUS
 from scheduler.errors import InvalidInput
 from worker_agent import nvml_topology
+from worker_agent.nvml_procs import nvml_session, split
+
+
+class InventoryGPU(GPU):
+    """A simulated GPU: the snapshot's GPU fields, and ``vram_used_by_others``, the memory that
+    processes gpuflow did not start hold on it (reported as ``vram_foreign``; the scheduler books
+    around it, scheduler/foreign.py). Editing it in the file while the agent runs rehearses a
+    foreign process that grows."""
+
+    vram_used_by_others: Bytes | None = None
+
+    @model_validator(mode="after")
+    def _one_name(self) -> "InventoryGPU":
+        if self.vram_used_by_others is not None and self.vram_foreign is not None:
+            raise ValueError(f"GPU {self.index}: give vram_used_by_others or vram_foreign, not both")
+        if (self.vram_used_by_others or 0) > self.vram_total:
+            raise ValueError(f"GPU {self.index}: vram_used_by_others ({self.vram_used_by_others} bytes) is more "
+                             f"than its vram_total ({self.vram_total} bytes)")
+        return self
+
+    def gpu(self) -> GPU:
+        """The GPU as the host reports it: its foreign use under the snapshot's name."""
+        fields = self.model_dump(exclude={"vram_used_by_others"})
+        if self.vram_used_by_others is not None:
+            fields["vram_foreign"] = self.vram_used_by_others
+        return GPU.model_validate(fields)
+
+
+InventoryGPUList = Annotated[list[InventoryGPU], Field(max_length=MAX_GPUS), AfterValidator(check_gpus)]
+
+
+def free_for_gpuflow(gpu: GPU, reserved_vram: int = 0) -> int:
+    """What gpuflow's processes can hold on ``gpu`` before the card is full: its total less the
+    host's reserve and what other processes hold (``vram_foreign``; a simulated GPU's
+    ``vram_used_by_others``). A simulated host's out-of-memory judge compares its replicas' use
+    with this."""
+    return max(gpu.vram_total - reserved_vram - (gpu.vram_foreign or 0), 0)
 
 
 class InventoryFile(BaseModel):
@@ -32,7 +69,7 @@ class InventoryFile(BaseModel):
     backends: list[str] | None = Field(None, max_length=64)
     # the KV connectors this host's engines can run, stated (worker_agent/kv_connectors.py); None: found
     kv_connectors: list[str] | None = Field(None, max_length=MAX_KV_CONNECTORS)
-    gpus: GPUList = []
+    gpus: InventoryGPUList = []
 
     @field_validator("kv_connectors")
     @classmethod
@@ -68,7 +105,7 @@ def from_file(name: str, path: str) -> HostReport:
         raise InvalidInput(f"inventory file {path}: {e}") from None
     return HostReport(name=name, cluster=inv.cluster, labels=inv.labels, ram_total=inv.ram_total,
                       unified_memory=inv.unified_memory, reserved_ram=inv.reserved.get("ram", 0),
-                      reserved_vram=inv.reserved.get("vram", 0), backends=inv.backends, gpus=inv.gpus,
+                      reserved_vram=inv.reserved.get("vram", 0), backends=inv.backends, gpus=[g.gpu() for g in inv.gpus],
                       simulated=True, kv_connectors=inv.kv_connectors)
 
 
@@ -80,48 +117,6 @@ def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-@contextmanager
-def nvml_session(nvml=None):
-    """NVML initialised for the block, shut down after: yields the module (``pynvml`` by
-    default, an in-memory fake in tests), or None when there is no library or no driver."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            yield None
-            return
-    try:
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001  NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        yield None
-        return
-    try:
-        yield nvml
-    finally:
-        nvml.nvmlShutdown()
-
-
-def gpu_processes(nv, h) -> dict[int, int | None] | None:
-    """pid -> bytes it holds on the card (None: NVML cannot say), compute and graphics; None when
-    the driver lists no processes at all (not supported)."""
-    out: dict[int, int | None] = {}
-    listed = False
-    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        get = getattr(nv, fn, None)
-        if get is None:
-            continue
-        try:
-            procs = get(h)
-        except Exception:  # noqa: BLE001  NVMLError_NotSupported, ...
-            continue
-        listed = True
-        for p in procs:
-            mem = getattr(p, "usedGpuMemory", None)
-            prev = out.get(p.pid)
-            out[p.pid] = mem if prev is None else max(prev, mem or 0)
-    return out if listed else None
-
-
 def from_nvml(nvml=None, owner: Callable[[], Callable[[int], bool]] | None = None) -> list[GPU] | None:
     """The host's NVIDIA GPUs, or None when NVML is not there (no library, no driver).
     ``vram_used`` is everything in use on the card; ``vram_foreign`` the part held by processes
@@ -130,17 +125,11 @@ def from_nvml(nvml=None, owner: Callable[[], Callable[[int], bool]] | None = Non
     with nvml_session(nvml) as nv:
         if nv is None:
             return None
-        ours = owner() if owner else (lambda pid: False)
-        gpus, handles = [], []
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            handles.append(h)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            procs = gpu_processes(nv, h)
-            foreign = None if procs is None else _bucket(sum(b or 0 for pid, b in procs.items() if not ours(pid)))
-            gpus.append(GPU(index=i, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
-                            uuid=_text(nv.nvmlDeviceGetUUID(h)), vram_total=mem.total, vram_used=_bucket(mem.used),
-                            vram_foreign=foreign))
+        uses = split(nv, owner() if owner else (lambda pid: False))
+        handles = [nv.nvmlDeviceGetHandleByIndex(u.index) for u in uses]
+        gpus = [GPU(index=u.index, vendor="nvidia", type="cuda", name=_text(nv.nvmlDeviceGetName(h)),
+                    uuid=_text(nv.nvmlDeviceGetUUID(h)), vram_total=u.total, vram_used=_bucket(u.used),
+                    vram_foreign=None if u.foreign is None else _bucket(u.foreign)) for u, h in zip(uses, handles)]
         return nvml_topology.annotate(nv, handles, gpus, cache=nvml is None)  # the real driver's answers keep
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worker_agent.inventory import gpu_processes, nvml_session
+from worker_agent.nvml_procs import gpu_processes, nvml_session
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
