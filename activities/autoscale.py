@@ -55,7 +55,7 @@ from scheduler.autoscale import kept
 from scheduler.autoscale.fit import demand, fit
 from scheduler.autoscale.config import keep_s
 from scheduler.autoscale.histogram import delta, merge
-from scheduler.autoscale.policy import UP, decide
+from scheduler.autoscale.policy import UP, decide, unstepped
 from scheduler.autoscale.signals import Window, combine
 from scheduler.policy_config import PolicyConfig
 from scheduler.spec import ModelSpec
@@ -190,6 +190,8 @@ class AutoscaleActivities(GroupAutoscale):
         target, outcome, blocked, reasons = d.desired, None, False, []
         if d.direction == UP and d.delta > 0:
             target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)
+            if target == current:  # nothing placed, no step: the next re-check decides on the same windows
+                carry.policy = unstepped(before, carry.policy, now)
         record = {"at": now, "signals": sample.signals(),
                   "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
                   "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,

@@ -33,7 +33,7 @@ from contracts.ids import deployment_id
 from scheduler.autoscale import kept
 from scheduler.autoscale.config import keep_s
 from scheduler.autoscale.fit import demand, fit_member
-from scheduler.autoscale.policy import UP, Decision, PolicyState
+from scheduler.autoscale.policy import UP, Decision, PolicyState, unstepped
 from scheduler.autoscale.roles import ROLES, autoscaling_problem, decide_roles, role_config, role_gateway
 from scheduler.autoscale.signals import Sample, combine
 from scheduler.groups.roles import role_spec
@@ -89,6 +89,8 @@ class GroupAutoscale:
         if d.direction == UP and d.delta > 0:
             target, outcome, blocked, reasons = await self._fit_role(deployment, spec, role, d.current, d.delta,
                                                                      carry, now, dry)
+            if target == d.current:  # nothing placed, no step: the next re-check decides on the same windows
+                carry.role_policy[role] = unstepped(before, carry.role_policy[role], now)
         record = {"at": now, "role": role, "signals": sample.signals(), "current": d.current, "starting": d.starting,
                   "direction": d.direction, "rule": d.rule, "reason": d.reason, "desired": d.desired,
                   "target": target, "dry_run": outcome}

@@ -43,6 +43,7 @@ def sample_in(d: dict) -> Sample:
                   latency_p95_s=num(d.get("latency_p95_s")), queue_time_p90_s=num(d.get("queue_time_p90_s")),
                   finished=float(d.get("finished", 0.0)), tpot_sum=float(d.get("tpot_sum", 0.0)),
                   tpot_count=float(d.get("tpot_count", 0.0)), kv_usage=_fraction(d.get("kv_usage")),
+                  concurrency=_count(d.get("concurrency")),
                   **{k: hist_in(d.get(k)) for k in HISTOGRAMS})
 
 
@@ -52,6 +53,15 @@ def _fraction(v) -> float | None:
     f = float(v)
     if not 0.0 <= f <= 1.0:
         raise ValueError(f"kv_usage {f!r} is not a fraction in [0, 1]")
+    return f
+
+
+def _count(v) -> float | None:
+    if v is None:
+        return None
+    f = float(v)
+    if not 0.0 <= f <= 1e9:
+        raise ValueError(f"concurrency {f!r} is not a count of requests")
     return f
 
 

@@ -117,7 +117,18 @@ class Queue(Strict):
     min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
 
 
-Rule = Annotated[Union[QueueTpot, LatencyP95, QueueTimeP90, Ttft, Itl, Tpot, KvUsage, Queue],
+class Concurrency(Strict):
+    """Knative KPA's metric: the requests in the system (served, waiting in an engine or in a
+    gateway's queue) and their target per replica. The desired count is computed, not stepped:
+    ceil(observed / ``target``), and the autoscaler moves there in one step (scheduler/autoscale/kpa.py)."""
+    kind: Literal["concurrency"] = "concurrency"  # `concurrency`: requests in the system per replica (KPA's metric).
+    target: float = Field(8, gt=0, le=1e6, description="Requests in the system (served plus waiting) one replica "
+                          "should hold: the desired count is ceil(observed / target). Knative's "
+                          "container-concurrency-target; set it to the batch your engine serves at a good TPOT. Default 8.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+Rule = Annotated[Union[QueueTpot, LatencyP95, QueueTimeP90, Ttft, Itl, Tpot, KvUsage, Queue, Concurrency],
                  Field(discriminator="kind")]
 
 
@@ -156,7 +167,14 @@ class Autoscaling(Strict):
                                                                   max_length=8)
     scale_up_stabilization_s: float = Field(0, ge=0, le=86400, description="An up vote must hold this long. Default 0 s.")
     scale_down_stabilization_s: float = Field(300, ge=0, le=86400, description="A down vote must hold this long, and the signals must cover it. Default 300 s.")
-    max_step: int = Field(4, ge=1, le=MAX_REPLICAS_BOUND, description="Most replicas added or removed in one decision. Default 4.")
+    max_step: int | None = Field(None, ge=1, le=MAX_REPLICAS_BOUND, description="Most replicas added or removed in "
+                                 "one decision, whatever the rates allow. Default: none (the rates bound a step).")
+    max_scale_up_rate: float | None = Field(1000, ge=1, le=1e6, description="A step goes to at most this many times "
+                                            "the RUNNING replicas (ceil(rate x running), 1 running when none is). "
+                                            "Knative's max-scale-up-rate. Default 1000; null: no bound.")
+    max_scale_down_rate: float | None = Field(2, ge=1, le=1e6, description="A step keeps at least the RUNNING "
+                                              "replicas divided by this (floor): 2 at most halves them. Knative's "
+                                              "max-scale-down-rate. Default 2; null: no bound.")
     stable_window_s: float = Field(60, ge=1, le=86400, description="The window a rule judges by default (Knative's "
                                    "stable window); never shorter than ``interval_s``. Default 60 s.")
     panic_window_s: float = Field(6, ge=1, le=86400, description="The short window a burst is judged on (Knative's "

@@ -53,6 +53,14 @@ class Evidence:
         return sum(s.queue for s in self.samples) / len(self.samples) if self.samples else 0.0
 
     @property
+    def concurrency(self) -> float:
+        """The mean of the samples' requests in the system (a sample from before the field: its in
+        flight plus its waiting), as Knative averages concurrency over its window."""
+        got = [s.concurrency if s.concurrency is not None
+               else max(0.0, s.requests - s.finished) + s.queue * max(s.running_replicas, 1) for s in self.samples]
+        return sum(got) / len(got) if got else 0.0
+
+    @property
     def tpot_s(self) -> float | None:
         n = sum(s.tpot_count for s in self.samples)
         return sum(s.tpot_sum for s in self.samples) / n if n > 0 else None

@@ -13,7 +13,9 @@ Pure (the store keeps the bytes; activities/autoscale.py decides what to keep): 
 A group's role step (scheduler/autoscale/roles.py) is kept the same way, with the role's own block
 (``role_config``), its own samples and state, and ``role`` beside them (a key a plain step does not
 have): it replays through the same ``decide``. Fields added since VERSION 1 (a sample's ``ttft``,
-``itl``, ``kv_usage``; the block's ``roles``) decode to their defaults from older steps."""
+``itl``, ``kv_usage``, ``concurrency``; the block's ``roles``) decode to their defaults from older steps,
+except the step rates (``max_scale_up_rate``, ``max_scale_down_rate``): a block kept without them
+replays without them (no bound), as it was decided."""
 
 from __future__ import annotations
 
@@ -57,7 +59,9 @@ def replay(data: bytes) -> dict[str, Any]:
         m = json.loads(data)
         if m.get("v") != VERSION:
             raise InvalidInput(f"autoscaler inputs of version {m.get('v')!r}; this gpuflow reads version {VERSION}")
-        d, _ = decide(Autoscaling.model_validate(m["config"]), [sample_in(s) for s in m["samples"]],
+        # a block kept before the step rates existed had none: replayed without them, as it decided
+        config = {"max_scale_up_rate": None, "max_scale_down_rate": None, **m["config"]}
+        d, _ = decide(Autoscaling.model_validate(config), [sample_in(s) for s in m["samples"]],
                       int(m["current"]), int(m["starting"]), float(m["now"]), state_in(m["state"]))
         role = m.get("role")
         if role is not None and role not in ("prefill", "decode"):

@@ -4,36 +4,49 @@
 1. Bounds first: below ``min_replicas`` it scales up to it, above ``max_replicas`` down to it.
 2. Cold start: at 0 replicas, any waiting request scales to max(1, min_replicas) at once, without
    waiting for a stabilization window (the gateway holds the request meanwhile).
-3. The rules vote (rules.py) on the evidence of their windows (evidence.py): the stable window
-   (``stable_window_s``, 60 s), or the panic window (``panic_window_s``) for a burst of at least
-   ``panic_threshold`` x the up threshold, each holding ``min_samples`` requests. Any up wins with
-   the largest step; down needs every rule, and takes the smallest step.
-4. A step is never taken twice on the same samples: every change of the replica count (``last_step_at``)
-   starts the rules' windows afresh, so the next vote rests on samples that arrived after it.
-5. Anti-flap:
+3. The rules vote (rules.py; kpa.py for ``concurrency``) on the evidence of their windows
+   (evidence.py): the stable window (``stable_window_s``, 60 s), or the panic window
+   (``panic_window_s``) for a burst, each holding ``min_samples`` requests. A vote is a step from
+   the RUNNING replicas: a threshold rule's ``up_step``, or the ``concurrency`` rule's computed
+   desired count minus the running (KPA: desired = ceil(observed / target)). Any up wins with the
+   largest step; down needs every rule, and takes the smallest step.
+4. It moves to the desired count in ONE step, bounded by the step rates (KPA's): up to at most
+   ceil(``max_scale_up_rate`` x running) (1000), down to at least floor(current /
+   ``max_scale_down_rate``) (2: at most half), and by ``max_step`` where one is set (up_bound,
+   down_bound). A bound that cuts a step is named in the reason.
+5. A step is never taken twice on the same samples: every change of the replica count (``last_step_at``)
+   starts the rules' windows afresh, so the next vote rests on samples that arrived after it. An up
+   decision of which nothing could be placed is no step (``unstepped``): the windows go on, and
+   the capacity-blocked re-checks decide on them again.
+6. Anti-flap:
    - a direction must hold for its stabilization window; a change of direction restarts it;
    - replicas still starting count as capacity: up to running + step, and if what is already
      there (starting included) covers that, hold (one burst never scales up twice);
    - never down while a replica is still starting;
-   - no down until the signals cover the whole down window with complete samples and no replica
-     was added within it: a new replica or a failed scrape is no evidence of idleness;
+   - scale-in only after a stable window: no down until the signals cover the whole down window
+     (``scale_down_stabilization_s``, 300 s) with complete samples, every vote in it down, and no
+     replica added within it: a new replica or a failed scrape is no evidence of idleness;
    - every change restarts its direction's window (as Ray Serve resets its decision counter), so
      scale-down goes one step per window and never saws against the saturation point.
-6. A down window with no traffic at all removes ``max_step`` at once (towards min_replicas, 0
-   for scale to zero); a busy one removes the rule's step.
-7. ``max_step`` bounds every change.
+7. A down window with no traffic at all goes to ``min_replicas`` (0 for scale to zero) within the
+   down bound; a busy one removes the rule's step (the ``concurrency`` rule's: down to its desired
+   count).
 
 The caller asks the scheduler whether the added replicas fit before creating them."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from scheduler.autoscale.config import Autoscaling
-from scheduler.autoscale.rules import VOTERS, Vote, Windows
+from scheduler.autoscale import kpa
+from scheduler.autoscale.rules import VOTERS as RULE_VOTERS
+from scheduler.autoscale.rules import Vote, Windows
 from scheduler.autoscale.signals import Sample
 
 UP, HOLD, DOWN = "up", "hold", "down"
+VOTERS = {**RULE_VOTERS, "concurrency": kpa.concurrency}
 
 
 @dataclass(frozen=True)
@@ -80,11 +93,11 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     """The desired replica count now, why, and the state to pass to the next call."""
     lo, hi = cfg.min_replicas, cfg.max_replicas
     if current < lo:
-        want = min(lo, current + cfg.max_step)
+        want = lo if cfg.max_step is None else min(lo, current + cfg.max_step)
         return Decision(current, starting, want, UP, "min_replicas", f"{current} < min_replicas {lo}"), \
             replace(state, last_up_at=now, last_step_at=now)
     if current > hi:
-        want = max(hi, current - cfg.max_step)
+        want = hi if cfg.max_step is None else max(hi, current - cfg.max_step)
         return Decision(current, starting, want, DOWN, "max_replicas", f"{current} > max_replicas {hi}"), \
             replace(state, last_step_at=now)
     if current == 0 and history and history[-1].queue > 0:
@@ -94,7 +107,7 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
             replace(state, direction=1, since=now, last_up_at=now, last_step_at=now)
 
     w = Windows(interval_s=cfg.interval_s, stable_s=cfg.stable_window_s, panic_s=cfg.panic_window_s,
-                panic_threshold=cfg.panic_threshold, last_step_at=state.last_step_at)
+                panic_threshold=cfg.panic_threshold, last_step_at=state.last_step_at, running=current - starting)
     votes = [VOTERS[r.kind](r, history, now, w) for r in cfg.rules]
     ups = [v for v in votes if v.direction > 0]
     direction = 1 if ups else (-1 if all(v.direction < 0 for v in votes) else 0)
@@ -110,11 +123,14 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
             return _hold(current, starting, v.rule, f"up for {held:.0f} of {cfg.scale_up_stabilization_s:.0f} s: "
                                                     f"{v.why}", votes), state
         running = current - starting
-        target = min(hi, running + v.step, current + cfg.max_step)
+        cap, capped = up_bound(cfg, running, current)
+        target = min(running + v.step, cap)
         if target <= current:
-            why = (f"{starting} replica(s) still starting cover +{v.step}" if starting else f"at max_replicas {hi}")
+            why = (f"{starting} replica(s) still starting cover +{v.step}" if starting and running + v.step <= current
+                   else capped)
             return _hold(current, starting, v.rule, f"{why}: {v.why}", votes), state
-        return Decision(current, starting, target, UP, v.rule, v.why, votes), \
+        why = v.why if target == running + v.step else f"{v.why}; {capped}"
+        return Decision(current, starting, target, UP, v.rule, why, votes), \
             replace(state, since=now, last_up_at=now, last_step_at=now)
 
     v = min(votes, key=lambda v: v.step)
@@ -128,9 +144,46 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
         return _hold(current, starting, v.rule, f"{lacking}: {v.why}", votes), state
     window = max(cfg.scale_down_stabilization_s, cfg.interval_s)
     idle = all(s.idle for s in history if now - window < s.at <= now)
-    target = max(lo, current - (cfg.max_step if idle else min(v.step, cfg.max_step)))
+    floor, floored = down_bound(cfg, current)
+    want = lo if idle else current - v.step
+    target = max(want, floor)
     if target >= current:
-        return _hold(current, starting, v.rule, f"at min_replicas {lo}", votes), state
+        return _hold(current, starting, v.rule, floored, votes), state
     why = f"no traffic for {window:.0f} s" if idle else v.why
+    why = why if target == max(want, lo) else f"{why}; {floored}"
     return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), \
         replace(state, since=now, last_step_at=now)
+
+
+def up_bound(cfg: Autoscaling, running: int, current: int) -> tuple[int, str]:
+    """The most replicas one step may go to, and what bounds it: ``max_replicas``, ``max_step``
+    (when set) and ``max_scale_up_rate`` x the RUNNING replicas (1 when none runs), as KPA's
+    maxScaleUp = ceil(rate x ready)."""
+    caps = [(cfg.max_replicas, f"at max_replicas {cfg.max_replicas}")]
+    if cfg.max_step is not None:
+        caps.append((current + cfg.max_step, f"max_step {cfg.max_step} from {current}"))
+    if cfg.max_scale_up_rate is not None:
+        caps.append((math.ceil(cfg.max_scale_up_rate * max(running, 1) - 1e-9),
+                     f"max_scale_up_rate {cfg.max_scale_up_rate:g} x {max(running, 1)} running"))
+    return min(caps, key=lambda c: c[0])
+
+
+def down_bound(cfg: Autoscaling, current: int) -> tuple[int, str]:
+    """The fewest replicas one step may go to, and what bounds it: ``min_replicas``, ``max_step``
+    (when set) and the replicas / ``max_scale_down_rate`` (floor), as KPA's maxScaleDown."""
+    floors = [(cfg.min_replicas, f"at min_replicas {cfg.min_replicas}")]
+    if cfg.max_step is not None:
+        floors.append((current - cfg.max_step, f"max_step {cfg.max_step} from {current}"))
+    if cfg.max_scale_down_rate is not None:
+        floors.append((math.floor(current / cfg.max_scale_down_rate + 1e-9),
+                       f"max_scale_down_rate {cfg.max_scale_down_rate:g}: {current} keep at least "
+                       f"{math.floor(current / cfg.max_scale_down_rate + 1e-9)}"))
+    return max(floors, key=lambda c: c[0])
+
+
+def unstepped(before: PolicyState, after: PolicyState, now: float) -> PolicyState:
+    """The state after an up decision of which nothing could be placed (capacity-blocked): no step
+    was taken, so the windows go on from the step before and the next re-check decides on the same
+    evidence again (the block, and its reason, hold for as long as it does)."""
+    return replace(after, last_up_at=before.last_up_at, last_step_at=before.last_step_at,
+                   since=before.since if before.direction == 1 and before.since is not None else now)

@@ -34,7 +34,8 @@ def role_config(cfg: Autoscaling, role: str) -> Autoscaling:
         "scale_up_stabilization_s": _or(r.scale_up_stabilization_s, cfg.scale_up_stabilization_s),
         "scale_down_stabilization_s": _or(r.scale_down_stabilization_s, cfg.scale_down_stabilization_s),
         "stable_window_s": cfg.stable_window_s, "panic_window_s": cfg.panic_window_s,
-        "panic_threshold": cfg.panic_threshold})
+        "panic_threshold": cfg.panic_threshold, "max_scale_up_rate": cfg.max_scale_up_rate,
+        "max_scale_down_rate": cfg.max_scale_down_rate})
 
 
 def _or(v: float | None, default: float) -> float:

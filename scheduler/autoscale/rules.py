@@ -42,6 +42,7 @@ class Windows:
     panic_s: float = 6
     panic_threshold: float = 2.0
     last_step_at: float | None = None
+    running: int = 0  # RUNNING replicas now: what a computed desired count (kpa.py) is a step from
 
     def stable(self, own: float | None = None) -> float:
         return max(own or self.stable_s, self.interval_s)

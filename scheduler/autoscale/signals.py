@@ -49,6 +49,9 @@ class Sample:
     ttft: Histogram | None = None  # time to first token observed in the window (sparse): a prefill's cost
     itl: Histogram | None = None  # the gaps between tokens observed in the window (sparse): a decode's cost
     kv_usage: float | None = None  # the engines' mean KV-cache usage (0-1) at the sample; None: none publishes it
+    # requests in the system at the sample, each once: the gateways' queue, plus the larger of what the
+    # gateways have handed to engines and what the engines hold (running and waiting). None: not measured
+    concurrency: float | None = None
 
     @property
     def idle(self) -> bool:
@@ -62,7 +65,8 @@ class Sample:
                 "queue_time_p90_s": self.queue_time_p90_s,
                 **{k: v for k, v in (("ttft_p90_s", quantile(self.ttft, 0.9) if self.ttft else None),
                                      ("itl_p90_s", quantile(self.itl, 0.9) if self.itl else None),
-                                     ("kv_usage", self.kv_usage)) if v is not None}}
+                                     ("kv_usage", self.kv_usage), ("concurrency", self.concurrency))
+                   if v is not None}}
 
 
 def _pick(engines: list[Window], gateway: Window | None, field: str) -> Histogram | None:
@@ -84,6 +88,8 @@ def combine(at: float, running_replicas: int, engines: list[Window], gateway: Wi
     ttft = _pick(engines, gateway, "ttft")
     kv = [min(1.0, w.kv_usage) for w in engines if w.ok and w.kv_usage is not None]
     q90 = [v for v in (quantile(h, 0.9) for h in (eqt, gqt) if h is not None) if v is not None]
+    held = sum((w.running or 0.0) + (w.waiting or 0.0) for w in engines if w.ok)
+    handed = (gateway.running or 0.0) if gateway else 0.0
     return Sample(at=at, running_replicas=running_replicas, complete=all(w.ok for w in engines),
                   requests=(latency.count if latency else 0.0) + serving,
                   queue=waiting / max(running_replicas, 1),
@@ -93,7 +99,8 @@ def combine(at: float, running_replicas: int, engines: list[Window], gateway: Wi
                   finished=latency.count if latency else 0.0,
                   tpot_sum=tpot.sum if tpot else 0.0, tpot_count=tpot.count if tpot else 0.0,
                   latency=_kept(latency), queue_time=_kept(eqt), gateway_queue_time=_kept(gqt),
-                  ttft=_kept(ttft), itl=_kept(tpot), kv_usage=sum(kv) / len(kv) if kv else None)
+                  ttft=_kept(ttft), itl=_kept(tpot), kv_usage=sum(kv) / len(kv) if kv else None,
+                  concurrency=((gateway.waiting or 0.0) if gateway else 0.0) + max(held, handed))
 
 
 def _kept(h: Histogram | None) -> Histogram | None:
