@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx2 as httpx  # httpx's maintained line (pyproject: httpx2)
 from prometheus_client import CollectorRegistry
@@ -192,6 +192,7 @@ class AutoscaleActivities(GroupAutoscale):
             target, outcome, blocked, reasons = await self._fit(spec, current, d.delta, carry, now)
             if target == current:  # nothing placed, no step: the next re-check decides on the same windows
                 carry.policy = unstepped(before, carry.policy, now)
+        carry.policy = replace(carry.policy, wanted=d.desired if blocked else None)  # the rest, at each re-check
         record = {"at": now, "signals": sample.signals(),
                   "current": current, "starting": starting, "direction": d.direction, "rule": d.rule,
                   "reason": d.reason, "desired": d.desired, "target": target, "dry_run": outcome,

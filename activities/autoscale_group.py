@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -91,6 +92,7 @@ class GroupAutoscale:
                                                                      carry, now, dry)
             if target == d.current:  # nothing placed, no step: the next re-check decides on the same windows
                 carry.role_policy[role] = unstepped(before, carry.role_policy[role], now)
+        carry.role_policy[role] = replace(carry.role_policy[role], wanted=d.desired if blocked else None)
         record = {"at": now, "role": role, "signals": sample.signals(), "current": d.current, "starting": d.starting,
                   "direction": d.direction, "rule": d.rule, "reason": d.reason, "desired": d.desired,
                   "target": target, "dry_run": outcome}

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from scheduler.autoscale import kept
-from scheduler.autoscale.codec import sample_in, sample_out
+from scheduler.autoscale.codec import sample_in, sample_out, state_in
 from scheduler.autoscale.config import Autoscaling
 from scheduler.autoscale.kpa import needed
 from scheduler.autoscale.policy import DOWN, HOLD, UP, PolicyState, decide, down_bound, unstepped, up_bound
@@ -162,6 +162,26 @@ def test_a_blocked_scale_up_stays_up_on_every_recheck():
     assert got[False] == [UP, HOLD] * 5 + [UP]  # the bug, as the policy alone shows it
 
 
+def test_a_partly_placed_step_keeps_wanting_the_rest_until_fresh_samples():
+    # 1 -> 4 wanted at t=15; 1 of 3 fits (2 replicas). The step restarts the windows; while no fresh
+    # panic window exists, each re-check (every 3 s) still wants 4 and asks the scheduler again
+    c = cfg(stable_window_s=15, panic_window_s=6, interval_s=5)
+    d, st = decide(c, [s(0, 16), s(15, 16)], current=1, starting=0, now=15)
+    assert (d.direction, d.desired) == (UP, 4)
+    st = PolicyState(**{**st.__dict__, "wanted": 4})  # the caller: blocked, 2 of 4 placed
+    hist = [s(0, 16), s(15, 16), s(18, 16)]
+    d, st2 = decide(c, hist, current=2, starting=1, now=18, state=st)
+    assert (d.direction, d.desired, d.rule) == (UP, 4, "wanted"), d.reason
+    assert "4 wanted at the last step, 2 placed" in d.reason
+    # at t=21 the panic window (15, 21] is covered after the step at 15: the rules judge again.
+    # 16 in the system, 2 running: 4 needed, a burst (4 >= 2 x 2): up by the rule itself
+    d, _ = decide(c, hist + [s(21, 16, running=2)], current=2, starting=0, now=21, state=st)
+    assert (d.direction, d.desired, d.rule) == (UP, 4, "concurrency"), d.reason
+    # and once fresh samples show 8 in the system (2 needed, 2 running): the rest is no longer wanted
+    d, _ = decide(c, hist + [s(21, 8, running=2)], current=2, starting=0, now=21, state=st)
+    assert d.direction == HOLD and d.desired == 2, d.reason
+
+
 def test_unstepped_keeps_the_windows_and_the_up_run():
     before = PolicyState(direction=1, since=10.0, last_up_at=2.0, last_step_at=2.0)
     after = PolicyState(direction=1, since=30.0, last_up_at=30.0, last_step_at=30.0)
@@ -190,6 +210,10 @@ def test_concurrency_travels_in_the_carry_and_a_bad_one_is_refused():
     for bad in (-1, float("nan"), "lots"):
         with pytest.raises((ValueError, TypeError)):
             sample_in({**sample_out(x), "concurrency": bad})
+    assert state_in({"wanted": 4}).wanted == 4 and state_in({}).wanted is None
+    for bad in (-1, 10**6, "all"):
+        with pytest.raises((ValueError, TypeError)):
+            state_in({"wanted": bad})
 
 
 # --- a step kept before the rates replays as it decided (no bound); a new one keeps its rates

@@ -73,4 +73,12 @@ def sample_out(s: Sample) -> dict:
 def state_in(d: dict | None) -> PolicyState:
     d = d or {}
     return PolicyState(direction=int(d.get("direction", 0)), since=num(d.get("since")),
-                       last_up_at=num(d.get("last_up_at")), last_step_at=num(d.get("last_step_at")))
+                       last_up_at=num(d.get("last_up_at")), last_step_at=num(d.get("last_step_at")),
+                       wanted=None if d.get("wanted") is None else _replicas(d["wanted"]))
+
+
+def _replicas(v) -> int:
+    n = int(v)
+    if not 0 <= n <= 1000:
+        raise ValueError(f"wanted {v!r} is not a replica count")
+    return n

@@ -43,6 +43,7 @@ from scheduler.autoscale.config import Autoscaling
 from scheduler.autoscale import kpa
 from scheduler.autoscale.rules import VOTERS as RULE_VOTERS
 from scheduler.autoscale.rules import Vote, Windows
+from scheduler.autoscale.evidence import evidence
 from scheduler.autoscale.signals import Sample
 
 UP, HOLD, DOWN = "up", "hold", "down"
@@ -55,6 +56,7 @@ class PolicyState:
     since: float | None = None  # when that run of votes began
     last_up_at: float | None = None  # when replicas were last added
     last_step_at: float | None = None  # when the replica count last changed: no window reaches past it
+    wanted: int | None = None  # the count a capacity-blocked step wanted and did not get (the caller sets it)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     state = replace(state, direction=direction, since=since)
     held = now - since
     if direction == 0:
+        if state.wanted is not None and state.wanted > current and not _fresh(w, history, now):
+            return _still_wanted(cfg, current, starting, now, state, votes)
         return _hold(current, starting, "-", "; ".join(f"{v.rule}: {v.why}" for v in votes), votes), state
 
     if direction > 0:
@@ -153,6 +157,24 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     why = why if target == max(want, lo) else f"{why}; {floored}"
     return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), \
         replace(state, since=now, last_step_at=now)
+
+
+def _fresh(w: Windows, history: list[Sample], now: float) -> bool:
+    """Whether the rules have seen a panic window of samples taken after the last step."""
+    return evidence(history, now, w.panic(), w.last_step_at).covered
+
+
+def _still_wanted(cfg: Autoscaling, current: int, starting: int, now: float, state: PolicyState,
+                  votes: list[Vote]) -> tuple[Decision, PolicyState]:
+    """A step placed part of what it wanted (capacity-blocked): until fresh samples say otherwise,
+    the rest is still wanted, and each re-check asks the scheduler for it again."""
+    cap, capped = up_bound(cfg, current - starting, current)
+    target = min(state.wanted, cap)
+    why = f"{state.wanted} wanted at the last step, {current} placed; no fresh samples since"
+    if target <= current:
+        return _hold(current, starting, "wanted", f"{capped}: {why}", votes), state
+    return Decision(current, starting, target, UP, "wanted", why, votes), \
+        replace(state, direction=1, since=now, last_up_at=now, last_step_at=now)
 
 
 def up_bound(cfg: Autoscaling, running: int, current: int) -> tuple[int, str]:
