@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from contracts.control import Timings
 from contracts.host import KV_CONNECTORS, MAX_KV_CONNECTORS, known_kv_connectors
 from contracts.limits import Limits
+from scheduler.claims.settings import ClaimSettings
 from scheduler.policy_config import PolicyConfig
 
 
@@ -61,6 +62,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = AgentSettings()
     timings: Timings = Timings()
     limits: Limits = Limits()
+    claims: ClaimSettings = ClaimSettings()  # learned memory claims (scheduler/claims/)
     data_dir: str = Field(default_factory=default_data_dir, description="Where gpuflow keeps its files. Default ~/.local/share/gpuflow.")
     database_url: str | None = Field(None, description="SQLAlchemy URL of the store; default a SQLite file in data_dir.")
     database_schema: str | None = Field(None, description="PostgreSQL schema for gpuflow's tables (default: the search_path).")

@@ -1,0 +1,65 @@
+"""What the recommender keeps per fingerprint (``ClaimState``), and how a measured peak or an
+over-use changes it. Plain data (pydantic), so the store keeps it as JSON and a decision keeps it
+in its inputs; bounded (the histogram's buckets are, the rest are scalars)."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, Field
+
+from scheduler.claims.histogram import Histogram, add
+from scheduler.claims.settings import ClaimSettings
+from scheduler.units import MiB
+
+BUMP_RATIO = 1.2  # VPA's --oom-bump-up-ratio
+BUMP_MIN = 100 * MiB  # VPA's --oom-min-bump-up-bytes (100 MB there; MiB here)
+
+
+class ClaimState(BaseModel):
+    hist: Histogram = Field(default_factory=Histogram)
+    samples: int = Field(0, ge=0)  # measured peaks taken, ever (VPA's TotalSamplesCount; not decayed)
+    first_s: float | None = None  # the first and the latest sample's time (seconds since the epoch)
+    last_s: float | None = None
+    peak: int = Field(0, ge=0)  # the largest peak measured
+    bump: int = Field(0, ge=0)  # the claim an OOM or an over-use raised it to (0: none)
+    bump_s: float | None = None  # when
+    bump_samples: int = Field(0, ge=0)  # ``samples`` then: the bump holds until a confident history follows it
+    bump_why: str = ""  # "oom" or "over-use"
+
+    def span_s(self) -> float:
+        return 0.0 if self.first_s is None or self.last_s is None else max(0.0, self.last_s - self.first_s)
+
+
+def bumped(x: int) -> int:
+    """VPA's OOM bump: the larger of 1.2x and x + 100 MiB."""
+    return max(math.ceil(x * BUMP_RATIO), x + BUMP_MIN)
+
+
+def observe(state: ClaimState, peak: int, now: float, settings: ClaimSettings) -> ClaimState:
+    """``state`` with one more measured peak (bytes) taken at ``now``."""
+    return state.model_copy(update=dict(
+        hist=add(state.hist, peak, now, settings.half_life_s), samples=state.samples + 1,
+        first_s=now if state.first_s is None else min(state.first_s, now),
+        last_s=now if state.last_s is None else max(state.last_s, now), peak=max(state.peak, peak)))
+
+
+def bump_active(state: ClaimState, now: float, settings: ClaimSettings) -> bool:
+    """A bump holds until a confident history follows it (MIN_SAMPLES more samples over
+    MIN_HISTORY_S); the histogram, which holds the bump as a sample, decides from then on."""
+    if not state.bump or state.bump_s is None:
+        return False
+    return (now - state.bump_s < settings.min_history_s
+            or state.samples - state.bump_samples < settings.min_samples)
+
+
+def bump(state: ClaimState, used: int, claim: int, now: float, settings: ClaimSettings, why: str) -> ClaimState:
+    """An OOM (``why`` "oom") or a replica using more than its claim ("over-use"): the claim goes
+    at once to the larger of 1.2x and +100 MiB over the larger of what it used and what it was
+    booked, and that figure joins the histogram as a sample (VPA records an OOM so)."""
+    target = bumped(max(used, claim))
+    if bump_active(state, now, settings) and state.bump >= target:
+        return state  # already there: the same over-use reported again changes nothing
+    return state.model_copy(update=dict(
+        hist=add(state.hist, target, now, settings.half_life_s), bump=target, bump_s=now,
+        bump_samples=state.samples, bump_why=why, peak=max(state.peak, used)))
