@@ -4,7 +4,8 @@ GPUStack counts claims only. We also honour what the host observes: ``vram_forei
 held by processes gpuflow did not start (NVML lists each process), is never offered, and
 ``vram_used`` (everything in use) covers gpuflow processes that grew past their claims
 (GPUStack #6044). Per GPU:
-allocatable = max(total - reserve - max(claimed + foreign, used), 0).
+allocatable = max(total - reserve - max(claimed + foreign x (1 + margin), used), 0), where the
+margin (``PolicyConfig.foreign_memory_margin``, scheduler/foreign.py) allows for foreign growth.
 Subordinate claims count on their own workers, RAM included (GPUStack forgets subordinate RAM).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from scheduler.cluster import ClusterSnapshot, Instance, Worker
+from scheduler.foreign import with_margin
 
 
 @dataclass
@@ -45,12 +47,12 @@ def allocated_by_worker(instances: list[Instance]) -> dict[str, Allocated]:
     return out
 
 
-def allocatable(worker: Worker, allocated: Allocated | None) -> Allocatable:
+def allocatable(worker: Worker, allocated: Allocated | None, margin: float = 0.0) -> Allocatable:
     a = allocated or Allocated()
     vram = {}
     for g in worker.gpus:
         claimed = a.vram.get(g.index, 0)
-        used = max(claimed + (g.vram_foreign or 0), g.vram_used or 0)
+        used = max(claimed + with_margin(g.vram_foreign, margin), g.vram_used or 0)
         vram[g.index] = max(g.vram_total - worker.reserved.vram - used, 0)
     ram = max(worker.ram_total - a.ram - worker.reserved.ram, 0)
     if worker.unified_memory:

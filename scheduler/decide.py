@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler import filters, occupancy, reasons, selectors, topology_policy
+from scheduler import filters, foreign, occupancy, reasons, selectors, topology_policy
 from scheduler.candidates import GpuRows
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decision import Candidate, Context, Decision
@@ -61,14 +61,18 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
     instance being re-placed, whose own claim and counts are left out. ``whole_only``: no
     placement in slivers of partly full GPUs (scorers/fragmentation.py). ``chain``: the worker
     filters (default filters.CHAIN; a group member's is filters.member_chain)."""
+    config = config or PolicyConfig()
     occ = occupancy.of(snapshot).without(exclude)
-    ctx = Context(spec, snapshot, request, config or PolicyConfig(), occ.allocatable, exclude, occ)
+    ctx = Context(spec, snapshot, request, config, occ.allocatable_with(config.foreign_memory_margin), exclude, occ)
     workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.CHAIN if chain is None else chain)
     if not workers:
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts))
     msgs: list[str] = []
     strategy, cands = selectors.select(ctx, workers, msgs)
     if not cands:
+        named = foreign.refusal(workers, config.foreign_memory_margin)  # second: within the PENDING reason's three
+        if named:
+            msgs = (msgs or [reasons.NO_FIT])[:1] + [named] + msgs[1:]
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts, msgs))
     cands, refused = topology_policy.keep(snapshot, spec.topology_policy, cands)
     if not cands:

@@ -78,14 +78,32 @@ class Occupancy:
     """Per worker: ``held`` (workers holding no instance are absent) and ``allocatable`` (every
     worker of the snapshot). ``instances`` maps names to the instances summed."""
 
-    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "_counts", "_lock")
+    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "foreign", "_counts", "_margined",
+                 "_lock")
 
     def __init__(self, held: dict[str, Held], allocatable_: dict[str, Allocatable], workers: dict[str, Worker],
-                 instances: dict[str, Instance], reporting: frozenset[str]) -> None:
+                 instances: dict[str, Instance], reporting: frozenset[str], foreign: frozenset[str] = frozenset()) -> None:
         self.held, self.allocatable, self.workers = held, allocatable_, workers
         self.instances, self.reporting = instances, reporting
+        self.foreign = foreign  # workers with a GPU that other processes use (scheduler/foreign.py)
         self._counts: dict[str, dict[str, Counts]] = {}
+        self._margined: dict[float, dict[str, Allocatable]] = {}
         self._lock = threading.Lock()
+
+    def allocatable_with(self, margin: float) -> dict[str, Allocatable]:
+        """``allocatable`` with foreign use booked with ``margin`` (scheduler/foreign.py): only the
+        workers other processes use are summed again, once per margin."""
+        if not margin or not self.foreign:
+            return self.allocatable
+        with self._lock:
+            done = self._margined.get(margin)
+        if done is None:
+            done = dict(self.allocatable)
+            for n in self.foreign:
+                done[n] = allocatable(self.workers[n], self.held.get(n), margin)
+            with self._lock:
+                self._margined[margin] = done
+        return done
 
     @property
     def topology(self) -> bool:
@@ -110,16 +128,18 @@ class Occupancy:
                 del held[w]  # every part adds a slot: none left means nothing held
         old_w, old_a = self.workers, self.allocatable
         alloc, by_name = {}, {}
-        reporting = set(self.reporting)
+        reporting, foreign = set(self.reporting), set(self.foreign)
         for w in workers:
             n = w.name
             by_name[n] = w
             if n in touched or old_w.get(n) is not w:
                 alloc[n] = allocatable(w, held.get(n))
                 (reporting.add if reports(w) else reporting.discard)(n)
+                (foreign.add if any(g.vram_foreign for g in w.gpus) else foreign.discard)(n)
             else:
                 alloc[n] = old_a[n]
-        return Occupancy(held, alloc, by_name, instances, frozenset(reporting & by_name.keys()))
+        return Occupancy(held, alloc, by_name, instances, frozenset(reporting & by_name.keys()),
+                         frozenset(foreign & by_name.keys()))
 
     def without(self, name: str | None) -> "Occupancy":
         """This occupancy with instance ``name`` left out (a replica being placed again)."""

@@ -19,3 +19,8 @@ class PolicyConfig(BaseModel):
     scale_down_placement: float = Field(1.0, ge=0, description="Scale-down placement (removal mode). Default 1.")
     max_rpc_servers: int = Field(8, ge=1, description="GGUF: most RPC servers in one placement; a safety bound on the search (every combination up to it is tried). Default 8.")
     max_rpc_gpus: int = Field(16, ge=1, description="GGUF: skip the RPC search above this many RPC-capable GPUs; a safety bound, as GPUStack's. Default 16.")
+    foreign_memory_margin: float = Field(0.1, ge=0, le=1, description="Memory that processes gpuflow did not start "
+                                         "hold on a GPU (NVML's used less gpuflow's own processes) is kept off the "
+                                         "books with this share on top, since such a process grows (a PyTorch cache, "
+                                         "a desktop session) and its figure is a sample: 0.1 keeps 11 GiB off for "
+                                         "10 GiB used. 0 counts the figure alone. Default 0.1.")

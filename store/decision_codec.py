@@ -225,7 +225,7 @@ def decode(manifest: bytes, blob: Callable[[str], bytes]) -> DecisionInputs:
             snapshot=_snapshot(m, blob), spec=ModelSpec.model_validate_json(part(m["spec"])),
             request=request_codec.decode(json.loads(part(m["request"]))),
             tenants=TenantsFile.model_validate_json(part(m["tenants"])), owners=_owners(part(m["owners"])),
-            names=[str(n) for n in m["names"]], policy=PolicyConfig.model_validate_json(part(m["policy"])),
+            names=[str(n) for n in m["names"]], policy=_policy(part(m["policy"])),
             gens={str(k): int(v) for k, v in json.loads(part(m["gens"])).items()})
     except KeyError as e:
         raise InvalidInput(f"the kept decision inputs lack {e.args[0]!r} (pruned, or never written)") from None
@@ -251,9 +251,18 @@ def decode_group(manifest: bytes, blob: Callable[[str], bytes]) -> GroupInputs:
             group=str(m["group"]), names={RoleName(r): [str(n) for n in ns] for r, ns in m["roles"].items()},
             requests={RoleName(r): request_codec.decode(q) for r, q in reqs.items()},
             tenants=TenantsFile.model_validate_json(part("tenants")), owners=_owners(part("owners")),
-            policy=PolicyConfig.model_validate_json(part("policy")),
+            policy=_policy(part("policy")),
             gens={str(k): int(v) for k, v in json.loads(part("gens")).items()})
     except KeyError as e:
         raise InvalidInput(f"the kept group decision inputs lack {e.args[0]!r} (pruned, or never written)") from None
     except ValueError as e:
         raise InvalidInput(f"the kept group decision inputs do not decode: {e}") from None
+
+
+def _policy(text: str) -> PolicyConfig:
+    """The policy a decision ran with. One kept before the foreign-memory margin existed ran
+    without it: it replays with 0, not today's default, so its replay stays the same decision."""
+    raw = json.loads(text)
+    if isinstance(raw, dict):
+        raw.setdefault("foreign_memory_margin", 0.0)
+    return PolicyConfig.model_validate(raw)

@@ -128,7 +128,8 @@ class _Solve:
         role = _Role(name, rs, req, rs.replicas, filters.member_chain(self.spec, name),
                      rs.gpu_selector.gpus_per_replica or 1)
         occ = occupancy.of(self.snapshot)
-        ctx = Context(rs, self.snapshot, req, self.config, occ.allocatable, None, occ)
+        alloc = occ.allocatable_with(self.config.foreign_memory_margin)
+        ctx = Context(rs, self.snapshot, req, self.config, alloc, None, occ)
         role.eligible = {w.name for w in filters.run_chain(ctx, list(self.workers), role.chain)[0]}
         return role
 

@@ -35,7 +35,8 @@ def scale_out(snapshot: ClusterSnapshot, spec: ModelSpec, role: RoleName, reques
     role = RoleName(role)
     rspec = role_spec(spec, role)
     occ = occupancy.of(snapshot)
-    ctx = Context(rspec, snapshot, request, config or PolicyConfig(), occ.allocatable, None, occ)
+    config = config or PolicyConfig()
+    ctx = Context(rspec, snapshot, request, config, occ.allocatable_with(config.foreign_memory_margin), None, occ)
     workers, verdicts = filters.run_chain(ctx, list(snapshot.workers), filters.member_chain(spec, role, group))
     if not workers:
         return Decision(False, None, None, [], verdicts, *reasons.rank(verdicts))
