@@ -58,10 +58,14 @@ def start(gib: float, gpu: int, child_gib: float, hold_s: float, own_session: bo
 def wait_ready(p: subprocess.Popen, deadline: float, count: int = 1) -> bool:
     """The child (and its own child: ``count`` 2, one pipe) printed 'ready' (its memory is
     allocated and touched) before ``deadline``."""
-    os.set_blocking(p.stdout.fileno(), False)
+    fd = p.stdout.fileno()
+    os.set_blocking(fd, False)
     buf = ""
     while time.monotonic() < deadline:
-        buf += p.stdout.read() or ""
+        try:
+            buf += os.read(fd, 4096).decode(errors="replace")
+        except BlockingIOError:
+            pass
         if buf.count("ready") >= count:
             return True
         if p.poll() is not None:
