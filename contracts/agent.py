@@ -79,6 +79,7 @@ class LaunchRequest(BaseModel):
     vram_claim: dict[Annotated[int, Field(ge=0, le=MAX_GPUS)], Annotated[int, Field(ge=0, le=MAX_BYTES)]] = \
         Field({}, max_length=MAX_GPUS)
     ram_claim: int = Field(0, ge=0, le=MAX_BYTES)
+    vram_stated: int = Field(0, ge=0, le=MAX_BYTES)  # the spec's resources.vram (0: none): a simulated host's base of use
     source: Annotated[str, Field(max_length=MAX_TEXT)] = ""  # the model's source key (hf:..., local:...)
     # A prefill/decode group's member: its role and the group's mode; the agent adds that mode's
     # flags and picks its KV ports (worker_agent/pd_argv.py). None: a plain replica, or a router.

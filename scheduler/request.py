@@ -5,12 +5,16 @@ scorers read it; none of them touches a file."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from scheduler.gguf.estimate import EstimateItem, LlamaCppOptions, Memory, estimate_item
 from scheduler.gguf.layers import layers_per_device
 from scheduler.gguf.model import GGUFModel
 from scheduler.hf.config import ModelParameters
 from scheduler.units import MiB
+
+if TYPE_CHECKING:
+    from scheduler.learned_claim import LearnedClaim
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class FlatRequest:
     weight_bytes: int | None = None
     params: ModelParameters | None = None
     kv_bytes_per_token: int | None = None
+    learned: "LearnedClaim | None" = None  # vram is a learned claim, not the estimate (scheduler/learned_claim.py)
 
     kind = "flat"
 

@@ -27,7 +27,8 @@ def encode(req: Request) -> dict[str, Any]:
     if isinstance(req, FlatRequest):
         return {"kind": "flat", "vram": req.vram, "ram": req.ram, "basis": req.basis,
                 "weight_bytes": req.weight_bytes, "kv_bytes_per_token": req.kv_bytes_per_token,
-                "params": encode_params(req.params) if req.params is not None else None}
+                "params": encode_params(req.params) if req.params is not None else None,
+                **({"learned": req.learned.to_dict()} if req.learned is not None else {})}
     model = {f.name: getattr(req.model, f.name) for f in fields(GGUFModel)}
     model["last_layer"] = [[t.name, list(t.dims), t.type_id, t.offset, t.nbytes] for t in req.model.last_layer]
     opts = {f.name: getattr(req.options, f.name) for f in fields(LlamaCppOptions)}
@@ -42,10 +43,13 @@ def decode(d: Any) -> Request:
         raise InvalidInput("a recorded request must be an object with kind 'flat' or 'gguf'")
     try:
         if d["kind"] == "flat":
+            from scheduler.learned_claim import LearnedClaim
+
             params = decode_params(d["params"]) if d.get("params") is not None else None
+            learned = LearnedClaim.from_dict(d["learned"]) if d.get("learned") is not None else None
             return FlatRequest(vram=int(d["vram"]), ram=int(d["ram"]), basis=str(d["basis"]),
                                weight_bytes=d.get("weight_bytes"), params=params,
-                               kv_bytes_per_token=d.get("kv_bytes_per_token"))
+                               kv_bytes_per_token=d.get("kv_bytes_per_token"), learned=learned)
         m = dict(d["model"])
         m["last_layer"] = [TensorInfo(str(n), tuple(int(x) for x in dims), int(t), int(o), int(b))
                            for n, dims, t, o, b in m.get("last_layer", [])]

@@ -59,6 +59,15 @@ class Routing(str, Enum):
     LEAST_OUTSTANDING = "least-outstanding"
 
 
+class ClaimsMode(str, Enum):
+    """What learned memory claims (scheduler/claims/) do for a deployment: ``advise`` shows what
+    they would change; ``apply`` books them for new placements (once confident, never below the
+    weights)."""
+
+    ADVISE = "advise"
+    APPLY = "apply"
+
+
 class HubFile(Strict):
     repo: str = Field(min_length=1, max_length=256)
     file: str | None = Field(None, max_length=1024)  # may be a glob, e.g. "*Q4_K_M*.gguf"
@@ -188,6 +197,7 @@ class ModelSpec(Strict):
     roles: list[RoleSpec] | None = Field(None, min_length=1, max_length=3)  # a prefill/decode group (scheduler/groups/)
     disaggregation: Disaggregation | None = None  # how the group's roles hand KV across
     gather: Gather | None = None  # how tightly the group's members sit (a topology layer)
+    claims: ClaimsMode | None = None  # learned memory claims: advise or apply; None: the cluster's GPUFLOW_CLAIMS__MODE
 
     @property
     def is_group(self) -> bool:

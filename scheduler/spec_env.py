@@ -80,6 +80,8 @@ DEFAULT_ALLOW = (
     # llama.cpp's (CUDA backend switches; LLAMA_ARG_* stays out: those are the command line)
     "GGML_CUDA_ENABLE_UNIFIED_MEMORY", "GGML_CUDA_FORCE_MMQ", "GGML_CUDA_FORCE_CUBLAS", "LLAMA_LOG_COLORS",
     "LLAMA_LOG_VERBOSITY", "LLAMA_LOG_TIMESTAMPS", "LLAMA_LOG_PREFIX",
+    # simulated GPUs only: the share of its claim a replica uses (worker_agent/sim_processes.py, gpuflow/simulate.py)
+    "GPUFLOW_SIMULATED_VRAM_USE",
 )
 
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -125,12 +127,29 @@ def env_problem(name: object, value: object, extra: tuple[str, ...] = ()) -> str
         return f"env {name}: the value holds a NUL byte"
     if len(value.encode()) > MAX_VALUE:
         return f"env {name}: the value is longer than {MAX_VALUE} bytes"
+    if name == SIMULATED_VRAM_USE and (why := _share_problem(value)):
+        return f"env {name}: {why}"
     if owned(name):
         return f"env {name} is set by gpuflow for every launch and cannot be overridden"
     if not (name in DEFAULT_ALLOW or _matches(name, extra)):
         return (f"env {name} is not allowed: a spec may set only known engine-tuning variables (their list: "
                 "scheduler/spec_env.py DEFAULT_ALLOW; why: docs/operations/security.md), and those its operators "
                 "allowed (GPUFLOW_ALLOW_ENV on the control plane, 'gpuflow agent --allow-env PATTERN' on each host)")
+    return None
+
+
+SIMULATED_VRAM_USE = "GPUFLOW_SIMULATED_VRAM_USE"  # simulated GPUs: the share of its claim a replica uses
+MAX_SIMULATED_SHARE = 16.0  # a share above this is a typo, not a rehearsal
+
+
+def _share_problem(value: str) -> str | None:
+    """GPUFLOW_SIMULATED_VRAM_USE's value: a number from 0 to MAX_SIMULATED_SHARE (0.5: half the claim)."""
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= MAX_SIMULATED_SHARE:  # also refuses nan and inf
+        return f"{value[:40]!r} is not a share of the claim from 0 to {MAX_SIMULATED_SHARE:g} (0.5: half of it)"
     return None
 
 

@@ -111,6 +111,17 @@ ROWS = {
          {"kind": "wait", "state": "error", "reason": "killed; restart 3 on h1 in 4 s", "seconds": 4.0,
           "until": "preempted"},
          {"restarts": 3, "pid": None}),
+    "exited out of GPU memory: released and placed again at once (its claim may have grown), no backoff":
+        ({**HELD, "pid": 42}, {"kind": "exited", "host": "h1", "why": "exited with code -9: CUDA out of memory",
+                               "reached": True},
+         {"kind": "let_go", "reason": "exited with code -9: CUDA out of memory; out of GPU memory: its booking "
+                                      "released, placing it again"},
+         {"restarts": 1, "pid": None}),
+    "failed to start out of memory: a restart as before (only a run that OOMs is placed again)":
+        ({**HELD}, {"kind": "failed", "host": "h1", "why": "CUDA out of memory"},
+         {"kind": "wait", "state": "error", "reason": "CUDA out of memory; restart 1 on h1 in 1 s", "seconds": 1.0,
+          "until": "preempted"},
+         {"restarts": 1}),
     "could not start, restart 6: min(1 * 2^5, 30) = 30 s":
         ({**HELD, "restarts": 5}, {"kind": "failed", "host": "h1", "why": "no such file"},
          {"kind": "wait", "state": "error", "reason": "no such file; restart 6 on h1 in 30 s", "seconds": 30.0,

@@ -34,7 +34,8 @@ from worker_agent.bookings import LedgerBookings
 from worker_agent.capabilities import host_engines, path_commands, with_capabilities
 from worker_agent.downloads import HubConfig
 from worker_agent.engines import EngineConfig
-from worker_agent.inventory import discover, gpu_health
+from worker_agent import sim_oom
+from worker_agent.inventory import discover, free_for_gpuflow, gpu_health
 from worker_agent.log_reader import KEEP_LOGS, logs_workflow, open_reader, prune_table_logs
 from worker_agent.memory_probe import ClaimShare, MemoryProbe, NvmlProbe
 from worker_agent.metrics import AgentMetrics, engine_metrics_proxy
@@ -139,15 +140,35 @@ async def reconcile_every(client: Client, name: str, table: ProcessTable, interv
             print(f"gpuflow agent {name}: orphan check failed: {type(e).__name__}: {e}", flush=True)
 
 
-async def sample_every(book: UsageBook, table: ProcessTable, interval_s: float, name: str = "") -> None:
+async def sample_every(book: UsageBook, table: ProcessTable, interval_s: float, name: str = "",
+                       gpus: Callable[[], list] | None = None) -> None:
     """Measure every replica's memory each ``interval_s`` (liveness_s) while the agent serves; a
-    failed round is logged and the next one tried."""
+    failed round is logged and the next one tried. ``gpus``: a simulated host's GPUs (its
+    inventory): a replica whose simulated use passes what its GPU has free is killed as an OOM
+    would (sim_oom.py)."""
     while True:
         try:
             await asyncio.to_thread(book.sample, table.records())
+            if gpus is not None:
+                simulate_oom(book, table, gpus(), name)
         except Exception as e:  # noqa: BLE001  a driver hiccup: the next round tries again
             print(f"gpuflow agent {name}: memory sample failed: {type(e).__name__}: {e}", flush=True)
         await asyncio.sleep(interval_s)
+
+
+def simulate_oom(book: UsageBook, table: ProcessTable, gpus: list, name: str = "") -> list[str]:
+    """Kill (as an engine's OOM would) each simulated replica whose use passes its GPU's free
+    memory; the keys killed."""
+    free = {g.index: free_for_gpuflow(g) for g in gpus}
+    foreign = {g.index: g.vram_foreign or 0 for g in gpus}
+    out = []
+    for key, why in book.out_of_memory(free, foreign).items():
+        rec = table.find(key)
+        if rec is not None and table.returncode(rec.pid) is None:
+            print(f"gpuflow agent {name}: {key}: {why}", flush=True)
+            sim_oom.kill(table, key, rec.pid, why)
+            out.append(key)
+    return out
 
 
 def usage_book(timings: Timings, inventory_file: str | None, probe: MemoryProbe | None) -> UsageBook | None:
@@ -238,7 +259,8 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
             f"gpuflow agent {name}: serving {host_queue(name)} ({kind}; engines: {engines_found}{kv})")
         check = asyncio.create_task(reconcile_every(client, name, table, timings.orphan_check_s, counter,
                                                     keep_logs))
-        sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name)) if book else None
+        sim_gpus = (lambda: probe().gpus) if book and isinstance(book.probe, ClaimShare) else None  # OOMs simulated
+        sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name, sim_gpus)) if book else None
         stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
         try:
             if not verdict.done():  # no verdict yet (the control plane is away, say): one that comes later counts

@@ -7,7 +7,9 @@
   session) with every process in that session and every descendant by parent pid, so an engine's
   workers (vLLM's per-GPU processes, a Ray worker) count, and so does a child that left the session.
 - ``ClaimShare``: a simulated host has no driver to ask; its use is the claim times a ratio
-  (``gpuflow simulate --vram-use-ratio``, default 0.9). RSS is measured where the process is real
+  (``gpuflow simulate --vram-use-ratio``, default 0.9), or the replica's own share (its spec's
+  ``env: {GPUFLOW_SIMULATED_VRAM_USE: "0.5"}``) of what its spec states (``resources.vram``, so a
+  smaller learned claim does not shrink what the replica needs), else of its claim. RSS is measured where the process is real
   (a dev agent over an inventory file), else the RAM claim times the same ratio.
 
 A probe answers key -> ``Held`` for the keys given (process key -> leader pid, with claims); a
@@ -32,6 +34,8 @@ class Proc:
     pid: int
     vram_claim: dict[int, int] = field(default_factory=dict)
     ram_claim: int = 0
+    share: float | None = None  # simulated hosts: its spec's GPUFLOW_SIMULATED_VRAM_USE (None: the host's ratio)
+    stated: int = 0  # simulated hosts: the VRAM its spec states (resources.vram), the base of its use (0: the claim)
 
 
 @dataclass
@@ -146,5 +150,14 @@ class ClaimShare:
         out = {}
         for p in procs:
             rss = sum(table[q].rss for q in tree[p.key]) if p.key in tree else int(p.ram_claim * self.ratio)
-            out[p.key] = Held({i: int(b * self.ratio) for i, b in p.vram_claim.items()}, rss, "simulated")
+            out[p.key] = Held(simulated_use(p, self.ratio), rss, "simulated")
         return out
+
+
+def simulated_use(p: Proc, ratio: float) -> dict[int, int]:
+    """GPU index -> bytes a simulated replica uses: its share (else ``ratio``) of its base, the VRAM
+    its spec states spread over its GPUs as its claim is (else the claim itself)."""
+    share = ratio if p.share is None else p.share
+    total = sum(p.vram_claim.values())
+    scale = p.stated / total if p.stated and total else 1.0
+    return {i: int(b * scale * share) for i, b in p.vram_claim.items()}

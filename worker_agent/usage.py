@@ -22,6 +22,8 @@ from typing import Callable
 from contracts.agent import LaunchRequest, instance_of
 from contracts.host import Booking
 from contracts.usage import GpuUse, ReplicaUse
+from scheduler.spec_env import SIMULATED_VRAM_USE, env_problem
+from worker_agent import sim_oom
 from worker_agent.memory_probe import MemoryProbe, Proc
 from worker_agent.processes import Record
 
@@ -55,6 +57,12 @@ def worth_reporting(last: dict[str, ReplicaUse] | None, now: dict[str, ReplicaUs
     return False
 
 
+def simulated_share(env: dict[str, str]) -> float | None:
+    """The replica's GPUFLOW_SIMULATED_VRAM_USE (a share of its claim), None when unset or not a share."""
+    v = env.get(SIMULATED_VRAM_USE)
+    return float(v) if v is not None and env_problem(SIMULATED_VRAM_USE, v) is None else None
+
+
 class UsageBook:
     def __init__(self, probe: MemoryProbe, clock: Callable[[], float] = time.time):
         self.probe, self.clock = probe, clock
@@ -62,6 +70,7 @@ class UsageBook:
         self.gpu_names: dict[int, str] = {}  # GPU index -> model, from the host's last inventory
         self.latest: dict[str, ReplicaUse] = {}  # instance -> its figures on this host
         self.sampled = False
+        self.last_use: list[sim_oom.Use] = []  # the simulated replicas' use at the last sample, in start order
         self.reported: dict[str, ReplicaUse] | None = None  # what the watch last carried
         self._lock = threading.Lock()  # samples run in a thread; the watch reads from the event loop
 
@@ -78,14 +87,19 @@ class UsageBook:
     def sample(self, records: list[Record]) -> dict[str, ReplicaUse]:
         """Measure every process the table runs; keep the latest figures and each replica's peak."""
         procs = []
+        started = {rec.instance: rec.started_at for rec in records}
         for rec in records:
             req = self.requests.get(rec.instance)
             if req is None:  # not a booked part (watch): neither measured nor reported
                 continue
             claim = req if req.role == "server" else None  # helpers carry no claim
             procs.append(Proc(rec.instance, rec.pid, dict(claim.vram_claim) if claim else {},
-                              claim.ram_claim if claim else 0))
+                              claim.ram_claim if claim else 0, share=simulated_share(req.env),
+                              stated=claim.vram_stated if claim else 0))
         held = self.probe(procs)
+        self.last_use = [sim_oom.Use(p.key, dict(held[p.key].gpus or {}))
+                         for p in sorted(procs, key=lambda p: started.get(p.key, 0.0))
+                         if p.key in held and held[p.key].measured == "simulated"]
         now = self.clock()
         by_instance: dict[str, ReplicaUse] = {}
         for p in procs:
@@ -115,6 +129,11 @@ class UsageBook:
             for key in [k for k in self.requests if k not in {p.key for p in procs}]:
                 del self.requests[key]  # its process is gone from the table
         return by_instance
+
+    def out_of_memory(self, free: dict[int, int], foreign: dict[int, int]) -> dict[str, str]:
+        """The simulated replicas (process keys) whose use at the last sample passes what their GPU
+        has free (sim_oom.py), with the OOM message each; none on a host measured by NVML."""
+        return sim_oom.victims(free, self.last_use, foreign)
 
     def _blank(self, name: str, key: str, at: float, measured: str) -> ReplicaUse:
         req = self.requests.get(name) or self.requests.get(key)

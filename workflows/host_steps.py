@@ -50,6 +50,7 @@ class HostSteps(SuperviseSteps):
                                 cpu_pinning=wants_pinning(spec), cpus=plan.cpus, numa_nodes=plan.numa_nodes,
                                 stop_on_cancel=False,  # stopped by stop_instance, not by a supervisor's cancel
                                 vram_claim=dict(claim.vram), ram_claim=claim.ram, source=spec.source.key,
+                                vram_stated=spec.resources.vram or 0 if spec.resources else 0,
                                 **self._pd_fields())
 
     def _pd_fields(self) -> dict:

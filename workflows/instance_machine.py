@@ -13,7 +13,9 @@ workflows/place_machine.py.
 
 The life: PENDING -> place (estimate, decide, book: place_machine.py) -> launch -> RUNNING ->
 supervised until the run ends. A process that
-exits (or cannot start) is restarted on the same host after min(base * 2^(n-1), cap) seconds.
+exits (or cannot start) is restarted on the same host after min(base * 2^(n-1), cap) seconds; one
+that ran out of GPU memory (its reason names it) is released and placed again at once, so the
+larger claim its OOM earned is booked where a GPU can hold it.
 A host that stops answering makes it UNREACHABLE; launches are tried again a second apart with
 what is left of the grace (a frozen agent's poll can take a launch and never answer it), and once
 the grace is over the reservation is released and it is placed elsewhere.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from contracts.control import Timings
+from scheduler.claim_apply import is_oom
 from workflows import place_machine as place
 from workflows.instance_state import (ABANDON_HOST, CHECK_HELD, CONTINUE_AS_NEW, DISOWN, GIVE_UP, GIVE_WAY, LAUNCH,
                                       LET_GO, RECORD, RETRY, TEARDOWN, WAIT, Action, Event, InstanceState, backoff)
@@ -74,8 +77,11 @@ def _ended(s: InstanceState, ev: Event, t: Timings) -> tuple[InstanceState, Acti
         if left > 0:  # failed again within the grace: the placement is kept; try again a second apart
             return s, Action(kind=RETRY, seconds=min(1.0, left))
         return s.model_copy(update={"unreachable_since": None}), Action(kind=ABANDON_HOST, host=ev.host)
-    # exited, or failed to start: ERROR, then a restart on the same host after the backoff (or a stop or preemption)
     n = s.restarts + 1
+    if ev.kind == "exited" and is_oom(ev.why):  # its claim may have grown since (learned claims: issue 42)
+        return (s.model_copy(update={"unreachable_since": None, "restarts": n, "pid": None}),
+                Action(kind=LET_GO, reason=f"{ev.why}; out of GPU memory: its booking released, placing it again"))
+    # exited, or failed to start: ERROR, then a restart on the same host after the backoff (or a stop or preemption)
     delay = backoff(n, t.restart_base_s, t.restart_cap_s)
     return (s.model_copy(update={"unreachable_since": None, "restarts": n, "pid": None}),
             Action(kind=WAIT, state="error", reason=f"{ev.why}; restart {n} on {s.worker} in {delay:g} s",

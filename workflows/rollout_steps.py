@@ -38,7 +38,7 @@ KEEP_HISTORY_BYTES = 256 * 1024  # the kept versions' specs together, as JSON (t
 GOOD = ("good", "deployed")  # results undo may go back to
 FAILED = ("rolled back", "halted")  # results undo never goes back to
 NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with",  # changing only these restarts nothing
-           "routing"}  # read by the gateways only (from the deployment's row), never by a replica
+           "routing", "claims"}  # routing: read by the gateways only (from the deployment's row), never by a replica
 
 
 def state_from(raw: RolloutState | dict | None) -> RolloutState:

@@ -39,7 +39,7 @@ from scheduler.spec import ModelSpec
 Way = Literal["none", "roles", "whole", "recreate"]
 ORDER = (RoleName.PREFILL, RoleName.DECODE, RoleName.ROUTER)  # the order roles roll in
 # Fields that restart nothing for any deployment (workflows/rollout_steps.py NO_ROLL) and a role's replicas.
-NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with", "routing"}
+NO_ROLL = {"replicas", "autoscaling", "rollout", "tenant", "priority", "shared_with", "routing", "claims"}
 GATEWAY_ONLY = {"readiness", "skip_prefill_below"}  # disaggregation fields read by the gateways only
 
 # Engine flags both ends of a KV hand-off must agree on: any change on any role rolls the group whole.

@@ -8,6 +8,7 @@ from scheduler.hf.claims import tp_problems, vllm_gmu
 from scheduler.params import find_float, find_int, vllm_world_size
 from scheduler.selectors.base import first_nonempty
 from scheduler.selectors.fraction import Shape, strategies
+from scheduler.selectors.learned import even_out, learned
 from scheduler.units import gib
 
 
@@ -35,10 +36,13 @@ def select(ctx: Context, workers, msgs: list[str]):
         return None, []
     msgs.append(f"The model requires approximately {gib(req.vram)} GiB of VRAM"
                 + (f" and {gib(req.ram)} GiB of RAM." if req.ram else "."))
+    if learned(req):  # a learned claim is booked, not the card's fraction (scheduler/claim_apply.py)
+        gmu = 0.0
     if gmu:
         msgs.append(f"With --gpu-memory-utilization={gmu}, all GPUs combined need to provide at least "
                     f"{gib(req.vram / gmu)} GiB of total VRAM and each GPU needs {int(gmu * 100)}% of allocatable VRAM.")
     shape = Shape(ratio=lambda w, g: gmu, strict_multi_gpu=True, gpu_count=count,
                   enforce_count_across_workers=True,
                   tp_problems=(lambda n: tp_problems(params, n)) if params else (lambda n: []))
-    return first_nonempty(strategies(ctx, workers, shape), msgs)
+    found = first_nonempty(strategies(ctx, workers, shape), msgs)
+    return even_out(ctx, found, msgs) if learned(req) else found
