@@ -102,6 +102,7 @@ RULES: dict[str, Rule] = {
     cc.APPLY_TENANTS: Rule(CLUSTER, lambda _: [CLUSTER_ID]),
     cc.ADD_KEY: Rule(CLUSTER, lambda _: [CLUSTER_ID]),
     cc.REVOKE_KEY: Rule(CLUSTER, lambda _: [CLUSTER_ID]),
+    cc.KEY_LIMITS: Rule(CLUSTER, lambda _: [CLUSTER_ID]),
     c.SWEEP_QUEUE: Rule(SWEEP, lambda _: [SWEEP_ID]),
 }
 

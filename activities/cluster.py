@@ -33,7 +33,7 @@ class ClusterActivities:
         self.estimates, self.policy, self.wake = estimates, policy, wake
 
     def all(self) -> list:
-        return [self.apply_tenants, self.add_key, self.revoke_key]
+        return [self.apply_tenants, self.add_key, self.revoke_key, self.key_limits]
 
     def _request(self, spec):
         return known_request(self.estimates, spec)
@@ -65,3 +65,9 @@ class ClusterActivities:
     async def revoke_key(self, k: cc.KeyRevoke) -> cc.KeyView:
         callers.check(cc.REVOKE_KEY, k)
         return key_view(await self._store(keys.revoke, self.engine, k.id))
+
+    @activity.defn(name=cc.KEY_LIMITS)
+    async def key_limits(self, k: cc.KeyLimits) -> cc.KeyView:
+        """A key's own limits set or cleared (``gpuflow keys edit``)."""
+        callers.check(cc.KEY_LIMITS, k)
+        return key_view(await self._store(keys.set_limits, self.engine, k))

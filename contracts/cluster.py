@@ -25,6 +25,7 @@ from scheduler.naming import NAME_MAX, NAME_PATTERN
 APPLY_TENANTS = "cluster_apply_tenants"
 ADD_KEY = "cluster_add_key"
 REVOKE_KEY = "cluster_revoke_key"
+KEY_LIMITS = "cluster_key_limits"
 
 KEY_ID = r"^[0-9a-f]{12}$"  # the public part of a key: gpuflow-<id>-<secret>
 KEY_TENANT = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -48,6 +49,17 @@ class StrictMessage(Message):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+LIMIT_FIELDS = ("requests_per_s", "tokens_per_min", "max_concurrent")  # a key's own (gateway/tenant_limits.py)
+
+
+class KeyLimitFields(StrictMessage):
+    """An API key's own limits, beside its tenant's (None: none of its own)."""
+
+    requests_per_s: float | None = Field(None, gt=0, le=1_000_000, description="Requests a second, then 429.")
+    tokens_per_min: int | None = Field(None, ge=1, le=10**12, description="Tokens a minute (prompt and answer), then 429.")
+    max_concurrent: int | None = Field(None, ge=1, le=1_000_000, description="Requests in flight at once, then 429.")
+
+
 class KeyAdd(StrictMessage):
     """A new key as the client made it: the secret stays with the client. ``admin`` is the form
     of the days before scopes (an older CLI sends it): it means ``admin_scope(tenant)`` and is
@@ -60,6 +72,7 @@ class KeyAdd(StrictMessage):
     hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", max_length=64)]  # HMAC-SHA-256(salt, secret), hex
     scope: Scope = TENANT
     admin: Flag = False
+    limits: KeyLimitFields | None = None  # its own limits, beside its tenant's
 
     @model_validator(mode="after")
     def _one_scope(self) -> "KeyAdd":
@@ -78,6 +91,20 @@ class KeyRevoke(StrictMessage):
     id: Annotated[str, Field(pattern=KEY_ID, max_length=12)]
 
 
+class KeyLimits(KeyLimitFields):
+    """``gpuflow keys edit``: the limits given are set, those in ``clear`` removed, the others kept."""
+
+    id: Annotated[str, Field(pattern=KEY_ID, max_length=12)]
+    clear: list[Literal[LIMIT_FIELDS]] = Field([], max_length=3)
+
+    @model_validator(mode="after")
+    def _set_or_clear(self) -> "KeyLimits":
+        both = [f for f in self.clear if getattr(self, f) is not None]
+        if both:
+            raise ValueError(f"{both[0]} is both set and cleared: give one")
+        return self
+
+
 class KeyView(Message):
     """A key as it is listed: never the secret, nor its hash. ``admin``: the scope is tenant-admin
     or cluster-admin (what an older reader of this view knew)."""
@@ -89,6 +116,9 @@ class KeyView(Message):
     revoked_at: str | None = None
     admin: bool = False
     scope: Scope = TENANT
+    requests_per_s: float | None = None  # its own limits (None: its tenant's only)
+    tokens_per_min: int | None = None
+    max_concurrent: int | None = None
 
 
 class Page(StrictMessage):

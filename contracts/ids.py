@@ -52,6 +52,7 @@ CLUSTER_ID = "cluster"
 CLUSTER_APPLY_TENANTS = "apply_tenants"  # update (the tenants file) -> TenantsApplied
 CLUSTER_CREATE_KEY = "create_key"  # update (KeyAdd: id, tenant, name, salt, hash; never the secret) -> KeyView
 CLUSTER_REVOKE_KEY = "revoke_key"  # update (KeyRevoke: the key's id) -> KeyView
+CLUSTER_KEY_LIMITS = "key_limits"  # update (KeyLimits: the key's id, limits to set or clear) -> KeyView
 # ClusterReadsWorkflow (cluster-reads): the cluster's reads, as queries a control-plane worker answers
 # from the store; none adds to any history (workflows/cluster_reads.py)
 CLUSTER_READS_ID = "cluster-reads"

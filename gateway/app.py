@@ -35,7 +35,7 @@ from gateway.refresh import Refresher
 from gateway.pd_route import forward_pd
 from gateway.relay import Ask, Disconnect, Relay, Serving, TooLarge, forward, read_body
 from gateway.stream_usage import ask_usage
-from gateway.tenant_limits import Limits
+from gateway.tenant_limits import Limits, key_rule
 from gateway.upstream import make_client
 from gateway.usage_counter import UsageCounter
 from gateway.wake import Wake, Waker
@@ -60,7 +60,7 @@ class Gateway:
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
         self.usage = UsageCounter()  # requests and tokens per key, tenant and model (refresh.py flushes them)
-        self.limits = Limits()  # per-tenant admission, from the tenants file (refresh.py)
+        self.limits = Limits(me=s.gateway_id)  # tenants' and keys' limits, this gateway's share (refresh.py)
         self.refresher = Refresher(self)
         self.caches = CacheWatch(self.balancer, s.prefix_block_chars, s.tokenizer_roots, s.kv_events,
                                  lambda result: self.metrics.kv_events.labels(result).inc())
@@ -70,18 +70,19 @@ class Gateway:
 
     async def relay(self, request: Request) -> Response:
         t0 = time.perf_counter()
-        model, tenant, admitted, handed = "", "", False, False
+        model, tenant, key_id, admitted, handed = "", "", "", False, False
         try:
-            tenant, keyed, key_id = await self.auth.who(request.headers.get("authorization"))
-            # the body arrives whole (bounded in size and time) before the tenant's limits count the
-            # request: a client that never finishes its body holds no max_concurrent slot
-            refused = self.limits.check(tenant, time.monotonic())
+            tenant, keyed, key_id, key = await self.auth.whose(request.headers.get("authorization"))
+            rule = key_rule(key)
+            # the body arrives whole (bounded in size and time) before the limits count the request:
+            # a client that never finishes its body holds no max_concurrent slot
+            refused = self.limits.check(tenant, time.monotonic(), key_id, rule)
             if refused is None:
                 body = await self._body(request)
-                refused = self.limits.admit(tenant, time.monotonic())
+                refused = self.limits.admit(tenant, time.monotonic(), key_id, rule)
             if refused is not None:
                 self.metrics.tenant_rejections.labels(refused.tenant, refused.reason).inc()
-                r = errors.tenant_limit(refused.message, refused.reason, refused.retry_after_s)
+                r = errors.tenant_limit(refused.message, refused.reason, refused.retry_after_s, refused.scope)
             else:
                 admitted = True
                 r, model = await self._route(request, t0, tenant, keyed, key_id, body)
@@ -98,7 +99,7 @@ class Gateway:
             r = errors.error(499, "The client closed the request.", "client_closed", "client_closed")
         finally:
             if admitted and not handed:
-                self.limits.done(tenant)
+                self.limits.done(tenant, key_id)
         if not isinstance(r, Relay):  # a relayed answer counts itself when it ends
             self.metrics.requests.labels(model, tenant, str(r.status_code)).inc()
             self.metrics.duration.labels(model).observe(time.perf_counter() - t0)

@@ -50,13 +50,17 @@ class Auth:
 
     async def who(self, authorization: str | None) -> tuple[str, bool, str]:
         """``caller``'s answer and the key's id (``""`` on an open gateway): what usage is counted under."""
+        return (await self.whose(authorization))[:3]
+
+    async def whose(self, authorization: str | None) -> tuple[str, bool, str, keys.KeyInfo | None]:
+        """``who``'s answer and the key itself (its own limits: gateway/tenant_limits.py)."""
         key = await self.key(authorization)
         if key is None:
-            return ANONYMOUS, False, ""
+            return ANONYMOUS, False, "", None
         if key.scope == METRICS:
             raise NotAllowed(f"API key {key.id} is a metrics key: it reads /metrics only. Use a key of scope "
                              "tenant (gpuflow keys create --tenant T) for the API.")
-        return key.tenant, True, key.id
+        return key.tenant, True, key.id, key
 
     async def metrics_reader(self, authorization: str | None) -> None:
         """Whether the caller may read /metrics under --metrics-key-required: NoKey without a valid

@@ -60,10 +60,20 @@ def queue_full(model: str, depth: int) -> Response:
                  "rate_limit_error", "queue_full", retry_after=1)
 
 
-def tenant_limit(message: str, reason: str, retry_after: float) -> Response:
-    """A tenant over its requests_per_s or max_concurrent (gateway/tenant_limits.py)."""
-    code = "rate_limit_exceeded" if reason == "requests_per_s" else "concurrency_limit_exceeded"
-    return error(429, message, "rate_limit_error", code, retry_after=retry_after)
+LIMIT_CODES = {"requests_per_s": "rate_limit_exceeded", "tokens_per_min": "tokens_limit_exceeded",
+               "max_concurrent": "concurrency_limit_exceeded"}
+LIMIT_HEADER = "x-gpuflow-limit"  # which limit refused a request, and its scope: "requests_per_s; scope=key"
+
+
+def tenant_limit(message: str, reason: str, retry_after: float, scope: str = "tenant") -> Response:
+    """A tenant or an API key over its requests_per_s, tokens_per_min or max_concurrent
+    (gateway/tenant_limits.py): the body's error says which (``limit``) and whose (``scope``:
+    tenant or key), beside OpenAI's fields, and so does the LIMIT_HEADER."""
+    body = json.dumps({"error": {"message": message, "type": "rate_limit_error", "param": None,
+                                 "code": LIMIT_CODES.get(reason, "rate_limit_exceeded"), "limit": reason,
+                                 "scope": scope}})
+    return Response(body, status_code=429, media_type="application/json",
+                    headers={"Retry-After": str(max(1, math.ceil(retry_after))), LIMIT_HEADER: f"{reason}; scope={scope}"})
 
 
 def no_replica(model: str, waited: float) -> Response:

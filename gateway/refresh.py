@@ -22,7 +22,7 @@ from dataclasses import replace
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from store import db, keys, pd_counts, serving, tenants
+from store import db, gateway_demand, keys, pd_counts, serving, tenants
 from store.tables import DeploymentRow
 from gateway import table as tables
 from gateway.tenant_limits import Rule, rules_of
@@ -54,6 +54,8 @@ class Refresher:
         self.failing_since: float | None = None
         self.tenants_version: int | None = None  # of the tenants file the limits come from
         self.tenants_failing = False
+        self.demand_at: float | None = None  # monotonic time of the last demand report
+        self.shares_failing = False
 
     async def once(self) -> None:
         gw = self.gw
@@ -80,6 +82,7 @@ class Refresher:
             if got is not None:
                 self.tenants_version = got[0]
                 gw.limits.set_rules(got[1], time.monotonic())
+        await self.shares()
         gw.balancer.tick()
         await gw.usage.flush(gw.engine, gw.settings.gateway_id, time.time())
         for name in gw.balancer.table.models:
@@ -99,6 +102,22 @@ class Refresher:
             except Exception as e:  # noqa: BLE001
                 log.warning("gateway: cannot report prefill/decode counts (%s)", e)
 
+    async def shares(self) -> None:
+        """Report this gateway's demand and take its share of every limit (store/gateway_demand.py);
+        when the store cannot be read, the last shares stay."""
+        gw, now = self.gw, time.monotonic()
+        demand = gw.limits.demand(now - self.demand_at if self.demand_at is not None else 0.0)
+        self.demand_at = now
+        try:
+            rows = await asyncio.to_thread(gateway_demand.exchange, gw.engine, gw.settings.gateway_id, demand)
+        except Exception as e:  # noqa: BLE001
+            if not self.shares_failing:
+                log.warning("gateway: cannot exchange limit demand (%s); keeping the last shares", e)
+            self.shares_failing = True
+        else:
+            self.shares_failing = False
+            gw.limits.set_shares(rows, time.monotonic())
+
     async def run(self) -> None:
         while True:
             await self.once()
@@ -107,5 +126,6 @@ class Refresher:
     def forget(self) -> None:
         try:
             serving.forget_gateway(self.gw.engine, self.gw.settings.gateway_id)
+            gateway_demand.forget(self.gw.engine, self.gw.settings.gateway_id)
         except Exception as e:  # noqa: BLE001
             log.warning("gateway: cannot remove its in-flight rows (%s); they expire in %g s", e, serving.LIVE_S)

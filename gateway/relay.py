@@ -29,7 +29,7 @@ from gateway.stream_usage import HideUsage
 from gateway.tenant_limits import Limits
 from gateway.upstream import (Broken, Client, ConnectTimeout, FirstByteTimeout, IdleTimeout, Reset, UpstreamError,
                               request_headers, to_engine)
-from gateway.usage_counter import UsageCounter
+from gateway.usage_counter import UsageCounter, tokens
 
 log = logging.getLogger("gpuflow.gateway")
 KEEP_JSON = 4 << 20  # a plain answer is also kept (up to this) to read its usage
@@ -255,7 +255,7 @@ class Relay(Response):
                         self.route.address, self.route.port, self.model, e)
         finally:
             self.watch.stop()
-            self.sv.limits.done(self.ask.tenant)  # its admission (tenant_limits.py) ends with this answer
+            self.sv.limits.done(self.ask.tenant, self.ask.key_id)  # its admission (tenant_limits.py) ends with this answer
             await self.resp.close()
             self.sv.balancer.release(self.route, self.model)
             m.in_flight.labels(self.model).dec()
@@ -308,3 +308,4 @@ class Relay(Response):
     def _count(self, usage, estimated: int = 0) -> None:
         self.sv.metrics.usage(self.model, usage, estimated)
         self.sv.usage.count(time.time(), self.ask.key_id, self.ask.tenant, self.model, usage, estimated)
+        self.sv.limits.spend(self.ask.tenant, self.ask.key_id, sum(tokens(usage)))  # tokens_per_min

@@ -69,12 +69,18 @@ async def _read(client: Client, query: str, arg: Any, result: type) -> Any:
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-async def create_key(client: Client, tenant: str, name: str = "", scope: str = cc.TENANT) -> tuple[str, cc.KeyView]:
-    """A new key for ``tenant`` with ``scope`` (contracts/cluster.py ``Scope``): (the key, to show
-    once; the control plane's record of it). A tenant the tenants file does not name is refused
-    by the control plane, naming those it does."""
-    key, k = keys.new_key(tenant, name, scope)
+async def create_key(client: Client, tenant: str, name: str = "", scope: str = cc.TENANT,
+                     limits: cc.KeyLimitFields | None = None) -> tuple[str, cc.KeyView]:
+    """A new key for ``tenant`` with ``scope`` (contracts/cluster.py ``Scope``) and its own
+    ``limits``: (the key, to show once; the control plane's record of it). A tenant the tenants
+    file does not name is refused by the control plane, naming those it does."""
+    key, k = keys.new_key(tenant, name, scope, limits)
     return key, await _ask(client, ClusterWorkflow.create_key, k)
+
+
+async def key_limits(client: Client, ask: cc.KeyLimits) -> cc.KeyView:
+    """``gpuflow keys edit``: a key's own limits set or cleared."""
+    return await _ask(client, ClusterWorkflow.key_limits, ask)
 
 
 async def revoke_key(client: Client, key_or_id: str) -> cc.KeyView:

@@ -29,7 +29,8 @@ from sqlalchemy import false, func
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
-from contracts.cluster import ADMIN_SCOPES, KEY_NAME, KEY_TENANT, SCOPES, TENANT, KeyAdd, admin_scope
+from contracts.cluster import (ADMIN_SCOPES, KEY_NAME, KEY_TENANT, LIMIT_FIELDS, SCOPES, TENANT, KeyAdd, KeyLimitFields,
+                               KeyLimits, admin_scope)
 from store import tenants
 from store.tables import utcnow
 from scheduler.errors import InvalidInput
@@ -52,6 +53,10 @@ class ApiKeyRow(SQLModel, table=True):
     # an admin scope (what a store before scopes had); old stores get the column, false (store/db.py)
     admin: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     scope: str | None = None  # contracts/cluster.py Scope; None on the rows of a store before scopes
+    # its own limits, beside its tenant's (gateway/tenant_limits.py); None: none (every row before them)
+    requests_per_s: float | None = None
+    tokens_per_min: int | None = None
+    max_concurrent: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class KeyInfo:
     created_at: datetime
     revoked_at: datetime | None
     scope: str = TENANT
+    requests_per_s: float | None = None  # its own limits (None: its tenant's only)
+    tokens_per_min: int | None = None
+    max_concurrent: int | None = None
 
     @property
     def admin(self) -> bool:
@@ -72,7 +80,7 @@ def _digest(salt: str, secret: str) -> str:
     return hmac.new(bytes.fromhex(salt), secret.encode(), hashlib.sha256).hexdigest()
 
 
-def new_key(tenant: str, name: str = "", scope: str = TENANT) -> tuple[str, KeyAdd]:
+def new_key(tenant: str, name: str = "", scope: str = TENANT, limits: KeyLimitFields | None = None) -> tuple[str, KeyAdd]:
     """A new key for ``tenant`` with ``scope``, made here: (the key, to show once; what the store
     keeps of it). Refused, naming the problem, when the tenant, the name or the scope breaks the rule."""
     if scope not in SCOPES:
@@ -83,7 +91,7 @@ def new_key(tenant: str, name: str = "", scope: str = TENANT) -> tuple[str, KeyA
         raise InvalidInput(f"key name {name[:60]!r}: at most 200 letters, digits, spaces and . , : ; @ / ( ) ' + = # & - _")
     kid, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
     return f"{PREFIX}-{kid}-{secret}", KeyAdd(id=kid, tenant=tenant, name=name, salt=salt,
-                                              hash=_digest(salt, secret), scope=scope)
+                                              hash=_digest(salt, secret), scope=scope, limits=limits)
 
 
 def add(engine: Engine, k: KeyAdd) -> KeyInfo:
@@ -93,7 +101,7 @@ def add(engine: Engine, k: KeyAdd) -> KeyInfo:
             raise InvalidInput(f"an API key with id {k.id!r} exists already; make a new key")
         scope = k.granted
         row = ApiKeyRow(id=k.id, tenant=k.tenant, name=k.name, salt=k.salt, hash=k.hash, scope=scope,
-                        admin=scope in ADMIN_SCOPES)
+                        admin=scope in ADMIN_SCOPES, **(k.limits.model_dump() if k.limits else {}))
         s.add(row)
         s.commit()
         s.refresh(row)
@@ -110,10 +118,11 @@ def add_known(engine: Engine, k: KeyAdd) -> KeyInfo:
     return add(engine, k)
 
 
-def create(engine: Engine, tenant: str, name: str = "", scope: str = TENANT) -> tuple[str, KeyInfo]:
+def create(engine: Engine, tenant: str, name: str = "", scope: str = TENANT,
+           limits: KeyLimitFields | None = None) -> tuple[str, KeyInfo]:
     """A new key for ``tenant``, stored here (offline use, tests): (the key, to show once; its
     stored description)."""
-    key, k = new_key(tenant, name, scope)
+    key, k = new_key(tenant, name, scope, limits)
     return key, add(engine, k)
 
 
@@ -133,7 +142,8 @@ def scope_of(scope: str | None, admin: bool, tenant: str) -> str:
 
 def _info(r: ApiKeyRow) -> KeyInfo:
     return KeyInfo(id=r.id, tenant=r.tenant, name=r.name, created_at=r.created_at, revoked_at=r.revoked_at,
-                   scope=scope_of(r.scope, bool(r.admin), r.tenant))
+                   scope=scope_of(r.scope, bool(r.admin), r.tenant), requests_per_s=r.requests_per_s,
+                   tokens_per_min=r.tokens_per_min, max_concurrent=r.max_concurrent)
 
 
 def get(engine: Engine, kid: str) -> KeyInfo | None:
@@ -167,6 +177,26 @@ def revoke(engine: Engine, key: str) -> KeyInfo:
             s.add(row)
             s.commit()
             s.refresh(row)
+        return _info(row)
+
+
+def set_limits(engine: Engine, ask: KeyLimits) -> KeyInfo:
+    """``gpuflow keys edit``: the key's limits ``ask`` gives are set, those it clears removed, the
+    rest kept; gateways apply them within their key cache (``key_cache_s``). A revoked key is refused."""
+    with Session(engine) as s:
+        row = s.get(ApiKeyRow, ask.id)
+        if row is None:
+            raise InvalidInput(f"no API key with id {ask.id!r} (see 'gpuflow keys list')")
+        if row.revoked_at is not None:
+            raise InvalidInput(f"API key {ask.id} is revoked: its limits no longer matter")
+        for f in LIMIT_FIELDS:
+            if f in ask.clear:
+                setattr(row, f, None)
+            elif getattr(ask, f) is not None:
+                setattr(row, f, getattr(ask, f))
+        s.add(row)
+        s.commit()
+        s.refresh(row)
         return _info(row)
 
 

@@ -18,7 +18,8 @@ def _iso(t: datetime | None) -> str | None:
 
 def key_view(k: keys.KeyInfo) -> KeyView:
     return KeyView(id=k.id, tenant=k.tenant, name=k.name, created_at=_iso(k.created_at), revoked_at=_iso(k.revoked_at),
-                   admin=k.admin, scope=k.scope)
+                   admin=k.admin, scope=k.scope, requests_per_s=k.requests_per_s, tokens_per_min=k.tokens_per_min,
+                   max_concurrent=k.max_concurrent)
 
 
 def usage_rows(hour: key_usage.Totals, day: key_usage.Totals) -> list[UsageRow]:

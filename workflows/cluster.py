@@ -105,3 +105,12 @@ class ClusterWorkflow:
     @revoke_key.validator
     def _check_revoke(self, *args: Any) -> None:
         one(args, cc.KeyRevoke, ids.CLUSTER_REVOKE_KEY)
+
+    @workflow.update(name=ids.CLUSTER_KEY_LIMITS)
+    async def key_limits(self, *args: Any) -> cc.KeyView:
+        k = one(args, cc.KeyLimits, ids.CLUSTER_KEY_LIMITS)
+        return await self._write(cc.KEY_LIMITS, k, cc.KeyView, f"limits of API key {k.id}")
+
+    @key_limits.validator
+    def _check_key_limits(self, *args: Any) -> None:
+        one(args, cc.KeyLimits, ids.CLUSTER_KEY_LIMITS)

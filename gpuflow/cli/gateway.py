@@ -8,6 +8,7 @@ import argparse
 import json
 
 from contracts.scopes import SCOPES
+from scheduler.errors import InvalidInput
 from gpuflow.cli.connection import offline, offline_flags, run_command, settings_from, temporal_flags
 
 
@@ -91,8 +92,10 @@ def _keys_offline(a) -> int:
 
     engine = _store(a)
     if a.keys_command == "create":
-        key, made = keys.new_key(a.tenant, a.name or "", _scope(a))
+        key, made = keys.new_key(a.tenant, a.name or "", _scope(a), _limits(a))
         _print_created(key, key_view(keys.add_known(engine, made)))
+    elif a.keys_command == "edit":
+        _print_edited(key_view(keys.set_limits(engine, _edit(a))))
     elif a.keys_command == "list":
         _print_keys([key_view(k) for k in keys.list_keys(engine)], a.json)
     elif a.keys_command == "usage":
@@ -110,8 +113,52 @@ def _scope(a) -> str:
     return admin_scope(a.tenant) if a.admin else a.scope
 
 
+def _limits(a):
+    """A key's own limits from --requests-per-s, --tokens-per-min, --max-concurrent (None: none given)."""
+    from contracts.cluster import LIMIT_FIELDS, KeyLimitFields
+
+    got = {f: getattr(a, f) for f in LIMIT_FIELDS if getattr(a, f, None) is not None}
+    return _valid(KeyLimitFields, **got) if got else None
+
+
+def _valid(model, **fields):
+    """``model(**fields)``, or InvalidInput naming the flag that is wrong."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**fields)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "--" + str(err["loc"][0]).replace("_", "-") if err.get("loc") else "keys edit"
+        raise InvalidInput(f"{where}: {err['msg']}") from None
+
+
+def _edit(a):
+    """``keys edit``'s ask: the limits given set, those of --clear removed."""
+    from contracts.cluster import LIMIT_FIELDS, KeyLimits
+    from store.keys import key_id
+
+    got = {f: getattr(a, f) for f in LIMIT_FIELDS if getattr(a, f, None) is not None}
+    if not got and not a.clear:
+        raise InvalidInput("keys edit: give a limit to set (--requests-per-s, --tokens-per-min, --max-concurrent) "
+                           "or one to --clear")
+    return _valid(KeyLimits, id=key_id(a.key_id), clear=sorted(set(a.clear or [])), **got)
+
+
+def _limit_text(k) -> str:
+    got = [f"{f}={getattr(k, f):g}" for f in ("requests_per_s", "tokens_per_min", "max_concurrent")
+           if getattr(k, f, None) is not None]
+    return ", ".join(got) or "its tenant's only"
+
+
+def _print_edited(k) -> None:
+    print(f"API key {k.id} (tenant {k.tenant}) limits: {_limit_text(k)}")
+
+
 def _print_created(key: str, k) -> None:
     print(f"{k.scope} API key {k.id} for tenant {k.tenant} (shown once; only its salted hash is stored):\n{key}")
+    if _limit_text(k) != "its tenant's only":
+        print(f"its own limits: {_limit_text(k)}")
 
 
 def _print_revoked(k) -> None:
@@ -131,7 +178,9 @@ def cmd_keys(a) -> int:
     async def go():
         client = await connect(s.temporal)
         if a.keys_command == "create":
-            _print_created(*await cl.create_key(client, a.tenant, a.name or "", _scope(a)))
+            _print_created(*await cl.create_key(client, a.tenant, a.name or "", _scope(a), _limits(a)))
+        elif a.keys_command == "edit":
+            _print_edited(await cl.key_limits(client, _edit(a)))
         elif a.keys_command == "list":
             _print_keys(await cl.list_keys(client), a.json)
         elif a.keys_command == "usage":
@@ -140,6 +189,17 @@ def cmd_keys(a) -> int:
             _print_revoked(await cl.revoke_key(client, a.key_id))
 
     return run_command(go())
+
+
+def _limit_flags(p) -> None:
+    """A key's own limits, beside its tenant's: every gateway of the cluster together holds them
+    (docs/user-guide/gateway-limits.md)."""
+    p.add_argument("--requests-per-s", dest="requests_per_s", type=float,
+                   help="the key's own requests a second (all gateways together), then 429")
+    p.add_argument("--tokens-per-min", dest="tokens_per_min", type=int,
+                   help="the key's own tokens a minute (prompt and answer, all gateways together), then 429")
+    p.add_argument("--max-concurrent", dest="max_concurrent", type=int,
+                   help="the key's own requests in flight at once (all gateways together), then 429")
 
 
 def add_commands(sub) -> None:
@@ -166,13 +226,19 @@ def add_commands(sub) -> None:
     who.add_argument("--admin", action="store_true",
                      help="the form before scopes: --scope cluster-admin for tenant default, tenant-admin for "
                           "any other tenant")
+    ed = ks.add_parser("edit", help="a key's own limits: set (--requests-per-s ...) or --clear them")
+    ed.add_argument("key_id", help="the key's id (from 'keys list'), or the key itself")
+    ed.add_argument("--clear", action="append", choices=("requests_per_s", "tokens_per_min", "max_concurrent"),
+                    help="remove this limit of the key's own (repeat for more); its tenant's still hold")
+    for q in (c, ed):
+        _limit_flags(q)
     lst = ks.add_parser("list", help="every key (never the secret)")
     lst.add_argument("--json", action="store_true")
     r = ks.add_parser("revoke", help="revoke a key (its id from 'keys list', or the key itself)")
     r.add_argument("key_id")
     u = ks.add_parser("usage", help="requests and tokens per tenant and key, last hour and last day")
     u.add_argument("--json", action="store_true")
-    for q in (c, lst, r, u):
+    for q in (c, lst, r, u, ed):
         temporal_flags(q)
         offline_flags(q)
         q.set_defaults(fn=cmd_keys, temporal=True)
