@@ -36,7 +36,7 @@ KEEP_HISTORY = 10  # versions kept, each with its spec: how far `gpuflow rollout
 MAX_NAMES = 2 * REPLICAS_CEILING  # instances a step names, or a map keeps (instances and those stopping)
 Since = Annotated[float, Field(ge=0, le=1e11)]  # a workflow time, in seconds since the epoch
 Spec = Annotated[ModelSpec, PlainSerializer(lambda s: s.model_dump(mode="json", exclude_none=True))]
-Result = Literal["rolling", "good", "deployed", "replaced", "rolled back", "halted"]
+Result = Literal["rolling", "baking", "good", "deployed", "replaced", "rolled back", "halted"]
 Way = Literal["", "none", "roles", "whole", "recreate"]  # how a group's edit rolls (scheduler/groups/compat.py)
 RoleWord = Literal["prefill", "decode", "router"]
 
@@ -55,7 +55,9 @@ class RolloutStep(BaseModel):
 
 class OutcomeView(BaseModel):
     """One version of the deployment's spec and how it ended: ``rolling`` (the rollout to it is
-    under way), ``good`` (its rollout finished: every replica ran it and answered), ``deployed``
+    under way), ``baking`` (its last step taken, it runs on probation for ``rollout.bake_s``),
+    ``good`` (its rollout finished and its bake passed: every replica ran it, answered, and did not
+    fail nor restart for ``bake_s``), ``deployed``
     (applied without a rollout: the first spec, or ``strategy: recreate``), ``replaced`` (a newer
     spec came before its rollout finished), ``rolled back`` (a replica of it failed; ``reason``
     says which), ``halted`` (it failed while being rolled back to)."""
@@ -107,6 +109,11 @@ class RolloutState(BaseModel):
     gen_latest: Count = 0  # the highest generation handed out
     gens: Annotated[dict[Name, Count], Field(max_length=MAX_NAMES)] = {}  # member -> its generation (absent: 0)
     forming_since: Since | None = None  # a whole roll: since when its new generation waits to be placed
+    # the bake and the progress deadline (scheduler/rollout_bake.py; issue 38)
+    bake_since: Since | None = None  # since when the target version bakes (None: not baking)
+    bake_base: Annotated[dict[Name, Count], Field(max_length=MAX_NAMES)] = {}  # replica -> restarts when the bake saw it first
+    progress_at: Since | None = None  # the last change the rollout made or saw
+    progress_key: Annotated[str, Field(max_length=64)] = ""  # what it saw then (rollout_bake.progress_key)
 
 
 class UndoView(BaseModel):
@@ -136,3 +143,6 @@ class RolloutView(BaseModel):
     way: Way = ""  # a group's: none | roles | whole | recreate (scheduler/groups/compat.py)
     why: Text = ""  # a group's: which way its last edit rolls, and why
     gen: Count = 0  # a group's: the generation its target runs as
+    baking: bool = False  # the last step taken: the target version runs on probation (rollout.bake_s)
+    bake_left_s: Annotated[float, Field(ge=0)] = 0.0  # of the bake
+    bake_judged: Text = ""  # what the bake judges

@@ -2,14 +2,19 @@
 
 ``judge`` is the rule, pure, over what ``gpuflow status`` shows (the deployment's instances) and
 the ``rollout`` query; ``wait`` asks Temporal once a second and prints a progress line on stderr
-whenever the counts change. Exit codes, as ``gpuflow schedule``'s:
+whenever the counts change. Exit codes, as ``gpuflow schedule``'s, and a CI can trust them
+(issue 38):
 
 - 1: a replica is ERROR (its reason; a replica whose engine fails at start is ERROR between its
-  restarts), or the rollout to this spec was rolled back or halted, or ``--timeout`` passed;
+  restarts), or the version this deploy made was rolled back (a failing step, a failed bake, the
+  progress deadline), halted or replaced by a newer one, or ``--timeout`` passed;
 - 3: a replica waits PENDING because no host can take it (``unschedulable: ...``, the decisive
-  reasons) or its tenant's quota is full (``quota: ...``);
-- 0: every wanted replica is RUNNING, no rollout is under way and no old replica is left; or the
-  deployment is a group switched off (its ``replicas`` 0): said at once.
+  reasons) or its tenant's quota is full (``quota: ...``), and no rollout step can make room for it:
+  no old replica is left to stop (a stop-first rollout stops one after ``surge_timeout_s``) and none
+  is still stopping (``strategy: recreate`` frees the GPUs as its old replicas stop);
+- 0: the rollout (any strategy) has finished and its bake passed: every wanted replica is RUNNING,
+  no rollout (nor bake) is under way and no old replica is left; or the deployment is a group
+  switched off (its ``replicas`` 0): said at once.
 
 The first verdict that holds decides, in that order: a failure is reported even while another
 replica waits for room.
@@ -37,8 +42,12 @@ class Verdict:
     lines: list[str]
 
 
-def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
-    """The verdict on one deployment row of ``ops.status`` and its rollout view."""
+FAILED = ("rolled back", "halted", "replaced")  # how the version a deploy made may end, and fail
+
+
+def judge(dep: dict[str, Any], rollout: dict[str, Any] | None, version: int | None = None) -> Verdict:
+    """The verdict on one deployment row of ``ops.status`` and its rollout view; ``version``: the
+    version this deploy made (the rollout view's at the first look), judged by how it ended."""
     insts = dep.get("instances", [])
     if (dep.get("group") or {}).get("off"):  # switched off: nothing to wait for
         left = f" ({len(insts)} member(s) still stopping)" if insts else ""
@@ -47,12 +56,12 @@ def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
     failed = [i for i in insts if i["state"] == "error"]
     if failed:
         return Verdict(1, [f"{i['name']}: ERROR: {i.get('reason') or 'no reason recorded'}" for i in failed])
-    if rollout and rollout.get("status") in ("rolled back", "halted"):
-        last = (rollout.get("history") or [{}])[-1]
-        return Verdict(1, [f"deployment {dep['name']}: its rollout was {rollout['status']}"
-                           + (f": {last.get('reason')}" if last.get("reason") else "")])
+    ended = _ended(dep["name"], rollout, version)
+    if ended:
+        return Verdict(1, [ended])
     stuck = [i for i in insts if i["state"] == "pending" and (i.get("reason") or "").startswith(WAITING)]
-    if stuck:
+    room = rollout is not None and bool(rollout.get("rolling") and rollout.get("old") or rollout.get("stopping"))
+    if stuck and not room:  # a rollout that will stop an old replica (or is stopping one) makes room: it waits
         return Verdict(3, [f"{i['name']}: PENDING: {i['reason']}" for i in stuck])
     busy = rollout is not None and (rollout.get("rolling") or rollout.get("old") or rollout.get("stopping"))
     wanted = dep.get("wanted", dep["replicas"])  # a group's: every role's replicas
@@ -63,8 +72,27 @@ def judge(dep: dict[str, Any], rollout: dict[str, Any] | None) -> Verdict:
     return Verdict(None, [progress_line(dep, rollout)])
 
 
+def _ended(name: str, rollout: dict[str, Any] | None, version: int | None) -> str:
+    """The line saying how the version this deploy made failed, or "" (not failed, or not known)."""
+    if not rollout:
+        return ""
+    mine = [h for h in rollout.get("history") or [] if version is not None and h.get("version") == version]
+    if mine and mine[-1].get("result") in FAILED:
+        h = mine[-1]
+        return (f"deployment {name}: version {version} was {h['result']}"
+                + (f": {h['reason']}" if h.get("reason") else ""))
+    status = str(rollout.get("status") or "")
+    if version is None and status.startswith(("rolled back", "halted")):  # no version known: the status says
+        last = (rollout.get("history") or [{}])[-1]
+        why = status if ":" in status else status + (f": {last['reason']}" if last.get("reason") else "")
+        return f"deployment {name}: its rollout was {why}"
+    return ""
+
+
 def progress_line(dep: dict[str, Any], rollout: dict[str, Any] | None) -> str:
     roll = " (rolling)" if rollout and rollout.get("rolling") else ""
+    if rollout and rollout.get("baking"):
+        roll = f" (baking: {rollout.get('bake_left_s', 0):.0f} s left)"
     insts = dep.get("instances", [])
     have = counts(insts) if insts else "no replica made yet"
     if dep.get("group"):
@@ -77,7 +105,7 @@ async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], 
     from contracts.ids import DEPLOYMENT_ROLLOUT, deployment_id
     from gpuflow import broken, ops
 
-    deadline, last = time.monotonic() + timeout_s, None
+    deadline, last, version = time.monotonic() + timeout_s, None, None
     while True:
         dep = (await ops.status(client, name))["deployments"][0]
         if dep.get("broken"):
@@ -87,7 +115,9 @@ async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], 
             rollout = await broken.query(h, DEPLOYMENT_ROLLOUT)
         except Exception:  # noqa: BLE001  judged without it; the next look asks again
             rollout = {"rolling": True}
-        v = judge(dep, rollout)
+        if version is None and "version" in rollout:  # the version this deploy made: judged by how it ends
+            version = rollout["version"]
+        v = judge(dep, rollout, version)
         if v.code is not None:
             return v
         if v.lines[0] != last:

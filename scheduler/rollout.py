@@ -25,6 +25,7 @@ from pydantic import Field
 from scheduler.fields import Strict  # not scheduler.cluster: it imports scheduler.spec, which imports this
 
 START, STOP, WAIT, DONE, ROLLBACK = "start_new", "stop_old", "wait", "done", "rollback"
+BAKE = "bake"  # the last step taken: the new version runs on probation (scheduler/rollout_bake.py)
 FORM = "form_new"  # a prefill/decode group rolled whole: form its new generation beside the old
 
 
@@ -34,6 +35,13 @@ class RolloutConfig(Strict):
     max_unavailable: int = Field(0, ge=0, le=100, description="Replicas below the desired count that may be unready. Default 0.")
     surge_timeout_s: float = Field(60, ge=0, le=86400, description="A surge replica unplaced this long makes the step stop-first. Default 60 s.")
     failure_threshold: int = Field(3, ge=1, le=100, description="Restarts of a new replica before the rollout is rolled back. Default 3.")
+    bake_s: float = Field(60, ge=0, le=86400, description="After the last step, how long the new version runs on probation: "
+                          "a new replica that goes ERROR or restarts in this window rolls it back; the version is good "
+                          "only once its bake passes (Kubernetes' minReadySeconds, for the whole version). 0: no bake. "
+                          "Default 60 s.")
+    progress_deadline_s: float = Field(600, ge=0, le=86400, description="A rollout in which nothing changes for this "
+                                       "long (no replica started, placed, ready or stopped) is rolled back, naming what "
+                                       "it waited for (Kubernetes' progressDeadlineSeconds). 0: no deadline. Default 600 s.")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ FLAGS = {
                "--prefix-cache-tokens --public-name --queue-timeout --route-slack --routing --temporal-ui-url --tls-ca "
                "--tls-cert --tls-key --tokenizer-root",
     # the stand-in engine; its simulated GPU and prefill/decode role (issue 35) from --block-tokens to --sim-gpu
-    "standin": "--api-key --block-tokens --engine-id --host --kv-blocks --kv-hold-s --kv-host --kv-port --kv-token-s "
+    "standin": "--api-key --block-tokens --engine-id --exit-after-s --host --kv-blocks --kv-hold-s --kv-host --kv-port --kv-token-s "
                "--max-seqs --model-name --pd-role --port --prefill-chunk --prefill-token-s --sim-gpu --token-s",
 }
 

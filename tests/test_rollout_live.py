@@ -32,7 +32,7 @@ def version(v: str, replicas: int = 1, command: str | None = None, surge_timeout
     return ModelSpec.model_validate({"name": "chat", "backend": "custom", "run_command": cmd, "replicas": replicas,
                                      "source": {"local_path": "/models/chat"},
                                      "resources": {"vram": 20 * 2**30, "ram": 2**30},  # one 24 GiB GPU each
-                                     "rollout": {"surge_timeout_s": surge_timeout_s}})
+                                     "rollout": {"surge_timeout_s": surge_timeout_s, "bake_s": 5}})  # bake: 5 s, not 60
 
 
 class Load:

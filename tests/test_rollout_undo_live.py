@@ -31,7 +31,8 @@ def version(v: str, command: str | None = None) -> ModelSpec:
     cmd = command or f"{sys.executable} {ENGINE} --port {{port}} --host {{host}} --name {v} --token-s 0.01"
     return ModelSpec.model_validate({"name": "chat", "backend": "custom", "run_command": cmd, "replicas": 1,
                                      "source": {"local_path": "/models/chat"},
-                                     "resources": {"vram": 20 * 2**30, "ram": 2**30}})
+                                     "resources": {"vram": 20 * 2**30, "ram": 2**30},
+                                     "rollout": {"bake_s": 5}})  # each good version bakes 5 s (the default: 60)
 
 
 async def settled(lv: Live, status: str, timeout: float = 180) -> dict:

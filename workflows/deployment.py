@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.queue import TenantAsk
     from contracts.records import SaveDeployment, StartInstances
     from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes, RolloutView
-    from scheduler.rollout import DONE, ROLLBACK, START, STOP, WAIT
+    from scheduler.rollout import DONE, ROLLBACK, START, STOP
     from contracts import agent as hp, ui_text
     from contracts.limits import Limits
     from scheduler.spec import ModelSpec
@@ -318,8 +318,8 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
             good = ro.roll_back(self.ro, s.reason)
             if good is not None:  # back to the last good spec: the loop applies it
                 self.raw, self.dirty = good, True
-        else:
-            ro.log_step(self.ro, WAIT, [], s.reason)
+        else:  # WAIT, or BAKE: the last step taken, the version on probation
+            ro.log_step(self.ro, s.action, [], s.reason)
 
     def _may_continue_as_new(self) -> bool:
         """Suggested by the server, and nothing in flight: instances being stopped still owe us

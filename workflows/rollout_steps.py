@@ -27,7 +27,8 @@ from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, Outcome, OutcomeView, R
 from scheduler.bounds import MAX_TEXT
 from scheduler.groups.compat import ORDER, Judgement, judge
 from scheduler.groups.spec import RoleName
-from scheduler.rollout import DONE, FORM, ROLLBACK, WAIT, Replica, Step, next_step
+from scheduler.rollout import BAKE, DONE, FORM, ROLLBACK, START, STOP, WAIT, Replica, Step, next_step
+from scheduler.rollout_bake import bake_left, bake_step, progress_key, stalled
 from scheduler.spec import ModelSpec
 from workflows import common as c
 from workflows.inputs import compact, invalid
@@ -88,11 +89,12 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
         r.good, r.good_version, r.from_version, r.good_gen = current, r.version, r.version, r.gen
     cur = _entry(r, r.version)
     r.latest = max(r.latest, r.version) + 1
-    if cur is not None and cur.result == "rolling":
+    if cur is not None and cur.result in ("rolling", "baking"):
         _record(r, cur.version, "replaced", f"version {r.latest} came before its rollout finished")
     if undo is not None:
         log_step(r, "undo", [], f"from version {r.version} to {undo[1]}")
     r.version, r.rolled_back = r.latest, False
+    _unbake(r)
     recreate = new.rollout.strategy == "recreate" if j is None else _group_way(r, j, new)
     _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
     if recreate:
@@ -236,15 +238,43 @@ def seen(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[str, R
 
 
 def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], probes: list[ReplicaProbe],
-           now: float) -> Step:
+           now: float, bake: bool = True) -> Step:
     """The rollout's next step, from a look at its replicas (``probes``, taken at ``now``): the
-    pure policy's (scheduler/rollout.py ``next_step``) over the old and new versions' replicas."""
+    pure policy's (scheduler/rollout.py ``next_step``) over the old and new versions' replicas.
+    Once the last step is taken, the version bakes, and a rollout without progress for
+    ``progress_deadline_s`` is rolled back (scheduler/rollout_bake.py); ``bake`` False: neither
+    (the rollout as it was before issue 38, for tests that compare)."""
     cfg = ModelSpec.model_validate(raw).rollout
     reps = seen(r, probes, now)
     live = [n for n in instances if n in reps]
     old = [reps[n] for n in live if r.versions.get(n, 0) != r.version]
     new = [reps[n] for n in live if r.versions.get(n, 0) == r.version]
-    return next_step(cfg, replicas, old, new, now)
+    step = next_step(cfg, replicas, old, new, now)
+    if not bake or step.action == ROLLBACK:
+        return step
+    key = progress_key(old, new)
+    if r.progress_at is None or key != r.progress_key or step.action in (START, STOP):
+        r.progress_at, r.progress_key = now, key
+    if step.action in (START, STOP):
+        return step
+    if r.bake_since is None and step.action != DONE:
+        return stalled(cfg, r.progress_at, now, step) or step
+    if r.rolled_back or cfg.bake_s <= 0:  # back to a good version (or no bake asked): done
+        return step
+    if r.bake_since is None:  # the last step is taken: the version runs on probation
+        r.bake_since = now
+        _record(r, r.version, "baking", f"for {cfg.bake_s:g} s from {_now()}")
+    for x in new:
+        r.bake_base.setdefault(x.name, x.restarts)
+    verdict = bake_step(cfg, replicas, r.bake_since, now, new, r.bake_base)
+    if verdict.action == BAKE:
+        r.status = (f"baking version {r.version}: {bake_left(cfg, r.bake_since, now):.0f} s left of "
+                    f"{cfg.bake_s:g}; a new replica that goes ERROR or restarts rolls it back")
+    return verdict
+
+
+def _unbake(r: RolloutState) -> None:
+    r.bake_since, r.bake_base, r.progress_at, r.progress_key = None, {}, None, ""
 
 
 def done(r: RolloutState, reason: str, keep: set[str]) -> None:
@@ -252,6 +282,7 @@ def done(r: RolloutState, reason: str, keep: set[str]) -> None:
     kept per replica is kept only for ``keep`` (the deployment's instances and those stopping)."""
     log_step(r, DONE, [], reason)
     r.rolling, r.good = False, None
+    _unbake(r)
     if not r.rolled_back:
         r.status = f"version {r.version} rolled out"
         _record(r, r.version, "good")
@@ -264,6 +295,7 @@ def roll_back(r: RolloutState, reason: str) -> dict | None:
     to it. If the good spec fails as well (or none is known), the rollout halts where it is and
     keeps what serves (None)."""
     log_step(r, ROLLBACK, [], reason)
+    _unbake(r)
     why = reason.removeprefix("rolled back: ")
     if r.rolled_back or r.good is None:
         r.rolling, r.status = False, f"halted: {why} while rolling back"
@@ -288,11 +320,22 @@ def view(r: RolloutState, name: str, replicas: int, instances: list[str], stoppi
     new = [n for n in instances if r.versions.get(n, 0) == r.version]
     old = [n for n in instances if r.versions.get(n, 0) != r.version]
     to, said = undo_choice(r)
-    return RolloutView(name=name, status=r.status or "no rollout yet", rolling=r.rolling, version=r.version,
+    cfg = _cfg(r)
+    baking = r.rolling and r.bake_since is not None and cfg is not None
+    left = bake_left(cfg, r.bake_since, workflow.now().timestamp()) if baking else 0.0
+    return RolloutView(baking=baking, bake_left_s=round(left, 1),
+                       bake_judged="a new replica that goes ERROR or restarts rolls the version back" if baking else "",
+                       name=name, status=r.status or "no rollout yet", rolling=r.rolling, version=r.version,
                        from_version=r.from_version, desired=replicas, old=old, new=new, stopping=sorted(stopping),
                        can_undo=to is not None, undo=UndoView(to=to.version if to else None, says=said),
                        steps=list(r.steps), history=[OutcomeView(**h.model_dump(exclude={"spec"})) for h in r.history],
                        way=r.way, why=r.why, gen=r.gen)
+
+
+def _cfg(r: RolloutState):
+    """The target version's rollout config (None: its spec is not kept)."""
+    h = _entry(r, r.version)
+    return h.spec.rollout if h is not None else None
 
 
 def undo_raw(to: Outcome, current: dict, replicas: int) -> dict:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -205,6 +207,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a streamed word's pause, in seconds; on the simulated GPU, a decode step's (default 0.02)")
     p.add_argument("--api-key", help="answer only requests showing it (default: GPUFLOW_ENGINE_API_KEY, which the "
                                      "agent sets)")
+    p.add_argument("--exit-after-s", type=float, default=None,
+                   help="exit with code 1 this many seconds after start, a crash to test with (a version that "
+                        "dies after its rollout ends: the rollout's bake rolls it back); default: never")
     g = p.add_argument_group("simulated GPU and prefill/decode roles (standin_pd.py)")
     g.add_argument("--pd-role", choices=("prefill", "decode", "none", ""), default=None,
                    help="a prefill/decode group member's role (implies --sim-gpu); none or '' (the agent's "
@@ -229,6 +234,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a pulled token's transfer time on the side channel, in seconds (default 0)")
 
 
+def crash_after(seconds: float) -> None:
+    """Exit the process with code 1 after ``seconds`` (a daemon timer: --exit-after-s)."""
+    def crash() -> None:
+        print(f"gpuflow standin: exiting with code 1 after {seconds:g} s (--exit-after-s)", flush=True)
+        os._exit(1)
+    t = threading.Timer(seconds, crash)
+    t.daemon = True
+    t.start()
+
+
 def serve(a) -> int:
     engine = None
     a.pd_role = a.pd_role or None if a.pd_role != "none" else None
@@ -240,6 +255,8 @@ def serve(a) -> int:
     server = ThreadingHTTPServer((a.host, a.port),
                                  handler(key_from(a.api_key), a.model_name, max(0.0, a.token_s), engine))
     server.daemon_threads = True
+    if a.exit_after_s is not None and a.exit_after_s >= 0:
+        crash_after(a.exit_after_s)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

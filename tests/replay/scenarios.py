@@ -5,7 +5,7 @@ later. Small on purpose: the histories are committed (a few replicas, tests/live
 
 - deploy: 2 replicas start, then the deployment is deleted (closed histories, the delete path).
 - scale: 1 -> 3 -> 1 (the cluster-wide scale-down ranking, instances stopped).
-- rollout: a spec change rolled surge-first onto a spare GPU, then ``rollout undo`` back.
+- rollout: a spec change rolled surge-first onto a spare GPU and baked, then ``rollout undo`` back.
 - preemption: a tenant with a guarantee takes a GPU back from a lower-priority borrower.
 - host_loss: a host dies with its processes; its replica goes UNREACHABLE and moves.
 - autoscale: an ``autoscaling`` block whose min_replicas the autoscaler applies, and a few steps.
@@ -62,10 +62,11 @@ async def _rolled_out(lv: Live, status: str) -> None:
 
 
 async def rollout(lv: Live) -> None:
-    v1 = spec("roll", vram_gib=20)  # one 24 GiB GPU each: the second GPU is the surge's
+    bake = {"bake_s": 3}  # each version bakes 3 s after its last step (issue 38), recorded without a minute's wait
+    v1 = spec("roll", vram_gib=20, rollout=bake)  # one 24 GiB GPU each: the second GPU is the surge's
     await ops.deploy(lv.client, v1, T)
     await lv.wait(lambda: len(running(lv, "roll")) == 1, 60, "roll v1 RUNNING")
-    v2 = spec("roll", vram_gib=20, command=ECHO + " --protocol HTTP/1.1")  # a changed command: the replica rolls
+    v2 = spec("roll", vram_gib=20, command=ECHO + " --protocol HTTP/1.1", rollout=bake)  # a changed command: the replica rolls
     await ops.deploy(lv.client, v2, T)
     await _rolled_out(lv, "version 1 rolled out")
     h = lv.client.get_workflow_handle("deployment/roll")

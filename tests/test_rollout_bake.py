@@ -1,0 +1,203 @@
+"""A rollout's bake and progress deadline (issue 38): the pure judge (scheduler/rollout_bake.py)
+as tables, then the rollout's state driven through workflows/rollout_steps.py ``decide`` with the
+replicas' looks a deployment workflow would take: a version that crashes 20 s after its last step is
+rolled back by the bake, recorded so, and undo never returns to it; one that bakes clean is good."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from contracts.rollout import ReplicaProbe
+from scheduler.rollout import BAKE, DONE, ROLLBACK, START, WAIT, Replica, RolloutConfig, Step
+from scheduler.rollout_bake import bake_left, bake_step, progress_key, stalled
+from scheduler.spec import ModelSpec
+from workflows import rollout_steps as ro
+
+CFG = RolloutConfig(bake_s=60, progress_deadline_s=600)
+
+
+def up(name: str, restarts: int = 0) -> Replica:
+    return Replica(name, "running", ready=True, restarts=restarts)
+
+
+@pytest.mark.parametrize("desired, since, now, new, base, action, reason", [
+    # 10 s into a 60 s bake, both ready, no restart: still baking
+    (2, 100, 110, [up("m-2"), up("m-3")], {"m-2": 0, "m-3": 0}, BAKE,
+     "baking 60 s: m-2, m-3 must not go ERROR nor restart"),
+    # 60 s passed (160 - 100 >= 60), both ready, restarts as at the start (1 = 1): good
+    (2, 100, 160, [up("m-2", 1), up("m-3")], {"m-2": 1, "m-3": 0}, DONE,
+     "baked 60 s: 2 replica(s) ran without a restart"),
+    # m-3 restarted once since the bake saw it (1 - 0 = 1 > 0), 20 s in (120 - 100): rolled back
+    (2, 100, 120, [up("m-2"), up("m-3", 1)], {"m-2": 0, "m-3": 0}, ROLLBACK,
+     "rolled back: m-3 restarted 1 time(s) 20 s into the bake"),
+    # m-2 is ERROR (between its restarts) 21 s in: rolled back, whatever its count
+    (2, 100, 121, [Replica("m-2", "error"), up("m-3")], {"m-2": 0, "m-3": 0}, ROLLBACK,
+     "rolled back: m-2 is ERROR 21 s into the bake"),
+    # the time is up but m-3 is not ready (starting, no restart counted yet): the verdict waits
+    (2, 100, 170, [up("m-2"), Replica("m-3", "starting")], {"m-2": 0, "m-3": 0}, BAKE,
+     "baking 60 s: m-2, m-3 must not go ERROR nor restart"),
+    # a replica the bake has not seen before (no base: scaled up mid-bake) is judged from its own count
+    (2, 100, 161, [up("m-2"), up("m-4", 2)], {"m-2": 0}, DONE, "baked 61 s: 2 replica(s) ran without a restart"),
+])
+def test_the_bake_verdict(desired, since, now, new, base, action, reason):
+    s = bake_step(CFG, desired, since, now, new, base)
+    assert (s.action, s.reason) == (action, reason)
+
+
+@pytest.mark.parametrize("deadline, progress_at, now, want", [
+    (600, 0, 599, None),  # 599 < 600: still within the deadline
+    (600, 0, 600, "rolled back: no progress for 600 s (progress_deadline_s 600): waiting for m-3"),
+    (0, 0, 10_000, None),  # 0: no deadline
+])
+def test_the_progress_deadline(deadline, progress_at, now, want):
+    s = stalled(RolloutConfig(progress_deadline_s=deadline), progress_at, now, Step(WAIT, reason="waiting for m-3"))
+    assert (s.reason if s else None) == want
+    assert s is None or s.action == ROLLBACK
+
+
+def test_what_counts_as_progress_and_the_time_left():
+    a = progress_key([up("m-0")], [Replica("m-1", "pending")])
+    assert a == progress_key([up("m-0")], [Replica("m-1", "pending")])  # nothing changed
+    assert a != progress_key([up("m-0")], [Replica("m-1", "scheduled")])  # placed: progress
+    assert a != progress_key([], [Replica("m-1", "pending")])  # an old one stopped: progress
+    assert (bake_left(CFG, 100, 130), bake_left(CFG, 100, 190)) == (30, 0)  # 60 - 30; never below 0
+
+
+# --- the rollout's state, as the deployment workflow drives it ---------------------------------------
+
+def spec(v: str, bake_s: float = 60, deadline: float = 600) -> dict:
+    return ModelSpec.model_validate({"name": "chat", "backend": "custom", "run_command": f"serve {{port}} --name {v}",
+                                     "replicas": 1, "source": {"local_path": "/models/chat"},
+                                     "resources": {"vram": 2**30, "ram": 2**30},
+                                     "rollout": {"bake_s": bake_s, "progress_deadline_s": deadline}}
+                                    ).model_dump(mode="json", exclude_none=True)
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    t = [datetime(2025, 1, 1, tzinfo=timezone.utc)]
+    monkeypatch.setattr(ro.workflow, "now", lambda: t[0])
+    return t
+
+
+class Roll:
+    """The deployment workflow's part: its spec, instances, the rollout state; ``look`` is one pass
+    of its rollout loop at time ``t`` over the replicas' probes (name -> (state, restarts))."""
+
+    def __init__(self, raw: dict):
+        self.raw, self.instances, self.r = raw, ["chat-0"], ro.state_from(None)
+        ro.begin(self.r, raw)
+
+    def deploy(self, raw: dict) -> None:
+        ch = ro.change_spec(self.r, self.raw, raw, ModelSpec.model_validate(raw), ModelSpec.model_validate(self.raw))
+        self.raw = ch.raw
+
+    def look(self, t: float, probes: dict[str, tuple[str, int]], bake: bool = True) -> Step:
+        ps = [ReplicaProbe(name=n, state=s, restarts=k, answers=s == "running") for n, (s, k) in probes.items()]
+        step = ro.decide(self.r, self.raw, 1, self.instances, ps, t, bake=bake)
+        if step.action == START:
+            self.instances.append(f"chat-{len(self.instances)}")
+            self.r.versions[self.instances[-1]] = self.r.version
+        elif step.action == DONE:
+            ro.done(self.r, step.reason, set(self.instances))
+        elif step.action == ROLLBACK:
+            good = ro.roll_back(self.r, step.reason)
+            self.raw = good or self.raw
+        elif step.action == "stop_old":
+            self.instances = [n for n in self.instances if n not in step.names]
+        return step
+
+
+def roll_to_v1(d: Roll) -> None:
+    d.deploy(spec("v1"))
+    assert d.look(0, {"chat-0": ("running", 0)}).action == START
+    d.look(1, {"chat-0": ("running", 0), "chat-1": ("running", 0)})  # chat-1 answers: seen
+    assert d.look(4, {"chat-0": ("running", 0), "chat-1": ("running", 0)}).action == "stop_old"  # 4 - 1 >= SEEN_S
+
+
+def test_a_version_that_crashes_20_s_after_its_last_step_is_rolled_back_and_never_undone_to():
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    assert d.look(5, {"chat-1": ("running", 0)}).action == BAKE  # the last step taken: baking from 5
+    assert d.r.rolling and d.r.history[-1].result == "baking"
+    assert d.r.status == "baking version 1: 60 s left of 60; a new replica that goes ERROR or restarts rolls it back"
+    assert d.look(15, {"chat-1": ("running", 0)}).action == BAKE
+    assert d.r.status.startswith("baking version 1: 50 s left")  # 60 - (15 - 5)
+    s = d.look(25, {"chat-1": ("running", 1)})  # crashed and restarted 20 s in
+    assert (s.action, s.reason) == (ROLLBACK, "rolled back: chat-1 restarted 1 time(s) 20 s into the bake")
+    assert [(h.version, h.result, h.reason) for h in d.r.history] == [
+        (0, "deployed", ""), (1, "rolled back", "chat-1 restarted 1 time(s) 20 s into the bake")]
+    assert d.r.version == 0 and "--name v0" in d.raw["run_command"]  # back to v0, rolled the same way
+    to, said = ro.undo_choice(d.r)
+    assert to is None or to.version != 1, said  # undo never returns to the failed version
+
+
+def test_a_version_that_bakes_clean_is_good_and_the_undo_target_after_the_next():
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    assert d.look(5, {"chat-1": ("running", 0)}).action == BAKE
+    assert d.look(64, {"chat-1": ("running", 0)}).action == BAKE  # 59 s: not yet
+    s = d.look(65, {"chat-1": ("running", 0)})
+    assert (s.action, s.reason) == (DONE, "baked 60 s: 1 replica(s) ran without a restart")
+    assert not d.r.rolling and d.r.status == "version 1 rolled out" and d.r.history[-1].result == "good"
+
+
+def test_a_new_spec_during_the_bake_replaces_the_baking_version_and_keeps_the_good_one():
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    d.look(5, {"chat-1": ("running", 0)})
+    d.deploy(spec("v2"))
+    assert [(h.version, h.result) for h in d.r.history] == [(0, "deployed"), (1, "replaced"), (2, "rolling")]
+    assert d.r.good_version == 0 and d.r.bake_since is None  # a failure of v2 goes back to v0, never to unbaked v1
+
+
+def test_no_bake_when_asked_for_none_nor_in_histories_before_it():
+    for raw, bake in ((spec("v1", bake_s=0), True), (spec("v1"), False)):
+        d = Roll(spec("v0"))
+        d.deploy(raw)
+        d.look(0, {"chat-0": ("running", 0)})
+        d.look(1, {"chat-0": ("running", 0), "chat-1": ("running", 0)}, bake)
+        d.look(4, {"chat-0": ("running", 0), "chat-1": ("running", 0)}, bake)
+        assert d.look(5, {"chat-1": ("running", 0)}, bake).action == DONE and d.r.history[-1].result == "good"
+
+
+def test_a_rollout_without_progress_for_its_deadline_is_rolled_back_naming_what_it_waited_for():
+    d = Roll(spec("v0"))
+    d.deploy(spec("v1", deadline=30))
+    assert d.look(0, {"chat-0": ("running", 0)}).action == START
+    stuck = {"chat-0": ("running", 0), "chat-1": ("starting", 0)}
+    assert d.look(2, stuck).action == WAIT  # chat-1 starting: progress at 2
+    assert d.look(31, stuck).action == WAIT  # 31 - 2 = 29 < 30
+    s = d.look(32, stuck)
+    assert (s.action, s.reason) == (ROLLBACK, "rolled back: no progress for 30 s (progress_deadline_s 30): "
+                                              "waiting for chat-1")
+    assert d.r.history[-1].result == "rolled back"
+
+
+def test_the_stand_in_crashes_when_told_to():
+    """gpuflow standin --exit-after-s N (the crash the live test rolls back): it answers, then exits 1."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from gpuflow.ports import free_port
+
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "gpuflow", "standin", "--port", str(port), "--exit-after-s", "2"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while True:  # it answers /health first
+            try:
+                assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200
+                break
+            except OSError:
+                assert time.monotonic() - t0 < 20, "the stand-in never answered"
+                time.sleep(0.1)
+        assert p.wait(20) == 1
+        assert "exiting with code 1 after 2 s (--exit-after-s)" in p.stdout.read()
+    finally:
+        p.kill()
