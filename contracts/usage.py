@@ -50,6 +50,7 @@ class ReplicaUse(BaseModel):
     backend: ShortText = ""
     parameters: Annotated[str, Field(max_length=MAX_TEXT)] = ""
     gpu_model: ShortText = ""
+    oom: bool = False  # it ended out of GPU memory: these are its last figures (learned claims bump at once)
 
     @property
     def vram_used(self) -> int:

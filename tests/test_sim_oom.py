@@ -93,3 +93,21 @@ async def test_the_agent_kills_a_replica_over_its_gpu_as_an_oom(tmp_path):
     assert t.returncode(recs[1].pid) == -9 and t.returncode(recs[0].pid) is None
     assert is_oom(t.tail("b-0")) and "tried to hold 9.0 GiB on GPU 0 with 7.0 GiB free" in t.tail("b-0")
     assert simulate_oom(book, t, [gpu]) == []  # already dead: not killed twice
+
+
+def test_an_oom_is_reported_once_with_the_replicas_last_figures():
+    # a replica at 9 GiB of a 6 GiB claim ends out of memory: the next report carries it once, marked oom
+    book = UsageBook(ClaimShare(1.5))
+    req = LaunchRequest(instance="b-0", model="b", backend="custom", gpu_indexes=[0])
+    book.watch(req, Booking(booked=True, gpu_indexes=[0], vram_claim={0: 6 * GiB}))
+    from worker_agent.processes import Record
+
+    book.sample([Record("b-0", 10_000_001, None, [], "")])
+    book.report()
+    assert not book.due()
+    book.mark_oom("b-0")
+    book.sample([])  # its process is gone
+    assert book.due()
+    (r,) = book.report()
+    assert (r.instance, r.oom, r.vram_used, r.vram_claimed) == ("b-0", True, 9 * GiB, 6 * GiB)
+    assert book.report() == [] and not book.due()  # once

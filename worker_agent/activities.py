@@ -24,6 +24,7 @@ from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
 from contracts import agent as p
+from scheduler.claim_apply import is_oom
 from contracts import launch_proof
 from worker_agent import pd_argv, pinning
 from worker_agent.bookings import BookingUnknown, Bookings, part_of, refusal
@@ -328,8 +329,10 @@ class HostActivities:
                         "ended (adopted from an earlier agent run: exit code unknown)"
                     if self.metrics:
                         self.metrics.exits.labels(self.name, req.backend).inc()
-                    return p.ExitReport(pid=rec.pid, returncode=rc,
-                                        reason=f"{what}{how}: {self.table.tail(key)}".rstrip(": "))
+                    why = f"{what}{how}: {self.table.tail(key)}".rstrip(": ")
+                    if self.usage is not None and is_oom(why):
+                        self.usage.mark_oom(key)  # its next report says so: its learned claim is bumped
+                    return p.ExitReport(pid=rec.pid, returncode=rc, reason=why)
                 if time.monotonic() - last_beat >= every:
                     activity.heartbeat({"pid": rec.pid})
                     last_beat = time.monotonic()

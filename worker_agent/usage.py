@@ -70,6 +70,8 @@ class UsageBook:
         self.gpu_names: dict[int, str] = {}  # GPU index -> model, from the host's last inventory
         self.latest: dict[str, ReplicaUse] = {}  # instance -> its figures on this host
         self.sampled = False
+        self._gone: dict[str, ReplicaUse] = {}  # the replicas the last sample no longer found
+        self.oomed: dict[str, ReplicaUse] = {}  # replicas that ended out of GPU memory, to report once
         self.last_use: list[sim_oom.Use] = []  # the simulated replicas' use at the last sample, in start order
         self.reported: dict[str, ReplicaUse] | None = None  # what the watch last carried
         self._lock = threading.Lock()  # samples run in a thread; the watch reads from the event loop
@@ -125,6 +127,7 @@ class UsageBook:
                 for g in r.gpus:
                     g.peak = max(g.used, peaks.get(g.index, 0))
                 r.rss_peak = max(r.rss, was.rss_peak if was else 0)
+            self._gone = {k: v for k, v in self.latest.items() if k not in by_instance}  # for mark_oom
             self.latest, self.sampled = by_instance, True
             for key in [k for k in self.requests if k not in {p.key for p in procs}]:
                 del self.requests[key]  # its process is gone from the table
@@ -142,14 +145,24 @@ class UsageBook:
                           parameters=" ".join(req.backend_parameters)[:4096] if req else "")
 
     def due(self) -> bool:
-        """The watch should return now: the figures are news (worth_reporting)."""
+        """The watch should return now: the figures are news (worth_reporting), or a replica ran out of memory."""
         with self._lock:
-            return self.sampled and worth_reporting(self.reported, self.latest)
+            return self.sampled and (bool(self.oomed) or worth_reporting(self.reported, self.latest))
+
+    def mark_oom(self, key: str) -> None:
+        """``key``'s process ended out of GPU memory: its last figures go in the next report, marked."""
+        with self._lock:
+            last = self.latest.get(instance_of(key)) or self._gone.get(instance_of(key))
+            if last is not None and key == last.instance:
+                self.oomed[last.instance] = last.model_copy(update={"oom": True})
 
     def report(self) -> list[ReplicaUse] | None:
-        """What the watch carries now (None before the first sample); remembered as reported."""
+        """What the watch carries now (None before the first sample); remembered as reported. A
+        replica that ran out of memory is in it once, with ``oom`` (unless it runs again already)."""
         with self._lock:
             if not self.sampled:
                 return None
             self.reported = {k: v.model_copy(deep=True) for k, v in self.latest.items()}
-            return [self.latest[k] for k in sorted(self.latest)]
+            gone = [v for k, v in self.oomed.items() if k not in self.latest]
+            self.oomed = {}
+            return [self.latest[k] for k in sorted(self.latest)] + gone
