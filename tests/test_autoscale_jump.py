@@ -68,6 +68,57 @@ def test_the_next_step_after_the_jump_holds_on_fresh_samples():
     assert d.direction == HOLD and d.desired == 4, d.reason
 
 
+# --- rps: arrivals per second = (finished in the window + gained in the system) / its seconds
+def r(at, finished, conc, running=1):
+    return Sample(at=at, running_replicas=running, requests=float(finished + conc), finished=float(finished),
+                  concurrency=float(conc))
+
+
+def rps_cfg(**kw):
+    return cfg(rules=[{"kind": "rps", "target": 3, "min_samples": 5}], **kw)
+
+
+@pytest.mark.parametrize("second, want, why", [
+    (r(15, 150, 30), 4, "(150 + 30 - 0) / 15 = 12/s; / 3 = 4 >= 2 x 1: a burst, 1 -> 4"),
+    (r(15, 120, 0), 3, "(120 + 0) / 15 = 8/s; / 3 = 2.67 -> 3"),
+    (r(15, 40, 5), 1, "(40 + 5) / 15 = 3/s: 1 replica, hold"),
+    (r(15, 300, 600), 20, "a backlog still arriving: (300 + 600) / 15 = 60/s -> 20 (max_replicas)"),
+])
+def test_rps_counts_arrivals(second, want, why):
+    d, _ = decide(rps_cfg(), [r(0, 0, 0), second], current=1, starting=0, now=15)
+    assert d.desired == want, (why, d.reason)
+
+
+def test_rps_does_not_count_a_backlog_twice_where_concurrency_does():
+    # 4 replicas just came up (the step was at t=0) on a backlog of 200 that built while they
+    # started; 14.8/s keep arriving. In the window (0, 15]: 410 finished, the system went from 200 to
+    # 12: arrivals (410 + 12 - 200) / 15 = 14.8/s > 4 x 3 x 1.1 = 13.2 -> 5 (ceil 4.93).
+    # At the sample before, 200 in the system: concurrency would have asked 50
+    hist = [r(0, 0, 200, running=4), r(15, 410, 12, running=4)]
+    d, _ = decide(rps_cfg(), hist, current=4, starting=0, now=15, state=PolicyState(last_step_at=0.0))
+    assert (d.direction, d.desired) == (UP, 5), d.reason
+    d, _ = decide(cfg(), hist[:1], current=4, starting=0, now=0)
+    assert d.desired == 4  # no window covered yet: hold
+    d, _ = decide(cfg(), [r(-15, 0, 0, running=4)] + hist[:1], current=4, starting=0, now=0)
+    assert d.desired == 20, d.reason  # 200 / 4 = 50: concurrency takes the backlog for demand (max 20)
+
+
+# --- the dead band (tolerance 0.1, HPA's): rps target 5, samples at 0 and 15
+@pytest.mark.parametrize("rate, running, want, why", [
+    (21.0, 4, 4, "21 <= 4 x 5 x 1.1 = 22: within the band, hold"),
+    (22.5, 4, 5, "22.5 > 22: up to ceil(22.5 / 5) = 5"),
+    (19.0, 4, 4, "ceil(19 / 5) = 4 = running: hold"),
+    (19.0, 5, 5, "down only to ceil(19 / 4.5) = 5 (4 would each take 4.75 > 4.5): hold"),
+    (17.0, 5, 4, "ceil(17 / 4.5) = 4: down to 4, each at 4.25 < 4.5"),
+    (4.0, 5, 2, "ceil(4 / 4.5) = 1, but max_scale_down_rate 2 keeps floor(5 / 2) = 2"),
+])
+def test_a_dead_band_around_each_count(rate, running, want, why):
+    hist = [r(0, 0, 0, running), r(15, rate * 15, 0, running)]
+    c = cfg(rules=[{"kind": "rps", "target": 5, "min_samples": 5}])
+    d, _ = decide(c, hist, current=running, starting=0, now=15)
+    assert d.desired == want, (why, d.reason)
+
+
 # --- the step rates: up to ceil(rate x running), down to floor(current / rate), and max_step if set
 @pytest.mark.parametrize("extra, running, current, want_cap", [
     ({}, 1, 1, 20),                                   # rate 1000 x 1 = 1000; max_replicas 20 bounds
@@ -99,9 +150,9 @@ def test_a_rate_cuts_the_jump_and_says_so():
 
 
 @pytest.mark.parametrize("conc, current, want, why", [
-    (4, 8, 4, "4 / 4 = 1 wanted, but at most half of 8 goes: 8 -> 4"),
-    (12, 8, 4, "12 / 4 = 3 wanted: the rate's floor 4 is higher: 8 -> 4"),
-    (20, 8, 5, "20 / 4 = 5: 8 -> 5 (5 >= floor 4)"),
+    (4, 8, 4, "ceil(4 / 3.6) = 2 wanted, but at most half of 8 goes: 8 -> 4"),
+    (12, 8, 4, "ceil(12 / 3.6) = 4 wanted: 8 -> 4"),
+    (20, 8, 6, "down only to ceil(20 / (4 x 0.9)) = ceil(5.56) = 6: 8 -> 6 (>= floor 4)"),
     (0, 8, 4, "idle: to min_replicas 1, within the rate: 8 -> 4"),
 ])
 def test_scale_in_goes_to_the_desired_count_within_the_rate(conc, current, want, why):
@@ -127,12 +178,13 @@ def test_scale_in_waits_for_its_stable_window_and_a_blip_restarts_it():
 
 
 def test_a_load_that_swings_around_the_count_never_flaps():
-    # 4 running; load alternates 14 and 17 in the system (4 and 5 needed): up to 5 once, then 5 holds
-    # and scale-in waits its 300 s window, which the swings keep restarting
+    # 4 running; load alternates 14 and 19 in the system: 19 > 4 x 4 x 1.1 = 17.6, up to 5 once; then
+    # 14 asks ceil(14 / 3.6) = 4 and 19 asks 5: scale-in waits its 300 s window, which the swings
+    # keep restarting. (17 instead of 19 is inside the band: nothing moves at all.)
     c = cfg(scale_down_stabilization_s=300)
     st, hist, cur, moves = PolicyState(), [], 4, []
     for i, t in enumerate(range(0, 1200, 15)):
-        hist = (hist + [s(t, 17 if i % 2 else 14, running=cur)])[-40:]
+        hist = (hist + [s(t, 19 if i % 2 else 14, running=cur)])[-40:]
         d, st = decide(c, hist, current=cur, starting=0, now=t, state=st)
         if d.desired != cur:
             moves.append(d.direction)

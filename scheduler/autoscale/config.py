@@ -125,10 +125,30 @@ class Concurrency(Strict):
     target: float = Field(8, gt=0, le=1e6, description="Requests in the system (served plus waiting) one replica "
                           "should hold: the desired count is ceil(observed / target). Knative's "
                           "container-concurrency-target; set it to the batch your engine serves at a good TPOT. Default 8.")
+    tolerance: float = Field(0.1, ge=0, le=0.9, description="Kubernetes HPA's tolerance: up only when the observed "
+                             "value is over the running replicas' share by more than this fraction, and down only to a "
+                             "count that keeps each replica this fraction under its target (a dead band: no flapping "
+                             "on a load that hovers at a count's edge). Default 0.1.")
     min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
 
 
-Rule = Annotated[Union[QueueTpot, LatencyP95, QueueTimeP90, Ttft, Itl, Tpot, KvUsage, Queue, Concurrency],
+class Rps(Strict):
+    """Knative KPA's other metric: requests arriving per second, and their target per replica.
+    Arrivals, not what was served: a backlog that built while replicas started is no new demand
+    (where ``concurrency`` counts it), so an open load is met without overshoot. desired =
+    ceil(observed rate / ``target``), in one step (scheduler/autoscale/kpa.py)."""
+    kind: Literal["rps"] = "rps"  # `rps`: requests arriving per second per replica (KPA's rps metric).
+    target: float = Field(..., gt=0, le=1e6, description="Requests per second one replica should serve: the "
+                          "desired count is ceil(arrivals per second / target). Knative's rps target; measure "
+                          "your engine's rate at a good latency. Required.")
+    tolerance: float = Field(0.1, ge=0, le=0.9, description="Kubernetes HPA's tolerance: up only when the observed "
+                             "value is over the running replicas' share by more than this fraction, and down only to a "
+                             "count that keeps each replica this fraction under its target (a dead band: no flapping "
+                             "on a load that hovers at a count's edge). Default 0.1.")
+    min_samples: int = Field(20, ge=1, le=1_000_000, description=MIN_SAMPLES)
+
+
+Rule = Annotated[Union[QueueTpot, LatencyP95, QueueTimeP90, Ttft, Itl, Tpot, KvUsage, Queue, Concurrency, Rps],
                  Field(discriminator="kind")]
 
 

@@ -56,8 +56,7 @@ class Evidence:
     def concurrency(self) -> float:
         """The mean of the samples' requests in the system (a sample from before the field: its in
         flight plus its waiting), as Knative averages concurrency over its window."""
-        got = [s.concurrency if s.concurrency is not None
-               else max(0.0, s.requests - s.finished) + s.queue * max(s.running_replicas, 1) for s in self.samples]
+        got = [in_system(s) for s in self.samples]
         return sum(got) / len(got) if got else 0.0
 
     @property
@@ -86,6 +85,28 @@ class Evidence:
                for f in ("queue_time", "gateway_queue_time")]
         got = [v for v in got if v is not None]
         return max(got) if got else None
+
+
+def in_system(s: Sample) -> float:
+    """The requests in the system at a sample: its ``concurrency``, or (a sample from before the
+    field) its in flight plus its waiting."""
+    if s.concurrency is not None:
+        return s.concurrency
+    return max(0.0, s.requests - s.finished) + s.queue * max(s.running_replicas, 1)
+
+
+def arrivals_per_s(history: list[Sample], ev: Evidence) -> float | None:
+    """Requests that arrived per second over the window: what finished in it plus what the system
+    gained (in system at its end less at the sample before it), over the seconds from that sample
+    to its last. None without a sample before the window (then it is not covered either)."""
+    if not ev.samples:
+        return None
+    first, last = ev.samples[0], ev.samples[-1]
+    before = [s for s in history if s.at < first.at]
+    if not before or last.at <= before[-1].at:
+        return None
+    came = sum(s.finished for s in ev.samples) + in_system(last) - in_system(before[-1])
+    return max(0.0, came) / (last.at - before[-1].at)
 
 
 def evidence(history: list[Sample], now: float, span: float, last_step_at: float | None) -> Evidence:

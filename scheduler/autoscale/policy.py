@@ -47,7 +47,7 @@ from scheduler.autoscale.evidence import evidence
 from scheduler.autoscale.signals import Sample
 
 UP, HOLD, DOWN = "up", "hold", "down"
-VOTERS = {**RULE_VOTERS, "concurrency": kpa.concurrency}
+VOTERS = {**RULE_VOTERS, "concurrency": kpa.kpa, "rps": kpa.kpa}
 
 
 @dataclass(frozen=True)
