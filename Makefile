@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "installed: gpuflow and temporal are in $(VENV)/bin. To type them as the README does, run once per shell:"
 	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\""
 
-.PHONY: chromium demo dry-run docs docs-serve test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing bench-console bench-pd
+.PHONY: chromium demo dry-run docs docs-serve test bench bench-control-plane bench-gateway bench-fleet bench-autoscaler bench-routing bench-console bench-pd bench-claims
 # The main job: the embedded stack (Temporal dev server, control plane, simulated hosts) and a
 # demo; it stays up for the Temporal UI until Ctrl-C, which stops every process it started.
 demo: $(VENV)/.installed
@@ -103,3 +103,8 @@ bench-console: $(VENV)/.installed
 # aggregated, 1P1D, 1P3D, 2P2D, 3P1D) through a real gateway, long prompts streamed (about 5 minutes).
 bench-pd: $(VENV)/.installed
 	$(VENV)/bin/python bench/bench_pd.py $(BENCH_ARGS)
+
+# Learned memory claims (issue 42): 100 simulated hosts, deployments whose use differs from their
+# estimates, placed under mode advise and mode apply; replicas, VRAM booked vs used, OOMs (under a minute).
+bench-claims: $(VENV)/.installed
+	$(VENV)/bin/python bench/bench_claims.py $(BENCH_ARGS)
