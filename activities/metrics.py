@@ -3,11 +3,14 @@ control activities; the store-backed gauges are read from the store at scrape ti
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
+from scheduler.foreign import degradations
 from scheduler.groups.status import KINDS
 from store import ledger
 from store.group_health import group_degradations
@@ -40,12 +43,17 @@ class StoreCollector:
                                      labels=["worker", "gpu"])
         total = GaugeMetricFamily("gpuflow_gpu_vram_bytes", "VRAM of each GPU as its host reports it.", labels=["worker", "gpu"])
         hosts = GaugeMetricFamily("gpuflow_hosts", "Hosts by state.", labels=["state"])
+        foreign_b, foreign_d = foreign_families()
         degraded = GaugeMetricFamily("gpuflow_group_degraded", "Prefill/decode groups' degradations: 1 while the group "
                                      "has it (ratio_unmet: a role runs fewer members than it wants; gather_unmet: its "
                                      "prefill/decode members share less than its PreferGather layer; pd_ineffective: its decodes "
                                      "serve requests without remote KV), else 0.",
                                      labels=["deployment", "kind"])
         try:
+            booked = ledger.booked_per_gpu(self.engine)  # before the session: one connection at a time
+            per_worker: dict[str, dict[int, int]] = {}
+            for (n, i), b in booked.items():
+                per_worker.setdefault(n, {})[i] = b
             with Session(self.engine) as s:
                 for state, n in s.exec(select(InstanceRow.state, func.count()).group_by(InstanceRow.state)):
                     states.add_metric([state], n)
@@ -59,16 +67,38 @@ class StoreCollector:
                     by_state[w.state] = by_state.get(w.state, 0) + 1
                     for g in w.gpus or []:
                         total.add_metric([w.name, str(g["index"])], g["vram_total"])
+                    add_foreign(foreign_b, foreign_d, w, per_worker.get(w.name, {}))
                 for st, n in sorted(by_state.items()):
                     hosts.add_metric([st], n)
                 for name, kinds in group_degradations(s).items():
                     for kind in KINDS:
                         degraded.add_metric([name, kind], 1 if kind in kinds else 0)
-            for (w, g), b in sorted(ledger.booked_per_gpu(self.engine).items()):
+            for (w, g), b in sorted(booked.items()):
                 reserved.add_metric([w, str(g)], b)
         except Exception:  # noqa: BLE001  a scrape must not fail because the store is busy
             return
-        yield from (states, pending, reserved, total, hosts, degraded)
+        yield from (states, pending, reserved, total, hosts, degraded, foreign_b, foreign_d)
+
+
+def foreign_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    return (GaugeMetricFamily("gpuflow_host_foreign_memory_bytes", "GPU memory held by processes gpuflow did not "
+                              "start (NVML's used less gpuflow's own processes; simulated: vram_used_by_others), as "
+                              "the host reports it; absent where unknown.", labels=["worker", "gpu"]),
+            GaugeMetricFamily("gpuflow_host_foreign_memory_degraded", "1 while the memory other processes hold on a "
+                              "GPU is past the room the ledger's bookings leave there (total - reserve - booked): its "
+                              "replicas may run out of memory; an alert, nothing is evicted. Else 0.",
+                              labels=["worker", "gpu"]))
+
+
+def add_foreign(in_bytes: GaugeMetricFamily, flag: GaugeMetricFamily, w: WorkerRow, booked: dict[int, int]) -> None:
+    """One host's foreign use and its degradation flag per GPU (scheduler/foreign.py's judge)."""
+    gpus = [SimpleNamespace(index=g["index"], vram_total=g["vram_total"], vram_foreign=g.get("vram_foreign"))
+            for g in w.gpus or []]
+    bad = {d.index for d in degradations(gpus, w.reserved_vram, booked)}
+    for g in gpus:
+        if g.vram_foreign is not None:
+            in_bytes.add_metric([w.name, str(g.index)], g.vram_foreign)
+            flag.add_metric([w.name, str(g.index)], 1 if g.index in bad else 0)
 
 
 class ControlMetrics:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import func
@@ -19,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from contracts.host import host_kind
+from scheduler import foreign
 from scheduler.naming import natural_key
 from views.render.cluster import topology
 from store.ledger import booked_per_gpu
@@ -38,6 +40,11 @@ class Gpu:
     used: int | None  # measured by the host's agent (NVML, or the simulator's ratio); None: not measured
     foreign: int | None  # held by processes gpuflow did not start
 
+    @property
+    def foreign_text(self) -> str:
+        """'3.2 GiB used by other processes' ('' when none)."""
+        return foreign.words(self.foreign) if self.foreign else ""
+
 
 @dataclass
 class Host:
@@ -51,6 +58,7 @@ class Host:
     topology: str
     ram_total: int
     updated_at: datetime | None
+    degraded: list[str] = field(default_factory=list)  # cards where other processes' memory grew past the room left
 
 
 @dataclass
@@ -88,10 +96,12 @@ def _host(w: WorkerRow, booked: dict[tuple[str, int], int], measured: dict[tuple
         gpus.append(Gpu(index=i, name=str(g.get("name") or "GPU"), vram_total=int(g.get("vram_total") or 0),
                         claimed=booked.get((w.name, i), 0), used=used if used is not None else g.get("vram_used"),
                         foreign=g.get("vram_foreign")))
+    judged = foreign.degradations([SimpleNamespace(index=g.index, vram_total=g.vram_total, vram_foreign=g.foreign)
+                                   for g in gpus], w.reserved_vram, {g.index: g.claimed for g in gpus})
     return Host(name=w.name, state=w.state, kind=host_kind(w.simulated, w.runs), cordoned=bool(w.cordoned),
                 cordon_reason=w.cordon_reason or "",
                 reason=w.state_reason, gpus=sorted(gpus, key=lambda g: g.index), topology=topology(w.gpus or []),
-                ram_total=w.ram_total, updated_at=w.updated_at)
+                ram_total=w.ram_total, updated_at=w.updated_at, degraded=[d.text() for d in judged])
 
 
 def gateways(s: Session, now: datetime) -> list[dict[str, Any]]:

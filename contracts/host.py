@@ -76,6 +76,16 @@ def known_kv_connectors(names: list[str], where: str = "") -> list[str]:
     return sorted(set(names))
 
 
+class ForeignDegraded(BaseModel):
+    """One card whose memory held by processes gpuflow did not start grew past the room this host's
+    bookings leave on it (scheduler/foreign.py ``degradations``): figures only, worded by the reader."""
+
+    index: int = Field(ge=0, le=MAX_GPUS)
+    foreign: int = Field(ge=0, le=MAX_BYTES)
+    booked: int = Field(ge=0, le=MAX_BYTES)
+    room: int = Field(ge=0, le=MAX_BYTES)
+
+
 class HostReport(BaseModel):
     """What an agent reports about its host. Validated where it is made (the agent refuses to start
     on an inventory that does not validate) and again where the control plane takes it in (the
@@ -101,6 +111,9 @@ class HostReport(BaseModel):
     # the KV connectors its engines can run (worker_agent/kv_connectors.py), for prefill/decode groups'
     # members (scheduler/filters/pd_mode.py); None: not reported (an older agent, or not known: the filter keeps it)
     kv_connectors: list[KVConnector] | None = Field(None, max_length=MAX_KV_CONNECTORS)
+    # the cards where other processes' memory grew past what this host's bookings leave free: an alert,
+    # never an eviction (scheduler/foreign.py). None: none (the fingerprint then leaves it out, as before the field)
+    foreign_degraded: list[ForeignDegraded] | None = Field(None, max_length=MAX_GPUS)
     agent_version: str = Field("", max_length=64)
     boot: str = Field("", max_length=64)  # one agent run's id: a hello with a new one is an agent restart
     # each replica's measured memory (contracts/usage.py), sampled every liveness_s; carried on the
@@ -115,7 +128,8 @@ class HostReport(BaseModel):
 
         # a report without kv_connectors keeps the fingerprint it had before the field (recorded histories,
         # stored rows): an upgrade alone is no inventory change
-        unset = {"kv_connectors"} if self.kv_connectors is None else set()
+        unset = ({"kv_connectors"} if self.kv_connectors is None else set()) | (
+            {"foreign_degraded"} if self.foreign_degraded is None else set())
         return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth", *unset}).encode()
                               ).hexdigest()[:16]
 

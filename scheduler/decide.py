@@ -88,7 +88,10 @@ def decide(snapshot: ClusterSnapshot, spec: ModelSpec, request: Request,
     apply_chain(cands, scale_up_chain(ctx, flags))
     best = pick(cands)
     placed = reasons.rank(verdicts, scheduled=True)[0]
-    return Decision(True, best, strategy, cands, verdicts, placed + topology_notes(ctx, cands, best))
+    w = snapshot.worker(best.worker) if occ.foreign else None  # other processes' memory where it went
+    note = foreign.placed_note(w, best.gpu_indexes, config.foreign_memory_margin) if w is not None else None
+    notes = ([note] if note else []) + topology_notes(ctx, cands, best)
+    return Decision(True, best, strategy, cands, verdicts, placed + notes)
 
 
 def topology_notes(ctx: Context, cands: list[Candidate], best: Candidate) -> list[str]:

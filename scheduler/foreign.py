@@ -38,18 +38,30 @@ def words(foreign: int) -> str:
     return f"{foreign / GiB:.1f} GiB used by other processes"
 
 
+PREFIX = "foreign memory: "
+
+
+def _named(held: list[tuple[str, int, int]], margin: float) -> str:
+    named = [f"worker {w}: GPU {i}: {words(f)}" + (f" ({with_margin(f, margin) / GiB:.1f} GiB kept off the books "
+                                                    f"with the {margin:.0%} margin)" if margin else "")
+             for w, i, f in held[:MOST_NAMED]]
+    more = f"; and {len(held) - MOST_NAMED} more GPU(s) hold memory of other processes" if len(held) > MOST_NAMED else ""
+    return PREFIX + "; ".join(named) + more
+
+
 def refusal(workers, margin: float) -> str | None:
     """One line naming the foreign use on the GPUs of ``workers`` (those the filters kept), or
     None when none holds any: 'foreign memory: worker g1: GPU 0: 10.0 GiB used by other processes
     (11.0 GiB kept off the books with the 10% margin)'."""
     held = [(w.name, g.index, g.vram_foreign) for w in workers for g in w.gpus if g.vram_foreign]
-    if not held:
-        return None
-    named = [f"worker {w}: GPU {i}: {words(f)}" + (f" ({with_margin(f, margin) / GiB:.1f} GiB kept off the books "
-                                                    f"with the {margin:.0%} margin)" if margin else "")
-             for w, i, f in held[:MOST_NAMED]]
-    more = f"; and {len(held) - MOST_NAMED} more GPU(s) hold memory of other processes" if len(held) > MOST_NAMED else ""
-    return "foreign memory: " + "; ".join(named) + more
+    return _named(held, margin) if held else None
+
+
+def placed_note(worker, gpu_indexes: list[int], margin: float) -> str | None:
+    """The same line for the GPUs a placement took (``explain`` shows it), or None when other
+    processes hold nothing there."""
+    held = [(worker.name, g.index, g.vram_foreign) for g in worker.gpus if g.index in gpu_indexes and g.vram_foreign]
+    return _named(held, margin) if held else None
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from contracts.host import MAX_KV_CONNECTORS, HostReport, known_kv_connectors
+from contracts.host import MAX_KV_CONNECTORS, ForeignDegraded, HostReport, known_kv_connectors
 from scheduler.bounds import Labels
 from scheduler.cluster import GPU, Bytes, check_gpus
 from scheduler.limits import MAX_GPUS
 from scheduler.errors import InvalidInput
+from scheduler.foreign import degradations
 from worker_agent import nvml_topology
 from worker_agent.nvml_procs import nvml_session, split
 
@@ -163,3 +164,24 @@ def discover(name: str, inventory_file: str | None = None, labels: dict[str, str
 def _bucket(used: int, step: int = 256 * 2**20) -> int:
     """Observed use rounded up to 256 MiB, so allocator noise does not count as an inventory change."""
     return -(-used // step) * step
+
+
+def judged(report: HostReport, booked: dict[int, int]) -> HostReport:
+    """``report`` with the cards whose foreign use grew past the room ``booked`` (GPU index ->
+    bytes gpuflow's bookings hold here) leaves (scheduler/foreign.py); None when there is none."""
+    found = degradations(report.gpus, report.reserved_vram, booked)
+    if not found and report.foreign_degraded is None:
+        return report
+    return report.model_copy(update={"foreign_degraded": [ForeignDegraded(index=d.index, foreign=d.foreign,
+                                                                          booked=d.booked, room=d.room)
+                                                          for d in found] or None})
+
+
+def booked_here(requests) -> dict[int, int]:
+    """GPU index -> the claims the agent's usage book holds for its servers (the ledger's, per
+    booking; helpers carry none)."""
+    out: dict[int, int] = {}
+    for r in requests:
+        for i, b in (r.vram_claim or {}).items():
+            out[i] = out.get(i, 0) + b
+    return out

@@ -6,6 +6,7 @@ from typing import Any
 
 from contracts.host import HOST_KINDS, host_kind
 from views.render import spec_text, usage
+from scheduler import foreign
 from scheduler.units import gib
 
 
@@ -15,7 +16,19 @@ def _gpus(h: dict[str, Any]) -> str:
     if not gs:
         return "CPU only"
     return ", ".join(f"{g['index']}:{gib(g['vram_total'])}GiB"
-                     + (f" ({gib(g['vram_foreign'])} GiB not ours)" if g.get("vram_foreign") else "") for g in gs)
+                     + (f" ({foreign.words(g['vram_foreign'])})" if g.get("vram_foreign") else "") for g in gs)
+
+
+def foreign_degraded(report: dict[str, Any]) -> list[str]:
+    """The host's cards where other processes' memory grew past the room its bookings leave
+    (scheduler/foreign.py), in words; [] when none."""
+    out = []
+    for d in report.get("foreign_degraded") or []:
+        try:
+            out.append(foreign.Degraded(int(d["index"]), int(d["foreign"]), int(d["booked"]), int(d["room"])).text())
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
 def topology(gs: list[dict[str, Any]]) -> str:
@@ -59,6 +72,8 @@ def hosts(hs: list[dict[str, Any]]) -> str:
                   if h.get("cordoned") else "")  # no new replicas there (gpuflow hosts uncordon)
         lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
                      + (f"  ({h['reason']})" if h.get("reason") else "") + cordon)
+        for line in foreign_degraded(report):  # an alert, never an eviction
+            lines.append(f"{'':<16} DEGRADED: {line}")
         topo = topology((h.get("report") or {}).get("gpus") or [])
         if topo:
             lines.append(f"{'':<16} topology: {topo}")

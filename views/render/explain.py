@@ -9,6 +9,7 @@ from typing import Any
 
 from views.render import usage
 from views.render.dryrun import text_table
+from scheduler import foreign
 from scheduler.summary import summary_text
 from scheduler.units import gib
 
@@ -73,6 +74,7 @@ def explain(d: dict[str, Any]) -> str:
         lines.append(f"placed on {where} by strategy {d.get('strategy')}, score {_scores(chosen)}"
                      + (f", link {placed['link']}" if placed.get("link") else "")
                      + (f", pinned to CPUs {placed['cpus']}" if placed.get("cpus") else ""))
+        lines.extend(f"  {r}" for r in d.get("reasons") or dec.get("reasons") or [] if str(r).startswith(foreign.PREFIX))
         if dec.get("victims"):  # placed by preemption (scheduler/tenancy/preemption.py)
             lines.append(f"preempted {', '.join(dec['victims'])} {dec.get('preempt_why') or ''}".rstrip())
     else:  # every other reason is a filter's, shown with its filter below
