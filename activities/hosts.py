@@ -28,19 +28,21 @@ from contracts.host_proof import refused
 from contracts.hosts import HostCordon, HostLost, HostRef, ModelPaths, ReadersAsk
 from contracts.usage import RECORD_USAGE, UsageBatch
 from contracts.estimate_inputs import ReaderHosts
-from store import host_credentials, ledger, records, usage
+from scheduler.claims.settings import ClaimSettings
+from store import claims, host_credentials, ledger, records, usage
 
 log = logging.getLogger("gpuflow.hosts")
 
 
 class HostStateActivities:
     def __init__(self, engine: Engine, reads: Engine, client: Client, runner: Runner,
-                 wake: Callable[[], Awaitable[int]], auth: HostAuthActivities):
+                 wake: Callable[[], Awaitable[int]], auth: HostAuthActivities, claims: ClaimSettings | None = None):
         """``reads``: the read-only engine (db.reader); ``wake``: the PENDING queue's wake
         (wake_queue.Waker), when a host's capacity changed; ``auth``: the reports' check (its rule
         and its count of refusals), which host_seen runs again."""
         self.engine, self.reads, self.client, self.runner, self.wake = engine, reads, client, runner, wake
         self.auth = auth
+        self.claims = claims or ClaimSettings()  # the recommender's settings (GPUFLOW_CLAIMS__*)
 
     def all(self) -> list:
         return [self.host_seen, self.host_lost, self.host_forget, self.host_cordon, self.model_readers,
@@ -118,7 +120,17 @@ class HostStateActivities:
         """One host's measured memory per replica, in one transaction (store/usage.py); a local
         activity of the host workflow, run on each of its watch's returns that carries figures."""
         callers.check(RECORD_USAGE, batch)
-        return await self.runner.run(usage.record, self.engine, batch)
+        return await self.runner.run(self._record_usage, batch)
+
+    def _record_usage(self, batch: UsageBatch) -> int:
+        """The figures (store/usage.py), then the learned claims' samples (store/claims.py): each its
+        own transaction; a failure to learn is logged and loses no figures."""
+        n = usage.record(self.engine, batch)
+        try:
+            claims.observe_batch(self.engine, batch, self.claims, time.time())
+        except Exception:  # noqa: BLE001  (learning is an addition: it never stops the figures)
+            log.exception("learning claims from %s's usage report failed", batch.host)
+        return n
 
     @activity.defn(name=c.MODEL_READERS)
     async def model_readers(self, ask: ReadersAsk) -> ReaderHosts:

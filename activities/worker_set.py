@@ -30,6 +30,7 @@ from activities.estimate_cache import EstimateCache
 from activities.host_auth import HostAuthActivities
 from activities.group_activities import GroupActivities
 from activities.hosts import HostStateActivities
+from scheduler.claims.settings import ClaimSettings
 from activities.metrics import ControlMetrics
 from activities.pd_health import PDHealthActivities
 from activities.place_batch import place_batches
@@ -80,11 +81,12 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
                        metrics: ControlMetrics | None = None, hub_cache: str | None = None,
                        hf_endpoint: str | None = None, limits: Limits | None = None,
                        pending_recheck_s: float = 600.0, capacity_hook: str | None = None,
-                       keep_days: float = 30.0) -> WorkerSet:
+                       keep_days: float = 30.0, claims: ClaimSettings | None = None) -> WorkerSet:
     """The activities of one control-plane worker. ``threads``: the blocking pool's size;
     ``hub_cache``/``hf_endpoint``: where hub headers are read for an estimate;
     ``pending_recheck_s``: the PENDING queue's sweep period; ``capacity_hook``: the command the
-    autoscaler calls with unmet demand; ``keep_days``: how long decisions' inputs are kept (0: none)."""
+    autoscaler calls with unmet demand; ``keep_days``: how long decisions' inputs are kept (0: none);
+    ``claims``: the learned claims' settings (GPUFLOW_CLAIMS__*)."""
     reads = db.reader(engine)  # read-only transactions: on SQLite, beside the writers (store/db.py)
     limits = limits or Limits()
     metrics = metrics or ControlMetrics()
@@ -102,7 +104,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
                                       metrics, waker.wake),
         groups=GroupActivities(engine, runner, estimates, decider, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
-        hosts=HostStateActivities(engine, reads, client, runner, waker.wake, host_auth),
+        hosts=HostStateActivities(engine, reads, client, runner, waker.wake, host_auth, claims),
         host_auth=host_auth,
         drain=DrainActivities(engine, runner),
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
@@ -112,4 +114,5 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
                                       decider.keeper),
         pd_health=PDHealthActivities(engine, runner),
         cluster=ClusterActivities(engine, runner, estimates, policy, waker.wake),
-        cluster_reads=StoreReads(engine, reads, runner.pool, lambda spec: known_request(estimates, spec), policy))
+        cluster_reads=StoreReads(engine, reads, runner.pool, lambda spec: known_request(estimates, spec), policy,
+                                 limits))

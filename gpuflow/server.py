@@ -15,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.worker_set import control_activities
 from contracts.control import CONTROL_QUEUE
+from contracts.limits import ClusterPolicy
 from store import db
 from activities.metrics import ControlMetrics
 from gpuflow.metrics_http import parse_address, sdk_runtime, serve
@@ -85,8 +86,10 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
     metrics = ControlMetrics(engine)
     acts = control_activities(engine, client, settings.scheduler, metrics=metrics,
                               hub_cache=os.path.join(settings.data_dir, "hub-cache"), hf_endpoint=settings.hf_endpoint,
-                              limits=settings.limits, pending_recheck_s=settings.timings.pending_recheck_s,
-                              capacity_hook=settings.capacity_hook, keep_days=settings.decision_retention_days)
+                              limits=ClusterPolicy(**settings.limits.model_dump(), timings=settings.timings),
+                              pending_recheck_s=settings.timings.pending_recheck_s,
+                              capacity_hook=settings.capacity_hook, keep_days=settings.decision_retention_days,
+                              claims=settings.claims)
     answer_reads(CONTROL_QUEUE, acts.cluster_reads)  # the reads workflow's queries, from this worker's store
     httpd = serve(addr, metrics.registry, sdk_addr) if addr else None
     stop = stop or until_signalled()

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, create_engine
 
-from store import changes, decision_log, gateway_demand, key_usage, keys, pd_counts, serving, tables, usage  # noqa: F401  (registers the tables)
+from store import changes, claims, decision_log, gateway_demand, key_usage, keys, pd_counts, serving, tables, usage  # noqa: F401  (registers the tables)
 
 
 READ_ONLY = "gpuflow_read_only"

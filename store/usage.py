@@ -11,7 +11,6 @@ every few minutes (worker_agent/usage.py), so 100 hosts cost well under one tran
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 
 from sqlalchemy import BigInteger, Column, JSON, case, delete
@@ -20,6 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Field, Session, SQLModel, select
 
 from contracts.usage import ReplicaUse, UsageBatch
+from scheduler.claims.fingerprint import text_key
 from store.tables import utcnow
 
 
@@ -61,8 +61,9 @@ class UsageProfileRow(SQLModel, table=True):
 
 
 def profile_key(r: ReplicaUse) -> str:
-    text = "\x1f".join((r.source, r.backend, r.parameters, r.gpu_model))
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    """Per (source, backend, parameters as written, GPU model); the learned claims' fingerprints
+    (scheduler/claims/fingerprint.py) hash the same way, over the parameters that change memory."""
+    return text_key(r.source, r.backend, r.parameters, r.gpu_model)
 
 
 def _insert(engine: Engine, table):

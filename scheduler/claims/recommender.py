@@ -70,7 +70,7 @@ def recommend(state: ClaimState, settings: ClaimSettings, now: float, *, estimat
         why = (f"bumped to {size(bump)} after {'an OOM' if state.bump_why == 'oom' else 'a use over its claim'} "
                f"(the larger of 1.2x and +100 MiB); {why}")
     elif not sure:
-        why += (f"; learning ({state.samples:,} of {settings.min_samples:,} samples, "
-                f"{duration(state.span_s())} of {duration(settings.min_history_s)}): the estimate stays")
+        why += (f"; learning: {state.samples:,} of {settings.min_samples:,} samples, {duration(state.span_s())} "
+                f"of {duration(settings.min_history_s)} of history: the estimate stays")
     return Recommendation(claim_bytes=claim, confident=sure or bool(bump), reason=why, percentile_bytes=p,
                           bump_bytes=bump, bump_why=state.bump_why if bump else "", **base)

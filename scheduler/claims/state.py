@@ -56,10 +56,11 @@ def bump_active(state: ClaimState, now: float, settings: ClaimSettings) -> bool:
 def bump(state: ClaimState, used: int, claim: int, now: float, settings: ClaimSettings, why: str) -> ClaimState:
     """An OOM (``why`` "oom") or a replica using more than its claim ("over-use"): the claim goes
     at once to the larger of 1.2x and +100 MiB over the larger of what it used and what it was
-    booked, and that figure joins the histogram as a sample (VPA records an OOM so)."""
+    booked. The bump is a floor beside the histogram, not a sample in it (VPA adds its OOM bump as
+    a sample, which the margin would then raise by 15% more); the peaks that led to it are in the
+    histogram already, as measured."""
     target = bumped(max(used, claim))
     if bump_active(state, now, settings) and state.bump >= target:
         return state  # already there: the same over-use reported again changes nothing
-    return state.model_copy(update=dict(
-        hist=add(state.hist, target, now, settings.half_life_s), bump=target, bump_s=now,
-        bump_samples=state.samples, bump_why=why, peak=max(state.peak, used)))
+    return state.model_copy(update=dict(bump=target, bump_s=now, bump_samples=state.samples, bump_why=why,
+                                        peak=max(state.peak, used)))
