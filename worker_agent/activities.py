@@ -32,6 +32,7 @@ from worker_agent.credential import HostCredential
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engine_key import EngineKeys, key_env, new_nonce, sglang_config, write_secret
 from worker_agent.health import engine_answers, tcp_answers
+from worker_agent.inventory import booked_here, judged
 from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused, argv_for, check_launch, engine_env,
                                      needs_port, wants_kv_events)
 from worker_agent.metrics import AgentMetrics
@@ -100,6 +101,7 @@ class HostActivities:
             report = await asyncio.to_thread(self.discover)
             if self.usage is not None:
                 self.usage.gpu_names = {g.index: g.name for g in report.gpus}
+                report = judged(report, booked_here(list(self.usage.requests.values())))  # foreign use past the room
             if report.fingerprint() != known or time.monotonic() > deadline or (self.usage and self.usage.due()):
                 return report.model_copy(update={"usage": self.usage.report()}) if self.usage else report
             activity.heartbeat(report.fingerprint())
