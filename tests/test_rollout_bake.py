@@ -201,3 +201,11 @@ def test_the_stand_in_crashes_when_told_to():
         assert "exiting with code 1 after 2 s (--exit-after-s)" in p.stdout.read()
     finally:
         p.kill()
+
+
+def test_a_replica_seen_error_during_the_bake_is_named_as_the_bake_s_failure():
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    d.look(5, {"chat-1": ("running", 0)})
+    s = d.look(26, {"chat-1": ("error", 1)})  # caught between its crash and its restart
+    assert (s.action, s.reason) == (ROLLBACK, "rolled back: chat-1 is ERROR 21 s into the bake")

@@ -250,7 +250,7 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
     old = [reps[n] for n in live if r.versions.get(n, 0) != r.version]
     new = [reps[n] for n in live if r.versions.get(n, 0) == r.version]
     step = next_step(cfg, replicas, old, new, now)
-    if not bake or step.action == ROLLBACK:
+    if not bake or step.action == ROLLBACK and r.bake_since is None:
         return step
     key = progress_key(old, new)
     if r.progress_at is None or key != r.progress_key or step.action in (START, STOP):
@@ -267,6 +267,8 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
     for x in new:
         r.bake_base.setdefault(x.name, x.restarts)
     verdict = bake_step(cfg, replicas, r.bake_since, now, new, r.bake_base)
+    if step.action == ROLLBACK and verdict.action != ROLLBACK:  # failed before the bake saw it (restarts >= threshold)
+        return step
     if verdict.action == BAKE:
         r.status = (f"baking version {r.version}: {bake_left(cfg, r.bake_since, now):.0f} s left of "
                     f"{cfg.bake_s:g}; a new replica that goes ERROR or restarts rolls it back")
