@@ -54,8 +54,7 @@ from scheduler.estimate import states_resources
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.queue import Quotas, Wake, to_wake
-from scheduler.tenancy.usage import by_tenant
+from scheduler.tenancy.queue import Wake, quotas_of, to_wake
 
 log = logging.getLogger("gpuflow.control")
 UNKNOWN = "its request is not known here yet: woken to decide itself"
@@ -124,10 +123,7 @@ def judge(q: Queue, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Req
             specs[dep] = (spec, req)
     known = [r for r in q.replicas if r.deployment in specs]
     unknown = [r.instance for r in ordered_replicas(q.replicas) if r.deployment not in specs]
-    limited = {t.name: t for t in q.tenants.tenants if t.limit.named() or t.guarantee.named()}
-    quotas = None
-    if limited:  # limits to hold, guarantees to reclaim (scheduler/tenancy/queue.py)
-        quotas = Quotas(limited, by_tenant(snap.instances, q.tenant_of))
+    quotas = quotas_of(snap, q.tenants, q.tenant_of)  # limits, guarantees, flavors, fair sharing (tenancy/queue.py)
     wake = to_wake(snap, [r.waiting() for r in known], specs, strict=q.tenants.queueing == "StrictFIFO",
                    config=policy, quotas=quotas)
     order = ordered_replicas(q.replicas)

@@ -14,22 +14,33 @@ control plane's decide activity passes in the snapshot, the tenants file and who
    on an empty cluster of the guarantee's size, and it counts as the GPUs it holds there. When no
    preemption gives whole GPUs, the slivers stand (counted as every GPU they touch).
 
+5. Kueue's terms (lending.py, flavors.py), when the file uses them or names a guarantee: the
+   decision sees only the GPU models the tenant's flavors allow; a replica of a tenant that stays
+   within its guarantee with it (its empty-cluster shape) does not see GPUs other tenants'
+   borrowers hold (it takes them by preemption; where no preemption gives room, it is placed as
+   before), and a borrowing replica does not see GPUs other tenants' guaranteed replicas hold
+   (lending.guaranteed: oldest first within the guarantee), and tries its cohort's unused
+   flavors first (``lending.tiers``). A borrower that would leave less free than other tenants
+   keep by their lending limits stays PENDING with that quota reason.
+
 What the tenant uses never counts the replica itself: it may hold a reservation (or an assumed
 placement) while it decides again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from scheduler import occupancy
 from scheduler.cluster import ClusterSnapshot
 from scheduler.decide import decide
 from scheduler.decision import Decision
-from scheduler.dry_run import without
+from scheduler.dry_run import book, without
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.scorers.fragmentation import fragmented
+from scheduler.tenancy import flavors, lending
 from scheduler.tenancy.admission import over_limit, within_guarantee
 from scheduler.tenancy.config import DEFAULT, Tenant, TenantsFile
 from scheduler.tenancy.preemption import Owners, Preemption, plan
@@ -52,55 +63,149 @@ def may_preempt(spec: ModelSpec, tenants: TenantsFile, owners: Owners) -> bool:
     """Whether plan() could find any candidate at all: a guarantee to reclaim, or a deployment of
     its own tenant with lower priority (cheap: no decision is made)."""
     mine = owners.tenant_of.get(spec.name, "default")
-    if (tenants.get(mine) or DEFAULT).guarantee.named():
+    if (tenants.get(mine) or DEFAULT).guaranteed():
         return True
     prio = owners.priority_of.get(spec.name, 0)
     return any(t == mine and owners.priority_of.get(d, 0) < prio for d, t in owners.tenant_of.items())
+
+
+def kueue_terms(tenants: TenantsFile) -> bool:
+    """Whether admission must look at other tenants (rule 5): a guarantee, a cohort, a lending
+    limit or flavors anywhere in the file."""
+    return any(t.guaranteed() or t.cohort or t.lending_limit or t.flavors for t in tenants.tenants)
+
+
+@dataclass
+class _Ctx:
+    """Rule 5's inputs for one replica: its tenant's use (overall, per flavor), every tenant's, the
+    GPU names, whether it borrows and what its decisions see."""
+
+    used: Usage
+    fused: dict[str, Usage]
+    all_used: dict[str, Usage]
+    all_fused: dict[str, dict[str, Usage]]
+    names: dict[tuple[str, int], str]
+    borrower: bool
+    view: Callable[[ClusterSnapshot], ClusterSnapshot]
+    tiers: list
+    hidden: int = 0  # GPUs the view hides
+
+
+def _context(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
+             name: str, config: PolicyConfig | None, me: Tenant, mine: str) -> _Ctx:
+    snap = without(snap, {name})
+    all_used = by_tenant(snap.instances, owners.tenant_of)
+    names = flavors.gpu_names(snap)
+    all_fused = {t.name: flavors.used_by(t, [i for i in snap.instances
+                                             if owners.tenant_of.get(i.model, "default") == t.name], names)
+                 for t in tenants.tenants if t.flavors}
+    used, fused = all_used.get(mine, Usage()), all_fused.get(mine, {})
+    borrower = True
+    if me.guaranteed():
+        empty = decide(without(snap, {i.name for i in snap.instances}), spec, request, config, exclude=name)
+        borrower = not empty.scheduled or not within_guarantee(
+            me, used, of_candidate(empty.placement), fused, flavors.held(me, empty.placement, names) if me.flavors else None)
+    kept = lending.guaranteed(snap, tenants, owners.tenant_of, owners.started_at)
+    theirs = {i.name for i in snap.instances if i.worker is not None and owners.tenant_of.get(i.model, "default") != mine}
+    hidden = theirs & kept if borrower else theirs - kept  # another tenant's guaranteed replicas | borrowers
+    view = lambda s: lending.hide(s, lending.gpus_of(s, hidden))  # noqa: E731
+    tiers = lending.tiers(me, tenants, all_fused) if borrower else []
+    return _Ctx(used, fused, all_used, all_fused, names, borrower, view, tiers, len(lending.gpus_of(snap, hidden)))
+
+
+def _first(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config: PolicyConfig | None, name: str,
+           c: _Ctx | None) -> Decision:
+    """The decision on what the replica sees, its cohort's flavors first (rule 5)."""
+    if c is None:
+        return decide(snap, spec, request, config, exclude=name)
+    seen = c.view(snap)
+    for keep in c.tiers:
+        d = decide(flavors.keep_gpus(seen, keep), spec, request, config, exclude=name)
+        if d.scheduled:
+            return d
+    return decide(seen, spec, request, config, exclude=name)
 
 
 def admit(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
           name: str, config: PolicyConfig | None = None) -> Admission:
     mine = owners.tenant_of.get(spec.name, "default")
     me = tenants.get(mine) or DEFAULT
-    d = decide(snap, spec, request, config, exclude=name)
-    slivers = d.scheduled and bool(me.guarantee.named()) and fragmented(d.placement, occupancy.of(snap).workers)
-    if not me.limit.named() and not slivers and (d.scheduled or not may_preempt(spec, tenants, owners)):
+    snap = flavors.restrict(snap, me)
+    c = _context(snap, spec, request, tenants, owners, name, config, me, mine) if kueue_terms(tenants) else None
+    d = _first(snap, spec, request, config, name, c)
+    slivers = d.scheduled and bool(me.guaranteed()) and fragmented(d.placement, occupancy.of(snap).workers)
+    if c is None and not me.limit.named() and not slivers and (d.scheduled or not may_preempt(spec, tenants, owners)):
         return Admission(d)  # nothing to check: no usage summed (a decision at 10,000 instances stays cheap)
     snap = without(snap, {name})  # its own reservation, if any, is neither usage nor in the way
-    used = by_tenant([i for i in snap.instances if owners.tenant_of.get(i.model, "default") == mine],
-                     owners.tenant_of).get(mine, Usage())
+    if c is not None:
+        used, fl = c.used, (lambda x: (c.fused, flavors.held(me, x, c.names) if me.flavors else None))
+    else:
+        used = by_tenant([i for i in snap.instances if owners.tenant_of.get(i.model, "default") == mine],
+                         owners.tenant_of).get(mine, Usage())
+        fl = lambda x: (None, None)  # noqa: E731
+    view = c.view if c is not None else None
     if slivers:
-        whole = _whole(snap, spec, request, tenants, owners, name, config, me, used)
+        whole = _whole(snap, spec, request, tenants, owners, name, config, me, used, view, fl)
         if whole is not None:
             return whole
     if d.scheduled:
-        return Admission(d, quota=over_limit(me, used, of_candidate(d.placement)))
-    if me.limit.named():
+        q = over_limit(me, used, of_candidate(d.placement), *fl(d.placement))
+        if q is None and c is not None and c.borrower:
+            q = lending.lending_problem(book(snap, d.placement, name, spec.name), me, tenants, c.all_used, c.all_fused)
+        return Admission(d, quota=q)
+    if me.limit.named() or me.flavors:
         empty = decide(without(snap, {i.name for i in snap.instances}), spec, request, config, exclude=name)
         if empty.scheduled:
-            q = over_limit(me, used, of_candidate(empty.placement))
+            q = over_limit(me, used, of_candidate(empty.placement), *fl(empty.placement))
             if q:
                 return Admission(d, quota=q)
     if not may_preempt(spec, tenants, owners):
-        return Admission(d)
-    p = plan(snap, spec, request, tenants, owners, name, config)
+        return _as_before(snap, spec, request, config, name, c) or Admission(d, notes=_hidden_note(c))
+    p = plan(snap, spec, request, tenants, owners, name, config, view=view, flavored=fl)
     if p.placement is not None and p.victims:  # the decision recorded is the one made without the victims
-        return Admission(decide(without(snap, set(p.victims)), spec, request, config, exclude=name), preemption=p)
+        final = decide(lending_seen(without(snap, set(p.victims)), view), spec, request, config, exclude=name)
+        return Admission(final, preemption=p)
     if p.reasons and p.reasons[0].startswith("quota:"):
         return Admission(d, quota=p.reasons[0])
-    return Admission(d, notes=[r for r in p.reasons if r.startswith("preemption:")])
+    return _as_before(snap, spec, request, config, name, c) or Admission(
+        d, notes=[r for r in p.reasons if r.startswith("preemption:")] + _hidden_note(c))
+
+
+def _hidden_note(c: _Ctx | None) -> list[str]:
+    """Why a borrower did not see some GPUs (rule 5), when it did not fit."""
+    if c is None or not c.borrower or not c.hidden:
+        return []
+    return [f"tenancy: {c.hidden} GPU(s) hold other tenants' guaranteed replicas; a borrowing replica does not "
+            "share them"]
+
+
+def lending_seen(snap: ClusterSnapshot, view) -> ClusterSnapshot:
+    return view(snap) if view is not None else snap
+
+
+def _as_before(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config: PolicyConfig | None, name: str,
+               c: _Ctx | None) -> Admission | None:
+    """A guaranteed replica that no preemption gives GPUs free of borrowers: placed as before rule
+    5 (it may then share a GPU with one), rather than kept waiting beside free capacity. None
+    for a borrower, or when that does not place it either."""
+    if c is None or c.borrower:
+        return None
+    again = decide(snap, spec, request, config, exclude=name)
+    return Admission(again) if again.scheduled else None
 
 
 def _whole(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
-           name: str, config: PolicyConfig | None, me: Tenant, used: Usage) -> Admission | None:
+           name: str, config: PolicyConfig | None, me: Tenant, used: Usage, view=None, fl=None) -> Admission | None:
     """Rule 4: whole GPUs by preemption for a replica the decision put in slivers, when its tenant
     stays within its guarantee with the replica's empty-cluster shape; None when no preemption
     gives whole GPUs within the guarantee and limits (the slivers then stand)."""
+    fl = fl or (lambda x: (None, None))
     empty = decide(without(snap, {i.name for i in snap.instances}), spec, request, config, exclude=name)
-    if not empty.scheduled or not within_guarantee(me, used, of_candidate(empty.placement)):
+    if not empty.scheduled or not within_guarantee(me, used, of_candidate(empty.placement), *fl(empty.placement)):
         return None
-    p = plan(snap, spec, request, tenants, owners, name, config, whole_only=True)
-    if p.placement is None or over_limit(me, used, of_candidate(p.placement)):
+    p = plan(snap, spec, request, tenants, owners, name, config, whole_only=True, view=view, flavored=fl)
+    if p.placement is None or over_limit(me, used, of_candidate(p.placement), *fl(p.placement)):
         return None
-    final = decide(without(snap, set(p.victims)), spec, request, config, exclude=name, whole_only=True)
+    final = decide(lending_seen(without(snap, set(p.victims)), view), spec, request, config, exclude=name,
+                   whole_only=True)
     return Admission(final, preemption=p) if p.victims else Admission(final)

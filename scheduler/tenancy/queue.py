@@ -13,7 +13,13 @@ not fit is woken.
 Quota: with ``tenants`` given, a replica that fits but would take its tenant over a limit
 (admission.over_limit, counting the replicas woken before it in this pass) is held with the
 quota as its reason. It waits on its own tenant, not on capacity, so it blocks nobody, in either
-mode.
+mode. One that does not fit either shows the quota too when it would break it even on an empty
+cluster (what it holds there at least): quota is what blocks, not capacity. A tenant with flavors
+is decided on its GPU models only, and its flavors' limits hold (flavors.py).
+
+Fair sharing (``fair_sharing: true``): among replicas of one tenant priority, the tenant with the
+lower share of what it borrows comes first (``fair_order``; lending.share), as Kueue admits the
+lowest dominant-resource share first.
 
 Reclaim: with ``quotas`` given, a replica that does not fit, of a tenant that stays within its
 guarantee with it (its whole-GPU shape, what it holds on an empty cluster, counting the replicas
@@ -40,9 +46,10 @@ from scheduler.policy_config import PolicyConfig
 from scheduler.reasons import pending_text
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
+from scheduler.tenancy import flavors, lending
 from scheduler.tenancy.admission import borrowing, over_limit, within_guarantee
-from scheduler.tenancy.config import DEFAULT, Tenant
-from scheduler.tenancy.usage import Usage, of_candidate
+from scheduler.tenancy.config import DEFAULT, Tenant, TenantsFile
+from scheduler.tenancy.usage import Usage, by_tenant, of_candidate
 
 
 @dataclass(frozen=True)
@@ -69,10 +76,37 @@ class Wake:
 
 @dataclass(frozen=True)
 class Quotas:
-    """Each tenant with a limit or a guarantee, and what every tenant holds now (the ledger's view)."""
+    """Each tenant with a limit or a guarantee (with fair sharing on: every tenant), and what every
+    tenant holds now (the ledger's view). ``fused``/``names``: each flavored tenant's use per flavor
+    and the GPUs' model names (flavors.py); ``cap``: the cluster's capacity, when fair sharing
+    orders the borrowers (lending.share)."""
 
     tenants: dict[str, Tenant]
     used: dict[str, Usage]
+    fused: dict[str, dict[str, Usage]] = field(default_factory=dict)
+    names: dict[tuple[str, int], str] = field(default_factory=dict)
+    cap: Usage | None = None
+
+
+def quotas_of(snap: ClusterSnapshot, tf: TenantsFile, tenant_of: dict[str, str]) -> Quotas | None:
+    """The queue's Quotas for a tenants file, None when nothing in it bounds or orders anyone."""
+    held = {t.name: t for t in tf.tenants if tf.fair_sharing or t.limit.named() or t.guaranteed() or t.flavors}
+    if not held:
+        return None
+    names = flavors.gpu_names(snap) if any(t.flavors for t in held.values()) else {}
+    fused = {t.name: flavors.used_by(t, [i for i in snap.instances if tenant_of.get(i.model, "default") == t.name],
+                                     names) for t in held.values() if t.flavors}
+    return Quotas(held, by_tenant(snap.instances, tenant_of), fused, names,
+                  lending.capacity(snap) if tf.fair_sharing else None)
+
+
+def fair_order(queue: list[Waiting], quotas: Quotas | None) -> list[Waiting]:
+    """Queue order; with fair sharing, the lower share of what its tenant borrows first among
+    replicas of one tenant priority (lending.py, Fair sharing)."""
+    if quotas is None or quotas.cap is None:
+        return ordered(queue)
+    shares = {t: lending.share(x, quotas.used.get(t, Usage()), quotas.cap) for t, x in quotas.tenants.items()}
+    return sorted(queue, key=lambda w: (-w.tenant_priority, shares.get(w.tenant, 0.0), *w.rank[1:]))
 
 
 def ordered(queue: list[Waiting]) -> list[Waiting]:
@@ -105,6 +139,8 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
     unfit: dict[str, str] = {}  # fit key -> why replicas of such a spec do not fit this pass
     over: dict[str, str] = {}  # deployment -> the quota its replicas are over this pass
     used = dict(quotas.used) if quotas else {}
+    fused = dict(quotas.fused) if quotas else {}
+    quota_ok: dict[str, int] = {}  # deployment -> replicas woken when its quota was last found not to block
     held_back: dict[str, tuple[int, str]] = {}  # deployment -> (replicas woken when it was held back, why)
     empty_snap = without(snap, {i.name for i in snap.instances})
 
@@ -117,12 +153,20 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
 
     keys = {dep: fit_key(sr[0]) for dep, sr in specs.items()}
     unfit_held: list[Waiting] = []  # held because they do not fit, in queue order
-    for w in ordered(queue):
+    for w in fair_order(queue, quotas):
         if w.deployment not in specs:
             out.held[w.instance] = "no estimate yet"
             continue
         spec, req = specs[w.deployment]
-        known = unfit.get(keys[w.deployment]) or over.get(w.deployment)
+        tenant = quotas.tenants.get(w.tenant) if quotas else None
+        known = over.get(w.deployment) or unfit.get(keys[w.deployment])
+        if known is not None and tenant and known == unfit.get(keys[w.deployment]) \
+                and quota_ok.get(w.deployment) != len(out.woken):  # a spec like it did not fit: its quota?
+            quota = _quota_on_empty(empty_snap, spec, req, config, w, tenant, quotas, used, fused)
+            quota_ok[w.deployment] = len(out.woken)
+            if quota:
+                out.held[w.instance] = over[w.deployment] = quota
+                continue
         if known is None and held_back.get(w.deployment, (-1, ""))[0] == len(out.woken):
             known = held_back[w.deployment][1]  # nothing booked since: the same verdict
         if known is None and strict and blocked:
@@ -132,16 +176,20 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
             if unfit.get(keys[w.deployment]) == known:
                 unfit_held.append(w)
             continue
-        d = decide(snap, spec, req, config, exclude=w.instance)
+        d = decide(flavors.restrict(snap, tenant) if tenant else snap, spec, req, config, exclude=w.instance)
         out.decisions += 1
         if not d.scheduled:
+            quota = _quota_on_empty(empty_snap, spec, req, config, w, tenant, quotas, used, fused) if tenant else None
+            if quota:  # quota is what blocks: its reason, not unschedulable (it waits on its tenant)
+                out.held[w.instance] = over[w.deployment] = quota
+                continue
             blocked.append(_Blocked(w, spec, req))
             unfit_held.append(w)
             out.held[w.instance] = unfit[keys[w.deployment]] = pending_text(d.reasons, d.decisive)
             continue
-        tenant = quotas.tenants.get(w.tenant) if quotas else None
         need = of_candidate(d.placement)
-        quota = over_limit(tenant, used.get(w.tenant, Usage()), need) if tenant else None
+        fneed = flavors.held(tenant, d.placement, quotas.names) if tenant and tenant.flavors else None
+        quota = over_limit(tenant, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed) if tenant else None
         if quota:
             out.held[w.instance] = over[w.deployment] = quota
             continue
@@ -155,6 +203,8 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
             continue
         out.woken.append(w.instance)
         used[w.tenant] = used.get(w.tenant, Usage()) + need
+        if fneed:
+            fused[w.tenant] = flavors.add(fused.get(w.tenant, {}), fneed)
         snap = book(snap, d.placement, w.instance, spec.name)
     if quotas and unfit_held:
         _reclaim(out, unfit_held, specs, keys, quotas, used, empty_snap, config)
@@ -184,3 +234,17 @@ def _reclaim(out: Wake, waiting: list[Waiting], specs: dict[str, tuple[ModelSpec
         out.reclaim.append(w.instance)
         out.held.pop(w.instance, None)
         used[w.tenant] = used.get(w.tenant, Usage()) + need
+
+
+def _quota_on_empty(empty_snap: ClusterSnapshot, spec: ModelSpec, req: Request, config: PolicyConfig | None,
+                    w: Waiting, tenant: Tenant, quotas: Quotas, used: dict[str, Usage],
+                    fused: dict[str, dict[str, Usage]]) -> str | None:
+    """The quota a replica that does not fit would break even on an empty cluster (what it holds
+    there at least), for a tenant with a limit; None otherwise."""
+    if not tenant.limit.named() and not any(f.limit.named() for f in (tenant.flavors or {}).values()):
+        return None
+    empty = decide(flavors.restrict(empty_snap, tenant), spec, req, config, exclude=w.instance)
+    if not empty.scheduled:
+        return None
+    fneed = flavors.held(tenant, empty.placement, quotas.names) if tenant.flavors else None
+    return over_limit(tenant, used.get(w.tenant, Usage()), of_candidate(empty.placement), fused.get(w.tenant), fneed)
