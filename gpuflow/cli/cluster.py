@@ -23,7 +23,7 @@ from scheduler.groups.spec import RoleName, gather_problems
 def cmd_deploy(a) -> int:
     """Deploy, say what changed (stdout) and warn of what the change undoes or replaces (stderr);
     with --wait, the verdict's exit code (gpuflow/deploy_wait.py)."""
-    from gpuflow import deploy_report, deploy_wait
+    from gpuflow import deploy_look, deploy_report, deploy_wait
 
     s = settings_from(a)
     spec = files.load_spec(a.spec)
@@ -49,7 +49,7 @@ def cmd_deploy(a) -> int:
             n, source = deploy_report.replicas_to_apply("replicas" in spec.model_fields_set, spec.replicas, a.replicas,
                                                         before.replicas if before else None)
             new = spec.model_copy(update={"replicas": n})
-        view = await ops.deploy(client, new, s.timings, n)
+        view = await ops.deploy(client, new, None, n)  # the cluster's timings (its control plane's), not this env's
         raw = new.model_dump(mode="json", exclude_none=True)
         said = deploy_report.report(view.name, before and {"spec": before.spec, "replicas": before.replicas},
                                     raw, view.replicas, source, before is not None and _rolls(before.spec, new))
@@ -58,7 +58,11 @@ def cmd_deploy(a) -> int:
         print("\n".join(said.said), flush=True)
         if not a.wait:
             if said.said and "nothing changed" not in said.said[0]:
-                for line in (await deploy_wait.first_look(client, view.name, LOOK_S)).lines:
+                if spec.is_group:  # its members' count is its roles' (the status says it)
+                    lines = (await deploy_wait.first_look(client, view.name, LOOK_S)).lines
+                else:  # from visibility, the full status only when placing stalls (issue 37)
+                    lines = await deploy_look.first_look(client, view.name, view.replicas or 0, LOOK_S)
+                for line in lines:
                     print(f"warning: {line}", file=sys.stderr, flush=True)
             return 0
         v = await deploy_wait.wait(client, view.name, a.timeout or WAIT_S,
