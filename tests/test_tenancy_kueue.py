@@ -268,3 +268,36 @@ def test_the_quota_reason_wins_over_unschedulable():
     assert w.held["poc-m-2"] == "quota: tenant poc uses 2 of its 2 GPUs (this replica needs 1)"
     assert w.held["dev-m-1"].startswith("unschedulable:")  # capacity is what blocks dev
     assert not kueue_terms(f)  # limits alone: admission's fast path, as before
+
+
+def test_the_live_scenario_in_one_process():
+    # tests/test_tenancy_kueue_live.py's cluster: h1 2 x 40G (c guarantees them), h2 2 x 48G (b,
+    # cohort lab), h3 2 x 56G (a, cohort lab); replicas of 30 GiB, one a GPU. Binpack alone puts
+    # one on h1 (the fullest fit). a's first two go to its own 56G (its unused flavor guarantee
+    # first), its third borrows b's unused 48G (its cohort mate's), not c's 40G.
+    def host(n, size):
+        return worker(n, 256, [g(0, f"Simulated {size}G", size), g(1, f"Simulated {size}G", size)])
+    f = tf({"name": "a", "cohort": "lab", "flavors": {"56G": {"guarantee": {"gpus": 2}}, "*": {}}},
+           {"name": "b", "cohort": "lab", "flavors": {"48G": {"guarantee": {"gpus": 2}}, "*": {}}},
+           {"name": "c", "flavors": {"40G": {"guarantee": {"gpus": 2}}, "*": {}}})
+    o = Owners({"a-m": "a", "b-m": "b", "c-m": "c"}, {}, {})
+    snap = cluster([host("h1", 40), host("h2", 48), host("h3", 56)])
+    where = []
+    for k in range(3):
+        a = admit(snap, spec("a-m", 30), req(30), f, o, f"a-m-{k}")
+        p = a.decision.placement
+        where.append(p.worker)
+        snap = snap.model_copy(update={"instances": [*snap.instances, held(f"a-m-{k}", "a-m", p.worker, p.gpu_indexes, 30)]})
+        o.started_at[f"a-m-{k}"] = float(k)
+    assert where == ["h3", "h3", "h2"]
+    # b wants its 2 x 48G back: its first goes on the free 48G, its second preempts a's borrower
+    a = admit(snap, spec("b-m", 30), req(30), f, o, "b-m-0")
+    assert a.decision.placement.worker == "h2" and a.victims == []
+    snap = snap.model_copy(update={"instances": [*snap.instances, held("b-m-0", "b-m", "h2", a.decision.placement.gpu_indexes, 30)]})
+    a = admit(snap, spec("b-m", 30), req(30), f, o, "b-m-1")
+    assert a.victims == ["a-m-2"] and a.preemption.why == "to reclaim b's guarantee"
+    snap = snap.model_copy(update={"instances": [i for i in snap.instances if i.name != "a-m-2"]
+                                   + [held("b-m-1", "b-m", "h2", a.decision.placement.gpu_indexes, 30)]})
+    # a's third again: the cohort has nothing unused left; only then c's 40G (whole, rather than
+    # slivers of a's own 56G)
+    assert admit(snap, spec("a-m", 30), req(30), f, o, "a-m-2").decision.placement.worker == "h1"

@@ -16,8 +16,8 @@ control plane's decide activity passes in the snapshot, the tenants file and who
 
 5. Kueue's terms (lending.py, flavors.py), when the file uses them or names a guarantee: the
    decision sees only the GPU models the tenant's flavors allow; a replica of a tenant that stays
-   within its guarantee with it (its empty-cluster shape) does not see GPUs other tenants'
-   borrowers hold (it takes them by preemption; where no preemption gives room, it is placed as
+   within its guarantee with it (its empty-cluster shape; a tenant with unused flavor guarantees:
+   on those flavors, where it is then placed) does not see GPUs other tenants' borrowers hold (it takes them by preemption; where no preemption gives room, it is placed as
    before), and a borrowing replica does not see GPUs other tenants' guaranteed replicas hold
    (lending.guaranteed: oldest first within the guarantee), and tries its cohort's unused
    flavors first (``lending.tiers``). A borrower that would leave less free than other tenants
@@ -100,15 +100,20 @@ def _context(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: 
                                              if owners.tenant_of.get(i.model, "default") == t.name], names)
                  for t in tenants.tenants if t.flavors}
     used, fused = all_used.get(mine, Usage()), all_fused.get(mine, {})
-    borrower = True
-    if me.guaranteed():
-        empty = decide(without(snap, {i.name for i in snap.instances}), spec, request, config, exclude=name)
-        borrower = not empty.scheduled or not within_guarantee(
-            me, used, of_candidate(empty.placement), fused, flavors.held(me, empty.placement, names) if me.flavors else None)
+    borrower, own = True, None
+    if me.guaranteed():  # its own unused flavors first (Kueue tries a queue's flavors in order)
+        own = lending.unused_flavors(me, fused, lent=False) if me.flavors else None
+        empty = without(snap, {i.name for i in snap.instances})
+        probe = decide(flavors.only(empty, me, own) if own else empty, spec, request, config, exclude=name)
+        borrower = not probe.scheduled or not within_guarantee(
+            me, used, of_candidate(probe.placement), fused, flavors.held(me, probe.placement, names) if me.flavors else None)
     kept = lending.guaranteed(snap, tenants, owners.tenant_of, owners.started_at)
     theirs = {i.name for i in snap.instances if i.worker is not None and owners.tenant_of.get(i.model, "default") != mine}
     hidden = theirs & kept if borrower else theirs - kept  # another tenant's guaranteed replicas | borrowers
-    view = lambda s: lending.hide(s, lending.gpus_of(s, hidden))  # noqa: E731
+    if borrower or not own:
+        view = lambda s: lending.hide(s, lending.gpus_of(s, hidden))  # noqa: E731
+    else:  # within a flavor's guarantee: on that flavor's GPUs
+        view = lambda s: lending.hide(flavors.only(s, me, own), lending.gpus_of(s, hidden))  # noqa: E731
     tiers = lending.tiers(me, tenants, all_fused) if borrower else []
     return _Ctx(used, fused, all_used, all_fused, names, borrower, view, tiers, len(lending.gpus_of(snap, hidden)))
 
@@ -120,8 +125,8 @@ def _first(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config: Pol
         return decide(snap, spec, request, config, exclude=name)
     seen = c.view(snap)
     for keep in c.tiers:
-        d = decide(flavors.keep_gpus(seen, keep), spec, request, config, exclude=name)
-        if d.scheduled:
+        d = decide(flavors.keep_gpus(seen, keep), spec, request, config, exclude=name, whole_only=True)
+        if d.scheduled:  # slivers of a preferred flavor do not beat whole GPUs of another
             return d
     return decide(seen, spec, request, config, exclude=name)
 

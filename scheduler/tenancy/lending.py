@@ -131,12 +131,12 @@ def mates(t: Tenant, tenants: TenantsFile) -> set[str]:
     return {u.name for u in tenants.tenants if u.cohort == t.cohort and u.name != t.name}
 
 
-def _unused_flavors(u: Tenant, fused: dict[str, Usage]) -> set[str]:
-    """``u``'s flavors with unused guaranteed GPUs it lends (some of them)."""
+def unused_flavors(u: Tenant, fused: dict[str, Usage], lent: bool = True) -> set[str]:
+    """``u``'s flavors with unused guaranteed GPUs (``lent``: that it lends, some of them)."""
     out = set()
     for k, f in (u.flavors or {}).items():
         g = f.guarantee.gpus
-        lend = f.lending_limit.gpus if f.lending_limit and f.lending_limit.gpus is not None else g
+        lend = f.lending_limit.gpus if lent and f.lending_limit and f.lending_limit.gpus is not None else g
         if g and lend and fused.get(k, Usage()).gpus < g:
             out.add(k)
     return out
@@ -146,7 +146,7 @@ def tiers(t: Tenant, tenants: TenantsFile, fused: dict[str, dict[str, Usage]]) -
     """The GPUs a borrower of ``t`` tries first, as keep(worker, gpu) predicates, in order
     (module docstring, Cohorts); [] when no flavor guarantee is unused (then: any GPU)."""
     near = mates(t, tenants)
-    mine = {u.name: _unused_flavors(u, fused.get(u.name, {})) for u in tenants.tenants if u.name != t.name}
+    mine = {u.name: unused_flavors(u, fused.get(u.name, {})) for u in tenants.tenants if u.name != t.name}
     if not any(mine.values()):
         return []
     by = {u.name: u for u in tenants.tenants}
