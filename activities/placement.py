@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.batch import Batch
+from activities.claims_read import ClaimsReader
 from activities.decider import Decider
 from activities.estimate_cache import EstimateCache
 from activities.hub_headers import HubUnreachable
@@ -46,11 +47,12 @@ def valid_spec(raw: dict) -> ModelSpec:
 class PlacementActivities:
     def __init__(self, engine: Engine, runner: Runner, estimates: EstimateCache, decider: Decider,
                  placing: Batch[Placing, PlaceResult | None], metrics: ControlMetrics,
-                 wake: Callable[[], Awaitable[int]]):
+                 wake: Callable[[], Awaitable[int]], claims: ClaimsReader | None = None):
         """``placing``: the place activity's batches (place_batch.place_batches); ``wake``: the
-        PENDING queue's wake (wake_queue.Waker), after a release."""
+        PENDING queue's wake (wake_queue.Waker), after a release; ``claims``: the learned claims a
+        new placement books under mode apply (activities/claims_read.py; None: the estimate)."""
         self.engine, self.runner, self.estimates, self.decider = engine, runner, estimates, decider
-        self.placing, self.metrics, self.wake = placing, metrics, wake
+        self.placing, self.metrics, self.wake, self.claims = placing, metrics, wake, claims
 
     def all(self) -> list:
         return [self.estimate_model, self.place_replica, self.preempt_placement, self.victims_left,
@@ -89,6 +91,8 @@ class PlacementActivities:
             req = await self.runner.run(self.estimates.get, spec, ask.inputs)
         except GpuflowError as e:
             raise ApplicationError(str(e), type="ModelError", non_retryable=True) from None
+        if self.claims is not None:  # under mode apply, a confident learned claim in place of the estimate
+            req = await self.runner.run(self.claims.apply, spec, req)
         for _ in range(PLACE_TRIES):
             fut = self.placing.submit(Placing(instance, spec, req, then))
             try:

@@ -27,6 +27,7 @@ from activities.decider import Decider
 from activities.decision_keeper import DecisionKeeper
 from activities.drain import DrainActivities
 from activities.estimate_cache import EstimateCache
+from activities.claims_read import ClaimsReader
 from activities.host_auth import HostAuthActivities
 from activities.group_activities import GroupActivities
 from activities.hosts import HostStateActivities
@@ -101,7 +102,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
     return WorkerSet(
         runner=runner, metrics=metrics, estimates=estimates, snapshots=snapshots, decider=decider, waker=waker,
         placement=PlacementActivities(engine, runner, estimates, decider, place_batches(decider, engine, runner),
-                                      metrics, waker.wake),
+                                      metrics, waker.wake, ClaimsReader(engine, reads, claims)),
         groups=GroupActivities(engine, runner, estimates, decider, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
         hosts=HostStateActivities(engine, reads, client, runner, waker.wake, host_auth, claims),

@@ -69,7 +69,8 @@ def applied(req: Request, backend: str, params: list[str], learned: LearnedClaim
     floor = max(learned.floor, req.weight_bytes or 0)
     claim = max(learned.claim, floor)
     kept = replace(learned, claim=claim, estimate=req.vram, floor=floor)
-    return replace(req, vram=claim, learned=kept), f"claims apply: {learned_text(kept)}"
+    why = learned_text(kept)  # the request's basis: explain's "request:" line says it
+    return replace(req, vram=claim, learned=kept, basis=why), f"claims apply: {why}"
 
 
 def learned_text(c: LearnedClaim) -> str:

@@ -94,6 +94,7 @@ def test_the_learned_state_is_kept_with_the_request():
     req, _ = applied(EST, "custom", [], LEARNED, APPLY)
     d = encode(req)
     assert d["learned"]["samples"] == 40 and d["learned"]["estimate"] == 14 * GiB
+    assert req.basis == "claim 6.9 GiB learned from 40 samples over 15 minutes (p90 6.0 GiB + 15%); the estimate was 14.0 GiB"
     assert decode(d) == req
     assert "learned" not in encode(EST)  # an estimate's request encodes as before (its digest unchanged)
     with pytest.raises(InvalidInput, match="samples is not a int"):
