@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from concurrent.futures import Executor, TimeoutError as Late
 from datetime import datetime, timedelta, timezone
+import os
+import socket
 from typing import Callable
 
 from sqlalchemy.engine import Engine
@@ -18,11 +20,13 @@ from sqlmodel import Session, select
 
 from activities.wake_queue import judge_and_record, shown
 from contracts.cluster import (AuditAsk, AuditView, KeysPage, Page, QueuePage, ServingAsk, ServingView,
-                               TenantsApplied, TenantsPage, UsagePage)
+                               SettingsAsk, SettingsView, TenantsApplied, TenantsPage, UsagePage)
 from store import decision_replay, keys, serving, tenants
 from store.snapshot import load_snapshot
 from store.tables import InstanceRow, utcnow
 from scheduler.errors import InvalidInput
+from scheduler.spec_timings import PER_DEPLOYMENT
+from contracts.limits import ClusterPolicy, Limits
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -106,8 +110,11 @@ class StoreReads:
     ``engine``: the writer, for the queue, whose verdicts are recorded (the one reason);
     ``request_of``: the requests this worker costed, so a verdict knows what the decisions knew."""
 
-    def __init__(self, engine: Engine, reads: Engine, pool: Executor, request_of: RequestOf, policy: PolicyConfig):
+    def __init__(self, engine: Engine, reads: Engine, pool: Executor, request_of: RequestOf, policy: PolicyConfig,
+                 cluster: Limits | None = None):
+        """``cluster``: this worker's limits and, from ``gpuflow server``, its timings (ClusterPolicy)."""
         self.engine, self.reads, self.pool, self.request_of, self.policy = engine, reads, pool, request_of, policy
+        self.cluster = cluster or Limits()
 
     def _run(self, what: str, fn, *args, within: float = READ_S):
         try:
@@ -137,6 +144,13 @@ class StoreReads:
 
     def serving(self, ask: ServingAsk) -> ServingView:
         return self._run("serving", serving_view, self.reads, ask)
+
+    def settings(self, ask: SettingsAsk) -> SettingsView:
+        c = self.cluster
+        timings = c.timings if isinstance(c, ClusterPolicy) else None
+        return SettingsView(timings=None if timings is None else timings.model_dump(), per_deployment=list(PER_DEPLOYMENT),
+                            limits=Limits.model_validate(c.model_dump(exclude={"timings"})).model_dump(),
+                            worker=f"{socket.gethostname()}-{os.getpid()}")
 
     def audit(self, ask: AuditAsk) -> AuditView:
         return self._run("audit", audit, self.reads, ask, self.policy)

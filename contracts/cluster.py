@@ -193,6 +193,21 @@ class ServingView(Message):
     reasons: dict[str, str] = {}  # PENDING instance -> its current reason, as the store keeps it
 
 
+class SettingsAsk(StrictMessage):
+    """``gpuflow settings``: the cluster's policy as the answering control-plane worker holds it."""
+
+
+class SettingsView(Message):
+    """The cluster's timings and limits, from the answering ``gpuflow server``'s settings: what
+    every deployment gets (``per_deployment``: the timings a spec may set for itself).
+    ``timings`` None: that worker holds none of its own (a deployment keeps its input's)."""
+
+    timings: dict[str, Any] | None = None
+    limits: dict[str, Any] = {}
+    per_deployment: list[str] = []
+    worker: str = ""  # which worker answered (its identity)
+
+
 class AuditAsk(Message):
     """``gpuflow explain NAME --replay | --history`` through the control plane."""
 

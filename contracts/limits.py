@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from contracts.host import Timings
 from scheduler.limits import REPLICAS_CEILING
+from scheduler.spec_timings import spec_timings
 
 
 class Limits(BaseModel):
@@ -26,3 +28,26 @@ class Limits(BaseModel):
             return (f"replicas {n} is more than this cluster's maximum of {self.max_replicas} "
                     "(the operator's GPUFLOW_LIMITS__MAX_REPLICAS, set where the control-plane workers run)")
         return None
+
+
+class ClusterPolicy(Limits):
+    """What the ``deployment_limits`` activity answers: the operator's limits and the cluster's
+    timings (the answering ``gpuflow server``'s GPUFLOW_TIMINGS__*). A deployment takes its
+    timings from here, with the per-deployment ones its spec sets (scheduler/spec_timings.py),
+    never from the client that started it. ``timings`` None: an answer recorded before it (a
+    replayed history) or a worker that holds no timings of its own: the workflow's input stands."""
+
+    timings: Timings | None = None
+
+    def timings_for(self, given: Timings, raw_spec: dict) -> Timings:
+        """A deployment's timings: the cluster's (or ``given``, the workflow's input, when there
+        are none here: a history recorded before, a worker without timings) with the spec's
+        per-deployment ones over them; never the deploying client's environment."""
+        base = self.timings if self.timings is not None else given
+        return Timings(**{**base.model_dump(), **spec_timings(raw_spec)})
+
+
+def cluster_timings(limits: Limits | None, given: Timings, raw_spec: dict) -> Timings:
+    """A deployment's timings (``ClusterPolicy.timings_for``); ``given`` before the control plane
+    answered, or when its answer is plain ``Limits``."""
+    return limits.timings_for(given, raw_spec) if isinstance(limits, ClusterPolicy) else given

@@ -105,6 +105,11 @@ async def _pages(read: Callable[[cc.Page], Awaitable[Any]], rows_of: Callable[[A
     return first, rows
 
 
+async def settings(client: Client) -> cc.SettingsView:
+    """The cluster's timings and limits, as a control-plane worker's settings hold them (``gpuflow settings``)."""
+    return await _read(client, ids.CLUSTER_SETTINGS, cc.SettingsAsk(), cc.SettingsView)
+
+
 async def list_keys(client: Client) -> list[cc.KeyView]:
     return (await _pages(lambda p: _read(client, ids.CLUSTER_KEYS, p, cc.KeysPage), lambda pg: pg.keys))[1]
 

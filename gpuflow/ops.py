@@ -56,7 +56,8 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     raw = spec.model_dump(mode="json", exclude_none=True)
     wid = deployment_id(spec.name)
     handle = await client.start_workflow(
-        ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, timings=timings), id=wid,
+        ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, **({"timings": timings} if timings else {})),
+        id=wid,
         task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"deployment of {spec.name} ({spec.backend.value})",
         static_details=ui_text.deployment_details(raw, replicas))

@@ -18,6 +18,7 @@ from scheduler.gpu_selector import GPU_ID, GPUId, GPUSelector  # noqa: F401  (wh
 from scheduler.groups.spec import Disaggregation, Gather, RoleSpec, role_data, role_problems
 from scheduler.engine_flags import spec_flag_problems
 from scheduler.rollout import RolloutConfig
+from scheduler.spec_timings import DeploymentTimings
 from scheduler.tenancy.config import NAME as TENANT_PATTERN
 from scheduler.bounds import MAX_COMMAND, MAX_ITEMS, MAX_WORDS, Command, Flag, Labels, Path, ShortText, Whole, Word
 from scheduler.naming import NAME_MAX, NAME_PATTERN, name_problem
@@ -189,6 +190,7 @@ class ModelSpec(Strict):
     cpu_pinning: Flag = False  # bind the engine to its GPUs' NUMA node (CPUs, and memory where numactl is)
     max_concurrency: Whole | None = Field(default=None, ge=1, le=1_000_000)  # gateway: requests per replica at once, unless an engine flag says
     rollout: RolloutConfig = RolloutConfig()  # how a changed spec replaces the replicas (docs/formats.md)
+    timings: DeploymentTimings | None = None  # the per-deployment timings (scheduler/spec_timings.py); the rest are the cluster's
     tenant: str | None = Field(default=None, max_length=NAME_MAX, pattern=TENANT_PATTERN)  # None: "default" (the tenants file)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)  # orders its tenant's deployments
     shared_with: list[Annotated[str, Field(max_length=63)]] = Field(default=[], max_length=MAX_SHARED_WITH)  # gateway: other tenants' keys may use it ("*": all)

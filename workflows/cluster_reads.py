@@ -47,6 +47,8 @@ class Reader(Protocol):
 
     def audit(self, ask: cc.AuditAsk) -> cc.AuditView: ...
 
+    def settings(self, ask: cc.SettingsAsk) -> cc.SettingsView: ...
+
 
 READERS: dict[str, Reader] = {}  # task queue -> the reader of the control-plane worker polling it, in this process
 
@@ -96,3 +98,8 @@ class ClusterReadsWorkflow:
     def audit(self, *args: Any) -> cc.AuditView:
         """A kept decision replayed with the answering worker's build, or a deployment's kept decisions."""
         return reader().audit(one(args, cc.AuditAsk, ids.CLUSTER_AUDIT))
+
+    @workflow.query(name=ids.CLUSTER_SETTINGS)
+    def settings(self, *args: Any) -> cc.SettingsView:
+        """The cluster's timings and limits, as the answering worker's settings hold them."""
+        return reader().settings(one(args, cc.SettingsAsk, ids.CLUSTER_SETTINGS))

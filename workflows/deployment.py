@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes, RolloutView
     from scheduler.rollout import DONE, ROLLBACK, START, STOP
     from contracts import agent as hp, ui_text
-    from contracts.limits import Limits
+    from contracts.limits import ClusterPolicy, Limits, cluster_timings
     from scheduler.spec import ModelSpec
     from workflows import common as c
     from workflows import guards, messages, signals
@@ -58,7 +58,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         inp = one_input(args, DeploymentInput, "ModelDeploymentWorkflow")
         self.raw = dict(inp.spec)
         self.replicas = inp.replicas
-        self.timings = inp.timings or Timings()
+        self.base_timings = inp.timings or Timings()  # the input's; the cluster's replace them (``timings``)
         self.instances: list[str] = list(inp.instances)
         self.stopping: set[str] = set()
         self.next_index = inp.next_index
@@ -75,6 +75,11 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         self.checked = False  # the spec passed the control plane's checks (limits, tenant)
         self._group_init(inp)  # a prefill/decode group's members (workflows/group_steps.py)
         self._pd_init()  # its disaggregation's watch: pd_ineffective (workflows/pd_watch.py)
+
+    @property
+    def timings(self) -> Timings:
+        """The cluster's, with the spec's per-deployment ones (contracts/limits.py ClusterPolicy)."""
+        return cluster_timings(self.limits, self.base_timings, self.raw)
 
     @property
     def name(self) -> str:
@@ -231,7 +236,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
             self.replicas = wanted_total(spec)
         if self.replicas < 0:
             raise ApplicationError(f"replicas must be >= 0, got {self.replicas}", type="InvalidSpec", non_retryable=True)
-        self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=Limits, **c.STORE_CALL)
+        self.limits = await workflow.execute_activity(c.DEPLOYMENT_LIMITS, result_type=ClusterPolicy, **c.STORE_CALL)
         problem = self.limits.replicas_problem(self.replicas)
         if problem and self.fresh:  # a new deployment over the maximum: refused whole, nothing started
             raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
