@@ -269,6 +269,8 @@ def main() -> None:
             r = simulate(kit, cfg, ramp, RAMP_AT + RAMP_HOLD, keep_from=RAMP_AT)
             to = "never" if r.reached_at is None else f"{r.reached_at - RAMP_AT:.0f} s"
             ups = r.ups_to_target if r.reached_at else "-"
+            if r.start_count >= TARGET:  # it held the target's count already when the ramp began
+                to, ups = "had it", "-"
             print(f"{name:<32} {label:<10} {r.start_count:>5} {to:>14} {ups:>9} {r.peak:>5} "
                   f"{r.flaps:>6} {r.thrash:>7} {p95(r.latencies) * 1000:>9.0f} ms")
     if quick:
