@@ -1,20 +1,27 @@
 """The rollout's look at its replicas: each instance workflow's state (its ``status`` query) and,
 for a RUNNING one, whether its server answers HTTP on its advertised address. The deployment
 workflow calls this between rollout steps (workflows/rollout_steps.py); the decision itself is
-scheduler/rollout.py's, a pure function of what this returns."""
+scheduler/rollout.py's, a pure function of what this returns.
+
+``rollout_metrics`` sums every live gateway's counters for one deployment (answers, 5xx answers, the
+request-duration histogram) for the bake's metric checks (scheduler/rollout_bake.py
+``metric_check``); a gateway that does not answer is left out of that look, and counted out."""
 
 from __future__ import annotations
 
 import asyncio
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from contracts.ids import INSTANCE_STATUS, instance_id
 from contracts.control import InstanceNames
-from contracts.rollout import ROLLOUT_PROBE, ReplicaProbe, ReplicaProbes
+from store import serving
+from contracts.rollout import ROLLOUT_METRICS, ROLLOUT_PROBE, GatewayCounts, MetricsAsk, ReplicaProbe, ReplicaProbes
 
 HTTP_TIMEOUT_S = 3.0
 MAX_NAMES = 2000
@@ -33,12 +40,59 @@ async def answers(address: str | None, port: int | None) -> bool:
         return False
 
 
+MAX_METRICS_BYTES = 8 << 20  # a gateway's /metrics, at most
+DURATION = "gpuflow_gateway_request_duration_seconds"
+
+
+def counts_of(text: str, model: str) -> GatewayCounts:
+    """One gateway's counters for ``model`` out of its Prometheus text (gateway/metrics.py)."""
+    out = GatewayCounts(gateways=1)
+    for fam in text_string_to_metric_families(text):
+        for x in fam.samples:
+            if x.labels.get("model") != model:
+                continue
+            if x.name == "gpuflow_gateway_requests_total":
+                out.answered += x.value
+                out.errors += x.value if str(x.labels.get("code", "")).startswith("5") else 0.0
+            elif x.name == DURATION + "_bucket" and len(out.buckets) < 64:
+                le = str(x.labels.get("le", "+Inf"))[:32]
+                out.buckets[le] = out.buckets.get(le, 0.0) + x.value
+    return out
+
+
+async def _metrics_text(url: str) -> str | None:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as s:
+            async with s.get(url) as r:
+                return (await r.content.read(MAX_METRICS_BYTES)).decode(errors="replace") if r.status == 200 else None
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        return None
+
+
 class RolloutProbe:
-    def __init__(self, client: Client):
-        self.client = client
+    def __init__(self, client: Client, engine: Engine | None = None):
+        self.client, self.engine = client, engine
 
     def all(self) -> list:
-        return [self.rollout_probe]
+        return [self.rollout_probe, self.rollout_metrics]
+
+    @activity.defn(name=ROLLOUT_METRICS)
+    async def rollout_metrics(self, ask: MetricsAsk) -> GatewayCounts:
+        """Every live gateway's counters for the deployment, summed (those that answer)."""
+        gateways = await asyncio.to_thread(serving.live_gateways, self.engine) if self.engine is not None else []
+        texts = await asyncio.gather(*(_metrics_text(serving.metrics_url(g.url)) for g in gateways))
+        out = GatewayCounts()
+        for text in texts:
+            if text is None:
+                continue
+            try:
+                one = counts_of(text, ask.deployment)
+            except ValueError:  # not Prometheus text: that gateway is left out of this look
+                continue
+            out.answered, out.errors, out.gateways = out.answered + one.answered, out.errors + one.errors, out.gateways + 1
+            for le, v in one.buckets.items():
+                out.buckets[le] = out.buckets.get(le, 0.0) + v
+        return out
 
     @activity.defn(name=ROLLOUT_PROBE)
     async def rollout_probe(self, asked: InstanceNames) -> ReplicaProbes:

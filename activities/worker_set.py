@@ -110,7 +110,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         drain=DrainActivities(engine, runner),
         queue=QueueActivities(engine, runner, waker.wake, limits, pending_recheck_s),
         booking=BookingActivities(reads, runner),
-        rollout=RolloutProbe(client),
+        rollout=RolloutProbe(client, engine),
         autoscale=AutoscaleActivities(engine, client, runner, estimates, policy, metrics.registry, capacity_hook,
                                       decider.keeper),
         pd_health=PDHealthActivities(engine, runner),

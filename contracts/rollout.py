@@ -23,6 +23,27 @@ class ReplicaProbe(BaseModel):
     answers: bool = False  # RUNNING and its server answered HTTP (any status below 500)
 
 
+ROLLOUT_METRICS = "rollout_metrics"
+
+
+class GatewayCounts(BaseModel):
+    """Every live gateway's counters for one deployment, summed (activities/rollout_probe.py): the
+    requests answered, those answered 5xx, and the request-duration histogram's cumulative buckets
+    (upper bound in seconds, as text -> count). What a gateway serves is read as untrusted: bounded."""
+
+    answered: Annotated[float, Field(ge=0, le=1e15)] = 0.0
+    errors: Annotated[float, Field(ge=0, le=1e15)] = 0.0
+    buckets: Annotated[dict[Annotated[str, Field(max_length=32)], Annotated[float, Field(ge=0, le=1e15)]],
+                       Field(max_length=64)] = {}
+    gateways: Count = 0  # gateways read
+
+
+class MetricsAsk(BaseModel):
+    """The rollout_metrics activity's input: the deployment whose gateway counters to sum."""
+
+    deployment: Name
+
+
 class ReplicaProbes(BaseModel):
     """The probe's answer: one ReplicaProbe per name asked (contracts/control.py InstanceNames)."""
 
@@ -114,6 +135,7 @@ class RolloutState(BaseModel):
     bake_base: Annotated[dict[Name, Count], Field(max_length=MAX_NAMES)] = {}  # replica -> restarts when the bake saw it first
     progress_at: Since | None = None  # the last change the rollout made or saw
     progress_key: Annotated[str, Field(max_length=64)] = ""  # what it saw then (rollout_bake.progress_key)
+    bake_counts: GatewayCounts | None = None  # the gateways' counters when the bake began (metric checks)
 
 
 class UndoView(BaseModel):

@@ -39,6 +39,16 @@ class RolloutConfig(Strict):
                           "a new replica that goes ERROR or restarts in this window rolls it back; the version is good "
                           "only once its bake passes (Kubernetes' minReadySeconds, for the whole version). 0: no bake. "
                           "Default 60 s.")
+    bake_max_error_ratio: float | None = Field(None, ge=0, le=1, description="During the bake, the most the "
+                                               "gateways' answers of this deployment may be 5xx, as a fraction "
+                                               "(gpuflow_gateway_requests); more rolls the version back. None: not judged.")
+    bake_max_latency_p90_s: float | None = Field(None, gt=0, le=3600, description="During the bake, the most the "
+                                                 "gateways' request duration p90 may be, in seconds "
+                                                 "(gpuflow_gateway_request_duration_seconds); more rolls the version "
+                                                 "back. None: not judged.")
+    bake_min_requests: int = Field(20, ge=1, le=1_000_000, description="The metric checks judge only once the "
+                                   "gateways answered this many requests of the deployment during the bake (fewer: "
+                                   "not judged, and the bake says so). Default 20.")
     progress_deadline_s: float = Field(600, ge=0, le=86400, description="A rollout in which nothing changes for this "
                                        "long (no replica started, placed, ready or stopped) is rolled back, naming what "
                                        "it waited for (Kubernetes' progressDeadlineSeconds). 0: no deadline. Default 600 s.")

@@ -41,6 +41,40 @@ def bake_step(cfg: RolloutConfig, desired: int, since: float, now: float, new: l
     return Step(BAKE, reason=judged)
 
 
+def metric_check(cfg: RolloutConfig, base: dict, cur: dict) -> tuple[str | None, str]:
+    """The bake's metric checks over the gateways' counters since the bake began (``base``, ``cur``:
+    GatewayCounts as dicts: answered, errors, buckets). (why it fails or None, what was judged)."""
+    if cfg.bake_max_error_ratio is None and cfg.bake_max_latency_p90_s is None:
+        return None, ""
+    n = max(0.0, cur.get("answered", 0) - base.get("answered", 0))
+    if n < cfg.bake_min_requests:
+        return None, f"metrics not judged: {n:.0f} < {cfg.bake_min_requests} requests answered"
+    errs = max(0.0, cur.get("errors", 0) - base.get("errors", 0))
+    ratio, said = errs / n, [f"{n:.0f} requests"]
+    if cfg.bake_max_error_ratio is not None:
+        said.append(f"error ratio {ratio:.3f} (<= {cfg.bake_max_error_ratio:g})")
+        if ratio > cfg.bake_max_error_ratio:
+            return f"error ratio {ratio:.3f} > {cfg.bake_max_error_ratio:g} ({errs:.0f} of {n:.0f} answered 5xx)", ""
+    if cfg.bake_max_latency_p90_s is not None:
+        p90 = quantile(base.get("buckets", {}), cur.get("buckets", {}), 0.9)
+        if p90 is not None:
+            said.append(f"latency p90 <= {p90:g} s (<= {cfg.bake_max_latency_p90_s:g})")
+            if p90 > cfg.bake_max_latency_p90_s:
+                return f"latency p90 > {cfg.bake_max_latency_p90_s:g} s (in the bucket up to {p90:g} s) over {n:.0f} requests", ""
+    return None, ", ".join(said)
+
+
+def quantile(base: dict[str, float], cur: dict[str, float], q: float) -> float | None:
+    """The upper bound of the histogram bucket holding quantile ``q`` of what was observed between
+    two scrapes of cumulative buckets (bound as text -> count; +Inf counts as infinity). None: nothing
+    observed."""
+    bounds = sorted((float(k), max(0.0, v - base.get(k, 0.0))) for k, v in cur.items())
+    total = bounds[-1][1] if bounds else 0.0
+    if total <= 0:
+        return None
+    return next(le for le, c in bounds if c >= q * total)
+
+
 def bake_left(cfg: RolloutConfig, since: float, now: float) -> float:
     """Seconds of the bake left (0 once it has run its time: the verdict then waits only for every
     replica to be ready)."""

@@ -209,3 +209,70 @@ def test_a_replica_seen_error_during_the_bake_is_named_as_the_bake_s_failure():
     d.look(5, {"chat-1": ("running", 0)})
     s = d.look(26, {"chat-1": ("error", 1)})  # caught between its crash and its restart
     assert (s.action, s.reason) == (ROLLBACK, "rolled back: chat-1 is ERROR 21 s into the bake")
+
+
+# --- the bake's metric checks: the gateways' own counters --------------------------------------------
+
+from scheduler.rollout_bake import metric_check, quantile  # noqa: E402
+
+M = RolloutConfig(bake_max_error_ratio=0.05, bake_max_latency_p90_s=1.0, bake_min_requests=20)
+B0 = {"answered": 100, "errors": 1, "buckets": {"0.5": 90, "1.0": 98, "2.5": 100, "+Inf": 100}}
+
+
+def counts(answered, errors, b05, b1, b25, inf):
+    return {"answered": answered, "errors": errors, "buckets": {"0.5": b05, "1.0": b1, "2.5": b25, "+Inf": inf}}
+
+
+@pytest.mark.parametrize("cfg, cur, fails, said", [
+    # 10 answered since the bake began (110 - 100) < 20: not judged
+    (M, counts(110, 9, 100, 108, 110, 110), None, "metrics not judged: 10 < 20 requests answered"),
+    # 100 answered, 2 of them 5xx (3 - 1): 0.02 <= 0.05; 90 of 100 within 0.5 s (180 - 90): p90 in the 0.5 s bucket
+    (M, counts(200, 3, 180, 198, 200, 200), None,
+     "100 requests, error ratio 0.020 (<= 0.05), latency p90 <= 0.5 s (<= 1)"),
+    # 100 answered, 10 of them 5xx (11 - 1): 0.1 > 0.05
+    (M, counts(200, 11, 180, 198, 200, 200), "error ratio 0.100 > 0.05 (10 of 100 answered 5xx)", ""),
+    # 100 observed, 50 within 0.5 s, 80 within 1 s, 100 within 2.5 s: p90 in the 2.5 s bucket > 1 s
+    (M, counts(200, 1, 140, 178, 200, 200), "latency p90 > 1 s (in the bucket up to 2.5 s) over 100 requests", ""),
+    # no threshold set: nothing judged, nothing said
+    (RolloutConfig(), counts(200, 100, 100, 100, 100, 200), None, ""),
+])
+def test_the_metric_checks(cfg, cur, fails, said):
+    assert metric_check(cfg, B0, cur) == (fails, said)
+
+
+def test_the_quantile_of_a_histogram_s_window():
+    assert quantile({}, {"0.1": 5, "1": 9, "+Inf": 10}, 0.9) == 1.0  # 9 of 10 within 1 s
+    assert quantile({}, {"0.1": 5, "1": 8, "+Inf": 10}, 0.9) == float("inf")
+    assert quantile({"0.1": 5, "+Inf": 5}, {"0.1": 5, "+Inf": 5}, 0.9) is None  # nothing since
+
+
+def test_a_gateway_s_own_metrics_are_read_for_one_model():
+    """The real gateway registry (gateway/metrics.py), as its /metrics serves it."""
+    from prometheus_client import generate_latest
+
+    from activities.rollout_probe import counts_of
+    from gateway.metrics import Metrics
+
+    m = Metrics()
+    for code, n in (("200", 7), ("502", 2), ("429", 1)):
+        for _ in range(n):
+            m.requests.labels("chat", "t", code).inc()
+    m.requests.labels("other", "t", "500").inc()
+    for s in (0.01, 0.2, 3.0):
+        m.duration.labels("chat").observe(s)
+    got = counts_of(generate_latest(m.registry).decode(), "chat")
+    assert (got.answered, got.errors, got.buckets["+Inf"]) == (10, 2, 3)  # 7 + 2 + 1 answered; the 502s; 3 observed
+
+
+def test_a_bake_whose_gateways_see_errors_is_rolled_back():
+    from contracts.rollout import GatewayCounts
+
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    d.raw["rollout"].update(bake_max_error_ratio=0.05)
+    base = GatewayCounts(answered=100, errors=0)
+    ps = [ReplicaProbe(name="chat-1", state="running", answers=True)]
+    assert ro.decide(d.r, d.raw, 1, d.instances, ps, 5, counts=base).action == BAKE  # the bake's start: counted from here
+    s = ro.decide(d.r, d.raw, 1, d.instances, ps, 15, counts=GatewayCounts(answered=150, errors=20))
+    assert (s.action, s.reason) == (ROLLBACK, "rolled back: error ratio 0.400 > 0.05 (20 of 50 answered 5xx), "
+                                              "10 s into the bake")

@@ -31,13 +31,13 @@ pytest.importorskip("openai")
 T = FAST.model_copy(update={"drain_timeout_s": 60})
 
 
-def version(v: str, replicas: int = 1, crash_s: float | None = None, bake_s: float = 8) -> dict:
+def version(v: str, replicas: int = 1, crash_s: float | None = None, bake_s: float = 8, **checks) -> dict:
     cmd = (f"{sys.executable} -m gpuflow.demo.standin --port {{port}} --host {{host}} --model-name chat-{v} "
            f"--token-s 0.01" + (f" --exit-after-s {crash_s:g}" if crash_s is not None else ""))
     return ModelSpec.model_validate({"name": "chat", "backend": "custom", "run_command": cmd, "replicas": replicas,
                                      "source": {"local_path": "/models/chat"},
                                      "resources": {"vram": 20 * 2**30, "ram": 2**30},  # one 24 GiB GPU each
-                                     "rollout": {"surge_timeout_s": 3, "bake_s": bake_s}}
+                                     "rollout": {"surge_timeout_s": 3, "bake_s": bake_s, **checks}}
                                     ).model_dump(mode="json", exclude_none=True)
 
 
@@ -66,14 +66,16 @@ async def test_a_crash_after_start_is_rolled_back_by_the_bake_and_deploy_wait_sa
         load = Load(lv.gateway)
         await lv.wait(lambda: load.ok >= 10 or load.failed, 60, "v0 answers through the gateway")
 
-        # v1, surge-first onto the spare GPU: 0, and only once its 8 s bake passed
-        out, took = await asyncio.to_thread(deploy_wait, lv, tmp_path, version("v1"), "v1")
+        # v1, surge-first onto the spare GPU: 0, and only once its 8 s bake passed, judged on the gateway's counters too
+        checks = {"bake_max_error_ratio": 0.05, "bake_max_latency_p90_s": 5}
+        out, took = await asyncio.to_thread(deploy_wait, lv, tmp_path, version("v1", **checks), "v1")
         v = await rollout(lv)
         assert out.returncode == 0, (out.stdout, out.stderr, v)
         assert "baking: " in out.stderr, out.stderr  # the progress line said so while it baked
         assert [(h["version"], h["result"]) for h in v["history"]] == [(0, "deployed"), (1, "good")], v["history"]
         assert [s for s in v["steps"] if s["action"] == "bake"] and v["steps"][-1]["reason"].startswith("baked "), v["steps"]
-        print(f"\nv1 surge-first: deploy --wait exit 0 after {took:.1f} s (8 s bake)")
+        assert "requests, error ratio 0.000 (<= 0.05), latency p90 <= " in v["steps"][-1]["reason"], v["steps"][-1]
+        print(f"\nv1 surge-first: deploy --wait exit 0 after {took:.1f} s (8 s bake: {v['steps'][-1]['reason']})")
 
         # v2 crashes 20 s after it starts, after its last step: rolled back by the bake; exit 1
         failed_before = len(load.failed)

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.placement import ScaleDownAsk
     from contracts.queue import TenantAsk
     from contracts.records import SaveDeployment, StartInstances
-    from contracts.rollout import ROLLOUT_PROBE, ReplicaProbes, RolloutView
+    from contracts.rollout import RolloutView
     from scheduler.rollout import DONE, ROLLBACK, START, STOP
     from contracts import agent as hp, ui_text
     from contracts.limits import ClusterPolicy, Limits, cluster_timings
@@ -309,9 +309,8 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         """One step of the running rollout: look at the replicas, let the rollout decide
         (workflows/rollout_steps.py ``decide``), and do what it says."""
         now = workflow.now().timestamp()
-        probed: ReplicaProbes = await workflow.execute_activity(
-            ROLLOUT_PROBE, InstanceNames(names=list(self.instances)), result_type=ReplicaProbes, **c.STORE_CALL)
-        s = ro.decide(self.ro, self.raw, self.replicas or 0, self.instances, probed.probes, now)
+        probes, counts = await ro.look(self.ro, self.raw, self.name, self.instances)  # the replicas; the gateways'
+        s = ro.decide(self.ro, self.raw, self.replicas or 0, self.instances, probes, now, counts=counts)
         if s.action == START:
             ro.log_step(self.ro, START, await self._start_new(1), s.reason)
         elif s.action == STOP:

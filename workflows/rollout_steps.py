@@ -22,13 +22,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 
-from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, Outcome, OutcomeView, ReplicaProbe, RolloutState, RolloutStep,
-                               RolloutView, UndoView)
+from contracts.control import InstanceNames
+from contracts.rollout import (KEEP_HISTORY, KEEP_STEPS, ROLLOUT_METRICS, ROLLOUT_PROBE, GatewayCounts, MetricsAsk, Outcome,
+                               OutcomeView, ReplicaProbe, ReplicaProbes, RolloutState, RolloutStep, RolloutView, UndoView)
 from scheduler.bounds import MAX_TEXT
 from scheduler.groups.compat import ORDER, Judgement, judge
 from scheduler.groups.spec import RoleName
 from scheduler.rollout import BAKE, DONE, FORM, ROLLBACK, START, STOP, WAIT, Replica, Step, next_step
-from scheduler.rollout_bake import bake_left, bake_step, progress_key, stalled
+from scheduler.rollout_bake import bake_left, bake_step, metric_check, progress_key, stalled
 from scheduler.spec import ModelSpec
 from workflows import common as c
 from workflows.inputs import compact, invalid
@@ -238,12 +239,13 @@ def seen(r: RolloutState, probes: list[ReplicaProbe], now: float) -> dict[str, R
 
 
 def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], probes: list[ReplicaProbe],
-           now: float, bake: bool = True) -> Step:
+           now: float, bake: bool = True, counts: GatewayCounts | None = None) -> Step:
     """The rollout's next step, from a look at its replicas (``probes``, taken at ``now``): the
     pure policy's (scheduler/rollout.py ``next_step``) over the old and new versions' replicas.
     Once the last step is taken, the version bakes, and a rollout without progress for
     ``progress_deadline_s`` is rolled back (scheduler/rollout_bake.py); ``bake`` False: neither
-    (the rollout as it was before issue 38, for tests that compare)."""
+    (the rollout as it was before issue 38, for tests that compare). ``counts``: the gateways'
+    counters now (:func:`look`), for the bake's metric checks."""
     cfg = ModelSpec.model_validate(raw).rollout
     reps = seen(r, probes, now)
     live = [n for n in instances if n in reps]
@@ -267,6 +269,13 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
     for x in new:
         r.bake_base.setdefault(x.name, x.restarts)
     verdict = bake_step(cfg, replicas, r.bake_since, now, new, r.bake_base)
+    r.bake_counts = r.bake_counts or counts  # the metric checks count from the bake's start
+    if verdict.action != ROLLBACK and counts is not None and r.bake_counts is not None:
+        why, said = metric_check(cfg, r.bake_counts.model_dump(), counts.model_dump())
+        if why:
+            verdict = Step(ROLLBACK, reason=f"rolled back: {why}, {now - r.bake_since:.0f} s into the bake")
+        elif said:
+            verdict = Step(verdict.action, reason=verdict.reason if verdict.action == BAKE else f"{verdict.reason}; {said}")
     if step.action == ROLLBACK and verdict.action != ROLLBACK:  # failed before the bake saw it (restarts >= threshold)
         return step
     if verdict.action == BAKE:
@@ -276,7 +285,22 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
 
 
 def _unbake(r: RolloutState) -> None:
-    r.bake_since, r.bake_base, r.progress_at, r.progress_key = None, {}, None, ""
+    r.bake_since, r.bake_base, r.progress_at, r.progress_key, r.bake_counts = None, {}, None, "", None
+
+
+async def look(r: RolloutState, raw: dict, name: str, instances: list[str]
+               ) -> tuple[list[ReplicaProbe], GatewayCounts | None]:
+    """A look at the rollout's replicas (the rollout_probe activity) and, for a rollout whose spec
+    sets a metric threshold, the gateways' counters for the bake's checks (rollout_metrics; None
+    and no activity otherwise)."""
+    probed = await workflow.execute_activity(ROLLOUT_PROBE, InstanceNames(names=list(instances)),
+                                             result_type=ReplicaProbes, **c.STORE_CALL)
+    cfg = ModelSpec.model_validate(raw).rollout
+    if not r.rolling or r.rolled_back or cfg.bake_s <= 0 or (cfg.bake_max_error_ratio is None
+                                                           and cfg.bake_max_latency_p90_s is None):
+        return probed.probes, None
+    return probed.probes, await workflow.execute_activity(ROLLOUT_METRICS, MetricsAsk(deployment=name),
+                                                          result_type=GatewayCounts, **c.STORE_CALL)
 
 
 def done(r: RolloutState, reason: str, keep: set[str]) -> None:
@@ -326,12 +350,21 @@ def view(r: RolloutState, name: str, replicas: int, instances: list[str], stoppi
     baking = r.rolling and r.bake_since is not None and cfg is not None
     left = bake_left(cfg, r.bake_since, workflow.now().timestamp()) if baking else 0.0
     return RolloutView(baking=baking, bake_left_s=round(left, 1),
-                       bake_judged="a new replica that goes ERROR or restarts rolls the version back" if baking else "",
+                       bake_judged=_judged(cfg) if baking else "",
                        name=name, status=r.status or "no rollout yet", rolling=r.rolling, version=r.version,
                        from_version=r.from_version, desired=replicas, old=old, new=new, stopping=sorted(stopping),
                        can_undo=to is not None, undo=UndoView(to=to.version if to else None, says=said),
                        steps=list(r.steps), history=[OutcomeView(**h.model_dump(exclude={"spec"})) for h in r.history],
                        way=r.way, why=r.why, gen=r.gen)
+
+
+def _judged(cfg) -> str:
+    said = ["a new replica that goes ERROR or restarts rolls the version back"]
+    if cfg.bake_max_error_ratio is not None:
+        said.append(f"so does a 5xx ratio above {cfg.bake_max_error_ratio:g} at the gateways")
+    if cfg.bake_max_latency_p90_s is not None:
+        said.append(f"or a request duration p90 above {cfg.bake_max_latency_p90_s:g} s")
+    return "; ".join(said) + (f" (once {cfg.bake_min_requests} requests were answered)" if len(said) > 1 else "")
 
 
 def _cfg(r: RolloutState):
