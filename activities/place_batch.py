@@ -27,6 +27,7 @@ from activities.decider import Decider
 from activities.runner import Runner
 from contracts.control import EstimateRecord, PlaceResult, RequestSummary, ReserveResult
 from store import ledger
+from store.booking_proofs import BookingSigner
 from scheduler.errors import GpuflowError
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
@@ -47,14 +48,17 @@ class Placing:
 
 def place_batches(decider: Decider, engine: Engine, runner: Runner) -> Batch[Placing, PlaceResult | None]:
     """The batches the place activity's calls join: each is placed by place_many in ``runner``'s pool."""
-    return Batch(lambda asks: runner.submit(place_many, decider, engine, asks), MAX_PLACE_BATCH)
+    signer = BookingSigner()
+    return Batch(lambda asks: runner.submit(place_many, decider, engine, asks, signer), MAX_PLACE_BATCH)
 
 
-def place_many(decider: Decider, engine: Engine, asks: list[Placing]) -> list[PlaceResult | None | GpuflowError]:
+def place_many(decider: Decider, engine: Engine, asks: list[Placing],
+               signer: BookingSigner | None = None) -> list[PlaceResult | None | GpuflowError]:
     """For each ask, in order: its result (booked, or a decision that does not place it outright),
     None when the ledger refused its plan (decide again), or the GpuflowError the policy raised
     for its spec (or the ledger's NotWanted). ``decider`` decides (under its lock) and hears of refused plans; ``engine``
-    is the store the batch is booked in."""
+    is the store the batch is booked in; ``signer`` signs each booking on one host for its host
+    (store/booking_proofs.py: its first launch's booking check, without the host workflow)."""
     decided = decider.decide_many([(a.instance, a.spec, a.request) for a in asks])
     out: list[PlaceResult | None | GpuflowError] = []
     books: list[tuple[int, ledger.Booking]] = []
@@ -82,4 +86,10 @@ def place_many(decider: Decider, engine: Engine, asks: list[Placing]) -> list[Pl
             else:
                 plan, now = g
                 out[i] = out[i].model_copy(update={"booked": ReserveResult(plan=plan, booked_now=now)})
+        if signer is not None:
+            done = [(b.instance, out[i].booked.plan, b.backend) for i, b in books if isinstance(out[i], PlaceResult)]
+            proofs = signer.sign(engine, done)
+            for i, b in books:
+                if b.instance in proofs:
+                    out[i] = out[i].model_copy(update={"proof": proofs[b.instance]})
     return out

@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from contracts.booking_proof import BookingProof
+
 from scheduler.bounds import CpuText, MAX_COMMAND, MAX_ITEMS, MAX_TEXT, MAX_WORDS, Command, Indexes, Name, Path, Seconds, ShortText, Word
 from scheduler.limits import MAX_BYTES, MAX_GPUS
 from scheduler.naming import NAME_MAX
@@ -81,6 +83,9 @@ class LaunchRequest(BaseModel):
     ram_claim: int = Field(0, ge=0, le=MAX_BYTES)
     vram_stated: int = Field(0, ge=0, le=MAX_BYTES)  # the spec's resources.vram (0: none): a simulated host's base of use
     source: Annotated[str, Field(max_length=MAX_TEXT)] = ""  # the model's source key (hf:..., local:...)
+    # The control plane's signed booking for this launch (contracts/booking_proof.py): taken once,
+    # fresh, in place of asking the host workflow; None, or one that does not hold: the ledger is asked.
+    booking_proof: BookingProof | None = None
     # A prefill/decode group's member: its role and the group's mode; the agent adds that mode's
     # flags and picks its KV ports (worker_agent/pd_argv.py). None: a plain replica, or a router.
     pd_role: PDRole | None = None

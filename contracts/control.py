@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.agent import KEY_ID_PATTERN, PDModeName
+from contracts.booking_proof import BookingProof
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from contracts.host import CordonReason
@@ -79,6 +80,7 @@ class PlaceResult(BaseModel):
     decision: DecisionRecord
     booked: ReserveResult | None = None
     estimate: EstimateRecord | None = None  # the request it decided with (the workflow skips its own estimate when the spec states it)
+    proof: BookingProof | None = None  # the booking signed for its host (contracts/booking_proof.py): its first launch's check
 
 
 class InstanceFields(BaseModel):

@@ -49,9 +49,20 @@ def _booking_of(instance: str, worker: str, lines: list, row) -> Booking:
         plan = PlacementPlan.model_validate(row.placement)
     except ValidationError as e:
         return Booking(reason=f"instance {instance}'s stored placement does not validate: {e.errors()[0]['msg']}")
+    return _booked(lines, plan, row.backend, worker)
+
+
+def booked_by(instance: str, worker: str, plan: PlacementPlan, backend: str | None) -> Booking:
+    """The Booking on ``worker`` of a plan the ledger has just booked for ``instance`` (a wanted
+    replica: the booking's transaction checked it), as ``bookings_on`` would read it back: its
+    lines are the plan's (ledger.plan_rows)."""
+    return _booked([x for x in plan_rows(instance, plan) if x.worker == worker], plan, backend, worker)
+
+
+def _booked(lines: list, plan: PlacementPlan, backend: str | None, worker: str) -> Booking:
     main = [x for x in lines if x.role == "main"]
     return Booking(booked=True, gpu_indexes=sorted({x.gpu_index for x in lines if x.gpu_index >= 0}),
-                   parts=booked_parts(row.backend, plan, worker),
+                   parts=booked_parts(backend, plan, worker),
                    vram_claim={x.gpu_index: x.vram for x in main if x.gpu_index >= 0 and x.vram > 0},
                    ram_claim=sum(x.ram for x in main))
 

@@ -27,7 +27,7 @@ from contracts import agent as p
 from scheduler.claim_apply import is_oom
 from contracts import launch_proof
 from worker_agent import pd_argv, pinning
-from worker_agent.bookings import BookingUnknown, Bookings, part_of, refusal
+from worker_agent.bookings import BookingUnknown, Bookings, TakenProofs, part_of, refusal
 from worker_agent.credential import HostCredential
 from worker_agent.downloads import DownloadFailed, HubConfig, NotOnHub, Progress, fetch, wanted
 from worker_agent.engine_key import EngineKeys, key_env, new_nonce, sglang_config, write_secret
@@ -69,6 +69,7 @@ class HostActivities:
         self.name, self.table, self.discover = name, table, discover
         self.credential = credential  # makes each server's engine key (engine_key.py); None: engines run open
         self.bookings = bookings  # the ledger, asked before any process starts (bookings.py)
+        self.proofs = TakenProofs()  # the bookings the control plane signed, each taken once (bookings.py)
         self.hub = hub or HubConfig(cache_dir=os.path.join(os.path.dirname(table.run_dir), "models"))
         self.address = address  # where other hosts reach this host's helper processes
         self.engines = engines or EngineConfig()
@@ -243,10 +244,12 @@ class HostActivities:
         the instance may run on this host, in which role and on which GPUs (bookings.py). Refused
         with NotBooked (not retried) when it holds none here, or not this part, role or these GPUs:
         its workflow places it again; retried (BookingUnknown) when the control plane cannot be asked."""
-        try:
-            booking = await self.bookings.booked(p.instance_of(req.key))
-        except BookingUnknown as e:
-            raise ApplicationError(str(e), type="BookingUnknown") from None
+        booking = self._signed(req)
+        if booking is None:
+            try:
+                booking = await self.bookings.booked(p.instance_of(req.key))
+            except BookingUnknown as e:
+                raise ApplicationError(str(e), type="BookingUnknown") from None
         why = refusal(req.key, self.name, req.role, list(req.gpu_indexes), booking)
         if why:
             if self.metrics:
@@ -254,6 +257,18 @@ class HostActivities:
             raise ApplicationError(why, type="NotBooked", non_retryable=True)
         self.table.seen_booked(req.key)
         return booking
+
+    def _signed(self, req: p.LaunchRequest) -> Booking | None:
+        """The booking the control plane signed for this launch with this host's key
+        (contracts/booking_proof.py), when it holds: for this instance here, fresh, not taken
+        before. None (no proof, no credential, a helper's launch, or one that does not hold): the
+        ledger is asked."""
+        if req.booking_proof is None or self.credential is None or req.part:
+            return None
+        got, why = self.proofs.booking(self.credential.key, req.booking_proof, p.instance_of(req.key), self.name)
+        if why:
+            activity.logger.info("%s: %s; asking the ledger", req.key, why)
+        return got
 
     async def _watch_booked(self, req: p.LaunchRequest) -> None:
         """A supervised process that the usage book does not measure yet (adopted by a new agent run):

@@ -12,12 +12,15 @@ ledger); :class:`HeldBookings` is an in-memory ledger for the agent's unit tests
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import Callable, Protocol
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from contracts import booking_proof
 from contracts.agent import instance_of
+from contracts.booking_proof import BookingProof
 from contracts.ids import host_id
 from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, MAX_ASKED, BookedPart, Booking, BookingQuery,
                             BookingsQuery, HostBookings)
@@ -63,6 +66,26 @@ class LedgerBookings:
                                   f"{len(chunk)} instance(s)")
             out.update(got.bookings)
         return out
+
+
+class TakenProofs:
+    """The booking proofs this agent took (contracts/booking_proof.py): each once, while fresh.
+    A proof's nonce is kept twice its time to live, so it is refused until it would be anyway."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self.clock = clock
+        self.taken: dict[str, float] = {}  # nonce -> when it was taken
+
+    def booking(self, key: bytes, proof: BookingProof, instance: str, host: str) -> tuple[Booking | None, str]:
+        """(the signed Booking, "") when ``proof`` lets ``host`` start ``instance`` now; else (None, why)."""
+        now = self.clock()
+        if len(self.taken) > 256:
+            self.taken = {n: t for n, t in self.taken.items() if now - t <= 2 * booking_proof.TTL_S}
+        why = booking_proof.problem(key, proof, instance, host, now, self.taken)
+        if why:
+            return None, why
+        self.taken[proof.nonce] = now
+        return proof.booking, ""
 
 
 class HeldBookings:

@@ -95,6 +95,15 @@ class HostSteps(SuperviseSteps):
         await asyncio.gather(*(self._launch(w, r, sts) for w, r in parts))
         return topology.server_over_ray(req, address, 1 + len(subs)), [(self.worker, head)] + parts
 
+    def _with_proof(self, req: hp.LaunchRequest) -> hp.LaunchRequest:
+        """The first launch after its booking carries the booking signed for its host
+        (contracts/booking_proof.py), once: any later launch (a retry, a restart) has its agent ask
+        the ledger, as a launch without one does."""
+        proof, self.s.booking_proof = self.s.booking_proof, None
+        if proof is None or proof.host != self.worker:
+            return req
+        return req.model_copy(update={"booking_proof": proof})
+
     async def _run_on_host(self, spec: ModelSpec, sts: float, quiet: bool) -> tuple[str, str, str, bool]:
         """Launch (or adopt) on the host, and the helpers on every host a placement across several
         workers uses, then supervise them all. Returns (outcome, why, host, reached): stopped,
@@ -112,7 +121,7 @@ class HostSteps(SuperviseSteps):
             if s.plan.subordinates:
                 req, parts = await self._start_helpers(req, sts)
                 s.parts = {r.key: w for w, r in parts}
-            res = await self._launch(self.worker, req, sts)
+            res = await self._launch(self.worker, self._with_proof(req), sts)
         except HostTrouble as t:
             if t.kind in ("failed", "invalid", "unbooked") and s.plan.subordinates:
                 await self._stop_everywhere()  # the next attempt starts every part afresh

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from contracts.booking_proof import BookingProof
 from contracts.control import DecisionRecord, EstimateRecord, HostNews, PlacementPlan, PreemptNotice
 from contracts.estimate_inputs import EstimateInputs
 
@@ -83,6 +84,7 @@ class InstanceState(BaseModel):
     launch_mac: str = ""  # its host's MAC over the launch (LaunchResult.mac): the store checks it before RUNNING
     address: str | None = None  # where the server listens (the host agent's advertised address)
     decision: DecisionRecord | None = None  # carried across continue-as-new, for explain
+    booking_proof: BookingProof | None = None  # its booking signed for its host: handed to the next launch, once
     stop_requested: bool = False
     woken: bool = False  # capacity_changed: a PENDING replica decides again
     preempted: PreemptNotice | None = None  # a preemption took its GPUs: stop, then wait PENDING
@@ -118,6 +120,7 @@ class Event(BaseModel):
     estimate: EstimateRecord | None = None  # estimated; decided (the place activity's, when it costed the spec)
     decision: DecisionRecord | None = None  # decided
     plan: PlacementPlan | None = None  # decided (booked), preempting
+    proof: BookingProof | None = None  # decided (booked on one host): the booking signed for it
     names: list[str] = []  # asked: the victims the store still shows running
 
 

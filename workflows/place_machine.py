@@ -120,7 +120,7 @@ def _decided(s: InstanceState, ev: Event) -> tuple[InstanceState, Action]:
     est = s.placing.estimate or ev.estimate
     s = _with(s, estimate=est).model_copy(update={"decision": d})
     if ev.plan is not None:  # booked: the booking wrote the row (STARTING with the launch in this task)
-        s = s.model_copy(update={"plan": ev.plan, "preempted_why": "", "placing": None})
+        s = s.model_copy(update={"plan": ev.plan, "preempted_why": "", "placing": None, "booking_proof": ev.proof})
         if s.quick and not s.hub:
             return s, Action(kind=BOOKED, state="starting")
         return s, Action(kind=BOOKED, state="scheduled", reason=f"{d.strategy}: score {d.score}")

@@ -87,7 +87,8 @@ class PlaceSteps(ModelRead, PreemptSteps):
             kind, why = c.cause(e)
             return self._event("not_wanted" if kind == "NotWanted" else "place_failed", why=why)
         return self._event("decided", decision=got.decision, estimate=got.estimate,
-                           plan=got.booked.plan if got.booked is not None else None)
+                           plan=got.booked.plan if got.booked is not None else None,
+                           proof=got.proof if got.booked is not None else None)
 
     async def _on_booked(self, a: Action, spec: ModelSpec) -> Event:
         """The booking wrote the row: STARTING (its search attributes now: that record is skipped),
