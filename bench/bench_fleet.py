@@ -150,8 +150,9 @@ def specs_of(tag: str, n: int, per_deployment: int) -> list[dict]:
              "resources": {"vram": "10 GiB", "ram": "1 GiB"}} for d in range(max(1, n // per_deployment))]
 
 
-async def watch(engine, tag: str, total: int, t0: float, timeout: float = 1800) -> dict:
-    """Counts the burst's replicas RUNNING in the store until all are (or ``timeout``)."""
+async def watch(engine, tag: str, total: int, t0: float, timeout: float = 1800, procs=()) -> dict:
+    """Counts the burst's replicas RUNNING in the store until all are (or ``timeout``, or every
+    one of ``procs`` ended with none of the burst's replicas in the store)."""
     pending: dict[str, float] = {}
     running: dict[str, float] = {}
     t = InstanceRow.__table__
@@ -163,6 +164,8 @@ async def watch(engine, tag: str, total: int, t0: float, timeout: float = 1800) 
                 pending.setdefault(name, now)
                 if state == "running":
                     running.setdefault(name, now)
+        if procs and not pending and all(p.poll() is not None for p in procs):
+            break  # every deploy ended and made nothing (their errors are printed)
         await asyncio.sleep(0.25)
     wall = max(running.values()) - t0 if running else float("nan")
     lat = [running[k] - pending[k] for k in running]
@@ -195,7 +198,7 @@ async def cli_burst(engine, tag: str, n: int, env: dict, folder: str, per_deploy
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-m", "gpuflow", "deploy", p], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE) for p in paths]
-    r = await watch(engine, tag, len(paths) * per_deployment, t0)
+    r = await watch(engine, tag, len(paths) * per_deployment, t0, procs=procs)
     codes = []
     for p in procs:
         while p.poll() is None:
