@@ -77,3 +77,17 @@ def test_explain_shows_the_foreign_use_where_a_replica_was_placed():
          "strategy": "single_gpu", "reasons": ["Matched 1 worker by cluster selector.", note],
          "decision": {"placement": {"worker": "g1", "gpu_indexes": [0]}, "candidates": []}}
     assert f"  {note}" in explain(d).splitlines()
+
+
+def test_the_overview_page_renders_the_foreign_use_and_the_alert():
+    from console.cluster_view import Overview
+    from console.web import render
+    from contracts.host import HOST_KINDS
+
+    h = _host(_row(13), {("g1", 0): 12 * GiB}, {})
+    ov = Overview(hosts=[h], matched=1, total=1, page=1, pages=1, host_states={"ready": 1}, gpu_models={}, gpus=2,
+                  vram_total=48 * GiB, vram_claimed=12 * GiB, deployments={}, replicas={})
+    html = render("overview.html", title="Overview", ov=ov, q="", state="", kinds=HOST_KINDS, caller=None,
+                  data_ms=None).body.decode()
+    assert '<span class="foreign">13.0 GiB used by other processes</span>' in html
+    assert "degraded: GPU 0: 13.0 GiB used by other processes, past the 12.0 GiB gpuflow&#39;s bookings" in html
