@@ -197,10 +197,17 @@ class Waker:
         self.run = run
         self.turns = Turns()
         self.rejudging: asyncio.Task | None = None  # the judgement a booking asked for (``taken``)
+        self.claims = None  # activities/claims_read.py: a PENDING replica is judged with the claim it would book
 
     def _plan(self) -> Verdict:
         snap = self.snapshots.refresh(self.engine)[0]
-        return judge_and_record(self.engine, snap, lambda s: known_request(self.estimates, s), self.policy)[0]
+        return judge_and_record(self.engine, snap, self._request, self.policy)[0]
+
+    def _request(self, spec: ModelSpec) -> Request | None:
+        """What a PENDING replica of ``spec`` would book if placed now: its known request, with a
+        learned claim under mode apply (activities/claims_read.py)."""
+        req = known_request(self.estimates, spec)
+        return self.claims.apply(spec, req) if req is not None and self.claims is not None else req
 
     async def wake(self, sweep: bool = False, taken: bool = False) -> int:
         """Signal the heads that now fit (and those whose request is unknown here); returns how many

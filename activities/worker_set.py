@@ -97,12 +97,13 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
     snapshots = SnapshotCache()  # refreshed incrementally by each decision
     decider = Decider(engine, reads, snapshots, policy, metrics, DecisionKeeper(engine, keep_days, metrics=metrics) if keep_days else None)
     waker = Waker(engine, client, snapshots, estimates, policy, runner.run)
+    waker.claims = ClaimsReader(engine, reads, claims)  # learned claims: the placements and the PENDING queue's wake
     rows = RecordBatch(lambda recs: runner.submit(store_records.record_instances, engine, recs))  # group commit
     host_auth = HostAuthActivities(engine, reads, runner, metrics.registry)
     return WorkerSet(
         runner=runner, metrics=metrics, estimates=estimates, snapshots=snapshots, decider=decider, waker=waker,
         placement=PlacementActivities(engine, runner, estimates, decider, place_batches(decider, engine, runner),
-                                      metrics, waker.wake, ClaimsReader(engine, reads, claims)),
+                                      metrics, waker.wake, waker.claims),
         groups=GroupActivities(engine, runner, estimates, decider, waker.wake),
         records=RecordActivities(engine, client, runner, rows, waker.wake),
         hosts=HostStateActivities(engine, reads, client, runner, waker.wake, host_auth, claims),
