@@ -33,10 +33,11 @@ def tenant_rows(tf: TenantsFile, used: dict[str, Usage], pending: dict[str, int]
     for n in names:
         t: Tenant = tf.get(n) or Tenant(name=n)
         u = used.get(n, Usage())
-        out.append({"tenant": n, "priority": t.priority, "borrowing": borrowing(t, u) and bool(t.guarantee.named()),
-                    "pending": pending.get(n, 0),
+        g = t.guaranteed()  # as named, else the flavors' summed
+        out.append({"tenant": n, "priority": t.priority, "borrowing": borrowing(t, u) and bool(g),
+                    "pending": pending.get(n, 0), "cohort": t.cohort, "flavors": sorted(t.flavors or {}),
                     "requests_per_s": t.requests_per_s, "max_concurrent": t.max_concurrent,
-                    **{r: {"used": getattr(u, r), "guarantee": getattr(t.guarantee, r), "limit": getattr(t.limit, r)}
+                    **{r: {"used": getattr(u, r), "guarantee": g.get(r), "limit": getattr(t.limit, r)}
                        for r in RESOURCES}})
     return out
 

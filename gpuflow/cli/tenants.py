@@ -24,7 +24,9 @@ def text(lines: list[dict], queueing: str) -> str:
     out = [head]
     for x in lines:
         cols = [" / ".join(_amount(r, x[r][k]) for k in ("used", "guarantee", "limit")) for r in ("gpus", "vram")]
-        note = "borrowing" if x["borrowing"] else ""
+        note = "; ".join(filter(None, ["borrowing" if x["borrowing"] else "",
+                                        f"cohort {x['cohort']}" if x.get("cohort") else "",
+                                        "flavors " + ", ".join(x["flavors"]) if x.get("flavors") else ""]))
         out.append(f"{x['tenant']:<16}{x['priority']:>6}  {cols[0]:<22}{cols[1]:<34}{x['pending']:>8}  {note}".rstrip())
     out.append(f"queueing: {queueing}")
     return "\n".join(out)
