@@ -128,3 +128,22 @@ def test_a_decision_kept_before_the_margin_replays_without_it():
     del old["foreign_memory_margin"]
     assert _policy(json.dumps(old)).foreign_memory_margin == 0.0
     assert _policy(PolicyConfig().model_dump_json()).foreign_memory_margin == 0.1
+
+
+def test_kept_inputs_carry_the_foreign_figure_and_the_margin_and_replay_the_same():
+    """A refusal on a card others use 10 GiB of, kept (store/decision_codec.py) and decoded: the
+    snapshot still says 10 GiB, the policy 0.1, and the admission run again is the same, naming it."""
+    from scheduler.decision_inputs import DecisionInputs, admissions
+    from scheduler.tenancy.config import TenantsFile
+    from scheduler.tenancy.preemption import Owners
+    from store.decision_codec import Encoder, decode
+
+    spec = ModelSpec.model_validate({**CUSTOM, "resources": {"vram": "16 GiB", "ram": "1 GiB"}})
+    inp = DecisionInputs(_snapshot(10), spec, FlatRequest(vram=16 * GiB, ram=GiB), TenantsFile(), Owners({"eng": "default"}, {"eng": 0}, {}), ["eng-0"],
+                         PolicyConfig(), {"g1": 1})
+    enc = Encoder().encode(inp)
+    back = decode(enc.manifest, enc.blobs.__getitem__)
+    assert back.snapshot.workers[0].gpus[0].vram_foreign == 10 * GiB and back.policy.foreign_memory_margin == 0.1
+    [was], [now] = admissions(inp), admissions(back)
+    assert not was.decision.scheduled and was.decision.reasons == now.decision.reasons
+    assert any("GPU 0: 10.0 GiB used by other processes" in r for r in now.decision.reasons)
