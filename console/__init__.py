@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from console import deployments, keys_page, overview, signin, playground
-from console import hosts_actions, queue_page, replica, tenants_page
+from console import claims_page, hosts_actions, queue_page, replica, tenants_page
 from console.context import Console
 from console.plane import ControlPlane
 from console.web import STATIC_DIR
@@ -25,7 +25,7 @@ from gateway.app import Gateway
 
 PREFIX = "/console"
 PAGES = (signin, overview, playground, keys_page, deployments,  # each has ROUTES: (path, handler, methods)
-         replica, queue_page, tenants_page, hosts_actions)
+         replica, queue_page, tenants_page, claims_page, hosts_actions)
 
 
 def mount(plane: ControlPlane | None = None, namespace: str = "default") -> Callable[[Gateway], Mount]:

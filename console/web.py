@@ -35,7 +35,7 @@ DATA_MS = "x-gpuflow-data-ms"
 log = logging.getLogger("gpuflow.console")
 
 NAV = [("Overview", "/console/"), ("Deployments", "/console/deployments"), ("Queue", "/console/queue"),
-       ("Tenants", "/console/tenants"), ("API keys", "/console/keys"), ("Playground", "/console/playground")]
+       ("Tenants", "/console/tenants"), ("Claims", "/console/claims"), ("API keys", "/console/keys"), ("Playground", "/console/playground")]
 
 
 def gib(n: int | float | None, digits: int = 1) -> str:
