@@ -5,8 +5,9 @@ restarts; bounded (the histogram has at most 205 buckets, the deployments list D
 
 Fed by the usage reports the agents already send (``observe_batch``, from the activity
 ``record_usage`` right after store/usage.py's ``record``): one sample per replica per report,
-its measured VRAM peak (the sum over its cards); a replica whose use is over its claim on a card
-bumps the claim at once. An OOM is told by ``record_bump``. Read by the placement
+its measured VRAM peak (the sum over its cards); a replica whose use is over its claim on a card,
+or whose report says it ended out of GPU memory (``ReplicaUse.oom``), bumps the claim at once.
+``record_bump`` tells one from elsewhere. Read by the placement
 (``learned``/``recommendation``) and by ``gpuflow claims`` (views/claims.py).
 
 A replica placed across hosts (a subordinate part elsewhere) is left out: each host reports only
@@ -112,7 +113,9 @@ def observe_batch(engine: Engine, batch: UsageBatch, settings: ClaimSettings, no
             state, deps = row.claim_state(), list(row.deployments or [])
             for r, deployment in reps:
                 state = observe(state, r.vram_peak, now, settings)
-                if _over(r):
+                if r.oom:  # it ended out of GPU memory: these are its last figures
+                    state = bump(state, r.vram_used, r.vram_claimed, now, settings, "oom")
+                elif _over(r):
                     state = bump(state, r.vram_used, r.vram_claimed, now, settings, "over-use")
                 if deployment:
                     deps = [deployment] + [d for d in deps if d != deployment]

@@ -67,7 +67,12 @@ def test_over_use_bumps_at_once_and_an_oom_is_told(store):  # noqa: F811
     rec = claims.recommendation(engine, fp.key, S, T0)
     assert (rec.confident, rec.bump_bytes, rec.bump_why) == (True, math.ceil(12 * GiB), "over-use")
     assert rec.claim_bytes == math.ceil(bucket_end(bucket_of(10 * GiB)) * 1.15)
-    # an OOM at a 13 GiB claim: 1.2 x 13 = 15.6 GiB
+    # the agent's report after an OOM exit (oom=True) at a 12.5 GiB claim: 1.2 x 12.5 = 15 GiB at once
+    oom = rep("q-0", 12 * GiB, claimed=int(12.5 * GiB)).model_copy(update={"oom": True})
+    claims.observe_batch(engine, UsageBatch(host="g1", replicas=[oom]), S, T0 + 30)
+    rec = claims.recommendation(engine, fp.key, S, T0 + 30)
+    assert (rec.claim_bytes, rec.bump_why) == (15 * GiB, "oom")
+    # an OOM told from elsewhere at a 13 GiB claim: 1.2 x 13 = 15.6 GiB
     claims.record_bump(engine, fp, 12 * GiB, 13 * GiB, T0 + 60, S, "oom", deployment="q")
     rec = claims.recommendation(engine, fp.key, S, T0 + 60)
     assert (rec.claim_bytes, rec.bump_why) == (math.ceil(13 * GiB * 1.2), "oom")
