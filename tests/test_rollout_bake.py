@@ -276,3 +276,20 @@ def test_a_bake_whose_gateways_see_errors_is_rolled_back():
     s = ro.decide(d.r, d.raw, 1, d.instances, ps, 15, counts=GatewayCounts(answered=150, errors=20))
     assert (s.action, s.reason) == (ROLLBACK, "rolled back: error ratio 0.400 > 0.05 (20 of 50 answered 5xx), "
                                               "10 s into the bake")
+
+
+def test_rollout_status_shows_the_bake(clock):
+    from gpuflow.cli.rollout import render
+
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    d.raw["rollout"].update(bake_max_error_ratio=0.05)
+    d.r.history[-1].spec = ModelSpec.model_validate(d.raw)  # the version's spec, as kept, with the threshold
+    d.look(5, {"chat-1": ("running", 0)})
+    clock[0] = datetime.fromtimestamp(35, tz=timezone.utc)  # the query at 35: 60 - (35 - 5) = 30 s left
+    v = ro.view(d.r, "chat", 1, d.instances, set()).model_dump(mode="json")  # as the query answers
+    out = render(v).splitlines()
+    assert out[0] == ("deployment chat: baking version 1: 60 s left of 60; a new replica that goes ERROR or restarts "
+                      "rolls it back")
+    assert out[2] == ("  bake: 30 s left; judged: a new replica that goes ERROR or restarts rolls the version back; "
+                      "so does a 5xx ratio above 0.05 at the gateways (once 20 requests were answered)"), out

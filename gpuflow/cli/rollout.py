@@ -18,6 +18,8 @@ def render(v: dict) -> str:
     lines = [f"deployment {v['name']}: {v['status']}",
              f"  version {v['version']} (from {v['from_version']}); {v['desired']} replica(s) wanted; "
              f"new {len(v['new'])}, old {len(v['old'])}, stopping {len(v['stopping'])}"]
+    if v.get("baking"):  # the last step taken: the version on probation (scheduler/rollout_bake.py)
+        lines.append(f"  bake: {v.get('bake_left_s', 0):.0f} s left; judged: {v.get('bake_judged') or '-'}")
     if v.get("way"):  # a prefill/decode group's: which way its last edit rolls, and why (generation N)
         lines.append(f"  group generation {v.get('gen', 0)}: {v.get('why') or v['way']}")
     if v["new"] or v["old"]:
