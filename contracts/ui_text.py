@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from contracts.host import HOST_KINDS, host_kind
+from scheduler import foreign
 
 GIB = 1 << 30
 MAX_TEXT = 4000  # the UI shows a few lines; a long reason is cut
@@ -92,9 +93,12 @@ def host_details(report: Any) -> str:
     """A host: its GPUs and kind (contracts/host.py HOST_KINDS)."""
     kind = host_kind(report.simulated, getattr(report, "runs", None))
     out = [f"**{kind}** host, {len(report.gpus)} GPU(s), {_gib(report.ram_total)} RAM", f"_{HOST_KINDS[kind]}_"]
-    out += [f"GPU {g.index}: {code(g.name or g.type)} {_gib(g.vram_total)}" for g in report.gpus[:16]]
+    out += [f"GPU {g.index}: {code(g.name or g.type)} {_gib(g.vram_total)}"
+            + (f", {foreign.words(g.vram_foreign)}" if g.vram_foreign else "") for g in report.gpus[:16]]
     if len(report.gpus) > 16:
         out.append(f"... and {len(report.gpus) - 16} more")
+    for d in (getattr(report, "foreign_degraded", None) or [])[:16]:  # an alert, never an eviction
+        out.append("**DEGRADED** " + foreign.Degraded(d.index, d.foreign, d.booked, d.room).text())
     return _lines(out)
 
 

@@ -91,3 +91,12 @@ def test_the_overview_page_renders_the_foreign_use_and_the_alert():
                   data_ms=None).body.decode()
     assert '<span class="foreign">13.0 GiB used by other processes</span>' in html
     assert "degraded: GPU 0: 13.0 GiB used by other processes, past the 12.0 GiB gpuflow&#39;s bookings" in html
+
+
+def test_the_temporal_ui_shows_it_on_the_host_workflow():
+    from contracts.ui_text import host_details
+
+    text = host_details(judged(_report(13), {0: 12 * GiB}))
+    assert "GPU 0: `cuda` 24.0 GiB, 13.0 GiB used by other processes\nGPU 1: `cuda` 24.0 GiB\n" in text, text
+    assert "**DEGRADED** GPU 0: 13.0 GiB used by other processes, past the 12.0 GiB" in text, text
+    assert "DEGRADED" not in host_details(_report(10))
