@@ -6,6 +6,10 @@ replicas. The rules' defaults are the product brief's thresholds:
 - ``latency_p95``: P95 request latency above 350 ms: add two; below 200 ms: remove one; 200-350
   ms: hold.
 - ``queue_time_p90``: the P90 of queueing time above 800 ms: up; below ``down_below_s``: down.
+- ``concurrency`` and ``rps`` (issue 38, Knative KPA's metrics): no thresholds; the count is computed,
+  ceil(requests in the system, or arriving per second, / ``target``), and reached in one step
+  (kpa.py), within HPA's ``tolerance`` and the block's step rates (``max_scale_up_rate`` 1000,
+  ``max_scale_down_rate`` 2, KPA's defaults).
 
 Evidence (rules.py, after Knative's KPA): a rule judges the window's requests together (their
 histograms merged, the queue averaged) over ``stable_window_s`` (60 s), and votes only when the
