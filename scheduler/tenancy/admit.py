@@ -44,7 +44,7 @@ from scheduler.tenancy import flavors, lending
 from scheduler.tenancy.admission import over_limit, within_guarantee
 from scheduler.tenancy.config import DEFAULT, Tenant, TenantsFile
 from scheduler.tenancy.preemption import Owners, Preemption, plan
-from scheduler.tenancy.usage import Usage, by_tenant, of_candidate
+from scheduler.tenancy.usage import Usage, by_tenant, of_candidate, of_instance
 
 
 @dataclass
@@ -88,14 +88,32 @@ class _Ctx:
     borrower: bool
     view: Callable[[ClusterSnapshot], ClusterSnapshot]
     tiers: list
-    hidden: int = 0  # GPUs the view hides
+    bad: set = field(default_factory=set)  # the GPUs the view hides: (worker, index)
+    own: set[str] | None = None  # within a flavor's guarantee: only these flavors
+    me: Tenant = DEFAULT
+
+    @property
+    def hidden(self) -> int:
+        return len(self.bad)
+
+    def clean(self, x) -> bool:
+        """Whether placement ``x`` is one the view allows (then deciding on the view is not needed)."""
+        gpus = [(x.worker, i) for i in x.gpu_indexes] + [(sub.worker, i) for sub in x.subordinates for i in sub.gpu_indexes]
+        if any(g in self.bad for g in gpus):
+            return False
+        return not self.own or all(flavors.flavor_of(self.me, self.names.get(g, "")) in self.own for g in gpus)
 
 
 def _context(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: TenantsFile, owners: Owners,
              name: str, config: PolicyConfig | None, me: Tenant, mine: str) -> _Ctx:
     snap = without(snap, {name})
-    all_used = by_tenant(snap.instances, owners.tenant_of)
-    names = flavors.gpu_names(snap)
+    per = {i.name: of_instance(i) for i in snap.instances if i.worker is not None}  # summed once, used twice
+    all_used: dict[str, Usage] = {}
+    for i in snap.instances:
+        if i.name in per:
+            t = owners.tenant_of.get(i.model, "default")
+            all_used[t] = all_used.get(t, Usage()) + per[i.name]
+    names = flavors.gpu_names(snap) if any(t.flavors for t in tenants.tenants) else {}
     all_fused = {t.name: flavors.used_by(t, [i for i in snap.instances
                                              if owners.tenant_of.get(i.model, "default") == t.name], names)
                  for t in tenants.tenants if t.flavors}
@@ -107,7 +125,7 @@ def _context(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: 
         probe = decide(flavors.only(empty, me, own) if own else empty, spec, request, config, exclude=name)
         borrower = not probe.scheduled or not within_guarantee(
             me, used, of_candidate(probe.placement), fused, flavors.held(me, probe.placement, names) if me.flavors else None)
-    kept = lending.guaranteed(snap, tenants, owners.tenant_of, owners.started_at)
+    kept = lending.guaranteed(snap, tenants, owners.tenant_of, owners.started_at, per)
     theirs = {i.name for i in snap.instances if i.worker is not None and owners.tenant_of.get(i.model, "default") != mine}
     hidden = theirs & kept if borrower else theirs - kept  # another tenant's guaranteed replicas | borrowers
     if borrower or not own:
@@ -115,14 +133,28 @@ def _context(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: 
     else:  # within a flavor's guarantee: on that flavor's GPUs
         view = lambda s: lending.hide(flavors.only(s, me, own), lending.gpus_of(s, hidden))  # noqa: E731
     tiers = lending.tiers(me, tenants, all_fused) if borrower else []
-    return _Ctx(used, fused, all_used, all_fused, names, borrower, view, tiers, len(lending.gpus_of(snap, hidden)))
+    return _Ctx(used, fused, all_used, all_fused, names, borrower, view, tiers, lending.gpus_of(snap, hidden),
+                None if borrower else own, me)
+
+
+def _flavored(tenants: TenantsFile) -> bool:
+    """Flavors or lending limits anywhere: every decision needs rule 5's context (tiers, the kept)."""
+    return any(t.flavors or t.lending_limit for t in tenants.tenants)
+
+
+def _alone(snap: ClusterSnapshot, x, name: str) -> bool:
+    """Whether placement ``x`` holds only GPUs no other replica holds (no GPU to keep whole)."""
+    gpus = {(x.worker, i) for i in x.gpu_indexes} | {(sub.worker, i) for sub in x.subordinates for i in sub.gpu_indexes}
+    return not any(i.name != name and i.worker is not None and gpus & lending.gpus_of_one(i) for i in snap.instances)
 
 
 def _first(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config: PolicyConfig | None, name: str,
-           c: _Ctx | None) -> Decision:
-    """The decision on what the replica sees, its cohort's flavors first (rule 5)."""
-    if c is None:
-        return decide(snap, spec, request, config, exclude=name)
+           c: _Ctx, d: Decision) -> Decision:
+    """The decision on what the replica sees, its cohort's flavors first (rule 5); ``d``: the one
+    on the whole snapshot (its occupancy is cached), kept when the view allows it."""
+    if not c.tiers:
+        if not d.scheduled or c.clean(d.placement):  # hiding GPUs never places what did not fit
+            return d
     seen = c.view(snap)
     for keep in c.tiers:
         d = decide(flavors.keep_gpus(seen, keep), spec, request, config, exclude=name, whole_only=True)
@@ -136,8 +168,11 @@ def admit(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenants: Ten
     mine = owners.tenant_of.get(spec.name, "default")
     me = tenants.get(mine) or DEFAULT
     snap = flavors.restrict(snap, me)
-    c = _context(snap, spec, request, tenants, owners, name, config, me, mine) if kueue_terms(tenants) else None
-    d = _first(snap, spec, request, config, name, c)
+    d = decide(snap, spec, request, config, exclude=name)
+    c = None
+    if kueue_terms(tenants) and not (d.scheduled and _alone(snap, d.placement, name) and not _flavored(tenants)):
+        c = _context(snap, spec, request, tenants, owners, name, config, me, mine)
+        d = _first(snap, spec, request, config, name, c, d)
     slivers = d.scheduled and bool(me.guaranteed()) and fragmented(d.placement, occupancy.of(snap).workers)
     if c is None and not me.limit.named() and not slivers and (d.scheduled or not may_preempt(spec, tenants, owners)):
         return Admission(d)  # nothing to check: no usage summed (a decision at 10,000 instances stays cheap)

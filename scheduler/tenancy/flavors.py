@@ -50,7 +50,7 @@ def gpu_names(snap: ClusterSnapshot) -> dict[tuple[str, int], str]:
 
 def restrict(snap: ClusterSnapshot, t: Tenant) -> ClusterSnapshot:
     """``snap`` with only the GPUs ``t`` may use (itself when ``t`` lists no flavors)."""
-    if not t.flavors:
+    if not t.flavors or ANY in t.flavors:  # every model allowed
         return snap
     return keep_gpus(snap, lambda w, g: flavor_of(t, g.name) is not None)
 

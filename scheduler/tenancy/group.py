@@ -9,7 +9,9 @@ guarantee covers in one pass, not one per wake. Kueue's fill-back, over the grou
 2. Fill-back for the group: each victim, in the reverse of the order it was chosen, is spared when
    every replica the group placed is still placed without it, on whole GPUs, each in turn, holding
    no more than before. (Replica 1 took a 1-GPU victim, replica 2 a 2-GPU one: replica 1 fits on
-   the second GPU of replica 2's victim, so the first victim is spared.)
+   the second GPU of replica 2's victim, so the first victim is spared.) Where the file uses
+   Kueue's terms, the fill-back sees what the replicas saw (admit.py rule 5): their tenant's GPU
+   models, and no GPU another tenant's borrower holds.
 3. Each victim is named by the replica whose GPUs it frees (the first such; a victim that frees
    none of them, by the group's first placed replica), and its drain comes first as for any
    preemption (workflows/preempt_steps.py).
@@ -25,8 +27,9 @@ from scheduler.dry_run import book, without
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
-from scheduler.tenancy.admit import Admission, admit
-from scheduler.tenancy.config import TenantsFile
+from scheduler.tenancy import flavors, lending
+from scheduler.tenancy.admit import Admission, admit, kueue_terms
+from scheduler.tenancy.config import DEFAULT, TenantsFile
 from scheduler.tenancy.preemption import Owners, Preemption
 from scheduler.tenancy.usage import Usage, of_candidate
 
@@ -40,12 +43,12 @@ def _gpus(c: Candidate) -> set[tuple[str, int]]:
 
 
 def _in_turn(snap: ClusterSnapshot, spec: ModelSpec, request: Request, config: PolicyConfig | None,
-             names: list[str], gone: set[str]) -> list[Decision] | None:
+             names: list[str], gone: set[str], view=None) -> list[Decision] | None:
     """Each of ``names`` decided in turn on ``snap`` without ``gone``, on whole GPUs, each booked
-    before the next; None when one does not fit."""
+    before the next; None when one does not fit. ``view``: what the decisions see (_fill_view)."""
     s, out = without(snap, gone), []
     for n in names:
-        d = decide(s, spec, request, config, exclude=n, whole_only=True)
+        d = decide(view(s) if view else s, spec, request, config, exclude=n, whole_only=True)
         if not d.scheduled:
             return None
         out.append(d)
@@ -72,17 +75,29 @@ def admit_group(snap: ClusterSnapshot, spec: ModelSpec, request: Request, tenant
     if len(victims) < 2 or len(placed) < 2:
         return adms
     base, before = without(snap, set(names)), _total(a.decision.placement for a in adms if _placed(a))
+    view = _fill_view(base, spec, tenants, owners) if kueue_terms(tenants) else None
     keep = list(victims)
     for v in reversed(victims):
         trial = [x for x in keep if x != v]
-        got = _in_turn(base, spec, request, config, placed, set(trial))
+        got = _in_turn(base, spec, request, config, placed, set(trial), view)
         if got is not None and all(getattr(_total(d.placement for d in got), r) <= getattr(before, r)
                                    for r in ("gpus", "vram", "ram")):
             keep = trial
     if keep == victims:
         return adms
-    final = _in_turn(base, spec, request, config, placed, set(keep))
+    final = _in_turn(base, spec, request, config, placed, set(keep), view)
     return _named(adms, names, placed, final, keep, snap, owners, spec)
+
+
+def _fill_view(base: ClusterSnapshot, spec: ModelSpec, tenants: TenantsFile, owners: Owners):
+    """What the fill-back's decisions see (admit.py rule 5, for replicas that reclaim): the
+    tenant's GPU models, without GPUs other tenants' borrowers hold."""
+    mine = owners.tenant_of.get(spec.name, "default")
+    me = tenants.get(mine) or DEFAULT
+    kept = lending.guaranteed(base, tenants, owners.tenant_of, owners.started_at)
+    hidden = {i.name for i in base.instances if i.worker is not None
+              and owners.tenant_of.get(i.model, "default") != mine} - kept
+    return lambda s: lending.hide(flavors.restrict(s, me), lending.gpus_of(s, hidden))
 
 
 def _named(adms: list[Admission], names: list[str], placed: list[str], final: list[Decision], keep: list[str],

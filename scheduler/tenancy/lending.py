@@ -171,13 +171,15 @@ def share(t: Tenant, used: Usage, cap: Usage) -> float:
 
 
 def guaranteed(snap: ClusterSnapshot, tenants: TenantsFile, tenant_of: dict[str, str],
-               started_at: dict[str, float]) -> set[str]:
+               started_at: dict[str, float], per: dict[str, Usage] | None = None) -> set[str]:
     """The replicas within their tenants' guarantees: each tenant's, oldest first (then by name),
     while together they stay within it (module docstring, Whole guaranteed GPUs)."""
+    with_guarantee = {t.name for t in tenants.tenants if t.guaranteed()}
     by: dict[str, list[Instance]] = {}
     for i in snap.instances:
-        if i.worker is not None:
-            by.setdefault(tenant_of.get(i.model, "default"), []).append(i)
+        t = tenant_of.get(i.model, "default")
+        if i.worker is not None and t in with_guarantee:
+            by.setdefault(t, []).append(i)
     out: set[str] = set()
     for name, insts in by.items():
         t = tenants.get(name)
@@ -185,12 +187,16 @@ def guaranteed(snap: ClusterSnapshot, tenants: TenantsFile, tenant_of: dict[str,
             continue
         acc = Usage()
         for i in sorted(insts, key=lambda i: (started_at.get(i.name, 0.0), i.name)):
-            u = of_instance(i)
+            u = per[i.name] if per is not None and i.name in per else of_instance(i)
             if not within_guarantee(t, acc, u):
                 break
             acc = acc + u
             out.add(i.name)
     return out
+
+
+def gpus_of_one(i: Instance) -> set[Gpu]:
+    return {(w, g) for w, g, _ in _gpus_of(i)}
 
 
 def gpus_of(snap: ClusterSnapshot, names: set[str]) -> set[Gpu]:
