@@ -101,7 +101,21 @@ def audit(engine: Engine, ask: AuditAsk, policy: PolicyConfig | None) -> AuditVi
     if ask.history:
         return AuditView(rows=decision_replay.history(engine, ask.name, ask.limit))
     return AuditView(replay=decision_replay.replay(engine, ask.name, None, ask.decision or None,
-                                                   policy if ask.with_settings else None))
+                                                   callers_policy(ask) if ask.with_settings else None))
+
+
+def callers_policy(ask: AuditAsk) -> PolicyConfig:
+    """The settings ``--with-settings`` replays with: the caller's, sent with the ask. An ask
+    without them (a gpuflow before this one) is refused: this worker's own settings are not the
+    caller's, and a replay with them answered "same decision" whatever the caller had set."""
+    if ask.policy is None:
+        raise InvalidInput("--with-settings replays with the caller's scheduler settings, and this ask carries none "
+                           "(a gpuflow CLI older than this control plane): upgrade the CLI, or replay offline with "
+                           "--data-dir/--database-url")
+    try:
+        return PolicyConfig.model_validate(ask.policy)
+    except ValueError as e:
+        raise InvalidInput(f"--with-settings: the caller's scheduler settings do not validate: {e}") from None
 
 
 class StoreReads:

@@ -215,7 +215,10 @@ class AuditAsk(Message):
     history: bool = False
     limit: int = Field(200, ge=1, le=1000)
     decision: Annotated[str, Field(pattern=r"^[0-9a-f]{0,64}$", max_length=64)] = ""  # a kept digest's start
-    with_settings: bool = False  # replay with the worker's own weights, not the recorded ones
+    with_settings: bool = False  # replay with the caller's settings (``policy``), not the recorded ones
+    # the caller's scheduler settings (scheduler/policy_config.py PolicyConfig, as JSON): with_settings
+    # replays with these, never with the answering worker's; untrusted, validated by the worker
+    policy: dict[str, Any] | None = None
 
 
 class AuditView(Message):

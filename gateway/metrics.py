@@ -40,8 +40,9 @@ class Metrics:
         self.duration = Histogram("gpuflow_gateway_request_duration_seconds",
                                   "Request received -> last byte sent", ["model"], buckets=LATENCY, registry=r)
         self.tenant_rejections = Counter("gpuflow_gateway_tenant_rejections", "Requests refused with 429 because "
-                                         "their tenant was over a limit in the tenants file, by tenant and "
-                                         "reason (requests_per_s, max_concurrent)", ["tenant", "reason"], registry=r)
+                                         "their tenant (the tenants file) or their API key was over a limit, "
+                                         "by the request's tenant and the limit (requests_per_s, tokens_per_min, "
+                                         "max_concurrent)", ["tenant", "reason"], registry=r)
         self.tokens = Counter("gpuflow_gateway_tokens", "Tokens reported in responses' usage (a stream without "
                               "usage: counted by the gateway, gateway/stream_tokens.py)", ["model", "kind"], registry=r)
         self.estimated = Counter("gpuflow_gateway_estimated_tokens", "Of gpuflow_gateway_tokens, those the "

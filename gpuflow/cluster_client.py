@@ -170,11 +170,13 @@ async def add_serving(client: Client, st: dict[str, Any], per_instance: bool = T
 
 
 async def audit(client: Client, name: str, history: bool, limit: int, decision: str,
-                with_settings: bool) -> dict[str, Any]:
+                with_settings: bool, policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """``gpuflow explain --replay/--history`` through the control plane: the replay's dict, or
-    {"rows": [...]} for a history."""
+    {"rows": [...]} for a history. ``with_settings``: replayed with ``policy``, the caller's
+    scheduler settings (the control plane refuses it without them)."""
     v = await _read(client, ids.CLUSTER_AUDIT, cc.AuditAsk(name=name, history=history, limit=min(limit, 1000),
-                                                          decision=decision, with_settings=with_settings), cc.AuditView)
+                                                          decision=decision, with_settings=with_settings,
+                                                          policy=policy if with_settings else None), cc.AuditView)
     return {"rows": v.rows} if history else dict(v.replay or {})
 
 

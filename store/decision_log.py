@@ -174,6 +174,22 @@ def history(engine: Engine, deployment: str, limit: int = 200) -> list[DecisionR
     return rows[::-1]
 
 
+def replica_of(engine: Engine, name: str) -> str | None:
+    """The deployment ``name`` is a replica of, when it names a replica (a kept decision's
+    instance, or a replica in the store) and no deployment; else None."""
+    from store.tables import DeploymentRow, InstanceRow
+
+    with Session(engine) as s:
+        if s.get(DeploymentRow, name) is not None:
+            return None
+        got = s.exec(select(DecisionRow.deployment).where(DecisionRow.instance == name, DecisionRow.deployment != name)
+                     .limit(1)).first()
+        if got is None:
+            row = s.get(InstanceRow, name)
+            got = row.deployment if row is not None else None
+        return got if got != name else None
+
+
 def every(engine: Engine, batch: int = 500) -> Iterator[DecisionRow]:
     """Every decision kept, oldest first."""
     last = 0

@@ -177,6 +177,12 @@ def _replay_step(engine: Engine, row: decision_log.DecisionRow) -> dict[str, Any
 
 def history(engine: Engine, deployment: str, limit: int) -> list[dict[str, Any]]:
     """The deployment's kept decisions, oldest first: placements, refusals (the decisive reason),
-    preemptions and autoscaler steps."""
+    preemptions and autoscaler steps. A replica's name is refused, naming its deployment (a
+    history is kept per deployment: a replica's name found none, which read as "none kept")."""
+    owner = decision_log.replica_of(engine, deployment)
+    if owner is not None:
+        raise InvalidInput(f"{deployment} is a replica of deployment {owner}: decisions are kept per deployment; "
+                           f"use 'gpuflow explain {owner} --history' (and 'gpuflow explain {deployment} --replay' "
+                           "for this replica's own decision)")
     return [{"at": r.at.isoformat(), "kind": r.kind, "instance": r.instance, "outcome": r.outcome, "reason": r.reason,
              "inputs": r.digest} for r in decision_log.history(engine, deployment, limit)]

@@ -2,7 +2,8 @@
 scaled and moved off a lost host; then ``gpuflow explain --replay`` re-runs each kept decision
 with this build's policy and says "same decision" (exit 0), ``--history`` lists them with their
 inputs, ``--snapshot`` writes a cluster file ``gpuflow schedule`` reads, and a replay under other
-scorer weights reports the decisions it would change (exit 1)."""
+scorer weights (the caller's, offline and through the control plane) reports the decisions it
+would change (exit 1); ``--history`` given a replica's name refuses it, naming the deployment."""
 
 from __future__ import annotations
 
@@ -100,6 +101,18 @@ async def test_every_kept_decision_replays_to_the_same_decision(tmp_path):
         for offline in (False, True):
             out = explain(lv, "nope-0", "--replay", offline=offline)
             assert out.returncode == 2 and "nope-0" in out.stderr, out.stderr
+        # through the control plane too (issue 38): the caller's settings travel with the ask; the
+        # worker's own (placement 100) answered "same decision" before
+        out = explain(lv, placed.instance, "--replay", "--decision", placed.digest[:16], "--with-settings",
+                      env={"GPUFLOW_SCHEDULER__PLACEMENT": "0"})
+        assert out.returncode == 1 and "different decision" in out.stdout and "score" in out.stdout, out.stdout
+        out = explain(lv, placed.instance, "--replay", "--decision", placed.digest[:16], "--with-settings")
+        assert out.returncode == 0 and "same decision" in out.stdout, out.stdout + out.stderr
+        # a history is a deployment's: a replica's name is refused, naming its deployment
+        for offline in (False, True):
+            out = explain(lv, "web-0", "--history", offline=offline)
+            assert out.returncode == 2 and "web-0 is a replica of deployment web" in out.stderr, out.stderr
+            assert "gpuflow explain web --history" in out.stderr
         assert cli(lv, "status").returncode == 0
     finally:
         lv.close()

@@ -57,7 +57,8 @@ def cmd_audit(a, s) -> int:
         from gpuflow.runtime import connect
 
         got = await cluster_client.audit(await connect(s.temporal), a.instance, history=a.history, limit=a.limit,
-                                         decision=a.decision or "", with_settings=a.with_settings)
+                                         decision=a.decision or "", with_settings=a.with_settings,
+                                         policy=s.scheduler.model_dump(mode="json"))  # this caller's settings
         return _show(a, got)
 
     return run_command(go())
