@@ -285,6 +285,15 @@ def test_a_step_kept_before_the_rates_replays_unbounded():
     assert kept.replay(data)["desired"] == 4  # kept with its rate: floor(8 / 2)
 
 
+def test_a_computed_step_is_kept_and_replays_the_same():
+    c, hist = cfg(max_scale_up_rate=2), [s(0, 40), s(15, 40)]
+    st = PolicyState(wanted=3)
+    d, _ = decide(c, hist, current=1, starting=0, now=15, state=st)
+    assert (d.direction, d.desired) == (UP, 2)  # 40 / 4 = 10, cut to ceil(2 x 1) by the rate
+    got = kept.replay(kept.encode(c, hist, 1, 0, 15, st))
+    assert got == kept.decision_of(d) and "max_scale_up_rate 2 x 1 running" in got["reason"]
+
+
 @pytest.mark.parametrize("bad, field", [
     ({"max_scale_up_rate": 0.5}, "max_scale_up_rate"),
     ({"max_scale_down_rate": 0}, "max_scale_down_rate"),
