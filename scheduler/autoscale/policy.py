@@ -13,7 +13,8 @@
 4. It moves to the desired count in ONE step, bounded by the step rates (KPA's): up to at most
    ceil(``max_scale_up_rate`` x running) (1000), down to at least floor(current /
    ``max_scale_down_rate``) (2: at most half), and by ``max_step`` where one is set (up_bound,
-   down_bound). A bound that cuts a step is named in the reason.
+   down_bound). A rate that cuts a step is named in the reason (the other bounds are not, as before
+   the rates, so that steps kept then replay with the same words).
 5. A step is never taken twice on the same samples: every change of the replica count (``last_step_at``)
    starts the rules' windows afresh, so the next vote rests on samples that arrived after it. An up
    decision of which nothing could be placed is no step (``unstepped``): the windows go on, and
@@ -47,6 +48,7 @@ from scheduler.autoscale.evidence import evidence
 from scheduler.autoscale.signals import Sample
 
 UP, HOLD, DOWN = "up", "hold", "down"
+RATE = "_scale_"  # in a bound's words when a step rate is what bounds it: max_scale_up_rate, max_scale_down_rate
 VOTERS = {**RULE_VOTERS, "concurrency": kpa.kpa, "rps": kpa.kpa}
 
 
@@ -130,10 +132,9 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
         cap, capped = up_bound(cfg, running, current)
         target = min(running + v.step, cap)
         if target <= current:
-            why = (f"{starting} replica(s) still starting cover +{v.step}" if starting and running + v.step <= current
-                   else capped)
+            why = f"{starting} replica(s) still starting cover +{v.step}" if starting else capped
             return _hold(current, starting, v.rule, f"{why}: {v.why}", votes), state
-        why = v.why if target == running + v.step else f"{v.why}; {capped}"
+        why = f"{v.why}; {capped}" if target < running + v.step and RATE in capped else v.why  # as before the rates
         return Decision(current, starting, target, UP, v.rule, why, votes), \
             replace(state, since=now, last_up_at=now, last_step_at=now)
 
@@ -154,7 +155,7 @@ def decide(cfg: Autoscaling, history: list[Sample], current: int, starting: int,
     if target >= current:
         return _hold(current, starting, v.rule, floored, votes), state
     why = f"no traffic for {window:.0f} s" if idle else v.why
-    why = why if target == max(want, lo) else f"{why}; {floored}"
+    why = f"{why}; {floored}" if target > max(want, lo) and RATE in floored else why  # as before the rates
     return Decision(current, starting, target, DOWN, "idle" if idle else v.rule, why, votes), \
         replace(state, since=now, last_step_at=now)
 
