@@ -86,3 +86,24 @@ def test_the_command_on_a_data_dir(tmp_path):
     assert lines[5].startswith("  p90 7.0 GiB + 15% = 8.1 GiB, from 9 samples over 10 min")
     js = json.loads(run("--json").stdout)
     assert js["claims"][0]["learned"] == LEARNED and js["settings"]["min_samples"] == 6
+
+
+def test_the_console_page_shows_a_tenant_its_own(store):  # noqa: F811
+    from console.access import Caller
+    from console.claims_page import gather
+
+    _, _, engine = store
+    now = time.time()
+    fill(engine, now)  # q and r: tenant default, which every key sees
+    want(engine, "s-0", spec={"tenant": "team-b"})  # the same fingerprint, team-b's
+    other = ReplicaUse(**{**rep("t-0", 3 * GiB).model_dump(), "parameters": "--max-model-len 4096"})
+    want(engine, "t-0", spec={"tenant": "team-b"})  # another fingerprint, team-b's only
+    batch = UsageBatch(host="g2", replicas=[rep("s-0", 7 * GiB), other])
+    usage.record(engine, batch)
+    claims.observe_batch(engine, batch, S, now)
+    admin = gather(engine, Caller(tenant="default", keyed=False, scope="cluster-admin"), S, now)
+    assert len(admin["claims"]) == 2 and admin["hidden"] == 0
+    team_a = gather(engine, Caller(tenant="team-a", keyed=True, scope="tenant-admin"), S, now)
+    assert [[d["name"] for d in r["deployments"]] for r in team_a["claims"]] in (
+        [["q", "r"]], [["r", "q"]])
+    assert team_a["hidden"] == 1
