@@ -70,8 +70,8 @@ async def test_half_use_two_to_a_gpu_only_under_apply(lv, mode, second):
     first = running(lv, name)[0].name
     await confident(lv, name)
     await ops.scale(lv.client, name, 2)
-    await lv.wait(lambda: sorted(i.state for i in lv.instances(name)) == sorted(["running", second]), 60,
-                  f"{name}: the second replica {second.upper()}")
+    await lv.wait(lambda: sorted((i.state, bool(i.reason) or i.state == "running") for i in lv.instances(name))
+                  == sorted([("running", True), (second, True)]), 60, f"{name}: the second replica {second.upper()}")
     if mode == "apply":
         second_row = next(i for i in lv.instances(name) if i.name != first)
         row = decision_log.latest(lv.engine, second_row.name)
@@ -85,7 +85,7 @@ async def test_half_use_two_to_a_gpu_only_under_apply(lv, mode, second):
         assert "learned from" in shown and "the estimate was 14.0 GiB" in shown, shown
     else:  # advise: the estimate booked, the second waits for room
         waiting = next(i for i in lv.instances(name) if i.state == "pending")
-        assert "GiB" in waiting.reason
+        assert "GiB" in waiting.reason, waiting.reason
         assert all(i.placement is None or sum(i.placement["claim"]["vram"].values()) == 14 * GiB
                    for i in lv.instances(name))
     await ops.delete(lv.client, name, wait=True)
