@@ -53,10 +53,12 @@ def _print_keys(rows, as_json: bool) -> None:
     if as_json:
         print(json.dumps([k.model_dump() for k in rows], indent=2))
         return
-    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}{'SCOPE':<15}STATE")
+    print(f"{'ID':<14}{'TENANT':<20}{'NAME':<24}{'CREATED':<22}{'SCOPE':<15}{'STATE':<9}OWN LIMITS")
     for k in rows:
+        own = _limit_text(k)
         print(f"{k.id:<14}{k.tenant:<20}{k.name[:23]:<24}{k.created_at[:19].replace('T', ' '):<22}"
-              + f"{k.scope:<15}" + ("revoked" if k.revoked_at else "active"))
+              + f"{k.scope:<15}" + f"{'revoked' if k.revoked_at else 'active':<9}"
+              + ("-" if own == "its tenant's only" else own))
 
 
 def _print_usage(rows, as_json: bool) -> None:
