@@ -98,18 +98,26 @@ def test_a_429_names_the_limit_and_the_scope():
 
 
 def run(gateways: list[str], rule: Rule, asks: dict[str, float], seconds: float, refresh_s: float = 0.5,
-        step: float = 0.01, tokens_each: int = 0) -> dict[str, int]:
+        step: float = 0.01, tokens_each: int = 0, joins: dict[str, float] | None = None) -> dict[str, int]:
     """Gateways side by side on simulated time: each is asked ``asks[g]`` requests a second for
     tenant t (each request ends at once, spending ``tokens_each``); every ``refresh_s`` each
-    reports its demand and all read every row. Returns each gateway's admitted count."""
+    reports its demand and all read every row. A gateway in ``joins`` starts at that time: it
+    writes its row and reads the others' before it serves (as the gateway's lifespan does); the
+    others see it at their next refresh. Returns each gateway's admitted count."""
+    joins = joins or {}
     lims = {g: Limits({"t": rule}, now=0.0, me=g) for g in gateways}
-    rows = {g: {} for g in gateways}
-    for lim in lims.values():
-        lim.set_shares(rows, 0.0)
+    rows = {g: {} for g in gateways if g not in joins}
+    for g in rows:
+        lims[g].set_shares(rows, 0.0)
     admitted, owed, last = dict.fromkeys(gateways, 0), dict.fromkeys(gateways, 0.0), 0.0
     for i in range(1, int(seconds / step) + 1):
         now = i * step
-        for g, lim in lims.items():
+        for g, at in joins.items():
+            if at <= now and g not in rows:
+                rows[g] = {}
+                lims[g].set_shares(rows, now)
+        for g in rows:
+            lim = lims[g]
             owed[g] += asks[g] * step
             while owed[g] >= 1.0:
                 owed[g] -= 1.0
@@ -118,9 +126,9 @@ def run(gateways: list[str], rule: Rule, asks: dict[str, float], seconds: float,
                     lim.spend("t", "", tokens_each)
                     lim.done("t")
         if now - last >= refresh_s - 1e-9:
-            rows = {g: lim.demand(now - last) for g, lim in lims.items()}
-            for lim in lims.values():
-                lim.set_shares(rows, now)
+            rows = {g: lims[g].demand(now - last) for g in rows}
+            for g in rows:
+                lims[g].set_shares(rows, now)
             last = now
     return admitted
 
@@ -155,3 +163,12 @@ def test_concurrency_parts_add_up_to_the_limit():
     held = {g: sum(lim.admit("t", 0.0) is None for _ in range(5)) for g, lim in lims.items()}
     assert held == {"a": 3, "b": 0}
     assert math.isclose(lims["a"].share(TENANT, "t") + lims["b"].share(TENANT, "t"), 1.0)
+
+
+def test_a_gateway_joining_takes_a_share_without_letting_more_through():
+    # a and b hold 4 a second for 20 s; c joins at 10 s with its own callers. Before the others see
+    # it (their next refresh, <= 0.5 s) the three shares add up to 1 + c's: c starts with the floor
+    # of an idle gateway, so 4 * 20 + the buckets' start (2 + 2 + 1 for c) bounds it still
+    got = run(["a", "b", "c"], Rule(requests_per_s=4.0), {"a": 50, "b": 50, "c": 50}, 20.0, joins={"c": 10.0})
+    assert 76 <= sum(got.values()) <= 85, got
+    assert got["c"] >= 8, got  # c took about a third of the last 10 s
