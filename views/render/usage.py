@@ -27,7 +27,9 @@ def lines(v: dict[str, Any] | None) -> list[str]:
     """``explain``'s account: each host's cards, used (peak) of claimed, and RSS."""
     if not v:
         return []
-    how = {"nvml": "NVML per process", "simulated": "simulated GPUs: a share of the claim, 0.9 unless gpuflow simulate --vram-use-ratio",
+    how = {"nvml": "NVML per process",
+           "simulated": "simulated GPUs: the spec's GPUFLOW_SIMULATED_VRAM_USE of resources.vram, else a share of "
+                        "the claim (gpuflow simulate --vram-use-ratio, 0.9)",
            "none": "no per-process GPU figures on this host"}.get(v.get("measured"), v.get("measured"))
     out = ["", f"memory measured ({how}): VRAM {column(v)}, peak {gib(v['peak']):.1f} GiB; "
                f"RSS {gib(v['rss']):.2f} GiB, peak {gib(v['rss_peak']):.2f} GiB"]
