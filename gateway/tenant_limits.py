@@ -183,6 +183,8 @@ class Limits:
                 return
             s = self.subjects[k] = Subject(rule, limits)
             fresh = True
+        elif s.rule == rule:
+            return  # a key's limits, told again with each of its requests: nothing to redo
         else:
             fresh, s.rule, s.limits = s.limits != limits, rule, limits
         self._size(k, s, now, fresh)
