@@ -9,10 +9,11 @@ agents sample every second and report every 2.4 s (liveness 1 s, host watch 3 s)
   (GPUFLOW_SIMULATED_VRAM_USE 0.5: 7 GiB) is scaled to 2 once its claim is confident: under advise
   the second waits (14 + 14 > 24), under apply it is placed beside the first (14 + p90 7 GiB x
   1.15 = 8.05 GiB: 22 <= 24), the decision keeps the recommender's state and replays the same.
-- On ``gpuflow simulate``'s host (GPU 0: 24 GiB of which 14 are held by other processes; GPU 1:
-  24 GiB free), a replica of 8 GiB that uses 1.5x its claim (12 GiB) is binpacked onto GPU 0 (the
+- On ``gpuflow simulate``'s host (GPU 0: 24 GiB of which 14 are held by other processes; GPUs 1
+  and 2: 24 GiB free), a replica of 8 GiB that uses 1.5x its claim (12 GiB) is binpacked onto GPU 0 (the
   fuller that holds 8 GiB), passes the 10 GiB free there, dies of a (simulated) OOM, gets its claim
-  bumped to max(1.2 x 12, 12 + 0.1) = 14.4 GiB and is placed again where a GPU holds it: GPU 1."""
+  bumped to max(1.2 x 12, 12 + 0.1) = 14.4 GiB and is placed again where a GPU holds it: GPU 1.
+  Then the half-use deployment again, pinned to GPU 2: two to the GPU once its claim is confident."""
 
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ async def test_over_use_is_bumped_and_placed_again_on_simulate(lv, tmp_path):
     with open(inv, "w") as f:
         yaml.safe_dump({"ram_total": "64 GiB", "gpus": [
             {"index": 0, "vram_total": "24 GiB", "name": "Simulated 24G", "vram_used_by_others": "14 GiB"},
-            {"index": 1, "vram_total": "24 GiB", "name": "Simulated 24G"}]}, f)
+            {"index": 1, "vram_total": "24 GiB", "name": "Simulated 24G"},
+            {"index": 2, "vram_total": "24 GiB", "name": "Simulated 24G"}]}, f)
     sim = subprocess.Popen([sys.executable, "-m", "gpuflow", "simulate", "--hosts", "1", "--inventory", inv,
                             "--address", lv.stack.temporal.address, "--data-dir", str(tmp_path / "sim"),
                             "--start-delay", "0.2"], env={**os.environ, **timings_env(T), **lv.join_env()},
@@ -112,6 +114,18 @@ async def test_over_use_is_bumped_and_placed_again_on_simulate(lv, tmp_path):
         assert sum(i.placement["claim"]["vram"].values()) >= int(14.4 * GiB) - 2**20  # the bump: 1.2 x 12 GiB
         row = decision_log.latest(lv.engine, i.name)
         assert load(lv.engine, row.digest).request.learned.bumped
+
+        # half use on simulate's GPU 2 (pinned): 14 GiB, then once confident a second at the learned ~8 GiB beside it
+        half = spec("half-sim", vram_gib=14, command="my-server --port {port}", claims="apply",
+                    env={"GPUFLOW_SIMULATED_VRAM_USE": "0.5"}, gpu_selector={"gpu_ids": ["sim-0:cuda:2"]})
+        await ops.deploy(lv.client, half, T)
+        await lv.wait(lambda: len(running(lv, "half-sim")) == 1, 60, "half-sim's first replica RUNNING")
+        await confident(lv, "half-sim")
+        await ops.scale(lv.client, "half-sim", 2)
+        await lv.wait(lambda: len(running(lv, "half-sim")) == 2, 60, "half-sim's second replica RUNNING on GPU 2")
+        booked = sorted(sum(r.placement["claim"]["vram"].values()) for r in running(lv, "half-sim"))
+        assert booked[1] == 14 * GiB and 7 * GiB < booked[0] < 9 * GiB  # 14 + ~8 <= 24: two to the GPU
+        assert {(r.worker, tuple(r.gpu_indexes)) for r in running(lv, "half-sim")} == {("sim-0", (2,))}
     finally:
         sim.send_signal(signal.SIGINT)
         try:
