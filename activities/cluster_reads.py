@@ -13,24 +13,27 @@ from concurrent.futures import Executor, TimeoutError as Late
 from datetime import datetime, timedelta, timezone
 import os
 import socket
+import time
 from typing import Callable
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from activities.wake_queue import judge_and_record, shown
-from contracts.cluster import (AuditAsk, AuditView, KeysPage, Page, QueuePage, ServingAsk, ServingView,
-                               SettingsAsk, SettingsView, TenantsApplied, TenantsPage, UsagePage)
+from contracts.cluster import (AuditAsk, AuditView, ClaimsAsk, ClaimsView, KeysPage, Page, QueuePage, ServingAsk,
+                               ServingView, SettingsAsk, SettingsView, TenantsApplied, TenantsPage, UsagePage)
 from store import decision_replay, keys, serving, tenants
 from store.snapshot import load_snapshot
 from store.tables import InstanceRow, utcnow
 from scheduler.errors import InvalidInput
 from scheduler.spec_timings import PER_DEPLOYMENT
 from contracts.limits import ClusterPolicy, Limits
+from scheduler.claims.settings import ClaimSettings
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec
 from scheduler.tenancy.config import TenantsFile
+from views import claims as claims_view
 from views.keys import key_usage_rows, key_view
 from views.tenancy import queue_rows, stored_queue, tenant_rows
 
@@ -118,6 +121,12 @@ def callers_policy(ask: AuditAsk) -> PolicyConfig:
         raise InvalidInput(f"--with-settings: the caller's scheduler settings do not validate: {e}") from None
 
 
+
+def claims_page(engine: Engine, ask: ClaimsAsk, settings: ClaimSettings) -> ClaimsView:
+    view = claims_view.claims(engine, settings, time.time())
+    total = len(view["claims"])
+    return ClaimsView(view={**view, "claims": view["claims"][:ask.limit]}, total=total)
+
 class StoreReads:
     """The six reads as this control-plane worker answers them (workflows/cluster_reads.py
     ``Reader``): each in ``pool``, given READ_S. ``reads``: the read-only engine (db.reader);
@@ -125,10 +134,11 @@ class StoreReads:
     ``request_of``: the requests this worker costed, so a verdict knows what the decisions knew."""
 
     def __init__(self, engine: Engine, reads: Engine, pool: Executor, request_of: RequestOf, policy: PolicyConfig,
-                 cluster: Limits | None = None):
+                 cluster: Limits | None = None, claims: ClaimSettings | None = None):
         """``cluster``: this worker's limits and, from ``gpuflow server``, its timings (ClusterPolicy)."""
         self.engine, self.reads, self.pool, self.request_of, self.policy = engine, reads, pool, request_of, policy
         self.cluster = cluster or Limits()
+        self.claim_settings = claims or ClaimSettings()  # the learned claims' (GPUFLOW_CLAIMS__*)
 
     def _run(self, what: str, fn, *args, within: float = READ_S):
         try:
@@ -165,6 +175,10 @@ class StoreReads:
         return SettingsView(timings=None if timings is None else timings.model_dump(), per_deployment=list(PER_DEPLOYMENT),
                             limits=Limits.model_validate(c.model_dump(exclude={"timings"})).model_dump(),
                             worker=f"{socket.gethostname()}-{os.getpid()}")
+
+    def claims(self, ask: ClaimsAsk) -> ClaimsView:
+        """The learned claims (views/claims.py), judged by this worker's GPUFLOW_CLAIMS__* settings."""
+        return self._run("claims", claims_page, self.reads, ask, self.claim_settings)
 
     def audit(self, ask: AuditAsk) -> AuditView:
         return self._run("audit", audit, self.reads, ask, self.policy)

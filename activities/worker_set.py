@@ -117,4 +117,4 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
         pd_health=PDHealthActivities(engine, runner),
         cluster=ClusterActivities(engine, runner, estimates, policy, waker.wake),
         cluster_reads=StoreReads(engine, reads, runner.pool, lambda spec: known_request(estimates, spec), policy,
-                                 limits))
+                                 limits, claims=claims))

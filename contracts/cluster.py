@@ -208,6 +208,20 @@ class SettingsView(Message):
     worker: str = ""  # which worker answered (its identity)
 
 
+class ClaimsAsk(StrictMessage):
+    """``gpuflow claims`` and the console's Claims page: the learned claims, the most samples first."""
+
+    limit: int = Field(500, ge=1, le=2000)  # fingerprints in one answer (each about 1 KiB)
+
+
+class ClaimsView(Message):
+    """views/claims.py's view as JSON ({mode, settings, claims: [row]}), with the answering
+    worker's GPUFLOW_CLAIMS__* settings; ``total``: fingerprints in the store (``limit`` shown)."""
+
+    view: dict[str, Any] = {}
+    total: int = 0
+
+
 class AuditAsk(Message):
     """``gpuflow explain NAME --replay | --history`` through the control plane."""
 

@@ -60,6 +60,7 @@ CLUSTER_KEYS = "keys"  # query (Page) -> KeysPage
 CLUSTER_KEY_USAGE = "key_usage"  # query (Page) -> UsagePage: requests and tokens per key and tenant, 1 h and 24 h
 CLUSTER_TENANTS = "tenants"  # query (Page) -> TenantsPage
 CLUSTER_SETTINGS = "settings"  # query (SettingsAsk) -> SettingsView: the cluster's timings and limits
+CLUSTER_CLAIMS = "claims"  # query (ClaimsAsk) -> ClaimsView: the learned memory claims (issue 42)
 CLUSTER_QUEUE = "queue"  # query (Page) -> QueuePage
 CLUSTER_SERVING = "serving"  # query (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons
 CLUSTER_AUDIT = "audit"  # query (AuditAsk) -> AuditView: a kept decision replayed, or a deployment's decisions

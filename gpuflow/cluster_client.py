@@ -110,6 +110,11 @@ async def settings(client: Client) -> cc.SettingsView:
     return await _read(client, ids.CLUSTER_SETTINGS, cc.SettingsAsk(), cc.SettingsView)
 
 
+async def claims(client: Client, limit: int = 500) -> cc.ClaimsView:
+    """The learned memory claims (``gpuflow claims``), as a control-plane worker's settings judge them."""
+    return await _read(client, ids.CLUSTER_CLAIMS, cc.ClaimsAsk(limit=limit), cc.ClaimsView)
+
+
 async def list_keys(client: Client) -> list[cc.KeyView]:
     return (await _pages(lambda p: _read(client, ids.CLUSTER_KEYS, p, cc.KeysPage), lambda pg: pg.keys))[1]
 

@@ -47,6 +47,8 @@ class Reader(Protocol):
 
     def audit(self, ask: cc.AuditAsk) -> cc.AuditView: ...
 
+    def claims(self, ask: cc.ClaimsAsk) -> cc.ClaimsView: ...
+
     def settings(self, ask: cc.SettingsAsk) -> cc.SettingsView: ...
 
 
@@ -103,3 +105,8 @@ class ClusterReadsWorkflow:
     def settings(self, *args: Any) -> cc.SettingsView:
         """The cluster's timings and limits, as the answering worker's settings hold them."""
         return reader().settings(one(args, cc.SettingsAsk, ids.CLUSTER_SETTINGS))
+
+    @workflow.query(name=ids.CLUSTER_CLAIMS)
+    def claims(self, *args: Any) -> cc.ClaimsView:
+        """The learned memory claims (views/claims.py), with the answering worker's settings."""
+        return reader().claims(one(args, cc.ClaimsAsk, ids.CLUSTER_CLAIMS))

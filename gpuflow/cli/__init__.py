@@ -197,6 +197,8 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
         cli_tenants.add_commands(sub)
         from gpuflow.cli import queue as cli_queue  # gpuflow queue: the PENDING queue and why each waits
         cli_queue.add_commands(sub)
+        from gpuflow.cli import claims as cli_claims  # gpuflow claims: the learned memory claims
+        cli_claims.add_commands(sub)
         from gpuflow.cli import settings_cmd as cli_settings  # gpuflow settings: the cluster's timings and limits
         cli_settings.add_commands(sub)
     return p
