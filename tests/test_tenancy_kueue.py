@@ -301,3 +301,15 @@ def test_the_live_scenario_in_one_process():
     # a's third again: the cohort has nothing unused left; only then c's 40G (whole, rather than
     # slivers of a's own 56G)
     assert admit(snap, spec("a-m", 30), req(30), f, o, "a-m-2").decision.placement.worker == "h1"
+
+
+def test_the_queue_wakes_a_flavor_guarantee_to_reclaim():
+    # b guarantees 2 X GPUs; a (no guarantee) borrows both. b's waiting replica does not fit, but
+    # it is within b's X guarantee (0 + 1 <= 2) while a borrows: woken to preempt
+    f = tf({"name": "a"}, {"name": "b", "flavors": {"X": {"guarantee": {"gpus": 2}}}})
+    snap = cluster([worker("w-x", 256, [g(0, "X"), g(1, "X")])],
+                   [held("a-m-0", "a-m", "w-x", 0, 70), held("a-m-1", "a-m", "w-x", 1, 70)])
+    tenant_of = {"a-m": "a", "b-m": "b"}
+    w = to_wake(snap, [Waiting("b-m-0", "b-m", tenant="b")], {"b-m": (spec("b-m", 30), req(30))},
+                quotas=quotas_of(snap, f, tenant_of))
+    assert w.reclaim == ["b-m-0"]

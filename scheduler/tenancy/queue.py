@@ -207,33 +207,43 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
             fused[w.tenant] = flavors.add(fused.get(w.tenant, {}), fneed)
         snap = book(snap, d.placement, w.instance, spec.name)
     if quotas and unfit_held:
-        _reclaim(out, unfit_held, specs, keys, quotas, used, empty_snap, config)
+        _reclaim(out, unfit_held, specs, keys, quotas, used, empty_snap, config, fused)
     return out
 
 
 def _reclaim(out: Wake, waiting: list[Waiting], specs: dict[str, tuple[ModelSpec, Request]], keys: dict[str, str],
-             quotas: Quotas, used: dict[str, Usage], empty_snap: ClusterSnapshot, config: PolicyConfig | None) -> None:
+             quotas: Quotas, used: dict[str, Usage], empty_snap: ClusterSnapshot, config: PolicyConfig | None,
+             fused: dict[str, dict[str, Usage]] | None = None) -> None:
     """Wake the replicas that do not fit but whose tenant stays within its guarantee with them,
-    while another tenant borrows (module docstring, Reclaim)."""
+    while another tenant borrows (module docstring, Reclaim). A tenant with unused flavor
+    guarantees is costed on those flavors (as admit.py places it)."""
+    fused = fused if fused is not None else {}
     lenders = {t for t, u in quotas.used.items()
                if u != Usage() and borrowing(quotas.tenants.get(t) or DEFAULT, u)}
-    shape: dict[str, Usage | None] = {}  # fit key -> what a replica holds on an empty cluster
+    shape: dict[tuple, tuple | None] = {}  # (fit key, tenant) -> (what a replica holds on an empty cluster, per flavor)
     for w in waiting:
         t = quotas.tenants.get(w.tenant)
-        if t is None or not t.guarantee.named() or not lenders - {w.tenant}:
+        if t is None or not t.guaranteed() or not lenders - {w.tenant}:
             continue
         spec, req = specs[w.deployment]
-        k = keys[w.deployment]
+        k = (keys[w.deployment], w.tenant)
         if k not in shape:
-            empty = decide(empty_snap, spec, req, config, exclude=w.instance)
+            own = lending.unused_flavors(t, fused.get(w.tenant, {}), lent=False) if t.flavors else None
+            seen = flavors.only(empty_snap, t, own) if own else flavors.restrict(empty_snap, t)
+            empty = decide(seen, spec, req, config, exclude=w.instance)
             out.decisions += 1
-            shape[k] = of_candidate(empty.placement) if empty.scheduled else None
-        need = shape[k]
-        if need is None or not within_guarantee(t, used.get(w.tenant, Usage()), need):
+            shape[k] = (of_candidate(empty.placement), flavors.held(t, empty.placement, quotas.names)
+                        if t.flavors else None) if empty.scheduled else None
+        if shape[k] is None:
+            continue
+        need, fneed = shape[k]
+        if not within_guarantee(t, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed):
             continue
         out.reclaim.append(w.instance)
         out.held.pop(w.instance, None)
         used[w.tenant] = used.get(w.tenant, Usage()) + need
+        if fneed:
+            fused[w.tenant] = flavors.add(fused.get(w.tenant, {}), fneed)
 
 
 def _quota_on_empty(empty_snap: ClusterSnapshot, spec: ModelSpec, req: Request, config: PolicyConfig | None,
