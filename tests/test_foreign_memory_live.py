@@ -4,7 +4,8 @@ runs it: engines are real processes) and a ``gpuflow simulate`` host with the sa
 
 - A replica of 16 GiB, which a bare 24 GiB card holds, is refused on both: 24 - 10 x 1.1 = 13 GiB
   left; its PENDING reason (``gpuflow status --json``) and ``gpuflow explain`` name the 10 GiB.
-- A 12 GiB replica is placed on each (13 GiB left). The other processes then grow to 13 GiB, past
+- A 12 GiB replica is placed on each (13 GiB left); ``explain`` names the 10 GiB there too, and
+  ``explain --replay`` replays the refusal and the placements to the same decision. The other processes then grow to 13 GiB, past
   the 12 GiB its booking leaves: ``gpuflow hosts`` says DEGRADED for both hosts, the control
   plane's gpuflow_host_foreign_memory_degraded is 1, and both replicas keep RUNNING (no eviction).
   (13, not more: each replica uses 0.9 x 12 = 10.8 GiB, within the 24 - 13 = 11 GiB the card still
@@ -91,6 +92,11 @@ async def test_foreign_use_refuses_a_replica_and_its_growth_raises_an_alert(tmp_
         await lv.wait(lambda: lv.states("fit-dev") == {"fit-dev-0": "running"}
                       and lv.states("fit-sim") == {"fit-sim-0": "running"}, 120, "both 12 GiB replicas RUNNING")
         assert "DEGRADED" not in await acli(lv, "hosts")
+        # the kept inputs carry the foreign figure and the margin: the refusal and the placement replay the same
+        for inst in ("big-dev-0", "fit-dev-0", "fit-sim-0"):
+            replayed = await acli(lv, "explain", inst, "--replay")
+            assert "same decision" in replayed, replayed
+        assert named in await acli(lv, "explain", "fit-dev-0")  # where it went, others use 10 GiB
 
         # the other processes grow to 13 GiB: past the 24 - 12 = 12 GiB the bookings leave
         inventory(dev_inv, 13, {"kind": "dev"})
