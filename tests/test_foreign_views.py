@@ -100,3 +100,21 @@ def test_the_temporal_ui_shows_it_on_the_host_workflow():
     assert "GPU 0: `cuda` 24.0 GiB, 13.0 GiB used by other processes\nGPU 1: `cuda` 24.0 GiB\n" in text, text
     assert "**DEGRADED** GPU 0: 13.0 GiB used by other processes, past the 12.0 GiB" in text, text
     assert "DEGRADED" not in host_details(_report(10))
+
+
+def test_the_signed_report_covers_the_foreign_figure_and_the_degradation(tmp_path):
+    """The MAC covers both (contracts/host_proof.py): a watch answer whose foreign use was hidden,
+    or whose degradation was dropped, after signing is refused; the whole one passes."""
+    from tests.test_host_report_check import World, check
+
+    w = World(tmp_path)
+    try:
+        sent = judged(_report(13).model_copy(update={"name": "h1"}), {0: 12 * GiB}).model_dump(mode="json",
+                                                                                                 exclude={"auth"})
+        signed = w.h1.signed(sent, "watch", "n-1")
+        assert w.acts.check(check(signed, "watch", nonce="n-1")).ok
+        hidden = {**signed, "gpus": [{**signed["gpus"][0], "vram_foreign": None}, signed["gpus"][1]]}
+        assert w.acts.check(check(hidden, "watch", nonce="n-1")).kind == "mac"
+        assert w.acts.check(check({**signed, "foreign_degraded": None}, "watch", nonce="n-1")).kind == "mac"
+    finally:
+        w.close()
