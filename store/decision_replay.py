@@ -108,7 +108,14 @@ def replay_row(engine: Engine, row: decision_log.DecisionRow, recorded: Decision
     return {"instance": row.instance, "kind": "placement", "inputs": row.digest, "at": row.at.isoformat(),
             "names": inp.names, "same": not diff, "differences": diff,
             "recorded": outcome(recorded), "now": outcome(now),
-            "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas"}
+            "saw": f"{len(inp.snapshot.workers)} hosts, {len(inp.snapshot.instances)} replicas",
+            **_learned(inp)}
+
+
+def _learned(inp: DecisionInputs) -> dict[str, Any]:
+    """The learned claim the decision booked (issue 42), as its inputs keep it: {"learned": {...}}."""
+    got = getattr(inp.request, "learned", None)
+    return {"learned": got.to_dict()} if got is not None else {}
 
 
 def load_group(engine: Engine, digest: str) -> GroupInputs:

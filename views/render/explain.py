@@ -112,3 +112,22 @@ def group_lines(g: dict[str, Any] | None) -> list[str]:
 def _chosen(dec: dict[str, Any], placed: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in dec.get("candidates") or []
                  if (c["worker"], c["gpu_indexes"]) == (placed.get("worker"), placed.get("gpu_indexes"))), None)
+
+
+def learned_line(kept: dict[str, Any] | None) -> str:
+    """A booked learned claim (issue 42), from the state a decision keeps (scheduler/learned_claim.py):
+    'claim 10.4 GiB learned from 1,240 samples over 3 days (p90 9.0 GiB + 15%); the estimate was
+    14.0 GiB', and how sure the recommender was; '' when the decision booked none, or a record
+    from another version that does not read."""
+    from scheduler.claim_apply import learned_text
+    from scheduler.errors import InvalidInput
+    from scheduler.learned_claim import LearnedClaim
+
+    if not kept:
+        return ""
+    try:
+        c = LearnedClaim.from_dict(kept)
+    except InvalidInput:
+        return ""
+    sure = f" (confidence {c.confidence:.2f}; fingerprint {c.fingerprint[:12]})" if c.fingerprint else ""
+    return learned_text(c) + sure

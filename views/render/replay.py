@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from views.render.explain import learned_line
+
 WHAT = {"autoscale": "autoscaler step", "group": "group formation", "scale_out": "scale-out (placed alone)"}
 
 
 def replay(r: dict[str, Any]) -> str:
     what = WHAT.get(r.get("kind"), "decision")
     head = f"{r['instance']}: {what} of {r['at']} (inputs {r['inputs'][:12]}, {r['saw']})"
+    if r.get("learned"):  # it booked a learned claim: the recommender's state the inputs keep
+        head += f"\nbooked {learned_line(r['learned'])}"
     if r["same"]:
         return f"{head}\nsame decision: {r['now']}"
     lines = [head, "different decision:", f"  recorded: {r['recorded']}", f"  now:      {r['now']}"]
