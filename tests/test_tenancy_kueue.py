@@ -313,3 +313,19 @@ def test_the_queue_wakes_a_flavor_guarantee_to_reclaim():
     w = to_wake(snap, [Waiting("b-m-0", "b-m", tenant="b")], {"b-m": (spec("b-m", 30), req(30))},
                 quotas=quotas_of(snap, f, tenant_of))
     assert w.reclaim == ["b-m-0"]
+
+
+def test_the_queue_does_not_wake_a_borrower_beside_a_guaranteed_replica():
+    # prod's guaranteed replica holds 60 GiB of GPU 0 (80 GiB); dev's 20 GiB replica would fit
+    # beside it, but a borrower is not placed there (admit.py rule 5): the queue holds it, saying
+    # why, rather than waking it to be refused
+    f = tf({"name": "prod", "guarantee": {"gpus": 1}}, {"name": "dev"})
+    snap = cluster([worker("h", 256, [gpu(0, 80)])], [held("prod-m-0", "prod-m", "h", 0, 60)])
+    tenant_of = {"prod-m": "prod", "dev-m": "dev"}
+    w = to_wake(snap, [Waiting("dev-m-0", "dev-m", tenant="dev")], {"dev-m": (spec("dev-m"), req())},
+                quotas=quotas_of(snap, f, tenant_of))
+    assert w.woken == [] and w.held["dev-m-0"].endswith("a borrowing replica does not share them")
+    # without the guarantee, as before: woken
+    f = tf({"name": "prod"}, {"name": "dev"})
+    assert to_wake(snap, [Waiting("dev-m-0", "dev-m", tenant="dev")], {"dev-m": (spec("dev-m"), req())},
+                   quotas=quotas_of(snap, f, tenant_of)).woken == ["dev-m-0"]

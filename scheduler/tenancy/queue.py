@@ -15,7 +15,9 @@ Quota: with ``tenants`` given, a replica that fits but would take its tenant ove
 quota as its reason. It waits on its own tenant, not on capacity, so it blocks nobody, in either
 mode. One that does not fit either shows the quota too when it would break it even on an empty
 cluster (what it holds there at least): quota is what blocks, not capacity. A tenant with flavors
-is decided on its GPU models only, and its flavors' limits hold (flavors.py).
+is decided on its GPU models only, and its flavors' limits hold (flavors.py). A borrower whose
+placement would share a GPU with another tenant's guaranteed replica is decided again without
+those GPUs, and held, saying so, when that does not place it (admission would refuse it there).
 
 Fair sharing (``fair_sharing: true``): among replicas of one tenant priority, the tenant with the
 lower share of what it borrows comes first (``fair_order``; lending.share), as Kueue admits the
@@ -86,6 +88,7 @@ class Quotas:
     fused: dict[str, dict[str, Usage]] = field(default_factory=dict)
     names: dict[tuple[str, int], str] = field(default_factory=dict)
     cap: Usage | None = None
+    guarded: dict[tuple[str, int], str] = field(default_factory=dict)  # GPU -> tenant of the guaranteed replica on it
 
 
 def quotas_of(snap: ClusterSnapshot, tf: TenantsFile, tenant_of: dict[str, str]) -> Quotas | None:
@@ -96,8 +99,13 @@ def quotas_of(snap: ClusterSnapshot, tf: TenantsFile, tenant_of: dict[str, str])
     names = flavors.gpu_names(snap) if any(t.flavors for t in held.values()) else {}
     fused = {t.name: flavors.used_by(t, [i for i in snap.instances if tenant_of.get(i.model, "default") == t.name],
                                      names) for t in held.values() if t.flavors}
+    guarded = {}
+    if any(t.guaranteed() for t in held.values()):  # admit.py rule 5: borrowers are not placed beside them
+        kept = lending.guaranteed(snap, tf, tenant_of, {})
+        guarded = {x: tenant_of.get(i.model, "default") for i in snap.instances if i.name in kept
+                   for x in lending.gpus_of_one(i)}
     return Quotas(held, by_tenant(snap.instances, tenant_of), fused, names,
-                  lending.capacity(snap) if tf.fair_sharing else None)
+                  lending.capacity(snap) if tf.fair_sharing else None, guarded)
 
 
 def fair_order(queue: list[Waiting], quotas: Quotas | None) -> list[Waiting]:
@@ -187,8 +195,10 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
             unfit_held.append(w)
             out.held[w.instance] = unfit[keys[w.deployment]] = pending_text(d.reasons, d.decisive)
             continue
-        need = of_candidate(d.placement)
-        fneed = flavors.held(tenant, d.placement, quotas.names) if tenant and tenant.flavors else None
+        d, need, fneed, why = _away_from_guaranteed(snap, spec, req, config, w, tenant, quotas, used, fused, d, out)
+        if why:
+            out.held[w.instance] = why
+            continue
         quota = over_limit(tenant, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed) if tenant else None
         if quota:
             out.held[w.instance] = over[w.deployment] = quota
@@ -244,6 +254,32 @@ def _reclaim(out: Wake, waiting: list[Waiting], specs: dict[str, tuple[ModelSpec
         used[w.tenant] = used.get(w.tenant, Usage()) + need
         if fneed:
             fused[w.tenant] = flavors.add(fused.get(w.tenant, {}), fneed)
+
+
+def _away_from_guaranteed(snap: ClusterSnapshot, spec: ModelSpec, req: Request, config: PolicyConfig | None,
+                          w: Waiting, tenant: Tenant | None, quotas: Quotas | None, used: dict[str, Usage],
+                          fused: dict[str, dict[str, Usage]], d, out: Wake):
+    """(decision, what it holds, per flavor, why it waits): a borrower whose placement shares a GPU
+    with another tenant's guaranteed replica is decided again without those GPUs (admit.py rule 5)."""
+    fl = lambda x: flavors.held(tenant, x, quotas.names) if tenant and tenant.flavors else None  # noqa: E731
+    need, fneed = of_candidate(d.placement), fl(d.placement)
+    if not (quotas and quotas.guarded and _shares_guaranteed(d.placement, w.tenant, quotas.guarded)) or \
+            within_guarantee(tenant or DEFAULT, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed):
+        return d, need, fneed, None
+    hidden = {x for x, t in quotas.guarded.items() if t != w.tenant}
+    d = decide(lending.hide(flavors.restrict(snap, tenant) if tenant else snap, hidden), spec, req, config,
+               exclude=w.instance)
+    out.decisions += 1
+    if not d.scheduled:
+        return d, None, None, (pending_text(d.reasons, d.decisive) + f"; tenancy: {len(hidden)} GPU(s) hold other "
+                               "tenants' guaranteed replicas; a borrowing replica does not share them")
+    return d, of_candidate(d.placement), fl(d.placement), None
+
+
+def _shares_guaranteed(c, tenant: str, guarded: dict[tuple[str, int], str]) -> bool:
+    """Whether placement ``c`` holds a GPU another tenant's guaranteed replica holds."""
+    gpus = [(c.worker, i) for i in c.gpu_indexes] + [(sub.worker, i) for sub in c.subordinates for i in sub.gpu_indexes]
+    return any(guarded.get(x, tenant) != tenant for x in gpus)
 
 
 def _quota_on_empty(empty_snap: ClusterSnapshot, spec: ModelSpec, req: Request, config: PolicyConfig | None,
