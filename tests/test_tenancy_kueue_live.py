@@ -10,7 +10,9 @@ only these, at most 2). a's replicas are 30 GiB, one a GPU; binpack alone would 
 2. b asks for 2 (its guarantee): it takes the free 48G and preempts a's borrower from the other;
    a's third comes back on c's 40G, the cohort having nothing unused left.
 3. f asks for 3 of 20 GiB: 2 RUNNING on h4's 24G; the third waits with its flavor's quota,
-   though h1 has a free 40G GPU it could fit."""
+   though h1 has a free 40G GPU it could fit.
+4. p (limit 1 GPU) asks for 2 of 30 GiB: the first takes that last free GPU, so the cluster is
+   full; the second shows its quota, not `unschedulable`, since quota is what blocks it."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ FILE = {"tenants": [
     {"name": "a", "cohort": "lab", "flavors": {"56G": {"guarantee": {"gpus": 2}}, "*": {}}},
     {"name": "b", "cohort": "lab", "flavors": {"48G": {"guarantee": {"gpus": 2}}, "*": {}}},
     {"name": "c", "flavors": {"40G": {"guarantee": {"gpus": 2}}, "*": {}}},
-    {"name": "f", "flavors": {"24G": {"limit": {"gpus": 2}}}}]}
+    {"name": "f", "flavors": {"24G": {"limit": {"gpus": 2}}}},
+    {"name": "p", "limit": {"gpus": 1}}]}
 T = FAST.model_copy(update={"pending_recheck_s": 600})  # no sweep helps within the test
 
 
@@ -58,5 +61,11 @@ async def test_cohorts_and_flavors_on_the_dev_stack(tmp_path):
                       120, "f: 2 RUNNING on h4, the third PENDING on its flavor's quota")
         assert hosts_of(lv, "f-m") == ["h4", "h4"]
         print(f"f: {hosts_of(lv, 'f-m')}; waiting: {pending(lv, 'f-m')}")
+
+        await ops.deploy(lv.client, spec("p-m", vram_gib=30, replicas=2, tenant="p"), T)
+        quota = "quota: tenant p uses 1 of its 1 GPUs (this replica needs 1)"
+        await lv.wait(lambda: len(running(lv, "p-m")) == 1 and list(pending(lv, "p-m").values()) == [quota], 60,
+                      "p: 1 RUNNING, the cluster full, the other PENDING on its quota")
+        print(f"p: {hosts_of(lv, 'p-m')}; waiting: {pending(lv, 'p-m')}")
     finally:
         lv.close()
