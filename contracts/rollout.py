@@ -79,7 +79,7 @@ class OutcomeView(BaseModel):
     under way), ``baking`` (its last step taken, it runs on probation for ``rollout.bake_s``),
     ``good`` (its rollout finished and its bake passed: every replica ran it, answered, and did not
     fail nor restart for ``bake_s``), ``deployed``
-    (applied without a rollout: the first spec, or ``strategy: recreate``), ``replaced`` (a newer
+    (applied without a rollout: the first spec, or a group recreated), ``replaced`` (a newer
     spec came before its rollout finished), ``rolled back`` (a replica of it failed; ``reason``
     says which), ``halted`` (it failed while being rolled back to)."""
 

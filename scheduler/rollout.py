@@ -30,7 +30,7 @@ FORM = "form_new"  # a prefill/decode group rolled whole: form its new generatio
 
 
 class RolloutConfig(Strict):
-    strategy: str = Field("rolling", max_length=16, pattern="^(rolling|recreate)$", description="recreate: stop all, then start (today's behaviour).")
+    strategy: str = Field("rolling", max_length=16, pattern="^(rolling|recreate)$", description="recreate: stop all, then start all at once, then bake.")
     max_surge: int = Field(1, ge=0, le=100, description="New replicas beyond the desired count at once. Default 1.")
     max_unavailable: int = Field(0, ge=0, le=100, description="Replicas below the desired count that may be unready. Default 0.")
     surge_timeout_s: float = Field(60, ge=0, le=86400, description="A surge replica unplaced this long makes the step stop-first. Default 60 s.")
@@ -70,6 +70,7 @@ class Step:
     reason: str = ""
     fallback: bool = False  # stop-first because the surge could not be placed
     role: str = ""  # a group rolled role by role: the role this step is for
+    count: int = 1  # START: how many new replicas (strategy recreate starts every missing one at once)
 
 
 def next_step(cfg: RolloutConfig, desired: int, old: list[Replica], new: list[Replica], now: float) -> Step:
@@ -90,6 +91,9 @@ def next_step(cfg: RolloutConfig, desired: int, old: list[Replica], new: list[Re
     if old and len(ready_old) + len(ready_new) - 1 >= floor:
         return Step(STOP, [old[-1].name], f"{len(ready_old)} old + {len(ready_new)} new ready: one may go "
                                           f"and {floor} stay")
+    if cfg.strategy == "recreate" and not old and len(new) < desired:  # every old one stopped: the rest at once
+        return Step(START, reason=f"strategy recreate: {desired - len(new)} new replica(s) to start",
+                    count=desired - len(new))
     if len(new) < desired and len(old) + len(new) < desired + cfg.max_surge:
         return Step(START, reason=f"{len(old)} old + {len(new)} new < {desired} + surge {cfg.max_surge}")
     stuck = [r for r in new if r.pending_since is not None and now - r.pending_since >= cfg.surge_timeout_s]

@@ -48,8 +48,11 @@ def view(result: str = "good", version: int = 1, rolling: bool = False, old=(), 
     ("stop-first", dep((3, "running"), (2, "pending")), view("rolling", rolling=True), 3, STUCK),
     # --- recreate: every old replica stopping, the new ones wait for their GPUs: wait
     ("recreate", dep((2, "pending"), (3, "pending"), replicas=2),
-     view("deployed", stopping=["m-0", "m-1"]), None, "deployment m: PENDING 2 of 2 wanted"),
-    ("recreate", dep((2, "running"), (3, "running")), view("deployed"), 0, "deployment m: 2 of 2 replica(s) RUNNING"),
+     view("rolling", rolling=True, stopping=["m-0", "m-1"]), None, "deployment m: PENDING 2 of 2 wanted (rolling)"),
+    # all started at once and RUNNING: it bakes before it is done
+    ("recreate", dep((2, "running"), (3, "running")), view("baking", rolling=True, baking=True), None,
+     "deployment m: RUNNING 2 of 2 wanted (baking: 42 s left)"),
+    ("recreate", dep((2, "running"), (3, "running")), view("good"), 0, "deployment m: 2 of 2 replica(s) RUNNING"),
     # --- no rollout (a new deployment, a scale): pending with nothing to stop: 3
     ("none", dep((0, "running"), (2, "pending")), view("deployed", version=0), 3, STUCK),
     # --- failures: 1

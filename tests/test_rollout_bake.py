@@ -293,3 +293,19 @@ def test_rollout_status_shows_the_bake(clock):
                       "rolls it back")
     assert out[2] == ("  bake: 30 s left; judged: a new replica that goes ERROR or restarts rolls the version back; "
                       "so does a 5xx ratio above 0.05 at the gateways (once 20 requests were answered)"), out
+
+
+def test_recreate_starts_every_new_replica_at_once_then_bakes():
+    from scheduler.rollout import next_step
+
+    cfg = RolloutConfig(strategy="recreate")
+    s = next_step(cfg, 3, [], [Replica("m-3", "pending")], 0)  # every old one stopped; 1 of 3 made
+    assert (s.action, s.count, s.reason) == (START, 2, "strategy recreate: 2 new replica(s) to start")
+    assert next_step(cfg, 3, [], [up("m-3"), up("m-4"), up("m-5")], 0).action == DONE  # then the bake (decide)
+    d = Roll(spec("v0"))
+    d.deploy({**spec("v1"), "rollout": {"strategy": "recreate", "bake_s": 10}})
+    d.instances = []  # the loop stopped every replica
+    assert d.look(0, {}).action == START and d.instances == ["chat-0"] and d.r.versions["chat-0"] == 1
+    assert d.look(3, {"chat-0": ("running", 0)}).action == WAIT  # answering since 3: seen at 5
+    assert d.look(5, {"chat-0": ("running", 0)}).action == BAKE
+    assert d.look(15, {"chat-0": ("running", 0)}).action == DONE and d.r.history[-1].result == "good"

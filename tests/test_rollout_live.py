@@ -191,11 +191,11 @@ async def test_a_control_plane_worker_killed_mid_rollout_resumes_without_an_extr
 
 async def test_strategy_recreate_stops_every_replica_then_starts(tmp_path):
     """Today's behaviour, on request: both v1 replicas are stopped at once, then two v2 started
-    (the spare GPU is not used for a surge)."""
+    at once (the spare GPU is not used for a surge), and the version bakes before it is good."""
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]})
     try:
         sp = version("v1", replicas=2).model_dump(mode="json")
-        sp["rollout"] = {"strategy": "recreate"}
+        sp["rollout"] = {"strategy": "recreate", "bake_s": 5}
         await ops.deploy(lv.client, ModelSpec.model_validate(sp), T)
         await lv.wait(lambda: list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v1 RUNNING")
         seen: set[tuple[str, str]] = set()
@@ -204,8 +204,11 @@ async def test_strategy_recreate_stops_every_replica_then_starts(tmp_path):
         await lv.wait(lambda: sorted(lv.states("chat")) == ["chat-2", "chat-3"]
                       and list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v2 RUNNING",
                       check=lambda: seen.update(lv.states("chat").items()), every=0.1)
-        v = await rollout(lv)
-        assert v["status"] == "recreated as version 1" and [s["action"] for s in v["steps"]] == ["recreate"], v
-        assert not any(s["action"] == "start_new" for s in v["steps"])
+        v = await settled(lv, "version 1 rolled out", 2)  # then baked (issue 38)
+        actions = [s["action"] for s in v["steps"]]
+        assert actions[:2] == ["recreate", "start_new"] and actions[-2:] == ["bake", "done"], v["steps"]
+        assert actions.count("start_new") == 1 and "stop_old" not in actions, v["steps"]  # waits between: fine
+        assert v["steps"][1]["names"] == ["chat-2", "chat-3"], v["steps"]  # both at once: no surge
+        assert [(h["version"], h["result"]) for h in v["history"]] == [(0, "deployed"), (1, "good")], v["history"]
     finally:
         lv.close()

@@ -141,9 +141,12 @@ def test_halting_marks_the_good_version_failed():
     assert ro.undo_choice(d.ro)[0].version == 0
 
 
-def test_recreate_counts_as_deployed_and_replicas_only_changes_keep_the_version():
+def test_recreate_rolls_and_bakes_and_replicas_only_changes_keep_the_version():
     d = Deployment("v1").deploy("v2", rollout={"strategy": "recreate"})
-    assert d.results() == [(0, "deployed"), (1, "deployed")]
+    assert d.recreate and d.ro.rolling  # every replica stopped; the new ones start, then bake (issue 38)
+    assert d.results() == [(0, "deployed"), (1, "rolling")]
+    d.finish()
+    assert d.results() == [(0, "deployed"), (1, "good")]
     d.deploy("v2", rollout={"strategy": "recreate"}, replicas=3)  # nothing that runs changed
     assert d.ro.version == 1 and d.ro.history[-1].spec.replicas == 3
     assert ro.undo_choice(d.ro)[0].version == 0

@@ -312,7 +312,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         probes, counts = await ro.look(self.ro, self.raw, self.name, self.instances)  # the replicas; the gateways'
         s = ro.decide(self.ro, self.raw, self.replicas or 0, self.instances, probes, now, counts=counts)
         if s.action == START:
-            ro.log_step(self.ro, START, await self._start_new(1), s.reason)
+            ro.log_step(self.ro, START, await self._start_new(s.count), s.reason)
         elif s.action == STOP:
             ro.log_step(self.ro, STOP, s.names, s.reason, s.fallback)
             await self._stop(s.names)

@@ -69,7 +69,8 @@ def rolls(old: ModelSpec, new: ModelSpec) -> bool:
 
 class Change(BaseModel):
     """What a spec change asks of the deployment: its spec is now ``raw``; ``recreate``: stop every
-    replica now (strategy recreate), the new ones start with the next scale-up."""
+    replica now (strategy recreate); the new ones start at once with the rollout's next step and
+    then bake (a group's: with the next scale-up)."""
 
     raw: dict[str, Any]
     recreate: bool = False
@@ -97,10 +98,11 @@ def change_spec(r: RolloutState, current: dict, raw: dict, new: ModelSpec, old: 
     r.version, r.rolled_back = r.latest, False
     _unbake(r)
     recreate = new.rollout.strategy == "recreate" if j is None else _group_way(r, j, new)
-    _add(r, r.version, new, "deployed" if recreate else "rolling", undo[0].version if undo else None)
+    baked = recreate and j is None  # a plain deployment's recreate starts the new replicas, then bakes them
+    _add(r, r.version, new, "deployed" if recreate and not baked else "rolling", undo[0].version if undo else None)
     if recreate:
-        r.rolling, r.good = False, None
-        r.status = f"recreated as version {r.version}"
+        r.rolling, r.good = (True, r.good) if baked else (False, None)
+        r.status = f"recreated as version {r.version}" + (": its replicas start, then it bakes" if baked else "")
         log_step(r, "recreate", [], f"strategy recreate: every replica stopped, version {r.version} started")
         return Change(raw=raw, recreate=True)
     r.rolling = True
