@@ -170,7 +170,7 @@ LENDERS = tf({"name": "a"}, {"name": "b", "guarantee": {"gpus": 2}, "lending_lim
     # 6 GPUs; b keeps min(2 - 0, 2 - 0) = 2, c keeps min(2 - 1, 2 - 0) = 1: 3 must stay free
     (1, None),  # a's second: 6 - 2 = 4 free >= 3
     (2, None),  # a's third: 6 - 3 = 3 free >= 3
-    (3, "quota: tenant a would borrow what others keep of their guarantees (b keeps 2 GPUs, c keeps 1 GPUs; "
+    (3, "quota: tenant a would borrow what others keep of their guarantees (b keeps 2 GPUs, c keeps 1 GPU; "
         "2 GPUs would be left free)"),  # a's fourth: 6 - 4 = 2 < 3
 ])
 def test_lending_limits_keep_part_of_a_guarantee_free(a_holds, quota):

@@ -89,7 +89,7 @@ def kept(guarantee: dict[str, int], lending: dict[str, int], used: Usage) -> Usa
 
 
 def _say(r: str, v: int) -> str:
-    return f"{v} GPUs" if r == "gpus" else f"{v / GiB:.1f} GiB VRAM"
+    return (f"{v} GPU" + ("" if v == 1 else "s")) if r == "gpus" else f"{v / GiB:.1f} GiB VRAM"
 
 
 def lending_problem(after: ClusterSnapshot, t: Tenant, tenants: TenantsFile, used: dict[str, Usage],
