@@ -19,6 +19,7 @@ from datetime import datetime
 
 from sqlalchemy import BigInteger, Column, JSON, Text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, select
 
 from contracts.usage import ReplicaUse, UsageBatch
@@ -91,7 +92,16 @@ def _over(r: ReplicaUse) -> bool:
 
 
 def observe_batch(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float) -> int:
-    """One host's report into the learned claims, in one transaction; returns the samples taken."""
+    """One host's report into the learned claims, in one transaction; returns the samples taken.
+    Two hosts' first reports of one fingerprint may both insert its row (PostgreSQL locks only rows
+    that exist): the loser's transaction is rolled back and run again, finding the row."""
+    try:
+        return _observe(engine, batch, settings, now)
+    except IntegrityError:
+        return _observe(engine, batch, settings, now)
+
+
+def _observe(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float) -> int:
     usable = [r for r in batch.replicas if r.measured != "none" and r.backend and r.gpu_model and r.vram_peak > 0]
     if not usable:
         return 0

@@ -96,3 +96,25 @@ def test_what_it_cannot_learn_from_is_left_out(store):  # noqa: F811
         rep("q-2", 8 * GiB)])
     assert claims.observe_batch(engine, batch, S, T0) == 0
     assert claims.all_claims(engine) == []
+
+
+def test_two_hosts_first_reports_of_one_fingerprint_at_once(store):  # noqa: F811
+    # both insert the row: the loser runs again and finds it; no sample is lost (5 rounds, 2 hosts each)
+    import threading
+
+    _, _, engine = store
+    want(engine, *[f"q-{i}" for i in range(10)])
+    for round_ in range(5):
+        params = f"--max-model-len {1024 * (round_ + 1)}"  # a new fingerprint each round
+        go = threading.Barrier(2)
+
+        def host(i: int) -> None:
+            go.wait()
+            r = rep(f"q-{2 * round_ + i}", 8 * GiB).model_copy(update={"parameters": params})
+            assert claims.observe_batch(engine, UsageBatch(host=f"g{i}", replicas=[r]), S, T0) == 1
+
+        threads = [threading.Thread(target=host, args=(i,)) for i in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        fp = fingerprint(SRC, "vllm", params, GPU)
+        assert claims.learned(engine, [fp.key])[fp.key].claim_state().samples == 2
