@@ -4,7 +4,8 @@ worker started with the live stack's timings (unreachable_grace_s 3), one agent,
 =999. Both deployments' replicas are started with the cluster's grace, 3 (read from each replica
 workflow's input in its Temporal history); a spec's per-deployment ``timings.ready_timeout_s``
 holds for its own deployment only; a spec may not set a cluster timing; ``gpuflow settings``
-prints the cluster's values whatever its own environment says."""
+prints the cluster's values whatever its own environment says. On the same stack, a key's own
+limits set and edited through the control plane (``keys create --requests-per-s``, ``keys edit``)."""
 
 from __future__ import annotations
 
@@ -67,5 +68,18 @@ async def test_two_clis_with_different_environments_get_the_clusters_grace(tmp_p
         assert "unreachable_grace_s" not in got["per_deployment"] and got["limits"]["max_replicas"] == 256
         text = run(lv, {}, "settings").stdout
         assert "unreachable_grace_s" in text and "a spec may set its own" in text, text
+
+        # a key's own limits through the control plane (the cluster workflow's create_key and
+        # key_limits updates), as gpuflow keys create/edit send them with --address alone
+        made = run(lv, {}, "keys", "create", "--tenant", "default", "--requests-per-s", "2", "--tokens-per-min", "900")
+        assert made.returncode == 0 and "its own limits: requests_per_s=2, tokens_per_min=900" in made.stdout, made
+        kid = made.stdout.splitlines()[1].split("-")[1]
+        edited = run(lv, {}, "keys", "edit", kid, "--clear", "tokens_per_min", "--max-concurrent", "3")
+        assert edited.returncode == 0 and "limits: requests_per_s=2, max_concurrent=3" in edited.stdout, edited
+        listed = json.loads(run(lv, {}, "keys", "list", "--json").stdout)
+        mine = next(k for k in listed if k["id"] == kid)
+        assert (mine["requests_per_s"], mine["tokens_per_min"], mine["max_concurrent"]) == (2, None, 3)
+        out = run(lv, {}, "keys", "edit", kid, "--max-concurrent", "3", "--clear", "max_concurrent")
+        assert out.returncode == 2 and "both set and cleared" in out.stderr, out.stderr
     finally:
         lv.close()
