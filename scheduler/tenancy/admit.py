@@ -19,7 +19,7 @@ control plane's decide activity passes in the snapshot, the tenants file and who
    within its guarantee with it (its empty-cluster shape; a tenant with unused flavor guarantees:
    on those flavors, where it is then placed) does not see GPUs other tenants' borrowers hold (it takes them by preemption; where no preemption gives room, it is placed as
    before), and a borrowing replica does not see GPUs other tenants' guaranteed replicas hold
-   (lending.guaranteed: oldest first within the guarantee), and tries its cohort's unused
+   (lending.guaranteed: in name order within the guarantee), and tries its cohort's unused
    flavors first (``lending.tiers``). A borrower that would leave less free than other tenants
    keep by their lending limits stays PENDING with that quota reason.
 

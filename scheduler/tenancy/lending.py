@@ -29,8 +29,8 @@ is admitted first; among victims of one kind, the higher share is preempted firs
     a: guarantee 0, uses 2 of 8 GPUs, 40 of 640 GiB -> max(2/8, 40/640) = 0.25; weight 2 -> 0.125
     b: guarantee 2, uses 3 of 8 GPUs                -> (3-2)/8 = 0.125; weight 1 -> 0.125
 
-**Whole guaranteed GPUs**. A tenant's replicas, oldest first, are *guaranteed* while they stay
-within its guarantee together; the rest borrow. A GPU holding a guaranteed replica is never
+**Whole guaranteed GPUs**. A tenant's replicas, in name order (deployment, then replica number),
+are *guaranteed* while they stay within its guarantee together; the rest borrow. A GPU holding a guaranteed replica is never
 shared with a borrowing replica: a borrower's decision does not see it, and a guaranteed
 replica's decision does not see GPUs a borrower holds (it takes them by preemption instead)."""
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 
 from scheduler.cluster import ClusterSnapshot, Instance, WorkerState
+from scheduler.naming import natural_key
 from scheduler.tenancy.admission import within_guarantee
 from scheduler.tenancy.config import RESOURCES, TenantsFile, Tenant
 from scheduler.tenancy.flavors import flavor_of, keep_gpus
@@ -172,8 +173,10 @@ def share(t: Tenant, used: Usage, cap: Usage) -> float:
 
 def guaranteed(snap: ClusterSnapshot, tenants: TenantsFile, tenant_of: dict[str, str],
                started_at: dict[str, float], per: dict[str, Usage] | None = None) -> set[str]:
-    """The replicas within their tenants' guarantees: each tenant's, oldest first (then by name),
-    while together they stay within it (module docstring, Whole guaranteed GPUs)."""
+    """The replicas within their tenants' guarantees: each tenant's in name order (a deployment's
+    lower-numbered replicas first), while together they stay within it (module docstring, Whole
+    guaranteed GPUs). Names, not start times: the queue and every decision see the same set,
+    and a decision that cannot preempt is not given the booking times. ``started_at`` is unused."""
     with_guarantee = {t.name for t in tenants.tenants if t.guaranteed()}
     by: dict[str, list[Instance]] = {}
     for i in snap.instances:
@@ -186,7 +189,7 @@ def guaranteed(snap: ClusterSnapshot, tenants: TenantsFile, tenant_of: dict[str,
         if t is None or not t.guaranteed():
             continue
         acc = Usage()
-        for i in sorted(insts, key=lambda i: (started_at.get(i.name, 0.0), i.name)):
+        for i in sorted(insts, key=lambda i: (i.model, natural_key(i.name))):
             u = per[i.name] if per is not None and i.name in per else of_instance(i)
             if not within_guarantee(t, acc, u):
                 break
