@@ -32,7 +32,7 @@ from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALE
 from contracts.group import FORM_GROUP, PLACE_MEMBER, SCALE_IN_MEMBER
 from contracts.pd_health import GROUP_PD_HEALTH
 from contracts.ids import CLUSTER_ID, autoscaler_id, deployment_id, host_id, instance_id
-from contracts.rollout import ROLLOUT_PROBE
+from contracts.rollout import ROLLOUT_METRICS, ROLLOUT_PROBE
 from contracts.usage import RECORD_USAGE
 
 log = logging.getLogger("gpuflow.callers")
@@ -117,6 +117,7 @@ READS: dict[str, str] = {
     c.BOOKINGS_ON: "the ledger's bookings on one host (local)",
     c.HELD_PLAN: "whether the ledger holds a placement (local)",
     ROLLOUT_PROBE: "the replicas' status queries and whether their ports answer",
+    ROLLOUT_METRICS: "sums the gateways' counters for one deployment, as /metrics shows them",
     SCALE_IN_MEMBER: "the group member a role's scale-in removes; the deployment removes it",
 }
 
