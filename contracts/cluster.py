@@ -232,7 +232,7 @@ class AuditAsk(Message):
     with_settings: bool = False  # replay with the caller's settings (``policy``), not the recorded ones
     # the caller's scheduler settings (scheduler/policy_config.py PolicyConfig, as JSON): with_settings
     # replays with these, never with the answering worker's; untrusted, validated by the worker
-    policy: dict[str, Any] | None = None
+    policy: dict[Annotated[str, Field(max_length=64)], Any] | None = Field(None, max_length=64)
 
 
 class AuditView(Message):

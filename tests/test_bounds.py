@@ -69,6 +69,8 @@ FREE_FORM = {
     "GGUFData.metadata[item]": "a GGUF header's values (numbers, strings, arrays as type and length), read by the "
                                "scheduler's GGUF model with its own checks; the map is bounded",
     "InstanceRecord.decision": "the decision's summary, written by the workflow",
+    "AuditAsk.policy[item]": "the caller's scheduler settings, validated as a PolicyConfig by the worker "
+                             "(activities/cluster_reads.py); the map is bounded",
     "ModelFetch.source": "validated as a spec Source by the agent before use",
     "ReportCheck.report": "a host's report as it arrived: its MAC checked (contracts/host_proof.py), then validated "
                           "as a HostReport (bounded) by the host workflow",
