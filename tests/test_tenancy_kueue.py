@@ -329,3 +329,16 @@ def test_the_queue_does_not_wake_a_borrower_beside_a_guaranteed_replica():
     f = tf({"name": "prod"}, {"name": "dev"})
     assert to_wake(snap, [Waiting("dev-m-0", "dev-m", tenant="dev")], {"dev-m": (spec("dev-m"), req())},
                    quotas=quotas_of(snap, f, tenant_of)).woken == ["dev-m-0"]
+
+
+@pytest.mark.parametrize("a_holds, woken", [(2, True), (3, False)])
+def test_the_queue_holds_a_borrower_by_the_lending_limits(a_holds, woken):
+    # test_lending_limits_keep_part_of_a_guarantee_free through the queue: 3 GPUs must stay free of 6
+    snap = cluster([worker("h", 256, [gpu(i, 24) for i in range(6)])],
+                   [held(f"a-m-{k}", "a-m", "h", k) for k in range(a_holds)])
+    tenant_of = {"a-m": "a", "b-m": "b", "c-m": "c"}
+    w = to_wake(snap, [Waiting(f"a-m-{a_holds}", "a-m", tenant="a")], {"a-m": (spec("a-m"), req())},
+                quotas=quotas_of(snap, LENDERS, tenant_of))
+    assert (w.woken == [f"a-m-{a_holds}"]) == woken
+    if not woken:
+        assert w.held[f"a-m-{a_holds}"].startswith("quota: tenant a would borrow what others keep")

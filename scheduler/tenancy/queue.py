@@ -17,7 +17,9 @@ mode. One that does not fit either shows the quota too when it would break it ev
 cluster (what it holds there at least): quota is what blocks, not capacity. A tenant with flavors
 is decided on its GPU models only, and its flavors' limits hold (flavors.py). A borrower whose
 placement would share a GPU with another tenant's guaranteed replica is decided again without
-those GPUs, and held, saying so, when that does not place it (admission would refuse it there).
+those GPUs, and held, saying so, when that does not place it (admission would refuse it there);
+a borrower that would leave less free than others keep by their lending limits is held with
+that quota (lending.lending_problem), as admission holds it.
 
 Fair sharing (``fair_sharing: true``): among replicas of one tenant priority, the tenant with the
 lower share of what it borrows comes first (``fair_order``; lending.share), as Kueue admits the
@@ -89,6 +91,7 @@ class Quotas:
     names: dict[tuple[str, int], str] = field(default_factory=dict)
     cap: Usage | None = None
     guarded: dict[tuple[str, int], str] = field(default_factory=dict)  # GPU -> tenant of the guaranteed replica on it
+    file: TenantsFile | None = None  # the whole file, for the lending limits
 
 
 def quotas_of(snap: ClusterSnapshot, tf: TenantsFile, tenant_of: dict[str, str]) -> Quotas | None:
@@ -105,7 +108,7 @@ def quotas_of(snap: ClusterSnapshot, tf: TenantsFile, tenant_of: dict[str, str])
         guarded = {x: tenant_of.get(i.model, "default") for i in snap.instances if i.name in kept
                    for x in lending.gpus_of_one(i)}
     return Quotas(held, by_tenant(snap.instances, tenant_of), fused, names,
-                  lending.capacity(snap) if tf.fair_sharing else None, guarded)
+                  lending.capacity(snap) if tf.fair_sharing else None, guarded, tf)
 
 
 def fair_order(queue: list[Waiting], quotas: Quotas | None) -> list[Waiting]:
@@ -199,7 +202,7 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
         if why:
             out.held[w.instance] = why
             continue
-        quota = over_limit(tenant, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed) if tenant else None
+        quota = _quota(snap, spec, w, tenant, quotas, used, fused, d, need, fneed)
         if quota:
             out.held[w.instance] = over[w.deployment] = quota
             continue
@@ -274,6 +277,22 @@ def _away_from_guaranteed(snap: ClusterSnapshot, spec: ModelSpec, req: Request, 
         return d, None, None, (pending_text(d.reasons, d.decisive) + f"; tenancy: {len(hidden)} GPU(s) hold other "
                                "tenants' guaranteed replicas; a borrowing replica does not share them")
     return d, of_candidate(d.placement), fl(d.placement), None
+
+
+def _quota(snap: ClusterSnapshot, spec: ModelSpec, w: Waiting, tenant: Tenant | None, quotas: Quotas | None,
+           used: dict[str, Usage], fused: dict[str, dict[str, Usage]], d, need: Usage, fneed) -> str | None:
+    """The quota placing ``d`` would break: a limit, or (a borrower) what others keep by their
+    lending limits (lending.lending_problem, as admission checks it)."""
+    if quotas is None:
+        return None
+    q = over_limit(tenant, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed) if tenant else None
+    t = tenant or (quotas.file.get(w.tenant) if quotas.file else None) or DEFAULT
+    if q or quotas.file is None or not any(x.lending_limit or any(f.lending_limit for f in (x.flavors or {}).values())
+                                           for x in quotas.file.tenants):
+        return q
+    if within_guarantee(t, used.get(w.tenant, Usage()), need, fused.get(w.tenant), fneed):
+        return None
+    return lending.lending_problem(book(snap, d.placement, w.instance, spec.name), t, quotas.file, used, fused)
 
 
 def _shares_guaranteed(c, tenant: str, guarded: dict[tuple[str, int], str]) -> bool:
