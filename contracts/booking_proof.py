@@ -33,7 +33,7 @@ from contracts.host import Booking
 from scheduler.bounds import Name
 
 PURPOSE = "booking"
-TTL_S = 120.0  # a proof older than this (by the agent's clock) is not taken: the ledger is asked
+TTL_S = 30.0  # a proof older than this (by the agent's clock) is not taken: the ledger is asked
 NONCE = r"^[0-9a-f]{32}$"
 MAC = r"^[0-9a-f]{64}$"
 MAX_EPOCH = 1e11  # seconds since 1970: bounded (scheduler/bounds.py's rule), far beyond any clock

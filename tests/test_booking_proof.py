@@ -43,9 +43,9 @@ def altered(pr: bp.BookingProof, **kw) -> bp.BookingProof:
 
 @pytest.mark.parametrize("pr, now, used, named", [
     (proof(), T0 + 5, set(), None),                          # this booking, 5 s old, first use: taken
-    (proof(), T0 + bp.TTL_S, set(), None),                   # at the limit of its life (120 s)
-    (proof(), T0 + bp.TTL_S + 1, set(), "issued 121 s ago"),  # older: the ledger is asked
-    (proof(), T0 - bp.TTL_S - 1, set(), "issued -121 s ago"),  # from beyond the clocks' skew
+    (proof(), T0 + bp.TTL_S, set(), None),                   # at the limit of its life (30 s)
+    (proof(), T0 + bp.TTL_S + 1, set(), "issued 31 s ago"),  # older: the ledger is asked
+    (proof(), T0 - bp.TTL_S - 1, set(), "issued -31 s ago"),  # from beyond the clocks' skew
     (proof(instance="m-1"), T0, set(), "for m-1 on h1, not m-0 on h1"),  # another instance's
     (proof(host="h2"), T0, set(), "for m-0 on h2, not m-0 on h1"),  # another host's
     (proof(key=OTHER_KEY), T0, set(), "does not verify with h1's credential"),  # signed with another key
