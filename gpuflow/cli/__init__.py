@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import sys
@@ -124,7 +125,9 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def parser(local_only: bool = False) -> argparse.ArgumentParser:
+def parser(local_only: bool = False, only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; ``only``: of the cluster's commands, register only that module's
+    (``REGISTRARS``), as ``main`` does for a command it knows the owner of."""
     p = argparse.ArgumentParser(prog="gpuflow", description="GPU-cluster orchestrator for LLM inference servers",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"gpuflow {version()}")
@@ -182,27 +185,32 @@ def parser(local_only: bool = False) -> argparse.ArgumentParser:
     si.set_defaults(fn=cmd_standin)
 
     if not local_only:
-        from gpuflow import dev, simulate
-        from gpuflow.cli import cluster as cli_cluster, gateway as cli_gateway
-
-        cli_cluster.add_commands(sub)
-        dev.add_command(sub)
-        cli_gateway.add_commands(sub)
-        simulate.add_command(sub)
-        from gpuflow.cli import rollout as cli_rollout  # gpuflow rollout status|undo
-        cli_rollout.add_commands(sub)
-        from gpuflow.cli import autoscale as cli_autoscale  # gpuflow autoscale NAME
-        cli_autoscale.add_commands(sub)
-        from gpuflow.cli import tenants as cli_tenants  # gpuflow tenants [apply FILE]
-        cli_tenants.add_commands(sub)
-        from gpuflow.cli import queue as cli_queue  # gpuflow queue: the PENDING queue and why each waits
-        cli_queue.add_commands(sub)
-        from gpuflow.cli import claims as cli_claims  # gpuflow claims: the learned memory claims
-        cli_claims.add_commands(sub)
-        from gpuflow.cli import settings_cmd as cli_settings  # gpuflow settings: the cluster's timings and limits
-        cli_settings.add_commands(sub)
+        for key, (module, register) in REGISTRARS.items():
+            if only is None or key == only:
+                getattr(importlib.import_module(module), register)(sub)
     return p
 
+
+# Which module registers each cluster command, and how: ``gpuflow deploy ...`` imports only
+# gpuflow.cli.cluster's, not the dev stack's, the simulator's or the gateway's (about a third of a
+# deploy process's 1 s of CPU, paid by every CLI call; issue 37). tests/test_cli_owners.py checks
+# the table against what each module registers; a command not in it gets the whole parser.
+REGISTRARS = {
+    "cluster": ("gpuflow.cli.cluster", "add_commands"),
+    "dev": ("gpuflow.dev", "add_command"),
+    "gateway": ("gpuflow.cli.gateway", "add_commands"),
+    "simulate": ("gpuflow.simulate", "add_command"),
+    "rollout": ("gpuflow.cli.rollout", "add_commands"),  # gpuflow rollout status|undo
+    "autoscale": ("gpuflow.cli.autoscale", "add_commands"),  # gpuflow autoscale NAME
+    "tenants": ("gpuflow.cli.tenants", "add_commands"),  # gpuflow tenants [apply FILE]
+    "queue": ("gpuflow.cli.queue", "add_commands"),  # the PENDING queue and why each waits
+    "claims": ("gpuflow.cli.claims", "add_commands"),  # the learned memory claims
+    "settings": ("gpuflow.cli.settings_cmd", "add_commands"),  # the cluster's timings and limits
+}
+OWNERS = {"agent": "cluster", "delete": "cluster", "deploy": "cluster", "explain": "cluster", "hosts": "cluster",
+          "logs": "cluster", "scale": "cluster", "server": "cluster", "status": "cluster", "dev": "dev",
+          "gateway": "gateway", "keys": "gateway", "simulate": "simulate", "rollout": "rollout",
+          "autoscale": "autoscale", "tenants": "tenants", "queue": "queue", "claims": "claims", "settings": "settings"}
 
 LOCAL_COMMANDS = ("schedule", "estimate", "rank-scale-down")  # dry runs: no Temporal client to import
 QUICK_COMMANDS = ("standin", "--version")  # nor these (the stand-in engine starts in a fraction of a second)
@@ -215,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         # A dry run is one short process that builds a snapshot of tens of thousands of objects and
         # ends: the cyclic collector's passes over them were about half of loading a 1,000-worker file.
         gc.disable()
-    args = parser(local_only=local).parse_args(argv)
+    owner = None if local or not argv else OWNERS.get(argv[0])  # None: the whole parser (help, a typo)
+    args = parser(local_only=local, only=owner).parse_args(argv)
     try:
         code = args.fn(args)
     except GpuflowError as e:

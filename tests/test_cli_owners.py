@@ -1,0 +1,52 @@
+"""gpuflow/cli/__init__.py's OWNERS table: ``gpuflow CMD`` imports only the module that registers
+CMD (issue 37: a deploy process's start), so the table must say, for every cluster command, the
+module that registers it, and nothing else. A command left out would still work (the whole parser),
+one named for the wrong module would not parse: both are caught here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from gpuflow import cli
+
+
+def registered(key: str) -> set[str]:
+    module, register = cli.REGISTRARS[key]
+    sub = argparse.ArgumentParser().add_subparsers()
+    getattr(importlib.import_module(module), register)(sub)
+    return set(sub.choices)
+
+
+def test_every_command_is_owned_by_the_module_that_registers_it():
+    table = {cmd: key for key in cli.REGISTRARS for cmd in registered(key)}
+    assert cli.OWNERS == table
+
+
+def test_the_local_commands_are_nobody_s():
+    assert not set(cli.OWNERS) & set(cli.LOCAL_COMMANDS + cli.QUICK_COMMANDS)
+
+
+@pytest.mark.parametrize("argv", [
+    ["deploy", "m.yaml", "--wait", "--timeout", "5"],
+    ["status", "--json"],
+    ["keys", "list"],
+    ["rollout", "status", "web"],
+    ["claims", "--json"],
+])
+def test_one_owner_parses_as_the_whole_parser(argv):
+    whole = vars(cli.parser().parse_args(argv))
+    one = vars(cli.parser(only=cli.OWNERS[argv[0]]).parse_args(argv))
+    assert {k: v for k, v in one.items() if k != "fn"} == {k: v for k, v in whole.items() if k != "fn"}
+    assert one["fn"].__qualname__ == whole["fn"].__qualname__
+
+
+def test_a_deploy_process_does_not_import_the_dev_stack_or_the_simulator():
+    code = ("import sys; from gpuflow import cli; cli.parser(only=cli.OWNERS['deploy']).parse_args(['deploy', 'm.yaml']); "
+            "print(sorted(m for m in ('gpuflow.dev', 'gpuflow.simulate', 'gpuflow.cli.gateway') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
