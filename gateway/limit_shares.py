@@ -32,9 +32,16 @@ def weights(demands: Demands) -> dict[str, float]:
     """Each gateway's weight for one subject (see the module's docstring)."""
     if not demands:
         return {}
-    mean = sum(max(0.0, d) for d in demands.values()) / len(demands)
+    clean = {g: d if isinstance(d, (int, float)) and math.isfinite(d) and d > 0 else 0.0 for g, d in demands.items()}
+    mean = sum(clean.values()) / len(clean)
     eps = EPS * mean + FLOOR
-    return {g: max(0.0, d) + eps for g, d in demands.items()}
+    return {g: d + eps for g, d in clean.items()}
+
+
+def _total(w: dict[str, float]) -> float | None:
+    """The weights' sum, or None when it is no use (infinite or not positive: each then weighs the same)."""
+    total = sum(w.values())
+    return total if math.isfinite(total) and total > 0 else None
 
 
 def fraction(me: str, demands: Demands) -> float:
@@ -43,7 +50,8 @@ def fraction(me: str, demands: Demands) -> float:
     w = weights(demands)
     if me not in w:
         return 1.0
-    return w[me] / sum(w.values())
+    total = _total(w)
+    return w[me] / total if total is not None else 1.0 / len(w)
 
 
 def allot(limit: int, me: str, demands: Demands) -> int:
@@ -52,7 +60,9 @@ def allot(limit: int, me: str, demands: Demands) -> int:
     w = weights(demands)
     if me not in w:
         return limit
-    total = sum(w.values())
+    total = _total(w)
+    if total is None:
+        w, total = {g: 1.0 for g in w}, float(len(w))
     exact = {g: limit * x / total for g, x in w.items()}
     part = {g: math.floor(e) for g, e in exact.items()}
     left = limit - sum(part.values())

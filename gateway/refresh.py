@@ -110,13 +110,13 @@ class Refresher:
         self.demand_at = now
         try:
             rows = await asyncio.to_thread(gateway_demand.exchange, gw.engine, gw.settings.gateway_id, demand)
-        except Exception as e:  # noqa: BLE001
+            gw.limits.set_shares(rows, time.monotonic())
+        except Exception as e:  # noqa: BLE001  the store, or rows no share can be made of: the last shares stay
             if not self.shares_failing:
                 log.warning("gateway: cannot exchange limit demand (%s); keeping the last shares", e)
             self.shares_failing = True
         else:
             self.shares_failing = False
-            gw.limits.set_shares(rows, time.monotonic())
 
     async def run(self) -> None:
         while True:

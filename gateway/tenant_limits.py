@@ -129,6 +129,15 @@ class Subject:
     allowed: int | None = None  # this gateway's part of max_concurrent (limit_shares.allot)
 
 
+MAX_WAIT_S = 600.0  # a refusal's Retry-After at most (a share of 0 refills never)
+DEBT_MIN = 10.0  # an answer's tokens take a bucket at most this many minutes of its limit below 0
+
+
+def wait_s(b: Bucket) -> float:
+    """Until ``b`` holds a whole token again, in seconds (MAX_WAIT_S when it does not refill)."""
+    return min(MAX_WAIT_S, (1.0 - b.tokens) / b.rate) if b.rate > 0 else MAX_WAIT_S
+
+
 def request_bucket(limit: float, share: float, now: float, old: Bucket | None = None) -> Bucket:
     rate = limit * share
     if old is not None:
@@ -251,12 +260,12 @@ class Limits:
             if b is not None:
                 b.fill(now)
                 if b.tokens < 1.0:
-                    return Refusal(t, REQUESTS_PER_S, r.requests_per_s, (1.0 - b.tokens) / b.rate, scope, name)
+                    return Refusal(t, REQUESTS_PER_S, r.requests_per_s, wait_s(b), scope, name)
             b = s.tokens
             if b is not None:
                 b.fill(now)
                 if b.tokens <= 0.0:
-                    return Refusal(t, TOKENS_PER_MIN, r.tokens_per_min, (1.0 - b.tokens) / b.rate, scope, name)
+                    return Refusal(t, TOKENS_PER_MIN, r.tokens_per_min, wait_s(b), scope, name)
         return None
 
     def check(self, tenant: str, now: float, key_id: str = "", key_rule: Rule | None = None) -> Refusal | None:
@@ -289,5 +298,5 @@ class Limits:
         """An answer's tokens (its ``usage``), taken from the tokens_per_min buckets it counts against."""
         if tokens > 0:
             for _, _, s in self._mine(tenant, key_id):
-                if s.tokens is not None:
-                    s.tokens.tokens -= tokens
+                if s.tokens is not None:  # engine-reported: a debt of at most DEBT_MIN minutes
+                    s.tokens.tokens = max(-DEBT_MIN * s.tokens.burst, s.tokens.tokens - tokens)

@@ -31,8 +31,25 @@ class GatewayDemandRow(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+MAX_DEMAND = 1e6  # one subject's demand counts up to this (requests a second plus in flight): past it, a
+# row's number (another gateway's, read from the store) is clipped, so no sum of rows overflows
+
+
+def _demand(v) -> float | None:
+    """A row's number as a demand: clipped to MAX_DEMAND (an int too large for a float too); None
+    for what is not a number > 0 (a bool, NaN, infinity, a string)."""
+    if type(v) not in (int, float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return MAX_DEMAND if v > 0 else None
+    return min(f, MAX_DEMAND) if math.isfinite(f) and f > 0 else None
+
+
 def parse(text: str) -> dict[str, float]:
-    """A row's demand; what is not a finite number >= 0 counts as 0 (left out)."""
+    """A row's demand; what is not a finite number > 0 counts as 0 (left out), and a number past
+    MAX_DEMAND as MAX_DEMAND."""
     if not text or len(text) > MAX_CHARS:
         return {}
     try:
@@ -41,8 +58,12 @@ def parse(text: str) -> dict[str, float]:
         return {}
     if not isinstance(got, dict):
         return {}
-    return {k: float(v) for k, v in got.items() if isinstance(k, str) and type(v) in (int, float)
-            and math.isfinite(v) and v > 0}
+    out = {}
+    for k, v in got.items():
+        d = _demand(v) if isinstance(k, str) else None
+        if d is not None:
+            out[k] = d
+    return out
 
 
 def exchange(engine: Engine, gateway: str, demand: dict[str, float], now: datetime | None = None,

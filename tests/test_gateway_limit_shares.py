@@ -46,6 +46,56 @@ def test_allot(limit, demands, want):
     assert got == want and sum(got.values()) == limit
 
 
+# Rows no share can be made of (another gateway's numbers, read from the store): each weighs the
+# same rather than one taking all, none, or NaN
+@pytest.mark.parametrize("demands", [
+    {"a": 1e308, "b": 1e308},  # weights sum to infinity: before, NaN shares and a bucket admitting all
+    {"a": math.inf, "b": 1.0},  # an infinity
+    {"a": math.nan, "b": 1.0},  # NaN
+])
+def test_shares_of_rows_that_overflow_are_even(demands):
+    assert fraction("a", demands) + fraction("b", demands) == pytest.approx(1.0)
+    assert 0.0 <= fraction("b", demands) <= 1.0
+    assert allot(4, "a", demands) + allot(4, "b", demands) == 4
+
+
+# store/gateway_demand.py's parse: what it reads of a row, clipped at MAX_DEMAND (1e6)
+@pytest.mark.parametrize("row,want", [
+    ({"tenant:t": 3.5}, {"tenant:t": 3.5}),
+    ({"tenant:t": 10 ** 400}, {"tenant:t": 1e6}),  # an int too large for a float: before, OverflowError at every refresh
+    ({"tenant:t": 1.7e308}, {"tenant:t": 1e6}),  # clipped: no sum of rows overflows
+    ({"tenant:t": -1, "key:k": True, "key:j": "9"}, {}),  # negative, a bool, a string: left out
+])
+def test_parse_clips_what_another_gateway_wrote(row, want):
+    from store.gateway_demand import parse
+    assert parse(json.dumps(row)) == want
+
+
+def test_a_bucket_that_does_not_refill_says_the_cap_and_does_not_divide_by_zero():
+    from gateway.tenant_limits import Bucket, wait_s
+    assert wait_s(Bucket(rate=0.0, burst=1.0, tokens=0.0, at=0.0)) == 600.0  # before: ZeroDivisionError
+    assert wait_s(Bucket(rate=2.0, burst=1.0, tokens=0.5, at=0.0)) == 0.25  # (1 - 0.5) / 2
+    assert wait_s(Bucket(rate=1e-9, burst=1.0, tokens=0.0, at=0.0)) == 600.0  # a sliver of a share: the cap
+
+
+def test_one_gateway_reporting_the_most_leaves_the_others_their_floor():
+    # clipped at 1e6, the other's weight is 0.1 x mean (5e5) = 5e4: 1/22 of the limit, never 0
+    lim = Limits({"t": Rule(requests_per_s=1.0)}, now=0.0, me="me")
+    lim.admit("t", 0.0)
+    lim.set_shares({"me": {}, "b": {"tenant:t": 1e6}}, 0.0)
+    assert lim.share(TENANT, "t") == pytest.approx(1 / 22, rel=1e-3)
+
+
+def test_an_answer_claiming_billions_of_tokens_costs_at_most_ten_minutes():
+    # 600 a minute: the bucket holds 600, refills 10 a second; the debt stops at -10 x 600 = -6000
+    lim = Limits({"t": Rule(tokens_per_min=600)}, now=0.0)
+    assert lim.admit("t", 0.0) is None
+    lim.spend("t", "", 2 ** 32)  # before: 600 - 4.3e9, some 7,000 hours refused
+    got = lim.admit("t", 1.0)  # -6000 + 10 = -5990: (1 + 5990) / 10 = 599.1 s
+    assert got.retry_after_s == pytest.approx(599.1)
+    assert lim.admit("t", 601.0) is None  # -6000 + 6010 = 10 > 0
+
+
 def test_allot_alone_is_the_limit():
     assert allot(7, "a", {}) == 7 and allot(7, "a", {"a": 3.0}) == 7
 
