@@ -17,16 +17,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import ValidationError
 from sqlalchemy import BigInteger, Column, JSON, Text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, select
 
 from contracts.usage import ReplicaUse, UsageBatch
-from scheduler.claims.fingerprint import Fingerprint, fingerprint
+from scheduler.claims.fingerprint import Fingerprint, of_spec
 from scheduler.claims.recommender import Recommendation, recommend
 from scheduler.claims.settings import ClaimSettings
 from scheduler.claims.state import ClaimState, bump, observe
+from scheduler.spec import ModelSpec
 from store.tables import DeploymentRow, InstanceRow, utcnow
 
 DEPLOYMENTS = 32  # deployments named per fingerprint, the latest first
@@ -68,18 +70,24 @@ def _lock(engine: Engine, stmt):
     return stmt.with_for_update() if engine.dialect.name == "postgresql" else stmt
 
 
-def _owners(s: Session, names: list[str]) -> dict[str, tuple[str, str, bool]]:
-    """instance -> (deployment, the spec's backend_version, placed across hosts)."""
+def _spec(raw) -> ModelSpec | None:
+    try:
+        return ModelSpec.model_validate(raw) if isinstance(raw, dict) else None
+    except ValidationError:
+        return None
+
+
+def _owners(s: Session, names: list[str], host: str) -> dict[str, tuple[str, ModelSpec]]:
+    """instance -> (deployment, its spec as the store keeps it), for the instances the store places
+    on ``host`` alone: a host's report speaks only for what it was given to run, and what it ran is
+    the stored spec's, not the report's words. Placed across hosts, on another host, or unknown:
+    left out."""
     rows = list(s.exec(select(InstanceRow).where(InstanceRow.name.in_(names)))) if names else []
+    rows = [r for r in rows if r.worker == host and not (r.placement or {}).get("subordinates")]
     deps = {r.deployment for r in rows}
-    specs = {d.name: d.spec for d in s.exec(select(DeploymentRow).where(DeploymentRow.name.in_(deps)))} if deps else {}
-    out = {}
-    for r in rows:
-        spec = specs.get(r.deployment) or {}
-        version = spec.get("backend_version") if isinstance(spec.get("backend_version"), str) else ""
-        across = bool((r.placement or {}).get("subordinates"))
-        out[r.name] = (r.deployment, version or "", across)
-    return out
+    specs = {d.name: _spec(d.spec) for d in s.exec(select(DeploymentRow).where(DeploymentRow.name.in_(deps)))} \
+        if deps else {}
+    return {r.name: (r.deployment, specs[r.deployment]) for r in rows if specs.get(r.deployment) is not None}
 
 
 def _row_for(fp: Fingerprint) -> ClaimRow:
@@ -107,13 +115,13 @@ def _observe(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: fl
         return 0
     taken = 0
     with Session(engine) as s:
-        owners = _owners(s, [r.instance for r in usable])
+        owners = _owners(s, [r.instance for r in usable], batch.host)
         seen: dict[str, tuple[Fingerprint, list[tuple[ReplicaUse, str]]]] = {}
         for r in usable:
-            deployment, version, across = owners.get(r.instance, ("", "", False))
-            if across:
+            if r.instance not in owners:
                 continue
-            fp = fingerprint(r.source, r.backend, r.parameters, r.gpu_model, backend_version=version)
+            deployment, spec = owners[r.instance]
+            fp = of_spec(spec, r.gpu_model)
             seen.setdefault(fp.key, (fp, []))[1].append((r, deployment))
         if not seen:
             return 0

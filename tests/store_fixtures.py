@@ -70,6 +70,27 @@ def want(engine, *names: str, spec: dict | None = None) -> None:
                                                      model=n.rsplit("-", 1)[0], state="pending") for n in names])
 
 
+def stored_spec(source: str, backend: str = "vllm", params: str = "", **extra) -> dict:
+    """A deployment's spec as the store keeps it, from a source key (``huggingface:org/repo``): what
+    its replicas' learned-claim fingerprints are made of (store/claims.py)."""
+    hub, repo = source.split(":", 1)
+    return {"source": {hub: {"repo": repo}}, "backend": backend, "backend_parameters": params.split(), **extra}
+
+
+def on(engine, host: str, *names: str) -> None:
+    """The store places these replicas on ``host`` (as their booking writes it)."""
+    from sqlmodel import Session
+
+    from store.tables import InstanceRow
+
+    with Session(engine) as s:
+        for n in names:
+            row = s.get(InstanceRow, n)
+            row.worker = host
+            s.add(row)
+        s.commit()
+
+
 def _has_deployment(engine, name: str) -> bool:
     from sqlmodel import Session
 

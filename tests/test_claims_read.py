@@ -15,7 +15,7 @@ from scheduler.request import FlatRequest
 from scheduler.spec import ModelSpec
 from scheduler.units import GiB
 from store import claims
-from tests.store_fixtures import store, want  # noqa: F401  (fixture)
+from tests.store_fixtures import on, store, want  # noqa: F401  (fixture)
 
 T0 = 1_800_000_000.0
 S = ClaimSettings(min_samples=4, min_history_s=600, mode=ClaimMode.ADVISE)
@@ -33,7 +33,8 @@ def feed(engine, gpu_model: str, used: int, reports: int) -> None:
 
 def test_the_largest_confident_claim_over_gpu_models_is_booked(store):  # noqa: F811
     _, _, engine = store
-    want(engine, "q-0")
+    want(engine, "q-0", spec=SPEC.model_dump(mode="json"))
+    on(engine, "h", "q-0")
     feed(engine, "GPU A", 6 * GiB, 5)  # 5 samples over 40 min: confident, ~6.9 GiB
     feed(engine, "GPU B", 8 * GiB, 5)  # confident, ~9.2 GiB: the larger wins
     feed(engine, "GPU C", 12 * GiB, 2)  # 2 samples: learning, not trusted whatever its size
@@ -48,7 +49,8 @@ def test_the_largest_confident_claim_over_gpu_models_is_booked(store):  # noqa: 
 
 def test_advise_and_a_spec_override(store):  # noqa: F811
     _, _, engine = store
-    want(engine, "q-0")
+    want(engine, "q-0", spec=SPEC.model_dump(mode="json"))
+    on(engine, "h", "q-0")
     feed(engine, "GPU A", 6 * GiB, 5)
     advise = ClaimsReader(engine, engine, S, clock=lambda: T0 + 3000)
     assert advise.apply(SPEC, EST) is EST  # the cluster advises: the estimate

@@ -16,7 +16,7 @@ from scheduler.claims.settings import ClaimSettings
 from scheduler.units import GiB
 from store import claims, db
 from store.tables import InstanceRow
-from tests.store_fixtures import store, want  # noqa: F401  (fixture)
+from tests.store_fixtures import on, store, stored_spec, want  # noqa: F401  (fixture)
 
 SRC = "huggingface:Qwen/Qwen2.5-7B-Instruct"
 GPU = "NVIDIA L4"
@@ -30,10 +30,15 @@ def rep(name: str, used: int, claimed: int = 16 * GiB, params: str = "--max-mode
                       source=SRC, backend="vllm", parameters=params, gpu_model=GPU)
 
 
+def spec(params: str = "--max-model-len 8192 --seed 1", **extra) -> dict:
+    return stored_spec(SRC, "vllm", params, **extra)
+
+
 def test_reports_learn_a_claim_that_survives_a_restart(store):  # noqa: F811
     url, schema, engine = store
-    want(engine, "q-0", "q-1", spec={"backend_version": "0.11.0"})
-    want(engine, "r-0")
+    want(engine, "q-0", "q-1", spec=spec(backend_version="0.11.0"))
+    want(engine, "r-0", spec=spec("--seed 2 --max-model-len=8192"))
+    on(engine, "g1", "q-0", "q-1", "r-0")
     # q-0 and q-1 at 8 GiB, r-0 (another deployment, the same model, parameters in another order and a
     # --seed that changes no memory) at 8 GiB: one fingerprint, 3 samples a report, 2 reports 10 min apart
     for i in range(2):
@@ -59,7 +64,8 @@ def test_reports_learn_a_claim_that_survives_a_restart(store):  # noqa: F811
 
 def test_over_use_bumps_at_once_and_an_oom_is_told(store):  # noqa: F811
     _, _, engine = store
-    want(engine, "q-0")
+    want(engine, "q-0", spec=spec())
+    on(engine, "g1", "q-0")
     fp = fingerprint(SRC, "vllm", "--max-model-len 8192", GPU)
     # using 10 GiB of an 8 GiB claim: bumped to 1.2 x 10 = 12 GiB at once, confident with one sample; the
     # sample's own p90 + 15% is 10 GiB's bucket end (10.50 GiB) x 1.15 = 12.07 GiB, the larger
@@ -84,7 +90,8 @@ def test_over_use_bumps_at_once_and_an_oom_is_told(store):  # noqa: F811
 
 def test_what_it_cannot_learn_from_is_left_out(store):  # noqa: F811
     _, _, engine = store
-    want(engine, "q-0", "q-1", "q-2")
+    want(engine, "q-0", "q-1", "q-2", spec=spec())
+    on(engine, "g1", "q-0", "q-1", "q-2")
     with Session(engine) as s:  # q-2 runs across hosts: this host's figures are only its part
         row = s.get(InstanceRow, "q-2")
         row.placement = {"claim": {}, "subordinates": [{"worker": "g2"}]}
@@ -103,14 +110,16 @@ def test_two_hosts_first_reports_of_one_fingerprint_at_once(store):  # noqa: F81
     import threading
 
     _, _, engine = store
-    want(engine, *[f"q-{i}" for i in range(10)])
     for round_ in range(5):
         params = f"--max-model-len {1024 * (round_ + 1)}"  # a new fingerprint each round
+        want(engine, f"q{round_}-0", f"q{round_}-1", spec=spec(params))
+        on(engine, "g0", f"q{round_}-0")
+        on(engine, "g1", f"q{round_}-1")
         go = threading.Barrier(2)
 
         def host(i: int) -> None:
             go.wait()
-            r = rep(f"q-{2 * round_ + i}", 8 * GiB).model_copy(update={"parameters": params})
+            r = rep(f"q{round_}-{i}", 8 * GiB)
             assert claims.observe_batch(engine, UsageBatch(host=f"g{i}", replicas=[r]), S, T0) == 1
 
         threads = [threading.Thread(target=host, args=(i,)) for i in range(2)]
@@ -118,3 +127,21 @@ def test_two_hosts_first_reports_of_one_fingerprint_at_once(store):  # noqa: F81
         [t.join() for t in threads]
         fp = fingerprint(SRC, "vllm", params, GPU)
         assert claims.learned(engine, [fp.key])[fp.key].claim_state().samples == 2
+
+
+def test_a_host_speaks_only_for_its_own_replicas_as_the_store_says_them(store):  # noqa: F811
+    # g1 reports q-0 (placed on g2), x-0 (no such replica) and an OOM of r-0 (another tenant's, on g2):
+    # nothing is learned. Its own p-0 reported with other parameters (--max-model-len 99999) is
+    # learned under the stored spec's fingerprint (8192), not the report's
+    _, _, engine = store
+    want(engine, "q-0", "r-0", "p-0", spec=spec())
+    on(engine, "g2", "q-0", "r-0")
+    on(engine, "g1", "p-0")
+    oom = rep("r-0", 8 * GiB).model_copy(update={"oom": True})
+    lied = rep("p-0", 8 * GiB, params="--max-model-len 99999")
+    assert claims.observe_batch(engine, UsageBatch(host="g1", replicas=[rep("q-0", 8 * GiB), rep("x-0", 8 * GiB), oom]),
+                                S, T0) == 0
+    assert claims.all_claims(engine) == []
+    assert claims.observe_batch(engine, UsageBatch(host="g1", replicas=[lied]), S, T0) == 1
+    stored = fingerprint(SRC, "vllm", "--max-model-len 8192", GPU)
+    assert [r.key for r in claims.all_claims(engine)] == [stored.key]

@@ -19,7 +19,7 @@ from scheduler.claims.histogram import bucket_end, bucket_of
 from scheduler.claims.settings import ClaimSettings
 from scheduler.units import GiB
 from store import claims, db, usage
-from tests.store_fixtures import store, want  # noqa: F401  (fixture)
+from tests.store_fixtures import on, store, stored_spec, want  # noqa: F401  (fixture)
 from views.claims import claims as claims_view
 from views.render.claims import text
 
@@ -37,8 +37,9 @@ def rep(name: str, used: int, claimed: int = EST) -> ReplicaUse:
 def fill(engine, now: float) -> None:
     """q (advise) and r (apply) run the same fingerprint; 3 replicas at 7 GiB of a 14 GiB estimate,
     reported 3 times 5 minutes apart: 9 samples over 600 s."""
-    want(engine, "q-0", "q-1", spec={"claims": "advise"})
-    want(engine, "r-0", spec={"claims": "apply"})
+    want(engine, "q-0", "q-1", spec=stored_spec(SRC, "vllm", "--max-model-len 8192", claims="advise"))
+    want(engine, "r-0", spec=stored_spec(SRC, "vllm", "--max-model-len 8192", claims="apply"))
+    on(engine, "g1", "q-0", "q-1", "r-0")
     for i in range(3):
         batch = UsageBatch(host="g1", replicas=[rep("q-0", 7 * GiB), rep("q-1", 7 * GiB), rep("r-0", 7 * GiB)])
         usage.record(engine, batch)
@@ -95,9 +96,10 @@ def test_the_console_page_shows_a_tenant_its_own(store):  # noqa: F811
     _, _, engine = store
     now = time.time()
     fill(engine, now)  # q and r: tenant default, which every key sees
-    want(engine, "s-0", spec={"tenant": "team-b"})  # the same fingerprint, team-b's
+    want(engine, "s-0", spec=stored_spec(SRC, "vllm", "--max-model-len 8192", tenant="team-b"))  # the same fingerprint, team-b's
     other = ReplicaUse(**{**rep("t-0", 3 * GiB).model_dump(), "parameters": "--max-model-len 4096"})
-    want(engine, "t-0", spec={"tenant": "team-b"})  # another fingerprint, team-b's only
+    want(engine, "t-0", spec=stored_spec(SRC, "vllm", "--max-model-len 4096", tenant="team-b"))  # another fingerprint, team-b's only
+    on(engine, "g2", "s-0", "t-0")
     batch = UsageBatch(host="g2", replicas=[rep("s-0", 7 * GiB), other])
     usage.record(engine, batch)
     claims.observe_batch(engine, batch, S, now)
