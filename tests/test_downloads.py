@@ -126,8 +126,9 @@ async def test_a_hub_gguf_is_estimated_from_its_header_downloaded_and_served(tmp
         spec = ModelSpec.model_validate({
             "name": "smol", "backend": "llama.cpp", "backend_parameters": ["-c", "512"],
             "source": {"huggingface": {"repo": "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
-                                       "file": "smollm2-135m-instruct-q4_1.gguf"}}})
-        await ops.deploy(lv.client, spec, FAST.model_copy(update={"ready_timeout_s": 120}))
+                                       "file": "smollm2-135m-instruct-q4_1.gguf"}},
+            "timings": {"ready_timeout_s": 120}})  # the spec's own: a model loads for long on a loaded machine
+        await ops.deploy(lv.client, spec)
         await lv.wait(lambda: lv.states("smol") == {"smol-0": "running"}, 150, "smol RUNNING")
         row = lv.instances("smol")[0]
         assert row.decision["placement"]["claim"]["offload_layers"] == 31  # the same estimate as the local file's
