@@ -4,7 +4,8 @@
 one left), the version is not good yet: it runs on probation for ``bake_s``. A new replica that
 goes ERROR or restarts (its restart count grew since it was first judged) in that window rolls the
 deployment back, as a failing step does; a replica not ready at the end (restarting, say) holds the
-verdict until it is. Only a bake that passes makes the version good. This is Kubernetes'
+verdict until it is, for at most ``progress_deadline_s`` without progress (then it is rolled back,
+naming the replicas it waited for). Only a bake that passes makes the version good. This is Kubernetes'
 ``minReadySeconds`` for the whole version, and Argo Rollouts' and SkyServe's health checks after
 the switch: a version that crashes 20 s after start is caught.
 
@@ -34,11 +35,13 @@ def bake_step(cfg: RolloutConfig, desired: int, since: float, now: float, new: l
             return Step(ROLLBACK, reason=f"rolled back: {r.name} restarted {grew} time(s) "
                                          f"{now - since:.0f} s into the bake")
     names = ", ".join(r.name for r in new) or "-"
-    judged = f"baking {cfg.bake_s:g} s: {names} must not go ERROR nor restart"
     ready = [r for r in new if r.ready]
-    if now - since >= cfg.bake_s and len(ready) >= desired and len(ready) == len(new):
+    if now - since < cfg.bake_s:
+        return Step(BAKE, reason=f"baking {cfg.bake_s:g} s: {names} must not go ERROR nor restart")
+    if len(ready) >= desired and len(ready) == len(new):
         return Step(DONE, reason=f"baked {now - since:.0f} s: {len(ready)} replica(s) ran without a restart")
-    return Step(BAKE, reason=judged)
+    waits = ", ".join(r.name for r in new if not r.ready) or f"{desired - len(ready)} more replica(s)"
+    return Step(BAKE, reason=f"baked {cfg.bake_s:g} s; waiting for {waits} to be ready")
 
 
 def metric_check(cfg: RolloutConfig, base: dict, cur: dict) -> tuple[str | None, str]:

@@ -35,9 +35,11 @@ def up(name: str, restarts: int = 0) -> Replica:
     # m-2 is ERROR (between its restarts) 21 s in: rolled back, whatever its count
     (2, 100, 121, [Replica("m-2", "error"), up("m-3")], {"m-2": 0, "m-3": 0}, ROLLBACK,
      "rolled back: m-2 is ERROR 21 s into the bake"),
-    # the time is up but m-3 is not ready (starting, no restart counted yet): the verdict waits
+    # the time is up but m-3 is not ready (starting, no restart counted yet): the verdict waits, naming it
     (2, 100, 170, [up("m-2"), Replica("m-3", "starting")], {"m-2": 0, "m-3": 0}, BAKE,
-     "baking 60 s: m-2, m-3 must not go ERROR nor restart"),
+     "baked 60 s; waiting for m-3 to be ready"),
+    # the time is up, both ready, but 2 of 3 wanted (scaled up mid-bake, the third not started): waits
+    (3, 100, 170, [up("m-2"), up("m-3")], {"m-2": 0, "m-3": 0}, BAKE, "baked 60 s; waiting for 1 more replica(s) to be ready"),
     # a replica the bake has not seen before (no base: scaled up mid-bake) is judged from its own count
     (2, 100, 161, [up("m-2"), up("m-4", 2)], {"m-2": 0}, DONE, "baked 61 s: 2 replica(s) ran without a restart"),
 ])
@@ -174,6 +176,33 @@ def test_a_rollout_without_progress_for_its_deadline_is_rolled_back_naming_what_
     assert (s.action, s.reason) == (ROLLBACK, "rolled back: no progress for 30 s (progress_deadline_s 30): "
                                               "waiting for chat-1")
     assert d.r.history[-1].result == "rolled back"
+
+
+def test_a_bake_whose_replica_never_gets_ready_is_rolled_back_at_the_deadline():
+    # the last step at 5 (chat-1 ready), then chat-1 is seen starting (a hang, no restart counted) from 10:
+    # the 60 s bake is up at 65 and waits for it. The deadline (30) counts from the last progress (10), and
+    # is judged once the bake's own time is up: at 65, 65 - 10 = 55 >= 30, rolled back
+    d = Roll(spec("v0"))
+    d.deploy(spec("v1", deadline=30))
+    assert d.look(0, {"chat-0": ("running", 0)}).action == START
+    d.look(1, {"chat-0": ("running", 0), "chat-1": ("running", 0)})
+    assert d.look(4, {"chat-0": ("running", 0), "chat-1": ("running", 0)}).action == "stop_old"
+    assert d.look(5, {"chat-1": ("running", 0)}).action == BAKE
+    hung = {"chat-1": ("starting", 0)}
+    assert d.look(10, hung).action == BAKE  # progress (ready -> starting) at 10
+    assert d.look(64, hung).action == BAKE  # 59 s into the bake: still its time
+    s = d.look(65, hung)
+    assert (s.action, s.reason) == (ROLLBACK, "rolled back: no progress for 55 s (progress_deadline_s 30): "
+                                              "baked 60 s; waiting for chat-1 to be ready")
+    assert d.r.history[-1].result == "rolled back" and d.r.version == 0
+
+
+def test_a_bake_past_its_time_says_what_it_waits_for():
+    d = Roll(spec("v0"))
+    roll_to_v1(d)
+    d.look(5, {"chat-1": ("running", 0)})
+    assert d.look(70, {"chat-1": ("starting", 0)}).action == BAKE  # progress at 70: the deadline (600) is far
+    assert d.r.status == "baking version 1: baked 60 s; waiting for chat-1 to be ready"
 
 
 def test_the_stand_in_crashes_when_told_to():

@@ -280,9 +280,12 @@ def decide(r: RolloutState, raw: dict, replicas: int, instances: list[str], prob
             verdict = Step(verdict.action, reason=verdict.reason if verdict.action == BAKE else f"{verdict.reason}; {said}")
     if step.action == ROLLBACK and verdict.action != ROLLBACK:  # failed before the bake saw it (restarts >= threshold)
         return step
+    if verdict.action == BAKE and bake_left(cfg, r.bake_since, now) <= 0:  # its time is up, a replica not ready
+        verdict = stalled(cfg, r.progress_at, now, verdict) or verdict
     if verdict.action == BAKE:
-        r.status = (f"baking version {r.version}: {bake_left(cfg, r.bake_since, now):.0f} s left of "
-                    f"{cfg.bake_s:g}; a new replica that goes ERROR or restarts rolls it back")
+        left = bake_left(cfg, r.bake_since, now)
+        r.status = (f"baking version {r.version}: {left:.0f} s left of {cfg.bake_s:g}; a new replica that goes "
+                    f"ERROR or restarts rolls it back" if left > 0 else f"baking version {r.version}: {verdict.reason}")
     return verdict
 
 
