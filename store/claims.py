@@ -27,7 +27,7 @@ from contracts.usage import ReplicaUse, UsageBatch
 from scheduler.claims.fingerprint import Fingerprint, of_spec
 from scheduler.claims.recommender import Recommendation, recommend
 from scheduler.claims.settings import ClaimSettings
-from scheduler.claims.state import ClaimState, bump, observe
+from scheduler.claims.state import ClaimState, bump, observe, over_claim
 from scheduler.spec import ModelSpec
 from store.tables import DeploymentRow, InstanceRow, utcnow
 
@@ -96,7 +96,7 @@ def _row_for(fp: Fingerprint) -> ClaimRow:
 
 
 def _over(r: ReplicaUse) -> bool:
-    return any(g.claimed and g.used > g.claimed for g in r.gpus)
+    return any(over_claim(g.used, g.claimed or 0) for g in r.gpus)
 
 
 def observe_batch(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float) -> int:

@@ -12,7 +12,7 @@ import pytest
 from scheduler.claims.histogram import FIRST, Histogram, add, bucket_end, bucket_of, bucket_start, percentile
 from scheduler.claims.recommender import booked, recommend
 from scheduler.claims.settings import ClaimSettings
-from scheduler.claims.state import ClaimState, bump, bumped, observe
+from scheduler.claims.state import ClaimState, bump, bumped, observe, over_claim
 from scheduler.units import GiB, MiB
 
 DAY = 86_400.0
@@ -221,3 +221,16 @@ def test_reason_reads_as_the_issue_says():
     rec = recommend(state, ClaimSettings(min_samples=1000), T0 + 3 * DAY, estimate_bytes=14 * GiB)
     assert rec.reason == "p90 9.0 GiB + 15% = 10.4 GiB, from 1,240 samples over 3 days"
     assert rec.confident
+
+
+@pytest.mark.parametrize("used, claimed, over", [
+    (10 * GiB + 512 * MiB, 10 * GiB, False),  # a CUDA context (0.5 GiB) over a 10 GiB share: within max(1 GiB, 0.5 GiB)
+    (11 * GiB, 10 * GiB, False),  # exactly the slack (1 GiB): not over
+    (11 * GiB + 1, 10 * GiB, True),  # one byte past it
+    (40 * GiB + 2 * GiB, 40 * GiB, False),  # 5% of 40 GiB is 2 GiB, above 1 GiB: the slack
+    (42 * GiB + 1, 40 * GiB, True),
+    (10 * GiB, 8 * GiB, True),  # 2 GiB over an 8 GiB claim (the store's over-use test)
+    (5 * GiB, 0, False),  # no claim: nothing to be over
+])
+def test_a_use_over_the_claim_bumps_only_past_the_slack(used, claimed, over):
+    assert over_claim(used, claimed) is over

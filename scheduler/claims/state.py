@@ -10,10 +10,22 @@ from pydantic import BaseModel, Field
 
 from scheduler.claims.histogram import Histogram, add
 from scheduler.claims.settings import ClaimSettings
-from scheduler.units import MiB
+from scheduler.units import GiB, MiB
 
 BUMP_RATIO = 1.2  # VPA's --oom-bump-up-ratio
 BUMP_MIN = 100 * MiB  # VPA's --oom-min-bump-up-bytes (100 MB there; MiB here)
+# A use over the claim bumps it only past this slack: the CUDA context (0.5 GiB on an H200, measured by
+# bench/gpu_claim_check.py) and an engine's CUDA graphs sit outside the share vLLM and SGLang are told
+# to take, so an up-front engine measures a little over its claim every time; bumped for it, the next
+# placement's larger share would be over again, 1.2x a round
+OVER_USE_SLACK = GiB
+OVER_USE_SLACK_RATIO = 0.05
+
+
+def over_claim(used: int, claimed: int) -> bool:
+    """Whether ``used`` bytes on a GPU are over its ``claimed`` bytes by more than the slack: the
+    larger of 1 GiB and 5% of the claim (0 claimed: no claim to be over)."""
+    return claimed > 0 and used > claimed + max(OVER_USE_SLACK, math.ceil(claimed * OVER_USE_SLACK_RATIO))
 
 
 class ClaimState(BaseModel):
