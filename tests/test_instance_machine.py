@@ -117,6 +117,12 @@ ROWS = {
          {"kind": "let_go", "reason": "exited with code -9: CUDA out of memory; out of GPU memory: its booking "
                                       "released, placing it again"},
          {"restarts": 1, "pid": None}),
+    "out of GPU memory again (restart 3): placed again after the backoff, min(1 * 2^(2-1), 30) = 2 s":
+        ({**HELD, "restarts": 2, "pid": 42}, {"kind": "exited", "host": "h1", "why": "CUDA out of memory",
+                                              "reached": True},
+         {"kind": "let_go", "seconds": 2.0, "reason": "CUDA out of memory; out of GPU memory: its booking released, "
+                                                      "placing it again in 2 s (restart 3)"},
+         {"restarts": 3, "pid": None}),
     "failed to start out of memory: a restart as before (only a run that OOMs is placed again)":
         ({**HELD}, {"kind": "failed", "host": "h1", "why": "CUDA out of memory"},
          {"kind": "wait", "state": "error", "reason": "CUDA out of memory; restart 1 on h1 in 1 s", "seconds": 1.0,

@@ -217,9 +217,16 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
 
     async def _on_let_go(self, a: Action, spec: ModelSpec) -> Event:
         """The placement it holds is not what the ledger holds: drop it (whatever is left of the
-        booking is released) and wait PENDING to be placed again."""
+        booking is released) and wait PENDING to be placed again, after ``seconds`` when given (a
+        repeated OOM's backoff; a stop or a preemption ends the wait)."""
         await self._release()
         await self._record("pending", a.reason)
+        if a.seconds:
+            try:
+                await workflow.wait_condition(lambda: self.s.stop_requested or self.s.preempted is not None,
+                                              timeout=c.secs(a.seconds))
+            except asyncio.TimeoutError:
+                pass
         return self._event("next")
 
     async def _on_give_up(self, a: Action, spec: ModelSpec) -> Event:

@@ -14,8 +14,8 @@ workflows/place_machine.py.
 The life: PENDING -> place (estimate, decide, book: place_machine.py) -> launch -> RUNNING ->
 supervised until the run ends. A process that
 exits (or cannot start) is restarted on the same host after min(base * 2^(n-1), cap) seconds; one
-that ran out of GPU memory (its reason names it) is released and placed again at once, so the
-larger claim its OOM earned is booked where a GPU can hold it.
+that ran out of GPU memory (its reason names it) is released and placed again, at once the first
+time (the larger claim its OOM earned is booked where a GPU can hold it), after the backoff later.
 A host that stops answering makes it UNREACHABLE; launches are tried again a second apart with
 what is left of the grace (a frozen agent's poll can take a launch and never answer it), and once
 the grace is over the reservation is released and it is placed elsewhere.
@@ -79,8 +79,12 @@ def _ended(s: InstanceState, ev: Event, t: Timings) -> tuple[InstanceState, Acti
         return s.model_copy(update={"unreachable_since": None}), Action(kind=ABANDON_HOST, host=ev.host)
     n = s.restarts + 1
     if ev.kind == "exited" and is_oom(ev.why):  # its claim may have grown since (learned claims: issue 42)
+        # the first restart at once (an applied claim was bumped: it may fit now); a later one after the
+        # backoff, as any restart: a claim that is only advised books the same again, and it would OOM again
+        delay = 0.0 if n == 1 else backoff(n - 1, t.restart_base_s, t.restart_cap_s)
         return (s.model_copy(update={"unreachable_since": None, "restarts": n, "pid": None}),
-                Action(kind=LET_GO, reason=f"{ev.why}; out of GPU memory: its booking released, placing it again"))
+                Action(kind=LET_GO, seconds=delay, reason=f"{ev.why}; out of GPU memory: its booking released, "
+                       f"placing it again" + (f" in {delay:g} s (restart {n})" if delay else "")))
     # exited, or failed to start: ERROR, then a restart on the same host after the backoff (or a stop or preemption)
     delay = backoff(n, t.restart_base_s, t.restart_cap_s)
     return (s.model_copy(update={"unreachable_since": None, "restarts": n, "pid": None}),
