@@ -10,6 +10,7 @@ request-duration histogram) for the bake's metric checks (scheduler/rollout_bake
 from __future__ import annotations
 
 import asyncio
+import math
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,19 +45,43 @@ MAX_METRICS_BYTES = 8 << 20  # a gateway's /metrics, at most
 DURATION = "gpuflow_gateway_request_duration_seconds"
 
 
+MAX_COUNT = 1e15  # GatewayCounts' bound on every figure
+
+
+def _count(v: float) -> float:
+    """A counter's value as the workflow may take it: NaN, infinite or negative (no gateway of ours
+    says so) is 0; at most MAX_COUNT."""
+    return min(float(v), MAX_COUNT) if math.isfinite(v) and v > 0 else 0.0
+
+
+def _bound(le) -> str | None:
+    """A bucket's upper bound as text the bake's quantile reads (a number, or +Inf); None: not one."""
+    text = str(le)[:32]
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return text if not math.isnan(x) and (math.isfinite(x) or x > 0) else None
+
+
 def counts_of(text: str, model: str) -> GatewayCounts:
-    """One gateway's counters for ``model`` out of its Prometheus text (gateway/metrics.py)."""
+    """One gateway's counters for ``model`` out of its Prometheus text (gateway/metrics.py). What a
+    gateway serves is untrusted: every figure is bounded (``_count``) and a bucket bound that is
+    not a number is left out, so the workflow's checks never see one (the activity's result is
+    validated there, and a failing one would fail its task)."""
     out = GatewayCounts(gateways=1)
     for fam in text_string_to_metric_families(text):
         for x in fam.samples:
             if x.labels.get("model") != model:
                 continue
             if x.name == "gpuflow_gateway_requests_total":
-                out.answered += x.value
-                out.errors += x.value if str(x.labels.get("code", "")).startswith("5") else 0.0
+                v = _count(x.value)
+                out.answered = _count(out.answered + v)
+                out.errors = _count(out.errors + (v if str(x.labels.get("code", "")).startswith("5") else 0.0))
             elif x.name == DURATION + "_bucket" and len(out.buckets) < 64:
-                le = str(x.labels.get("le", "+Inf"))[:32]
-                out.buckets[le] = out.buckets.get(le, 0.0) + x.value
+                le = _bound(x.labels.get("le", "+Inf"))
+                if le is not None:
+                    out.buckets[le] = _count(out.buckets.get(le, 0.0) + _count(x.value))
     return out
 
 
@@ -89,10 +114,12 @@ class RolloutProbe:
                 one = counts_of(text, ask.deployment)
             except ValueError:  # not Prometheus text: that gateway is left out of this look
                 continue
-            out.answered, out.errors, out.gateways = out.answered + one.answered, out.errors + one.errors, out.gateways + 1
+            out.answered, out.errors = _count(out.answered + one.answered), _count(out.errors + one.errors)
+            out.gateways += 1
             for le, v in one.buckets.items():
-                out.buckets[le] = out.buckets.get(le, 0.0) + v
-        return out
+                if le in out.buckets or len(out.buckets) < 64:
+                    out.buckets[le] = _count(out.buckets.get(le, 0.0) + v)
+        return GatewayCounts.model_validate(out.model_dump())  # as the workflow will take it
 
     @activity.defn(name=ROLLOUT_PROBE)
     async def rollout_probe(self, asked: InstanceNames) -> ReplicaProbes:

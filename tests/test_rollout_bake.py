@@ -293,6 +293,29 @@ def test_a_gateway_s_own_metrics_are_read_for_one_model():
     assert (got.answered, got.errors, got.buckets["+Inf"]) == (10, 2, 3)  # 7 + 2 + 1 answered; the 502s; 3 observed
 
 
+@pytest.mark.parametrize("text, want", [
+    # NaN, infinite and negative counters are 0; a bucket bound that is not a number is left out
+    ('gpuflow_gateway_requests_total{model="chat",code="200"} NaN\n'
+     'gpuflow_gateway_requests_total{model="chat",code="500"} +Inf\n'
+     'gpuflow_gateway_requests_total{model="chat",code="502"} -5\n'
+     'gpuflow_gateway_request_duration_seconds_bucket{model="chat",le="abc"} 4\n'
+     'gpuflow_gateway_request_duration_seconds_bucket{model="chat",le="NaN"} 4\n'
+     'gpuflow_gateway_request_duration_seconds_bucket{model="chat",le="+Inf"} 4\n',
+     (0, 0, {"+Inf": 4})),
+    # a counter past 1e15 (GatewayCounts' bound) is held at it: 9e15 + 9e15 answered, 9e15 of them 5xx
+    ('gpuflow_gateway_requests_total{model="chat",code="200"} 9e15\n'
+     'gpuflow_gateway_requests_total{model="chat",code="503"} 9e15\n', (1e15, 1e15, {})),
+])
+def test_what_a_gateway_serves_is_bounded_before_the_workflow_sees_it(text, want):
+    from activities.rollout_probe import counts_of
+    from contracts.rollout import GatewayCounts
+
+    got = counts_of(text, "chat")
+    assert (got.answered, got.errors, got.buckets) == want
+    GatewayCounts.model_validate(got.model_dump())  # as the workflow takes it: valid
+    quantile({}, got.buckets, 0.9)  # every bound reads as a number
+
+
 def test_a_bake_whose_gateways_see_errors_is_rolled_back():
     from contracts.rollout import GatewayCounts
 
