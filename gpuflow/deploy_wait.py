@@ -141,6 +141,10 @@ async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> 
         v = judge(dep, None)
         decided = len(insts) >= dep.get("wanted", dep.get("replicas", 0)) and all(i["state"] != "pending" or i.get("reason") for i in insts)
         late = time.monotonic() > deadline
+        if v.code == 3 and (decided or late):  # as --wait judges it: with the rollout, which may make room
+            from gpuflow.deploy_look import rollout_view
+
+            v = judge(dep, await rollout_view(client, name))
         if v.code == 3 and (decided or late):
             return Verdict(0, [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); "
                                          "'gpuflow deploy --wait' exits 3 for this"])

@@ -51,6 +51,16 @@ async def test_status_queue_explain_and_the_console_show_one_reason(tmp_path):
         listed = httpx.get(f"{base}/queue", timeout=30).text
         assert html.escape(stored, quote=False) in _text(replica) and html.escape(stored, quote=False) in _text(listed)
         assert "80.0 GiB" not in _text(replica) + _text(listed)
+
+        # a rolling update whose surge replica cannot be placed waits for its old replica to stop: the
+        # deploy's look judges it with the rollout, as --wait does, and says no "exits 3" (it did)
+        from gpuflow.deploy_look import judged
+
+        await ops.deploy(lv.client, spec("echo", vram_gib=75, rollout={"surge_timeout_s": 600}), FAST)
+        await lv.wait(lambda: any(i.state == "pending" and "unschedulable" in (i.reason or "")
+                                  for i in lv.instances("echo")), 60, "echo's surge replica waits")
+        seen = {i.name: i.state for i in lv.instances("echo")}
+        assert await judged(lv.client, "echo", 1, seen, late=True) == [], seen
     finally:
         if g is not None:
             g.stop()
