@@ -30,9 +30,14 @@ def gather(engine, caller, settings: ClaimSettings, now: float) -> dict[str, Any
     by_name = specs(engine)
     rows = []
     for r in view["claims"]:
-        seen = [d for d in r["deployments"] if caller.sees(by_name.get(d["name"]) or {})]
-        if seen or (caller.cluster_admin and not r["deployments"]):
-            rows.append({**r, "deployments": seen, "advice": advice({**r, "deployments": seen or r["deployments"]})})
+        seen = {d["name"] for d in r["deployments"] if caller.sees(by_name.get(d["name"]) or {})}
+        if caller.cluster_admin:
+            pass
+        elif seen:  # its own deployments' replicas only: what others book and use is not this caller's
+            r = claims_view.restricted(r, seen)
+        else:
+            continue
+        rows.append({**r, "advice": advice({**r, "deployments": r["deployments"]})})
     return {**view, "claims": rows, "hidden": len(view["claims"]) - len(rows)}
 
 

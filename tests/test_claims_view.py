@@ -108,4 +108,12 @@ def test_the_console_page_shows_a_tenant_its_own(store):  # noqa: F811
     team_a = gather(engine, Caller(tenant="team-a", keyed=True, scope="tenant-admin"), S, now)
     assert [[d["name"] for d in r["deployments"]] for r in team_a["claims"]] in (
         [["q", "r"]], [["r", "q"]])
+    # the shared fingerprint's figures are team-a's replicas' (q-0, q-1, r-0 at 7 GiB of 14), not s-0's too;
+    # the admin's count all 4: 4 x 14 GiB booked
+    mine = team_a["claims"][0]
+    assert (mine["replicas"], mine["booked_total"], mine["used_total"]) == (3, 3 * EST, 3 * 7 * GiB)
+    assert {x["instance"] for x in mine["live"]} == {"q-0", "q-1", "r-0"}
+    assert mine["frees"] == 3 * (EST - LEARNED) and "over 3 replicas" in mine["advice"]
+    shared = next(r for r in admin["claims"] if r["fingerprint"] == mine["fingerprint"])
+    assert (shared["replicas"], shared["booked_total"]) == (4, 4 * EST)
     assert team_a["hidden"] == 1

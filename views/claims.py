@@ -60,20 +60,34 @@ def row(c: ClaimRow, live: list[dict[str, Any]], modes: dict[str, str], settings
         now: float) -> dict[str, Any]:
     rec = recommend(c.claim_state(), settings, now, estimate_bytes=c.estimate or None, weights_bytes=c.weights)
     deps = list(dict.fromkeys([x["deployment"] for x in live] + list(c.deployments or [])))
-    booked = [x["booked"] for x in live if x["booked"]]  # each replica's, as booked now
     learned = rec.claim_bytes if rec.confident else None
-    change = (learned - max(booked)) if learned is not None and booked else None
-    frees = sum(max(0, b - learned) for b in booked) if learned is not None else 0
     return {"fingerprint": c.key, "label": c.label(), "source": c.source, "backend": c.backend,
             "backend_version": c.backend_version, "params": c.params, "gpu_model": c.gpu_model,
             "deployments": [{"name": d, "mode": modes.get(d, settings.mode.value)} for d in deps],
-            "replicas": len(live), "booked": max(booked) if booked else c.claimed, "booked_total": sum(booked),
-            "used_total": sum(x["used"] for x in live), "estimate": c.estimate or None, "weights": c.weights or None,
+            **figures(live, learned, c.claimed), "estimate": c.estimate or None, "weights": c.weights or None,
             "learned": rec.claim_bytes, "confident": rec.confident, "confidence": rec.confidence,
             "samples": rec.samples, "span_s": rec.span_s, "peak": rec.peak_bytes, "percentile": rec.percentile,
             "percentile_bytes": rec.percentile_bytes, "margin": rec.margin, "bump": rec.bump_bytes,
-            "bump_why": rec.bump_why, "reason": rec.reason, "change": change, "frees": frees,
+            "bump_why": rec.bump_why, "reason": rec.reason, "live": live,
             "updated_at": c.updated_at.isoformat() if c.updated_at else None}
+
+
+def figures(live: list[dict[str, Any]], learned: int | None, claimed: int) -> dict[str, Any]:
+    """What the live replicas ``live`` are booked and use, and what the confident ``learned`` claim
+    would change (per replica) and free (over them)."""
+    booked = [x["booked"] for x in live if x["booked"]]  # each replica's, as booked now
+    return {"replicas": len(live), "booked": max(booked) if booked else claimed, "booked_total": sum(booked),
+            "used_total": sum(x["used"] for x in live),
+            "change": (learned - max(booked)) if learned is not None and booked else None,
+            "frees": sum(max(0, b - learned) for b in booked) if learned is not None else 0}
+
+
+def restricted(r: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A row as a caller who sees only the deployments ``names`` may see it: those deployments, and
+    the figures of their live replicas alone (the learned claim is the fingerprint's, shared)."""
+    live = [x for x in r["live"] if x["deployment"] in names]
+    return {**r, "deployments": [d for d in r["deployments"] if d["name"] in names], "live": live,
+            **figures(live, r["learned"] if r["confident"] else None, r["booked"])}
 
 
 def claims(engine: Engine, settings: ClaimSettings, now: float) -> dict[str, Any]:
