@@ -245,6 +245,22 @@ def test_fair_sharing_admits_the_lowest_share_first(fair, woken):
     assert w.woken == [woken]
 
 
+def test_fair_sharing_orders_again_after_each_replica_it_wakes():
+    # 8 GPUs, nothing guaranteed: every replica borrows. a holds 1 GPU (share 1/8), b holds 2 (2/8).
+    # a's 3 replicas arrived first. Woken one at a time by the share then: a-m-1 (a 1/8 < b 2/8), then
+    # a is at 2/8 = b's and a-m-2 arrived first, then a at 3/8 > b's 2/8: b-m-1, then a-m-3 (3/8 = 3/8, a first).
+    # A fixed order (a's shares before the pass) woke all of a's three first.
+    f = tf({"name": "a"}, {"name": "b"}, fair_sharing=True)
+    insts = [held("a-m-0", "a-m", "h", 0), held("b-m-0", "b-m", "h", 1), held("b-x-0", "b-x", "h", 2)]
+    snap = cluster([worker("h", 256, [gpu(i, 24) for i in range(8)])], insts)
+    tenant_of = {"a-m": "a", "b-m": "b", "b-x": "b"}
+    q = [Waiting(f"a-m-{i}", "a-m", arrived=float(i), tenant="a") for i in (1, 2, 3)] + \
+        [Waiting("b-m-1", "b-m", arrived=10.0, tenant="b")]
+    specs = {d: (spec(d), req()) for d in ("a-m", "b-m")}
+    w = to_wake(snap, q, specs, quotas=quotas_of(snap, f, tenant_of))
+    assert w.woken == ["a-m-1", "a-m-2", "b-m-1", "a-m-3"]
+
+
 def test_fair_sharing_preempts_the_highest_share_first():
     # b reclaims; a and d borrow with equal priority; a borrows 2 GPUs, d 1: a's share is higher
     f = tf({"name": "a"}, {"name": "b", "guarantee": {"gpus": 2}}, {"name": "d"}, fair_sharing=True)

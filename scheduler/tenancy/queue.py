@@ -23,7 +23,7 @@ that quota (lending.lending_problem), as admission holds it.
 
 Fair sharing (``fair_sharing: true``): among replicas of one tenant priority, the tenant with the
 lower share of what it borrows comes first (``fair_order``; lending.share), as Kueue admits the
-lowest dominant-resource share first.
+lowest dominant-resource share first; the shares count what the pass has woken so far.
 
 Reclaim: with ``quotas`` given, a replica that does not fit, of a tenant that stays within its
 guarantee with it (its whole-GPU shape, what it holds on an empty cluster, counting the replicas
@@ -41,6 +41,8 @@ distinct spec that waits, not one per PENDING replica."""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from scheduler.cluster import ClusterSnapshot
@@ -111,13 +113,30 @@ def quotas_of(snap: ClusterSnapshot, tf: TenantsFile, tenant_of: dict[str, str])
                   lending.capacity(snap) if tf.fair_sharing else None, guarded, tf)
 
 
-def fair_order(queue: list[Waiting], quotas: Quotas | None) -> list[Waiting]:
+def fair_order(queue: list[Waiting], quotas: Quotas | None, used: dict[str, Usage] | None = None) -> Iterator[Waiting]:
     """Queue order; with fair sharing, the lower share of what its tenant borrows first among
-    replicas of one tenant priority (lending.py, Fair sharing)."""
+    replicas of one tenant priority (lending.py, Fair sharing), each share taken from ``used`` as
+    it is when the next replica is asked for: the caller adds what it wakes, so a tenant that
+    gets a replica in this pass goes behind one whose share is now lower, as Kueue orders its
+    heads again after each admission. ``used`` None: the quotas' (a fixed order)."""
     if quotas is None or quotas.cap is None:
-        return ordered(queue)
-    shares = {t: lending.share(x, quotas.used.get(t, Usage()), quotas.cap) for t, x in quotas.tenants.items()}
-    return sorted(queue, key=lambda w: (-w.tenant_priority, shares.get(w.tenant, 0.0), *w.rank[1:]))
+        yield from ordered(queue)
+        return
+    used = quotas.used if used is None else used
+    heads: dict[str, deque[Waiting]] = {}
+    for w in sorted(queue, key=lambda w: (-w.tenant_priority, *w.rank[1:])):  # each tenant's own order
+        heads.setdefault(w.tenant, deque()).append(w)
+
+    def key(t: str) -> tuple:
+        w, x = heads[t][0], quotas.tenants.get(t)
+        share = lending.share(x, used.get(t, Usage()), quotas.cap) if x is not None else 0.0
+        return (-w.tenant_priority, share, *w.rank[1:])
+
+    while heads:  # a merge of the tenants' lines by their heads' keys, now: O(tenants) a replica
+        t = min(heads, key=key)
+        yield heads[t].popleft()
+        if not heads[t]:
+            del heads[t]
 
 
 def ordered(queue: list[Waiting]) -> list[Waiting]:
@@ -164,7 +183,7 @@ def to_wake(snap: ClusterSnapshot, queue: list[Waiting], specs: dict[str, tuple[
 
     keys = {dep: fit_key(sr[0]) for dep, sr in specs.items()}
     unfit_held: list[Waiting] = []  # held because they do not fit, in queue order
-    for w in fair_order(queue, quotas):
+    for w in fair_order(queue, quotas, used):  # ``used`` grows with each replica woken below
         if w.deployment not in specs:
             out.held[w.instance] = "no estimate yet"
             continue
