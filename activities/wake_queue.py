@@ -40,7 +40,7 @@ from typing import Awaitable, Callable
 from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.ids import INSTANCE_CAPACITY_CHANGED, instance_id
 from activities.estimate_cache import EstimateCache
@@ -57,6 +57,7 @@ from scheduler.spec import ModelSpec
 from scheduler.tenancy.queue import Wake, quotas_of, to_wake
 
 log = logging.getLogger("gpuflow.control")
+SIGNAL_TRIES = 4  # a wake's signal, at most: 0.5 + 1 + 2 s between them
 UNKNOWN = "its request is not known here yet: woken to decide itself"
 UNKNOWN_HERE = "its request is not known here yet"
 
@@ -227,13 +228,29 @@ class Waker:
             names = verdict.to_sweep() if sweep else verdict.to_signal()
             for n in names:
                 _beat()
-                try:
-                    await self.client.get_workflow_handle(instance_id(n)).signal(INSTANCE_CAPACITY_CHANGED)
-                except RPCError:
-                    pass  # ended meanwhile
+                await self._signal(n)
         finally:
             self.turns.release()
         return len(names)
+
+    async def _signal(self, name: str) -> None:
+        """Wake ``name``'s workflow. One that ended meanwhile is nobody's; a signal that fails any
+        other way (the server busy: a deadline) is sent again, SIGNAL_TRIES in all, since its
+        replica's reason already says it was woken and nothing else would wake it before the
+        next wake or the sweep (pending_recheck_s)."""
+        for attempt in range(SIGNAL_TRIES):
+            try:
+                await self.client.get_workflow_handle(instance_id(name)).signal(INSTANCE_CAPACITY_CHANGED)
+                return
+            except RPCError as e:
+                if e.status == RPCStatusCode.NOT_FOUND:
+                    return  # ended meanwhile
+                if attempt + 1 == SIGNAL_TRIES:
+                    log.warning("could not wake %s after %d tries: %s; the next wake or sweep does", name,
+                                SIGNAL_TRIES, e)
+                    return
+                _beat()
+                await asyncio.sleep(0.5 * 2 ** attempt)
 
 
     async def _rejudge(self) -> None:

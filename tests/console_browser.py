@@ -50,8 +50,9 @@ class Watched:
         return any(a in url for a in self.allow)
 
     def _failed(self, r) -> None:
-        # a streamed or refreshed request the page itself cut short when it navigated away is not a fault
-        if r.failure and "ERR_ABORTED" in r.failure and not r.url.endswith((".js", ".css")):
+        # a streamed or refreshed request the page itself cut short when it navigated away is not a fault,
+        # nor a web worker's script (the docs' search worker, started in the background) cut short likewise
+        if r.failure and "ERR_ABORTED" in r.failure and (not r.url.endswith((".js", ".css")) or "/workers/" in r.url):
             return
         self.problems.append(f"request failed: {r.method} {r.url}: {r.failure}")
 
