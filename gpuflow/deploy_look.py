@@ -67,24 +67,14 @@ async def judged(client, name: str, wanted: int, seen: dict[str, str], late: boo
     v = judge({"name": name, "replicas": wanted, "instances": insts}, None)
     decided = len(insts) >= wanted and all(i["state"] != "pending" or i.get("reason") for i in insts)
     if v.code == 3 and (decided or late):  # as --wait judges it: with the rollout, which may make room
+        from gpuflow.deploy_wait import rollout_view
+
         v = judge({"name": name, "replicas": wanted, "instances": insts}, await rollout_view(client, name))
     if v.code == 3 and (decided or late):
         return [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); 'gpuflow deploy --wait' exits 3 for this"]
     if v.code is not None or decided or late:
         return []
     return None
-
-
-async def rollout_view(client, name: str) -> dict | None:
-    """The deployment's rollout view (its ``rollout`` query), or None when it does not answer: a
-    rolling update whose next step stops an old replica makes room for one that waits."""
-    from contracts.ids import DEPLOYMENT_ROLLOUT, deployment_id
-    from gpuflow import broken
-
-    try:
-        return await broken.query(client.get_workflow_handle(deployment_id(name)), DEPLOYMENT_ROLLOUT)
-    except Exception:  # noqa: BLE001  judged without it, as before
-        return None
 
 
 async def first_look(client, name: str, wanted: int, look_s: float, every_s: float = 1.0) -> list[str]:

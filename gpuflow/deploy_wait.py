@@ -128,6 +128,18 @@ async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], 
         await asyncio.sleep(every_s)
 
 
+async def rollout_view(client, name: str) -> dict | None:
+    """The deployment's rollout view (its ``rollout`` query), or None when it does not answer: a
+    rolling update whose next step stops an old replica makes room for one that waits."""
+    from contracts.ids import DEPLOYMENT_ROLLOUT, deployment_id
+    from gpuflow import broken
+
+    try:
+        return await broken.query(client.get_workflow_handle(deployment_id(name)), DEPLOYMENT_ROLLOUT)
+    except Exception:  # noqa: BLE001  judged without it, as before
+        return None
+
+
 async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> Verdict:
     """Within ``look_s``, the replicas of ``name`` that wait because nothing can take them (the
     lines of a verdict 3), once every replica has had its first decision; no line when all are
@@ -142,8 +154,6 @@ async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> 
         decided = len(insts) >= dep.get("wanted", dep.get("replicas", 0)) and all(i["state"] != "pending" or i.get("reason") for i in insts)
         late = time.monotonic() > deadline
         if v.code == 3 and (decided or late):  # as --wait judges it: with the rollout, which may make room
-            from gpuflow.deploy_look import rollout_view
-
             v = judge(dep, await rollout_view(client, name))
         if v.code == 3 and (decided or late):
             return Verdict(0, [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); "
