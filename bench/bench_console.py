@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from contracts.control import InstanceRecord, PlacementPlan  # noqa: E402
 from contracts.host import HostReport  # noqa: E402
-from gpuflow.ports import free_port  # noqa: E402
+from gpuflow.ports import server_port  # noqa: E402
 from scheduler.spec import ModelSpec  # noqa: E402
 from store import db, ledger, records  # noqa: E402
 
@@ -157,7 +157,7 @@ def serve(a, tmp: str):
     fill(engine, a.hosts, a.replicas)
     print(f"store: {a.hosts} hosts x 8 GPUs, {a.replicas} replicas ({a.replicas - PENDING} RUNNING, {PENDING} PENDING) "
           f"in {-(-a.replicas // PER_DEPLOYMENT)} deployments, filled in {time.perf_counter() - t0:.1f} s")
-    port = free_port()
+    port = server_port()
     if a.no_temporal:
         p = subprocess.Popen([sys.executable, "-m", "gpuflow", "gateway", "--database-url", stack.database_url,
                               "--listen", f"127.0.0.1:{port}", "--address", "127.0.0.1:1"],

@@ -213,7 +213,7 @@ def start(a, url: str, tmp: str, policies) -> tuple[list, dict]:
         gs.running(store, f"bench-{i}", "bench", e.port)
     gateways = {}
     for pol in policies:
-        port = gs.free_port()
+        port = gs.server_port()
         gateways[pol] = gs.Proc([sys.executable, os.path.abspath(__file__), "--serve", pol, url, str(port),
                                  "--cache-blocks", str(a.cache_blocks)], port, os.path.join(tmp, f"gateway-{pol}.log"))
         gs.wait_model(f"http://127.0.0.1:{port}", "bench", a.replicas)

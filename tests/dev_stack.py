@@ -15,7 +15,7 @@ import threading
 import time
 
 from contracts.control import Timings
-from gpuflow.ports import free_port, server_port
+from gpuflow.ports import server_port
 from tests.gateway_stack import wait_for
 from tests.live import FAST, timings_env, write_inventory
 
@@ -27,7 +27,7 @@ class Dev:
 
     def __init__(self, tmp, gpus: tuple[float, ...] = (24, 24), args: tuple[str, ...] = (),
                  env: dict[str, str] | None = None, timings: Timings = FAST, up_s: float = 180):
-        self.tmp, self.port, self.gw_port = tmp, server_port(), free_port()
+        self.tmp, self.port, self.gw_port = tmp, server_port(), server_port()
         self.address = f"127.0.0.1:{self.port}"
         inv = write_inventory(str(tmp / "inv.yaml"), list(gpus))
         self.p = subprocess.Popen(

@@ -14,7 +14,7 @@ import httpx2 as httpx
 
 from contracts.control import InstanceRecord
 from store import records
-from gpuflow.ports import free_port, port_open
+from gpuflow.ports import port_open, server_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -54,7 +54,7 @@ class Proc:
 
 
 def engine(name: str, token_s: float = 0.005, mode: str = "ok", log: str | None = None) -> Proc:
-    port = free_port()
+    port = server_port()
     return Proc([sys.executable, os.path.join(HERE, "standin_engine.py"), "--port", str(port), "--name", name,
                  "--token-s", str(token_s), "--mode", mode], port, log)
 
@@ -62,14 +62,14 @@ def engine(name: str, token_s: float = 0.005, mode: str = "ok", log: str | None 
 def cache_engine(name: str, log: str | None = None, **knobs) -> Proc:
     """A stand-in with a prefix cache (tests/standin_cache_engine.py); ``knobs`` are its flags
     (block_chars, cache_blocks, prefill_block_s, token_s)."""
-    port = free_port()
+    port = server_port()
     flags = [x for k, v in knobs.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     return Proc([sys.executable, os.path.join(HERE, "standin_cache_engine.py"), "--port", str(port), "--name", name,
                  *flags], port, log)
 
 
 def gateway(url: str, schema: str | None, *args: str, log: str | None = None) -> Proc:
-    port = free_port()
+    port = server_port()
     env = {"GPUFLOW_DATABASE_SCHEMA": schema} if schema else {}
     return Proc([sys.executable, "-m", "gpuflow", "gateway", "--database-url", url, "--listen", f"127.0.0.1:{port}",
                  *args], port, log, env)

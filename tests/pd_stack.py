@@ -7,7 +7,7 @@ import sys
 
 import httpx2 as httpx
 
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from tests.gateway_stack import Proc
 
 FAST = {"token_s": 0.002, "prefill_token_s": 0.00002}  # a test's timings: 2 ms a decode step, 50k prompt tokens/s
@@ -18,9 +18,9 @@ def standin(role: str | None, name: str = "standin", key: str | None = None, log
     """A stand-in engine on the simulated GPU: ``role`` prefill|decode (None: aggregated); ``flags``
     are its options (token_s, prefill_token_s, prefill_chunk, kv_blocks, kv_hold_s, kv_token_s, ...).
     A prefill gets a side channel (``proc.kv_port``); ``proc.engine_id`` is its id."""
-    port = free_port()
+    port = server_port()
     args = ["--port", str(port), "--model-name", name]
-    kv_port = free_port() if role == "prefill" else None
+    kv_port = server_port() if role == "prefill" else None
     args += ["--pd-role", role] if role else ["--sim-gpu"]
     args += ["--kv-port", str(kv_port)] if kv_port else []
     for k, v in {**FAST, **flags}.items():

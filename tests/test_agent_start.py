@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from contracts import credential as cr
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from store import db, host_credentials
 
-NOWHERE = ["--address", f"127.0.0.1:{free_port()}"]  # no Temporal listens there
+NOWHERE = ["--address", f"127.0.0.1:{server_port()}"]  # no Temporal listens there
 
 
 def gpuflow(*args: str, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:

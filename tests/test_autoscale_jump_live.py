@@ -23,7 +23,7 @@ import time
 import pytest
 
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from tests.gateway_stack import wait_model
 from tests.live import FAST, Live, cli, spec
 from tests.test_autoscale_live import Load, replicas
@@ -55,7 +55,7 @@ async def test_a_ramp_jumps_to_its_count_in_one_step_and_a_block_holds(tmp_path)
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24, 24]})
     load = None
     try:
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         await ops.deploy(lv.client, spec("chat", vram_gib=20, command=ENGINE, autoscaling=AUTOSCALING), T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
         await asyncio.to_thread(wait_model, base.removesuffix("/v1"), "chat", 1)

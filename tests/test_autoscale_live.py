@@ -16,7 +16,7 @@ import httpx2 as httpx
 import pytest
 
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from tests.gateway_stack import Proc, metric, wait_model
 from tests.live import FAST, Live, cli, spec
 
@@ -67,7 +67,7 @@ class Load:
 async def test_a_closed_load_leaves_no_client_open(tmp_path):
     """Load.close() closes its client (why: Load's docstring). One stand-in engine, 3 workers;
     closed after at least 3 answers: 0 failed, the client closed."""
-    port = free_port()
+    port = server_port()
     eng = Proc([sys.executable, f"{ROOT}/tests/standin_vllm.py", "--port", str(port)], port, str(tmp_path / "e.log"))
     try:
         load = Load(f"http://127.0.0.1:{port}/v1", "chat", workers=3)
@@ -93,7 +93,7 @@ async def test_scales_up_under_load_and_back_down_without_a_failed_request(tmp_p
     lv = await Live(str(tmp_path), t=T, env={"GPUFLOW_CAPACITY_HOOK": hook}).start({"g1": [24, 24, 24]})
     load = None
     try:
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         sp = spec("chat", vram_gib=10, command=ENGINE, autoscaling=AUTOSCALING)
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
@@ -141,7 +141,7 @@ async def test_a_full_cluster_blocks_without_pending_replicas_and_a_joining_host
     lv = await Live(str(tmp_path), t=T, env={"GPUFLOW_CAPACITY_HOOK": hook}).start({"g1": [24]})
     load = None
     try:
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         # 20 GiB per replica, one 24 GiB GPU: the second replica fits nowhere
         sp = spec("chat", vram_gib=20, command=ENGINE, autoscaling={**AUTOSCALING, "max_replicas": 2})
         await ops.deploy(lv.client, sp, T)
@@ -179,7 +179,7 @@ async def test_a_full_cluster_blocks_without_pending_replicas_and_a_joining_host
 async def test_scale_to_zero_and_the_first_request_wakes_it(tmp_path):
     lv = await Live(str(tmp_path), t=T).start({"g1": [24]})
     try:
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         # a long interval: only the gateway's wake can start the replica within seconds
         sp = spec("chat", vram_gib=10, command=ENGINE,
                   autoscaling={**AUTOSCALING, "min_replicas": 0, "interval_s": 30, "scale_down_stabilization_s": 0})
@@ -225,7 +225,7 @@ async def test_a_control_plane_worker_killed_during_scale_up_never_applies_a_ste
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]}, servers=2)
     load = None
     try:
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         sp = spec("chat", vram_gib=10, command=ENGINE, autoscaling=AUTOSCALING)
         await ops.deploy(lv.client, sp, T)
         await lv.wait(lambda: replicas(lv, "chat") == 1, 120, "1 RUNNING replica")
@@ -258,7 +258,7 @@ async def test_one_request_never_scales(tmp_path):
     so over 10 intervals (the panic window's 6 s and more) it holds at 1 replica."""
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]})
     try:
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         slow = f"{sys.executable} {ROOT}/tests/standin_vllm.py --port {{port}} --host {{host}} --base-s 0.3"
         sp = spec("chat", vram_gib=10, command=slow,
                   autoscaling={"min_replicas": 1, "max_replicas": 3, "interval_s": 1, "rules": ["latency_p95"]})

@@ -175,9 +175,9 @@ def test_help_names_the_way_in_and_the_exit_codes():
 
 def test_no_temporal_says_how_to_start_one_exit_4():
     """Not invalid input (2): nothing the user typed was wrong; the service is not there."""
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
 
-    p = gpuflow("status", "--address", f"127.0.0.1:{free_port()}", check=4)
+    p = gpuflow("status", "--address", f"127.0.0.1:{server_port()}", check=4)
     assert "cannot reach Temporal at 127.0.0.1:" in p.stderr and "Start one on this machine with 'gpuflow dev'" in p.stderr
     assert "Traceback" not in p.stderr
 

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from scheduler.autoscale.scrape import parse
 from console import serving_stats as ss
 from gateway.metrics import Metrics
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.autoscale.histogram import Histogram
 
 
@@ -76,7 +76,7 @@ def test_figures_and_all_gateways_together():
 
 
 def test_a_gateway_that_does_not_answer_is_said_so():
-    port = free_port()  # nothing listens there
+    port = server_port()  # nothing listens there
 
     async def go():
         async with httpx.AsyncClient(timeout=ss.READ_S) as http:

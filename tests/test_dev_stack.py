@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpuflow.ports import free_port, server_port
+from gpuflow.ports import server_port
 from worker_agent.processes import ProcessTable, pid_alive
 
 
@@ -19,7 +19,7 @@ def test_dev_demo_then_ctrl_c_stops_everything(tmp_path):
     data = tmp_path / "dev"
     port, ui = server_port(), server_port()
     p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--demo", "--data-dir", str(data),
-                          "--port", str(port), "--ui-port", str(ui), "--gateway-port", str(free_port()),
+                          "--port", str(port), "--ui-port", str(ui), "--gateway-port", str(server_port()),
                           "--agent-name", "devlocal"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -74,7 +74,7 @@ def test_exit_after_demo_ends_without_an_address_of_the_stack_it_stopped(tmp_pat
     data = tmp_path / "dev"
     p = subprocess.run([sys.executable, "-m", "gpuflow", "dev", "--demo", "--exit-after-demo", "--data-dir", str(data),
                         "--port", str(server_port()), "--ui-port", str(server_port()), "--gateway-port",
-                        str(free_port()), "--agent-name", "devlocal"], capture_output=True, text=True, timeout=600)
+                        str(server_port()), "--agent-name", "devlocal"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "scaled chat-8b from 3 to 1" in p.stdout and "  A: " in p.stdout, p.stdout  # the demo ran, asked its model
     tail = p.stdout.split("HOST ", 1)[1]  # from the status's hosts table on
@@ -137,7 +137,7 @@ def test_dev_serves_a_real_gguf_out_of_the_box(tmp_path, smollm2):
 
     port, data = server_port(), tmp_path / "dev"
     p = subprocess.Popen([sys.executable, "-m", "gpuflow", "dev", "--data-dir", str(data), "--port", str(port),
-                          "--ui-port", str(server_port()), "--gateway-port", str(free_port()), "--agent-name", "box"],
+                          "--ui-port", str(server_port()), "--gateway-port", str(server_port()), "--agent-name", "box"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out = _read_until(p, "gpuflow dev is up", 120)

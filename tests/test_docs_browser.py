@@ -72,20 +72,30 @@ def test_every_page_opens_cleanly_and_its_links_and_images_hold(served):
             ids[path] = set(page.evaluate(IDS))
             problems += [f"{path}: image {src} did not load" for src in page.evaluate(BROKEN_IMAGES)]
             links[path] = set(page.evaluate(LINKS))
+        missing: list[tuple[str, str, str]] = []
+        for path, targets in links.items():
+            for url in targets:
+                parts = urllib.parse.urlsplit(url)
+                if f"{parts.scheme}://{parts.netloc}" != base:
+                    continue  # another site, or the stack's own addresses (127.0.0.1:8080): not this site's to check
+                target = parts.path
+                if target not in ids:
+                    if not (site / target.lstrip("/")).is_file():
+                        problems.append(f"{path}: link to a missing page: {url}")
+                    continue
+                if parts.fragment and urllib.parse.unquote(parts.fragment) not in ids[target]:
+                    missing.append((path, url, target))
+        # a page read once without an anchor its links name is read again before that counts: on a loaded
+        # machine a read once came back without a generated page's headings (never reproduced); what the
+        # first read saw is printed, so a repeat can be told apart from a page that lacks the heading
+        for target in sorted({t for _, _, t in missing}):
+            first = len(ids[target])
+            ids[target] = set(w.open(target).evaluate(IDS))
+            print(f"re-read {target}: {first} ids the first time, {len(ids[target])} now")
+        problems += [f"{path}: link to a missing anchor: {url}" for path, url, target in missing
+                     if urllib.parse.unquote(urllib.parse.urlsplit(url).fragment) not in ids[target]]
         w.check()
         with contextlib.suppress(Exception):
             w.close()
     assert not elsewhere, f"pages asked other hosts: {sorted(set(elsewhere))[:20]}"
-    for path, targets in links.items():
-        for url in targets:
-            parts = urllib.parse.urlsplit(url)
-            if f"{parts.scheme}://{parts.netloc}" != base:
-                continue  # another site, or the stack's own addresses (127.0.0.1:8080): not this site's to check
-            target = parts.path
-            if target not in ids:
-                if not (site / target.lstrip("/")).is_file():
-                    problems.append(f"{path}: link to a missing page: {url}")
-                continue
-            if parts.fragment and urllib.parse.unquote(parts.fragment) not in ids[target]:
-                problems.append(f"{path}: link to a missing anchor: {url}")
     assert not problems, "\n".join(problems)

@@ -153,9 +153,9 @@ async def test_a_hub_gguf_is_estimated_from_its_header_downloaded_and_served(tmp
 async def test_an_unreachable_hub_is_retried_until_it_answers(tmp_path, smollm2):
     """Estimation needs the hub: while it does not answer, the instance is ERROR saying so and
     tries again with backoff; once the mirror is up, the model is placed and started."""
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
 
-    port = free_port()
+    port = server_port()
     (llama,) = stand_ins(tmp_path, "llama-server")
     lv = await Live(str(tmp_path), env={**HUB_ENV, "GPUFLOW_HF_ENDPOINT": f"http://127.0.0.1:{port}"}).start(
         {"g1": [24]}, agent_args=["--llama-server", llama])

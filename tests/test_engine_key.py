@@ -240,10 +240,10 @@ def test_the_demos_toy_engine_answers_only_its_key_and_serves_no_file(tmp_path):
 
     import httpx2 as httpx
 
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
     from tests.gateway_stack import wait_port
 
-    port = free_port()
+    port = server_port()
     (tmp_path / "secret.txt").write_text("s3cr3t")
     p = subprocess.Popen([sys.executable, "-m", "gpuflow.demo.toy_server", "--port", str(port)], cwd=tmp_path,
                          env={**os.environ, "GPUFLOW_ENGINE_API_KEY": KEY})

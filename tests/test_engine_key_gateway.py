@@ -13,7 +13,7 @@ import httpx2 as httpx
 
 from contracts import credential as cr
 from contracts.control import InstanceRecord
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from store import host_credentials, records
 from tests import gateway_stack as gs
 from tests.gateway_stack import procs, sqlite_store  # noqa: F401  (fixtures)
@@ -33,7 +33,7 @@ def key_of(store, instance: str, nonce: str) -> str:
 
 
 def keyed_engine(procs, name: str, key: str) -> gs.Proc:
-    port = free_port()
+    port = server_port()
     eng = gs.Proc([sys.executable, f"{gs.HERE}/standin_engine.py", "--port", str(port), "--name", name,
                    "--api-key", key], port)
     procs.append(eng)

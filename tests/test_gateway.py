@@ -142,7 +142,7 @@ def test_keys_none_bad_revoked_get_401_and_a_good_one_counts_under_its_tenant(sq
         return subprocess.run(cli + list(args) + ["--database-url", url], capture_output=True, text=True, timeout=60)
 
     # an open gateway on a non-loopback address refuses to start
-    port = gs.free_port()
+    port = gs.server_port()
     refused = subprocess.run([sys.executable, "-m", "gpuflow", "gateway", "--database-url", url,
                               "--listen", f"0.0.0.0:{port}"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--allow-anonymous" in refused.stderr
@@ -258,7 +258,7 @@ def test_a_replica_that_never_accepts_the_connection_gives_504(sqlite_store, pro
     import socket
 
     url, schema, engine = sqlite_store
-    port = gs.free_port()
+    port = gs.server_port()
     with socket.socket() as full:  # a backlog of 0 that nobody accepts from: further SYNs are dropped
         full.bind(("127.0.0.1", port))
         full.listen(0)
@@ -312,7 +312,7 @@ async def test_in_process_gateway_serves_until_told_to_stop(sqlite_store, procs)
     procs.append(e)
     gs.deploy(engine, "chat")
     gs.running(engine, "chat-0", "chat", e.port)
-    settings = GatewaySettings(port=gs.free_port())
+    settings = GatewaySettings(port=gs.server_port())
     up, stop = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(serve(engine, settings, ready=up.set, stop=stop))
     await asyncio.wait_for(up.wait(), 30)

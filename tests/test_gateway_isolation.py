@@ -206,13 +206,13 @@ async def test_header_timeout_on_each_uvicorn_protocol(impl):
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from gateway.protocol import with_header_timeout
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
 
     async def ok(request):
         return PlainTextResponse("ok")
 
     base = {"httptools": HttpToolsProtocol, "h11": H11Protocol}[impl]
-    port = free_port()
+    port = server_port()
     server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Path("/", ok)]), host="127.0.0.1", port=port,
                                            http=with_header_timeout(1.0, base), lifespan="off", log_level="warning",
                                            timeout_keep_alive=2))

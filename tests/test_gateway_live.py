@@ -16,7 +16,7 @@ import pytest
 
 from store import serving
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live
 
@@ -33,7 +33,7 @@ async def stack(tmp_path_factory):
     lv = Live(str(tmp_path_factory.mktemp("gw")), t=T)
     try:
         await lv.start({"cpu1": []}, agent_args=["--llama-cpp-python", sys.executable])
-        lv.gateway = lv.stack.start_gateway(free_port())
+        lv.gateway = lv.stack.start_gateway(server_port())
         yield lv
     finally:
         lv.close()

@@ -242,9 +242,9 @@ async def test_both_rolls_under_load_through_the_gateway_fail_no_request(stack):
     # a real gateway, four clients sending long prompts throughout: the env changes (role by role:
     # prefill, then decode), then the model (whole: generation 1); no request fails, >= 95% decode
     # from a prefill's KV
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
     lv = stack
-    gw = lv.stack.start_gateway(free_port())
+    gw = lv.stack.start_gateway(server_port())
     raw = {**group("ld"), "run_command": PD}
     await deploy(lv, raw)
     await running(lv, "ld", 2)

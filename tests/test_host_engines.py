@@ -9,7 +9,7 @@ import sys
 
 from store import records
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.spec import ModelSpec
 from tests.live import FAST, Live, spec, write_inventory
 
@@ -19,7 +19,7 @@ def add_plain_host(lv: Live, name: str, gpus: list[float], *extra: str) -> None:
     always allow custom commands)."""
     inv = write_inventory(os.path.join(lv.tmp, f"{name}.yaml"), gpus)
     lv.stack.agents[name] = lv.stack._spawn(f"agent-{name}.log", "agent", "--name", name, "--inventory", inv,
-                                            "--metrics-address", f"127.0.0.1:{free_port()}", *extra)
+                                            "--metrics-address", f"127.0.0.1:{server_port()}", *extra)
 
 
 def backends(lv: Live) -> dict[str, list[str] | None]:

@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.host_estimate import request_from_host
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from gpuflow.demo.synthetic import llama_like_hf
 from scheduler.estimate import estimate_request
 from contracts.estimate_inputs import HeaderRequest
@@ -80,7 +80,7 @@ def agent_in(lv: Live, name: str, cwd: str, *extra: str) -> None:
     with open(os.path.join(lv.stack.log_dir, f"agent-{name}.log"), "ab") as out:
         lv.stack.agents[name] = subprocess.Popen(
             [sys.executable, "-m", "gpuflow", "agent", "--name", name, "--inventory", inv, "--allow-custom",
-             "--metrics-address", f"127.0.0.1:{free_port()}", *extra], env=lv.stack.env, cwd=cwd, stdout=out,
+             "--metrics-address", f"127.0.0.1:{server_port()}", *extra], env=lv.stack.env, cwd=cwd, stdout=out,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 

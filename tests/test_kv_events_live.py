@@ -18,7 +18,7 @@ import pytest
 import zmq
 
 from contracts.control import InstanceRecord
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from store import db, records
 from tests import gateway_stack as gs
 from tests.standin_cache_engine import make_tokenizer
@@ -47,10 +47,10 @@ def stack(tmp_path_factory):
     db.init_db(store)
     procs: list[gs.Proc] = []
     rogue = zmq.Context.instance().socket(zmq.PUB)
-    rogue_port = free_port()
+    rogue_port = server_port()
     rogue.bind(f"tcp://127.0.0.1:{rogue_port}")
     try:
-        kv = {n: free_port() for n in ("ea", "eb")}
+        kv = {n: server_port() for n in ("ea", "eb")}
         engines = {n: gs.cache_engine(n, log=str(tmp / f"{n}.log"), tokenizer=tok, block_tokens=16,
                                       cache_blocks=BLOCKS, kv_events_port=kv[n], prefill_block_s=0.001, token_s=0.005)
                    for n in kv}

@@ -17,7 +17,7 @@ import openai
 import pytest
 from sqlmodel import Session
 
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from store import pd_counts, serving
 from store.pd_counts import PDCounts
 from store.tables import InstanceRow
@@ -31,7 +31,7 @@ DEBUG = {"x-gpuflow-debug": "route"}
 
 
 def member(name: str, role: str, worker: str, log: str, *flags: str) -> gs.Proc:
-    port, kv = free_port(), free_port()
+    port, kv = server_port(), server_port()
     return gs.Proc([sys.executable, "-m", "gpuflow", "standin", "--port", str(port), "--pd-role", role,
                     "--kv-port", str(kv), "--engine-id", name, "--model-name", "pd", "--token-s", "0.002", *flags],
                    port, log)
@@ -215,7 +215,7 @@ def test_sglang_mode_sends_both_ends_the_prefills_bootstrap(sqlite_store, procs,
     gs.deploy(engine, "pd", **{**SPEC, "disaggregation": {"mode": "sglang-nixl"}})
     boots = {}
     for name, role in (("pd-p0", "prefill"), ("pd-p1", "prefill"), ("pd-d0", "decode")):
-        port, boot = free_port(), free_port() if role == "prefill" else None
+        port, boot = server_port(), server_port() if role == "prefill" else None
         procs.append(gs.Proc([sys.executable, "tests/standin_sglang.py", "--port", str(port), "--name", name,
                               "--role", role, *(["--bootstrap-port", str(boot)] if boot else [])], port))
         row(engine, name, role, port, "w1")

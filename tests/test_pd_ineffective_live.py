@@ -35,7 +35,7 @@ STANDIN = f"{sys.executable} -m gpuflow standin --port {{port}} --host {{host}}"
 PROMPT = "Summarise the history of the printing press. " * 40  # ~1 800 chars: a prompt worth disaggregating
 
 
-def free_port() -> int:
+def server_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -92,7 +92,7 @@ async def raised(lv: Live, name: str) -> bool:
 async def test_pd_ineffective_is_raised_when_the_decodes_stop_receiving_kv_and_clears(tmp_path):
     lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
     try:
-        await ops.deploy(lv.client, ModelSpec.model_validate(group("pdx", free_port())), FAST)
+        await ops.deploy(lv.client, ModelSpec.model_validate(group("pdx", server_port())), FAST)
         await lv.wait(lambda: set(ends(lv, "pdx")) == {"prefill", "decode"}, 90, "the prefill and the decode RUNNING")
         e = ends(lv, "pdx")
         prefill, decode = client_of(e["prefill"]), client_of(e["decode"])

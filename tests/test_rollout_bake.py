@@ -212,9 +212,9 @@ def test_the_stand_in_crashes_when_told_to():
     import time
     import urllib.request
 
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
 
-    port = free_port()
+    port = server_port()
     p = subprocess.Popen([sys.executable, "-m", "gpuflow", "standin", "--port", str(port), "--exit-after-s", "2"],
                          stdout=subprocess.PIPE, text=True)
     try:

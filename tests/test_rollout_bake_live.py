@@ -20,7 +20,7 @@ import time
 import pytest
 
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.spec import ModelSpec
 from tests.gateway_stack import wait_model
 from tests.live import FAST, Live, cli
@@ -59,7 +59,7 @@ async def test_a_crash_after_start_is_rolled_back_by_the_bake_and_deploy_wait_sa
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24]})
     load = None
     try:
-        lv.gateway = lv.stack.start_gateway(free_port())
+        lv.gateway = lv.stack.start_gateway(server_port())
         await ops.deploy(lv.client, ModelSpec.model_validate(version("v0")), T)
         await lv.wait(lambda: lv.states("chat") == {"chat-0": "running"}, 120, "v0 RUNNING")
         await asyncio.to_thread(wait_model, lv.gateway.removesuffix("/v1"), "chat", 1)

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.spec import ModelSpec
 from tests.gateway_stack import wait_model
 from tests.live import FAST, Live, cli
@@ -92,7 +92,7 @@ async def test_rolling_upgrades_under_load(tmp_path):
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24]})
     load = None
     try:
-        lv.gateway = lv.stack.start_gateway(free_port())
+        lv.gateway = lv.stack.start_gateway(server_port())
         await ops.deploy(lv.client, version("v1"), T)
         await lv.wait(lambda: lv.states("chat") == {"chat-0": "running"}, 120, "v1 RUNNING")
         await asyncio.to_thread(wait_model, lv.gateway.removesuffix("/v1"), "chat", 1)  # the gateway re-reads the store every 0.5 s
@@ -157,7 +157,7 @@ async def test_a_control_plane_worker_killed_mid_rollout_resumes_without_an_extr
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24, 24]})
     load = None
     try:
-        lv.gateway = lv.stack.start_gateway(free_port())
+        lv.gateway = lv.stack.start_gateway(server_port())
         await ops.deploy(lv.client, version("v1", replicas=2), T)
         await lv.wait(lambda: list(lv.states("chat").values()) == ["running"] * 2, 120, "2 v1 RUNNING")
         await asyncio.to_thread(wait_model, lv.gateway.removesuffix("/v1"), "chat", 2)  # the gateway re-reads the store every 0.5 s

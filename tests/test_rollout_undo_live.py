@@ -16,7 +16,7 @@ import sys
 import httpx2 as httpx
 
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.spec import ModelSpec
 from tests.gateway_stack import wait_model
 from tests.live import FAST, Live, cli
@@ -83,7 +83,7 @@ async def spec_name(lv: Live) -> str:
 async def test_undo_after_a_rollback_lands_on_the_good_version_and_is_refused_when_none(tmp_path):
     lv = await Live(str(tmp_path), t=T).start({"g1": [24, 24]})
     try:
-        lv.gateway = lv.stack.start_gateway(free_port())
+        lv.gateway = lv.stack.start_gateway(server_port())
         await ops.deploy(lv.client, version("v1"), T)
         await lv.wait(lambda: lv.states("chat") == {"chat-0": "running"}, 120, "v1 RUNNING")
         await asyncio.to_thread(wait_model, lv.gateway.removesuffix("/v1"), "chat", 1)

@@ -154,12 +154,13 @@ def test_a_drained_replica_leaves_the_index(dev):
         r, _, cached = ask(c, "duo", who, "again?")
         assert (r["replica"], r["reason"], cached) == (home[who], "prefix", CACHED), r
 
-    # a long stream on each replica (400 tokens * 0.02 s = 8 s), then one replica is scaled away
+    # a long stream on each replica (1,500 tokens * 0.02 s = 30 s: the scale, its drain seen and the gateway's
+    # table read take seconds, more on a loaded machine), then one replica is scaled away
     started, done = threading.Barrier(3), {}
 
     def long_stream(who: str) -> None:
         raw = c.chat.completions.with_raw_response.create(
-            model="duo", messages=[system(who), {"role": "user", "content": "tell me more"}], max_tokens=400,
+            model="duo", messages=[system(who), {"role": "user", "content": "tell me more"}], max_tokens=1500,
             stream=True, extra_headers=DEBUG)
         started.wait(10)
         done[who] = (route(raw.headers.get("x-gpuflow-route"))["replica"],
@@ -181,8 +182,8 @@ def test_a_drained_replica_leaves_the_index(dev):
     assert (r["replica"], r["reason"], r["matched"], cached) == (kept, "no-prefix", "0/15 blocks", 0), r
     assert not done  # and its own stream is still going
     for t in threads:
-        t.join(30)
-    whole = "".join(f"tok{i} " for i in range(400))
+        t.join(60)
+    whole = "".join(f"tok{i} " for i in range(1500))
     assert done == {w: (home[w], whole) for w in home}, done  # the drain let both streams finish
     r, _, cached = ask(c, "duo", who_gone, "and now?")  # its new home holds it
     assert (r["replica"], r["reason"], r["matched"], cached) == (kept, "prefix", f"{FULL} blocks", CACHED), r

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from gpuflow.runtime import tls_config
 from gpuflow.settings import TemporalSettings
 from scheduler.errors import InvalidInput
@@ -29,6 +29,6 @@ def test_tls_options(tmp_path):
 
 
 def test_cli_names_an_unreachable_server():
-    out = subprocess.run([sys.executable, "-m", "gpuflow", "status", "--address", f"127.0.0.1:{free_port()}"],
+    out = subprocess.run([sys.executable, "-m", "gpuflow", "status", "--address", f"127.0.0.1:{server_port()}"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 4 and "cannot reach Temporal at 127.0.0.1:" in out.stderr, out.stderr  # not invalid input

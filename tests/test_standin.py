@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.control import InstanceRecord
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from scheduler.spec import Api, ModelSpec
 from store import keys, records
 from tests import gateway_stack as gs
@@ -27,7 +27,7 @@ KEY = "gfe-" + "k" * 43
 
 
 def standin(procs, key: str | None = None, name: str = "standin") -> gs.Proc:
-    port = free_port()
+    port = server_port()
     env = {k: v for k, v in os.environ.items() if k != "GPUFLOW_ENGINE_API_KEY"}
     p = gs.Proc([sys.executable, "-m", "gpuflow", "standin", "--port", str(port), "--model-name", name,
                  "--token-s", "0"], port, env={**env, **({"GPUFLOW_ENGINE_API_KEY": key} if key else {})})

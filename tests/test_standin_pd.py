@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from gpuflow.demo.pd_gpu import DONE, Gpu, Seq, blocks_for
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from tests import gateway_stack as gs
 from tests import pd_stack as pd
 from tests.gateway_stack import metric, procs  # noqa: F401  (fixture)
@@ -236,7 +236,7 @@ def test_the_engine_key_guards_metrics_and_faults_not_health(procs):
     assert httpx.post(f"{base}/standin/faults", json={"fail_kv_pulls": True}).status_code == 401
     h = httpx.get(f"{base}/health").json()
     assert (h["pd_role"], h["engine_id"], h["kv_port"]) == ("prefill", P.engine_id, P.kv_port)
-    plain = gs.Proc([sys.executable, "-m", "gpuflow", "standin", "--port", str(port := free_port()), "--pd-role", "",
+    plain = gs.Proc([sys.executable, "-m", "gpuflow", "standin", "--port", str(port := server_port()), "--pd-role", "",
                      "--kv-port", ""], port)  # a router's or a plain replica's {pd_role} and {kv_port}: ""
     procs.append(plain)
     assert httpx.get(f"http://127.0.0.1:{port}/health").json() == {"engine": "gpuflow stand-in", "runs": "no model"}

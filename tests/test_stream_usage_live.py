@@ -17,7 +17,7 @@ import openai
 
 from contracts.control import InstanceRecord
 from gateway.stream_tokens import estimate
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from store import key_usage, keys, records
 from store.key_usage import Counts
 from tests import gateway_stack as gs
@@ -29,7 +29,7 @@ ASK = {"messages": [{"role": "user", "content": "Name three colours."}], "max_to
 
 def test_a_stream_without_usage_is_counted_from_what_it_carried(sqlite_store, procs, smollm2, tmp_path):
     url, schema, engine = sqlite_store
-    port = free_port()
+    port = server_port()
     procs.append(gs.Proc([sys.executable, "-m", "llama_cpp.server", "--model", smollm2, "--host", "127.0.0.1",
                           "--port", str(port), "--n_ctx", "512", "--model_alias", "smollm2"], port,
                          str(tmp_path / "llama.log")))

@@ -15,7 +15,7 @@ import httpx2 as httpx
 import openai
 
 from gpuflow import ops
-from gpuflow.ports import free_port
+from gpuflow.ports import server_port
 from tests.live import FAST, Live, spec
 from tests.test_lifecycle import supervisor_on
 
@@ -49,7 +49,7 @@ async def test_a_replicas_port_without_its_key_answers_401_while_the_gateway_ser
     t = FAST.model_copy(update={"unreachable_grace_s": 60})  # the agent's restart below is not a lost host
     lv = await Live(str(tmp_path), t=t).start({"h1": [24]})
     try:
-        gateway = lv.stack.start_gateway(free_port())
+        gateway = lv.stack.start_gateway(server_port())
         await ops.deploy(lv.client, spec("chat", vram_gib=4, command=ENGINE), t)
         await lv.wait(lambda: lv.states("chat") == {"chat-0": "running"}, 60, "RUNNING")
         first = row(lv)

@@ -170,7 +170,7 @@ async def test_tenant_bs_key_gets_404_on_tenant_as_model(tmp_path):
     import openai
 
     from store import keys, tenants
-    from gpuflow.ports import free_port
+    from gpuflow.ports import server_port
     from scheduler.tenancy.config import TenantsFile
 
     lv = await Live(str(tmp_path)).start({"h1": [24, 24]})
@@ -182,7 +182,7 @@ async def test_tenant_bs_key_gets_404_on_tenant_as_model(tmp_path):
                       and lv.states("b-chat") == {"b-chat-0": "running"}, 60, "both RUNNING")
         key_a, _ = keys.create(lv.engine, "a")
         key_b, _ = keys.create(lv.engine, "b")
-        base = lv.stack.start_gateway(free_port())
+        base = lv.stack.start_gateway(server_port())
         a = openai.AsyncOpenAI(base_url=base, api_key=key_a, max_retries=0, timeout=30)
         b = openai.AsyncOpenAI(base_url=base, api_key=key_b, max_retries=0, timeout=30)
         try:

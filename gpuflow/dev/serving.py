@@ -75,13 +75,38 @@ def gateway_argv(listen: str, database_url: str, temporal_address: str, temporal
 
 
 def wait_listening(proc: subprocess.Popen, host: str, port: int, log: str, timeout: float = 60.0) -> str | None:
-    """None once ``host:port`` accepts connections; otherwise why not (the process ended, or the
-    time ran out), naming the log."""
+    """None once this gateway answers its ``/healthz`` on ``host:port``; otherwise why not (the
+    process ended, or the time ran out), naming the log. An open port alone is not enough: another
+    process that took the port between its pick and the gateway's bind (a Temporal server binds its
+    internal services to ports of the kernel's choosing) would pass for it, while the gateway itself
+    exits on 'address already in use'."""
     deadline = time.monotonic() + timeout
-    while not port_open(host, port):
+    while not (port_open(host, port) and _is_gateway(host, port)):
         if proc.poll() is not None:
             return f"the gateway exited with code {proc.returncode}; see {log}"
         if time.monotonic() > deadline:
             return f"the gateway did not listen on {host}:{port} within {timeout:g} s; see {log}"
         time.sleep(0.2)
     return None
+
+
+def _is_gateway(host: str, port: int) -> bool:
+    """``/healthz`` at host:port is a gpuflow gateway's: JSON naming its ``gateway`` (200 once its
+    table is read, 503 before)."""
+    import http.client
+    import json
+    import urllib.error
+    import urllib.request
+
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    try:
+        with urllib.request.urlopen(f"http://{target}:{port}/healthz", timeout=2) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        body = e.read()
+    except (OSError, ValueError, http.client.HTTPException):  # not HTTP (a gRPC server's answer), refused, reset or slow
+        return False
+    try:
+        return "gateway" in json.loads(body)
+    except (ValueError, TypeError):
+        return False
