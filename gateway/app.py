@@ -55,7 +55,8 @@ class Gateway:
         s = self.settings = settings
         self.engine = engine
         self.balancer = Balancer(s.queue_timeout_s, s.max_queue, s.bad_s, routing=s.routing,
-                                 index=PrefixIndex(s.prefix_cache_blocks), knobs=Knobs(slack_min=s.route_slack),
+                                 index=PrefixIndex(s.prefix_cache_blocks),
+                                 knobs=Knobs(slack_min=s.route_slack, cost=s.route_cost),
                                  block_chars=s.prefix_block_chars)
         self.auth = Auth(engine, s.key_cache_s)
         self.metrics = Metrics()
@@ -210,6 +211,7 @@ class Gateway:
                 return errors.unauthorized(str(e))
             except NotAllowed as e:
                 return errors.error(403, str(e), "permission_error", "insufficient_scope")
+        self.metrics.index_sizes(self.balancer.index_rows())
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager

@@ -142,6 +142,18 @@ class Balancer:
         self.index.keep_only(now)
         self.tokens.keep_only(now)
 
+    def index_rows(self) -> list[tuple[str, str, str, int, int]]:
+        """(model, replica, source, capacity, held) of the prefix index, for each replica of a
+        cache-aware deployment (and each member of a group) in the table now: the metrics' view of
+        what the index believes (gateway/metrics.py ``index_sizes``)."""
+        rows = []
+        for name, m in sorted(self.table.models.items()):
+            members = (*m.replicas, *(m.pd.members if m.pd is not None else ()))
+            if m.pd is None and self.routing_of(name) != CACHE_AWARE:
+                continue
+            rows += [(name, r.instance, *self.index.size_of(r.instance)) for r in members]
+        return rows
+
     def routing_of(self, model: str) -> str:
         m = self.table.models.get(model)
         return (m.routing if m is not None else None) or self.routing

@@ -76,6 +76,7 @@ REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)  # a least-outstandi
 class Knobs:
     slack_min: int = 2  # requests: the guard's gap is never under this
     slack_frac: float = 0.5  # of the replica limit: at 16 at once a replica may be 8 ahead, at 256, 128
+    cost: bool = True  # rule 3b: a measured cost may veto the guard's move (gpuflow gateway --no-route-cost: off)
 
     def __post_init__(self):
         if self.slack_min < 0 or not 0 <= self.slack_frac <= 1:
@@ -195,7 +196,7 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
         low = min(load)
         i = rng.choice([i for i, n in enumerate(load) if n == low])
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
-    paces = [pace(r.instance) for r in ok] if pace is not None and best_any else []
+    paces = [pace(r.instance) for r in ok] if pace is not None and best_any and knobs.cost else []
     cands = guarded(ok, load, got, limit, knobs, held, home, new_turn)
     if paces and all(p is not None for p in paces) and max(got[i] for i in cands) < best_any:
         cands = cheapest(ok, load, got, blocks, paces, home)  # a spill, weighed: it stays if moving costs more

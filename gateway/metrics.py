@@ -65,6 +65,13 @@ class Metrics:
                                    "that failed before the client saw a byte (then retried), by model and the end "
                                    "that failed (prefill: no usable KV; decode: it could not take the KV)",
                                    ["model", "end"], registry=r)
+        self.index_capacity = Gauge("gpuflow_gateway_prefix_index_capacity_blocks", "Blocks of 128 characters the "
+                                    "cache-aware index keeps for a replica, by model, replica and where the size "
+                                    "came from (reported: its engine's cache size; learned: the length at which its "
+                                    "answers' cached tokens stopped; default: --prefix-cache-blocks)",
+                                    ["model", "replica", "source"], registry=r)
+        self.index_held = Gauge("gpuflow_gateway_prefix_index_held_blocks", "Blocks the cache-aware index now "
+                                "believes a replica holds, by model and replica", ["model", "replica"], registry=r)
         self.pd_counts: dict[str, PDCounts] = {}  # the same, per model, reported to the store (store/pd_counts.py)
 
     def route(self, model: str, choice) -> None:
@@ -82,6 +89,16 @@ class Metrics:
     def pd_failed(self, model: str, end: str) -> None:
         self.pd_failures.labels(model, end).inc()
         self.pd_counts.setdefault(model, PDCounts()).transfer_failures += 1
+
+    def index_sizes(self, rows) -> None:
+        """The prefix index's sizes as of this scrape: ``rows`` of (model, replica, source, capacity,
+        held) for the replicas in the routing table now (gateway/balance.py ``index_rows``); a replica
+        gone from the table leaves the series."""
+        self.index_capacity.clear()
+        self.index_held.clear()
+        for model, replica, source, capacity, held in rows:
+            self.index_capacity.labels(model, replica, source).set(capacity)
+            self.index_held.labels(model, replica).set(held)
 
     def usage(self, model: str, usage, estimated: int = 0) -> None:
         for kind, n in zip(("prompt", "completion"), tokens(usage)):

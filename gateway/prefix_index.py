@@ -122,6 +122,13 @@ class PrefixIndex:
             b.popitem(last=False)
             self.total -= 1
 
+    def size_of(self, instance: str) -> tuple[str, int, int]:
+        """Where ``instance``'s LRU size came from (``reported``, ``learned`` or ``default``), that
+        size, and how many blocks it holds now."""
+        cap = self.capacities.get(instance)
+        source = "default" if cap is None else "reported" if instance in self.reported else "learned"
+        return source, self.capacity if cap is None else cap, len(self.replicas.get(instance) or ())
+
     def matched(self, instance: str, hashes: tuple[int, ...]) -> int:
         """How many leading blocks of ``hashes`` ``instance`` holds. Chained hashes: the first
         block it lacks ends the match (a later one cannot be a cached prefix without it)."""

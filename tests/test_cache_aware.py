@@ -279,3 +279,31 @@ def test_the_spec_takes_a_routing_and_nothing_else():
     assert ModelSpec.model_validate({**base, "routing": "least-outstanding"}).routing is Routing.LEAST_OUTSTANDING
     with pytest.raises(ValidationError):
         ModelSpec.model_validate({**base, "routing": "round-robin"})
+
+
+async def test_the_metrics_show_each_replicas_index_size_and_where_it_came_from():
+    from gateway.balance import Balancer, Prompt
+    from gateway.metrics import Metrics
+    from gateway.prefix_index import PrefixIndex
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, index=PrefixIndex(capacity=100))
+    b.swap(table(R))
+    r, _ = await b.acquire("m", prompt=Prompt(blocks("x")))  # 4 blocks sent to r
+    b.index.set_capacity("a", 64)  # a's engine reported its cache
+    b.index.set_capacity("b", 40, reported=False)  # b's answers showed about 40 blocks
+    m = Metrics()
+    m.index_sizes(b.index_rows())
+
+    def value(name, **labels):
+        return m.registry.get_sample_value(name, labels)
+
+    sizes = {i: ("reported", 64) if i == "a" else ("learned", 40) if i == "b" else ("default", 100) for i in "abc"}
+    for i, (source, cap) in sizes.items():
+        assert value("gpuflow_gateway_prefix_index_capacity_blocks", model="m", replica=i, source=source) == cap
+        assert value("gpuflow_gateway_prefix_index_held_blocks", model="m", replica=i) == (4 if i == r.instance else 0)
+    b.swap(table(R[:2]))  # c leaves the table: and the series
+    m.index_sizes(b.index_rows())
+    assert value("gpuflow_gateway_prefix_index_capacity_blocks", model="m", replica="c", source="default") is None
+    b.swap(table(R, routing="least-outstanding"))  # no index kept: no series
+    m.index_sizes(b.index_rows())
+    assert value("gpuflow_gateway_prefix_index_held_blocks", model="m", replica="a") is None

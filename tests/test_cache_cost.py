@@ -27,9 +27,9 @@ def test_the_cost_in_seconds(load, matched, blocks, pace, expect):
     assert cost_s(load, matched, blocks, pace) == pytest.approx(expect)
 
 
-def run(in_flight, matched, paces, blocks=48, limit=16, home=None):
+def run(in_flight, matched, paces, blocks=48, limit=16, home=None, knobs=Knobs()):
     """Every replica the rule picks over 40 draws, and its reasons."""
-    got = {choose(R, limit, in_flight, lambda i: matched.get(i, 0), blocks, Knobs(), random.Random(s),
+    got = {choose(R, limit, in_flight, lambda i: matched.get(i, 0), blocks, knobs, random.Random(s),
                   home=home, pace=paces.get) for s in range(40)}
     return {c.route.instance for c in got}, {c.reason for c in got}
 
@@ -58,6 +58,17 @@ SLOW_PREFILL = {"a": (0.012, 0.03), "b": (0.012, 0.03), "c": (0.012, 0.03)}
 ])
 def test_a_move_is_weighed_against_the_prefill_it_repeats(in_flight, matched, paces, limit, expect, reason):
     assert run(in_flight, matched, paces, limit=limit) == (expect, {reason})
+
+
+@pytest.mark.parametrize("in_flight,matched,paces,expect,reason", [
+    # gpuflow gateway --no-route-cost: the guard alone, measured or not (slack 8 at limit 16)
+    ({"b": 11}, {"b": 48}, ALL_FAST, {"a", "c"}, IMBALANCE),  # 11 > 0 + 8: moved, though 0.132 < 0.144 would keep it
+    # 12 > 8: moved, where the cost kept it (12 x 0.012 = 0.144 < 48 x 0.03 = 1.44)
+    ({"b": 12}, {"b": 48}, SLOW_PREFILL, {"a", "c"}, IMBALANCE),
+    ({"b": 8}, {"b": 48}, ALL_FAST, {"b"}, PREFIX),  # 8 <= 0 + 8: within the guard
+])
+def test_without_the_cost_the_guard_decides_alone(in_flight, matched, paces, expect, reason):
+    assert run(in_flight, matched, paces, limit=16, knobs=Knobs(cost=False)) == (expect, {reason})
 
 
 @pytest.mark.parametrize("in_flight,matched,home,expect", [

@@ -36,11 +36,12 @@ FLAGS = {
              "--tls-key action names",
     # a group's one role with --role (issue 35)
     "autoscale": "--address --api-key --json --namespace --role --tls-ca --tls-cert --tls-key name",
-    # the prefix index's size in blocks of text or, since issue 39, in tokens as engines count their cache
+    # the prefix index's size in blocks of text or, since issue 39, in tokens as engines count their cache;
+    # --no-route-cost: the guard alone, without the measured cost's veto (issue 39)
     "gateway": "--address --allow-anonymous --api-key --body-timeout --connect-timeout --data-dir --database-url "
                "--first-byte-timeout --header-timeout --http-client --idle-timeout --listen --max-body "
-               "--max-concurrency --max-queue --metrics-key-required --namespace --no-kv-events --prefix-cache-blocks "
-               "--prefix-cache-tokens --public-name --queue-timeout --route-slack --routing --temporal-ui-url --tls-ca "
+               "--max-concurrency --max-queue --metrics-key-required --namespace --no-kv-events --no-route-cost "
+               "--prefix-cache-blocks --prefix-cache-tokens --public-name --queue-timeout --route-slack --routing --temporal-ui-url --tls-ca "
                "--tls-cert --tls-key --tokenizer-root",
     # the stand-in engine; its simulated GPU and prefill/decode role (issue 35) from --block-tokens to --sim-gpu
     "standin": "--api-key --block-tokens --engine-id --exit-after-s --host --kv-blocks --kv-hold-s --kv-host --kv-port --kv-token-s "
@@ -126,3 +127,14 @@ def test_the_gateways_prefix_index_is_sized_in_blocks_of_text_or_in_tokens(argv,
     assert dataclass_from(GatewaySettings, a, a.gateway_flags).prefix_cache_blocks == blocks
     assert "128 characters" in action("gateway", "--prefix-cache-blocks").help  # its unit, in --help
     assert "tokens" in action("gateway", "--prefix-cache-tokens").help
+
+
+@pytest.mark.parametrize("argv, cost", [([], True), (["--no-route-cost"], False)])
+def test_the_gateways_cost_veto_can_be_switched_off(argv, cost):
+    from gateway.app import Gateway
+    from gateway.config import GatewaySettings
+
+    a = parser().parse_args(["gateway", *argv])
+    s = dataclass_from(GatewaySettings, a, a.gateway_flags)
+    assert s.route_cost is cost
+    assert Gateway(None, s).balancer.knobs.cost is cost  # what the balancer's choices are made with

@@ -14,7 +14,7 @@ import time
 
 from gpuflow.dev.serving import add_engine_flags, agent_engine_args, parse_gateway_port
 from gpuflow.dev.temporal import DevServer
-from gpuflow.ports import free_port, port_open
+from gpuflow.ports import port_open, server_port
 from gpuflow.settings import default_data_dir
 from worker_agent.processes import ProcessTable
 
@@ -61,7 +61,7 @@ class Stack:
         taken = {a.rsplit(":", 1)[1] for a in self.metrics.values()}
         if self.metrics_defaults and str(default) not in taken and not port_open("127.0.0.1", default):
             return f"127.0.0.1:{default}"
-        return f"127.0.0.1:{free_port()}"
+        return f"127.0.0.1:{server_port()}"  # below the ephemeral range: another process binds it seconds later
 
     def start_temporal(self) -> None:
         self.temporal.start()
