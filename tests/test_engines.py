@@ -19,16 +19,20 @@ def req(backend="vllm", gpus=(0,), params=(), **kw) -> LaunchRequest:
 
 ALIAS = ["--alias", "m"]  # llama-server serves the deployment's name, as vLLM's --served-model-name does
 HEAD_V = ["vllm", "serve", "/models/m", "--served-model-name", "m", "--host", "127.0.0.1", "--port", "8000"]
+# answers report their cached prompt tokens, which correct the gateway's prefix index (docs/routing.md)
+REPORT_V, REPORT_S = ["--enable-prompt-tokens-details"], ["--enable-cache-report"]
 
 
 @pytest.mark.parametrize("r,tail", [
-    (req(), []),                                                        # one GPU: no TP flag
-    (req(gpus=(0, 1, 2, 3)), ["--tensor-parallel-size", "4"]),          # TP = GPUs placed
-    (req(gpus=(2, 3), vram_utilization=0.8), ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.8000"]),
+    (req(), REPORT_V),                                                  # one GPU: no TP flag
+    (req(gpus=(0, 1, 2, 3)), ["--tensor-parallel-size", "4", *REPORT_V]),  # TP = GPUs placed
+    (req(gpus=(2, 3), vram_utilization=0.8),
+     ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.8000", *REPORT_V]),
     (req(gpus=(0, 1), params=["--tensor-parallel-size=2", "--max-model-len", "8192"]),
-     ["--tensor-parallel-size=2", "--max-model-len", "8192"]),           # the user's flag wins, not doubled
-    (req(gpus=(0, 1), params=["-pp", "2"]), ["-pp", "2"]),              # pipeline parallel: TP left to the user
-    (req(params=["; rm -rf /"]), ["; rm -rf /"]),                       # one argv word: no shell sees it
+     [*REPORT_V, "--tensor-parallel-size=2", "--max-model-len", "8192"]),  # the user's flag wins, not doubled
+    (req(gpus=(0, 1), params=["-pp", "2"]), [*REPORT_V, "-pp", "2"]),   # pipeline parallel: TP left to the user
+    (req(params=["; rm -rf /"]), [*REPORT_V, "; rm -rf /"]),            # one argv word: no shell sees it
+    (req(params=["--enable-prompt-tokens-details"]), REPORT_V),         # the user's own: not doubled
 ])
 def test_vllm(r, tail):
     assert vllm_argv(r, 8000, CFG) == HEAD_V + tail
@@ -38,7 +42,7 @@ def test_sglang():
     r = req("sglang", gpus=(0, 1), vram_utilization=0.85)
     assert sglang_argv(r, 9000, CFG) == ["python3", "-m", "sglang.launch_server", "--model-path", "/models/m",
                                          "--served-model-name", "m", "--host", "127.0.0.1", "--port", "9000",
-                                         "--tp", "2", "--mem-fraction-static", "0.8500"]
+                                         "--tp", "2", "--mem-fraction-static", "0.8500", *REPORT_S]
 
 
 @pytest.mark.parametrize("r,tail", [
@@ -75,13 +79,15 @@ def test_unavailable_is_named(r, cfg, problem):
 @pytest.mark.parametrize("r,tail", [
     # two workers x 2 GPUs: TP = the main worker's GPUs, PP = one stage per worker, Ray executes
     (req(gpus=(0, 1), distributed=True, ray_address="10.0.0.1:6379", pipeline_parallel=2),
-     ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"]),
+     ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
+      *REPORT_V]),
     # one GPU per worker on three workers: TP 1 said out loud, PP 3
     (req(gpus=(3,), distributed=True, ray_address="10.0.0.1:6379", pipeline_parallel=3),
-     ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "3", "--distributed-executor-backend", "ray"]),
+     ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "3", "--distributed-executor-backend", "ray",
+      *REPORT_V]),
     # the user's own PP wins; ours is not doubled
     (req(gpus=(0, 1), distributed=True, ray_address="h:1", pipeline_parallel=2, params=["-pp", "4"]),
-     ["--tensor-parallel-size", "2", "--distributed-executor-backend", "ray", "-pp", "4"]),
+     ["--tensor-parallel-size", "2", "--distributed-executor-backend", "ray", *REPORT_V, "-pp", "4"]),
 ])
 def test_vllm_over_ray(r, tail):
     assert vllm_argv(r, 8000, CFG) == HEAD_V + tail
@@ -92,7 +98,7 @@ def test_sglang_nodes():
     head = req("sglang", gpus=(0, 1), vram_utilization=0.85, distributed=True, nnodes=2, node_rank=0, tp_total=4,
                dist_init_addr="10.0.0.1:5000")
     nodes = ["--dist-init-addr", "10.0.0.1:5000", "--nnodes", "2"]
-    assert sglang_argv(head, 9000, CFG)[11:] == ["--tp", "4", "--mem-fraction-static", "0.8500", *nodes,
+    assert sglang_argv(head, 9000, CFG)[11:] == ["--tp", "4", "--mem-fraction-static", "0.8500", *REPORT_S, *nodes,
                                                   "--node-rank", "0"]
     other = head.model_copy(update={"role": "sglang-node", "part": "node1", "node_rank": 1})
     argv = argv_for(other, None, EngineConfig(sglang_python="/bin/true"), "10.0.0.2")

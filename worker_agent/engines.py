@@ -5,8 +5,8 @@ booked from it) is kept instead of ours.
 
 | backend | argv | from the placement |
 | --- | --- | --- |
-| vllm | vllm serve PATH --served-model-name M --host ADDR --port P | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
-| sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P | --tp (GPUs), --mem-fraction-static |
+| vllm | vllm serve PATH --served-model-name M --host ADDR --port P --enable-prompt-tokens-details | --tensor-parallel-size (GPUs), --gpu-memory-utilization |
+| sglang | PYTHON -m sglang.launch_server --model-path PATH ... --port P --enable-cache-report | --tp (GPUs), --mem-fraction-static |
 | llama.cpp | llama-server -m PATH --host ADDR --port P | -ngl (offloaded layers), --tensor-split (bytes per GPU) |
 | llama.cpp (--llama-cpp-python PY) | PY -m llama_cpp.server --model PATH ... (flags translated) | --n_gpu_layers, --tensor_split |
 | custom | run_command, placeholders substituted | {port} {host} {model_path} {gpu_indexes} {kv_events_port} {api_key} {pd_role} {kv_port} {bootstrap_port} |
@@ -211,6 +211,17 @@ def _ours(user: list[str], flags: tuple[str, ...], value: str | None) -> list[st
     return [flags[0], value]
 
 
+def _switch(user: list[str], flag: str) -> list[str]:
+    """A boolean flag of ours, unless the user's parameters already name it (any form)."""
+    return [] if params.has(user, flag) else [flag]
+
+
+# An answer's usage says how many of its prompt's tokens the engine had cached
+# (usage.prompt_tokens_details.cached_tokens): the gateway's prefix index corrects itself from it
+# (gateway/index_feedback.py, docs/routing.md). Off by default in both engines; it costs a field per answer.
+CACHE_REPORT = {"vllm": "--enable-prompt-tokens-details", "sglang": "--enable-cache-report"}
+
+
 def _need_model(req: LaunchRequest) -> str:
     if not req.model_path:
         raise InvalidInput(f"backend {req.backend} needs the model's local path (model downloads come later)")
@@ -231,6 +242,7 @@ def vllm_argv(req: LaunchRequest, port: int, cfg: EngineConfig) -> list[str]:
             + _ours(u, ("--gpu-memory-utilization",), f"{req.vram_utilization:.4f}" if req.vram_utilization else None)
             + _ours(u, ("--kv-events-config",), kv_events_config("vllm", cfg.kv_events_port))
             + pd_argv.vllm_flags(req, cfg.kv_port)
+            + _switch(u, CACHE_REPORT["vllm"])
             + list(u))
 
 
@@ -248,6 +260,7 @@ def sglang_argv(req: LaunchRequest, port: int | None, cfg: EngineConfig) -> list
             + (_ours(u, ("--kv-events-config",), kv_events_config("sglang", cfg.kv_events_port)) if port else [])
             + (["--config", cfg.key_file] if port and cfg.key_file else [])  # the engine key (engine_key.py)
             + pd_argv.sglang_flags(req, cfg.bootstrap_port if port else None)
+            + (_switch(u, CACHE_REPORT["sglang"]) if port else [])
             + nodes + list(u))
 
 
