@@ -267,11 +267,14 @@ class Balancer:
 
     def answered(self, instance: str, prompt: Prompt, usage, whole: bool) -> index_feedback.Verdict | None:
         """``instance`` answered ``prompt`` with ``usage``: its cached tokens correct the prefix
-        index (gateway/index_feedback.py). Not for a group's ends, a replica scored by its KV
-        events, an answer without cached tokens, or a prompt not routed by cache. ``whole``: the
-        prompt was read whole (its characters and tokens compare)."""
-        c = prompt.choice
-        if (c is None or not prompt.blocks or prompt.pick is not None or c.index != TEXT
+        index (gateway/index_feedback.py). In a prefill/decode group, only its prefill's answer (the
+        end chosen by cache; a decode's prefix cache holds what it pulled). Not for a replica scored
+        by its KV events, an answer without cached tokens, or a prompt not routed by cache.
+        ``whole``: the prompt was read whole (its characters and tokens compare)."""
+        c, pk = prompt.choice, prompt.pick
+        if pk is not None:  # a group's request: its prefill's choice, once (a decode's retry is not a new choice)
+            c = pk.choice if pk.prefill is not None and pk.prefill.instance == instance and not pk.retry else None
+        if (c is None or not prompt.blocks or not c.blocks or c.index != TEXT
                 or c.route.instance != instance or c.reason == LEAST_OUTSTANDING):
             return None
         got = index_feedback.cached_tokens(usage)
@@ -310,6 +313,10 @@ class Balancer:
                 self.index.placed_new(p.prefill.instance)
         if p is None:
             return None
+        if blocks and p.prefill is not None and p.choice is not None and not p.retry:  # as _choose's, for its answer
+            prompt.age = self.index.age(p.prefill.instance, blocks[0]) if p.choice.matched else None
+            prompt.forgot = (p.choice.matched < len(blocks)
+                             and self.index.forgot(p.prefill.instance, blocks[p.choice.matched]))
         for r in p.routes():
             self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
             if blocks:  # the decode holds the prompt's KV after it, whichever the path

@@ -87,6 +87,16 @@ def bootstrap_body(data: dict, prefill: Route, rng: random.Random | None = None)
                        "bootstrap_room": room}).encode()
 
 
+def answer_usage(answer: bytes) -> Any:
+    """The ``usage`` of a prefill's answer (already read whole and found to carry KV params), or
+    None: its cached prompt tokens correct the gateway's prefix index for that prefill."""
+    try:
+        doc = json.loads(answer)
+    except (ValueError, RecursionError):
+        return None
+    return doc.get("usage") if isinstance(doc, dict) else None
+
+
 def kv_params(answer: bytes) -> dict[str, Any]:
     """The ``kv_transfer_params`` of a prefill's answer, checked; BadAnswer says what is wrong."""
     try:

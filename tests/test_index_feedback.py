@@ -155,3 +155,47 @@ async def test_the_balancer_weighs_each_answer_against_what_it_believed_when_it_
     fourth = await send()  # nothing held anywhere: back home, not a new placement
     assert fourth.choice.route.instance == home and fourth.choice.matched == 0 and not fourth.forgot
     assert b.answered(home, fourth, usage(496, 512), True) == Verdict(NONE)  # dropped, not let go: no growth
+
+
+async def test_a_groups_prefill_answer_corrects_the_prefill_and_nothing_else():
+    # a prefill/decode group (mode custom: vLLM's hand-off): the prefill is the end chosen by cache, so its answer
+    # (max_tokens 1, not streamed) is the evidence; the decode's answer and a decode's retry are not
+    from dataclasses import replace
+
+    from gateway.balance import Balancer, Prompt
+    from gateway.pd_pick import DISAGGREGATED
+    from gateway.table import build
+    from store.serving import Members
+
+    def member(name, role, worker="w1"):
+        return Route(name, "pd", "127.0.0.1", 9000, role=role, group_gen=0, worker=worker)
+
+    ends = (member("p0", "prefill"), member("p1", "prefill", "w2"), member("d0", "decode"))
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(1))
+    spec = {"name": "pd", "backend": "custom", "roles": [{"name": "prefill"}, {"name": "decode"}],
+            "max_concurrency": 8, "disaggregation": {"mode": "custom", "skip_prefill_below": 64}}
+    b.swap(build([], {"pd": spec}, 4, members={"pd": Members(ends)}))
+    text = "g" * 2048  # 16 blocks of 128; 512 tokens
+
+    async def send() -> Prompt:
+        p = Prompt(block_hashes(text, 128), chars=len(text))
+        pick, _ = await b.acquire("pd", prompt=p)
+        b.release(pick, "pd")
+        return p
+
+    first = await send()
+    pre = first.pick.prefill.instance
+    assert first.pick.path == DISAGGREGATED and first.pick.choice.matched == 0
+    assert b.answered(pre, first, usage(0, 512), True) == Verdict(NONE)  # believed 0, had 0
+    again = await send()  # 2048 chars, all on the decode: 512 - 512 * 2048 // 2048 = 0 uncached: skipped
+    assert again.pick.prefill is None and b.answered("d0", again, usage(0, 512), True) is None
+    # a long enough new tail makes it disaggregated again: the prefill chosen by its 16 blocks
+    text += "h" * 2048
+    third = await send()
+    assert third.pick.path == DISAGGREGATED and (third.pick.prefill.instance, third.pick.choice.matched) == (pre, 16)
+    assert b.answered("d0", third, usage(0, 1024), True) is None  # the decode's answer: not evidence
+    retry = Prompt(third.blocks, chars=third.chars, pick=replace(third.pick, retry=True), choice=third.choice)
+    assert b.answered(pre, retry, usage(0, 1024), True) is None  # a decode's retry: the prefill was weighed once
+    # the prefill's engine had none of it (restarted): 16 believed, 0 held, age 0: dropped, learned 0 + 0 -> FLOOR 16
+    assert b.answered(pre, third, usage(0, 1024), True) == Verdict(MISS, 0, 16)
+    assert b.index.matched(pre, third.blocks) == 0 and b.index.capacities[pre] == 16
