@@ -5,6 +5,7 @@ error's location), matched with difflib."""
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 
@@ -42,4 +43,14 @@ def suggestion(model: type[BaseModel], loc: tuple) -> str:
     if not loc or not isinstance(loc[-1], str):
         return ""
     close = difflib.get_close_matches(loc[-1], sorted(_fields_at(model, tuple(loc[:-1]))), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def value_suggestion(err: dict) -> str:
+    """' (did you mean X?)' for a value that is not one of an enum's or a literal's (pydantic's
+    error names them in ``ctx.expected``: "'a', 'b' or 'c'"), or '' when nothing is close."""
+    got, expected = err.get("input"), (err.get("ctx") or {}).get("expected")
+    if not isinstance(got, str) or not isinstance(expected, str):
+        return ""
+    close = difflib.get_close_matches(got, re.findall(r"'([^']*)'", expected), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""

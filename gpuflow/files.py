@@ -14,7 +14,7 @@ from scheduler.spec import ModelSpec
 
 
 def _explain(path: str, e: ValidationError, model: type[BaseModel] | None = None) -> InvalidInput:
-    from gpuflow.field_hint import suggestion
+    from gpuflow.field_hint import suggestion, value_suggestion
 
     lines = []
     for err in e.errors():
@@ -23,7 +23,7 @@ def _explain(path: str, e: ValidationError, model: type[BaseModel] | None = None
         got = err.get("input")
         if err.get("type") in ("enum", "literal_error", "string_pattern_mismatch", "int_parsing", "greater_than_equal") \
                 and isinstance(got, (str, int, float)):
-            msg += f" (got {got!r})"
+            msg += f" (got {got!r})" + value_suggestion(err)
         if err.get("type") == "extra_forbidden" and model is not None:
             msg += suggestion(model, tuple(err["loc"]))
         lines.append(f"  {loc}: {msg}")

@@ -84,6 +84,13 @@ def test_schedule_table_lists_at_most_30_candidates(tmp_path, workers, listed, n
      "resources.vram: Value error, '-5 GiB' is negative; a byte size is 0 or more"),
     ({"name": "x", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s", "resources": {"vram": "-5 GBB"}},
      "resources.vram: Value error, '-5 GBB' is not a byte size"),  # negative, and no unit either: not a size at all
+    # a value one of a list names: the closest, where one is close
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "vlm"}, "(got 'vlm') (did you mean 'vllm'?)"),
+    ({"name": "pd", "source": {"local_path": "/m"}, "backend": "custom", "run_command": "s {port}",
+      "roles": [{"name": "prefill"}, {"name": "decode"}], "disaggregation": {"mode": "vllm-nixel"}},
+     "disaggregation.mode: Input should be 'vllm-nixl', 'vllm-mooncake', 'sglang-mooncake', 'sglang-nixl', "
+     "'vllm-ascend-mooncake' or 'custom' (got 'vllm-nixel') (did you mean 'vllm-nixl'?)"),
+    ({"name": "x", "source": {"local_path": "/m"}, "backend": "tensorrt"}, "(got 'tensorrt')\n"),  # none close
 ])
 def test_invalid_spec_exit_2_names_the_field(tmp_path, spec, message):
     p = gpuflow("schedule", "--cluster", CLUSTER, "--model", write(tmp_path, "s.yaml", spec), check=2)
