@@ -92,20 +92,19 @@ def wait_listening(proc: subprocess.Popen, host: str, port: int, log: str, timeo
 
 def _is_gateway(host: str, port: int) -> bool:
     """``/healthz`` at host:port is a gpuflow gateway's: JSON naming its ``gateway`` (200 once its
-    table is read, 503 before)."""
+    table is read, 503 before). Asked directly, never through a proxy the environment names."""
     import http.client
     import json
-    import urllib.error
-    import urllib.request
 
-    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host.strip("[]"))
+    conn = http.client.HTTPConnection(target, port, timeout=2)
     try:
-        with urllib.request.urlopen(f"http://{target}:{port}/healthz", timeout=2) as r:
-            body = r.read()
-    except urllib.error.HTTPError as e:
-        body = e.read()
-    except (OSError, ValueError, http.client.HTTPException):  # not HTTP (a gRPC server's answer), refused, reset or slow
+        conn.request("GET", "/healthz")
+        body = conn.getresponse().read()
+    except (OSError, http.client.HTTPException):  # not HTTP (a gRPC server's answer), refused, reset or slow
         return False
+    finally:
+        conn.close()
     try:
         return "gateway" in json.loads(body)
     except (ValueError, TypeError):
