@@ -6,6 +6,8 @@ input (contracts/hosts.py, or the host's HostReport)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import time
 from typing import Awaitable, Callable
@@ -43,6 +45,7 @@ class HostStateActivities:
         self.engine, self.reads, self.client, self.runner, self.wake = engine, reads, client, runner, wake
         self.auth = auth
         self.claims = claims or ClaimSettings()  # the recommender's settings (GPUFLOW_CLAIMS__*)
+        self.waking: set[asyncio.Task] = set()  # wakes after a learned claim became confident (kept referenced)
 
     def all(self) -> list:
         return [self.host_seen, self.host_lost, self.host_forget, self.host_cordon, self.model_readers,
@@ -118,16 +121,33 @@ class HostStateActivities:
     @activity.defn(name=RECORD_USAGE)
     async def record_usage(self, batch: UsageBatch) -> int:
         """One host's measured memory per replica, in one transaction (store/usage.py); a local
-        activity of the host workflow, run on each of its watch's returns that carries figures."""
+        activity of the host workflow, run on each of its watch's returns that carries figures. A
+        learned claim that became confident with it wakes the PENDING queue, in the background (the
+        host's workflow does not wait for it): under mode apply a waiting replica may fit with the
+        learned claim, where the sweep would see it only within pending_recheck_s."""
         callers.check(RECORD_USAGE, batch)
-        return await self.runner.run(self._record_usage, batch)
+        became: list[str] = []
+        n = await self.runner.run(self._record_usage, batch, became)
+        if became:
+            task = asyncio.get_running_loop().create_task(self._wake_for(became), context=contextvars.Context())
+            self.waking.add(task)
+            task.add_done_callback(self.waking.discard)
+        return n
 
-    def _record_usage(self, batch: UsageBatch) -> int:
+    async def _wake_for(self, keys: list[str]) -> None:
+        try:
+            woken = await self.wake()
+            log.info("learned claims confident (%s): the PENDING queue woke %d", ", ".join(keys), woken)
+        except Exception as e:  # noqa: BLE001  the next wake or the sweep judges again
+            log.warning("waking the PENDING queue after learned claims became confident: %s", e)
+
+    def _record_usage(self, batch: UsageBatch, became: list[str] | None = None) -> int:
         """The figures (store/usage.py), then the learned claims' samples (store/claims.py): each its
-        own transaction; a failure to learn is logged and loses no figures."""
+        own transaction; a failure to learn is logged and loses no figures. ``became``: the
+        fingerprints this batch made confident."""
         n = usage.record(self.engine, batch)
         try:
-            claims.observe_batch(self.engine, batch, self.claims, time.time())
+            claims.observe_batch(self.engine, batch, self.claims, time.time(), became)
         except Exception:  # noqa: BLE001  (learning is an addition: it never stops the figures)
             log.exception("learning claims from %s's usage report failed", batch.host)
         return n

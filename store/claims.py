@@ -25,7 +25,7 @@ from sqlmodel import Field, Session, SQLModel, select
 
 from contracts.usage import ReplicaUse, UsageBatch
 from scheduler.claims.fingerprint import Fingerprint, of_spec
-from scheduler.claims.recommender import Recommendation, recommend
+from scheduler.claims.recommender import Recommendation, recommend, sure
 from scheduler.claims.settings import ClaimSettings
 from scheduler.claims.state import ClaimState, bump, observe, over_claim
 from scheduler.spec import ModelSpec
@@ -99,17 +99,23 @@ def _over(r: ReplicaUse) -> bool:
     return any(over_claim(g.used, g.claimed or 0) for g in r.gpus)
 
 
-def observe_batch(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float) -> int:
+def observe_batch(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float,
+                  became: list[str] | None = None) -> int:
     """One host's report into the learned claims, in one transaction; returns the samples taken.
-    Two hosts' first reports of one fingerprint may both insert its row (PostgreSQL locks only rows
-    that exist): the loser's transaction is rolled back and run again, finding the row."""
+    ``became`` gets the fingerprints whose history passed the confidence floor with this report
+    (a PENDING replica may fit with the learned claim now). Two hosts' first reports of one
+    fingerprint may both insert its row (PostgreSQL locks only rows that exist): the loser's
+    transaction is rolled back and run again, finding the row."""
     try:
-        return _observe(engine, batch, settings, now)
+        return _observe(engine, batch, settings, now, became)
     except IntegrityError:
-        return _observe(engine, batch, settings, now)
+        if became is not None:
+            became.clear()  # that transaction was rolled back: the retry tells again
+        return _observe(engine, batch, settings, now, became)
 
 
-def _observe(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float) -> int:
+def _observe(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: float,
+             became: list[str] | None = None) -> int:
     usable = [r for r in batch.replicas if r.measured != "none" and r.backend and r.gpu_model and r.vram_peak > 0]
     if not usable:
         return 0
@@ -129,6 +135,7 @@ def _observe(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: fl
         for key, (fp, reps) in seen.items():
             row = rows.get(key) or _row_for(fp)
             state, deps = row.claim_state(), list(row.deployments or [])
+            before = sure(state, settings)
             for r, deployment in reps:
                 state = observe(state, r.vram_peak, now, settings)
                 if r.oom:  # it ended out of GPU memory: these are its last figures
@@ -141,6 +148,8 @@ def _observe(engine: Engine, batch: UsageBatch, settings: ClaimSettings, now: fl
                 taken += 1
             row.state, row.deployments, row.updated_at = state.model_dump(mode="json"), deps[:DEPLOYMENTS], utcnow()
             s.add(row)
+            if became is not None and not before and sure(state, settings):
+                became.append(key)
         s.commit()
     return taken
 

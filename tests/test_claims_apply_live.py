@@ -92,6 +92,22 @@ async def test_half_use_two_to_a_gpu_only_under_apply(lv, mode, second):
     await ops.delete(lv.client, name, wait=True)
 
 
+async def test_a_replica_waiting_for_room_is_placed_once_its_claim_is_confident(lv):
+    # two replicas at once: the second waits (14 + 14 > 24 GiB) while the claim learns; the report that makes it
+    # confident wakes the PENDING queue, so the second is placed at the learned ~8 GiB within seconds, not at the
+    # queue's next sweep (pending_recheck_s: 120 s here, 600 s by default)
+    name = "half-early"
+    await ops.deploy(lv.client, spec(name, vram_gib=14, replicas=2, env={"GPUFLOW_SIMULATED_VRAM_USE": "0.5"},
+                                     claims="apply"), T)
+    await lv.wait(lambda: sorted(i.state for i in lv.instances(name)) == ["pending", "running"], 60,
+                  f"{name}: one replica RUNNING, one PENDING")
+    await confident(lv, name)
+    await lv.wait(lambda: len(running(lv, name)) == 2, 30, f"{name}'s second replica RUNNING once the claim is confident")
+    booked = sorted(sum(r.placement["claim"]["vram"].values()) for r in running(lv, name))
+    assert booked[1] == 14 * GiB and 7 * GiB < booked[0] < 9 * GiB, booked
+    await ops.delete(lv.client, name, wait=True)
+
+
 async def test_over_use_is_bumped_and_placed_again_on_simulate(lv, tmp_path):
     inv = str(tmp_path / "sim.yaml")
     with open(inv, "w") as f:

@@ -145,3 +145,19 @@ def test_a_host_speaks_only_for_its_own_replicas_as_the_store_says_them(store): 
     assert claims.observe_batch(engine, UsageBatch(host="g1", replicas=[lied]), S, T0) == 1
     stored = fingerprint(SRC, "vllm", "--max-model-len 8192", GPU)
     assert [r.key for r in claims.all_claims(engine)] == [stored.key]
+
+
+def test_a_report_says_which_claims_it_made_confident(store):  # noqa: F811
+    _, _, engine = store
+    want(engine, "q-0", "q-1", spec=spec())
+    on(engine, "g1", "q-0", "q-1")
+    key = fingerprint(SRC, "vllm", "--max-model-len 8192", GPU).key
+    # 2 samples a report; the floor is 4 samples over 600 s (S)
+    for i, at, expect in [(0, T0, []),  # 2 samples over 0 s
+                          (1, T0 + 300, []),  # 4 samples over 300 s: under 600 s of history
+                          (2, T0 + 600, [key]),  # 6 over 600 s: confident now, told once
+                          (3, T0 + 900, [])]:  # confident before this report: nothing new
+        became: list[str] = []
+        claims.observe_batch(engine, UsageBatch(host="g1", replicas=[rep("q-0", 8 * GiB), rep("q-1", 8 * GiB)]),
+                             S, at, became)
+        assert became == expect, (i, became)

@@ -43,6 +43,11 @@ def confidence(state: ClaimState) -> float:
     return min(state.span_s() / DAY_S, state.samples / VPA_SAMPLES_PER_DAY)
 
 
+def sure(state: ClaimState, settings: ClaimSettings) -> bool:
+    """The history passes the confidence floor: MIN_SAMPLES samples over MIN_HISTORY_S."""
+    return state.samples >= settings.min_samples and state.span_s() >= settings.min_history_s
+
+
 def booked(rec: Recommendation, estimate: int) -> int:
     """What a placement books: the learned claim once confident, otherwise the estimate."""
     return rec.claim_bytes if rec.confident and rec.claim_bytes is not None else estimate
@@ -61,7 +66,7 @@ def recommend(state: ClaimState, settings: ClaimSettings, now: float, *, estimat
     p = hist_percentile(state.hist, settings.percentile) or 0
     target = math.ceil(p * (1 + settings.margin))
     claim = max(target, weights_bytes, bump)
-    sure = state.samples >= settings.min_samples and state.span_s() >= settings.min_history_s
+    trusted = sure(state, settings)
     why = (f"p{settings.percentile * 100:g} {size(p)} + {settings.margin * 100:g}% = {size(target)}, "
            f"from {history_words(state.samples, state.span_s())}")
     if weights_bytes > target and weights_bytes >= bump:
@@ -69,8 +74,8 @@ def recommend(state: ClaimState, settings: ClaimSettings, now: float, *, estimat
     if bump and bump >= max(target, weights_bytes):
         why = (f"bumped to {size(bump)} after {'an OOM' if state.bump_why == 'oom' else 'a use over its claim'} "
                f"(the larger of 1.2x and +100 MiB); {why}")
-    elif not sure:
+    elif not trusted:
         why += (f"; learning: {state.samples:,} of {settings.min_samples:,} samples, {duration(state.span_s())} "
                 f"of {duration(settings.min_history_s)} of history: the estimate stays")
-    return Recommendation(claim_bytes=claim, confident=sure or bool(bump), reason=why, percentile_bytes=p,
+    return Recommendation(claim_bytes=claim, confident=trusted or bool(bump), reason=why, percentile_bytes=p,
                           bump_bytes=bump, bump_why=state.bump_why if bump else "", **base)
