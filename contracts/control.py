@@ -164,6 +164,7 @@ class DeploymentView(BaseModel):
     forming: list[str] = []  # a group's members named, not booked yet (no workflow): each waits PENDING with ``waiting``
     waiting: str = ""  # why the group (or a role's new member) is not placed yet, naming the role
     degraded: list[str] = []  # a group's degradations at its formation (gather_unmet: looser than its gather layer)
+    degraded_why: dict[str, str] = {}  # why a degradation was raised, where its check said (pd_ineffective's words)
 
 
 class HostView(BaseModel):

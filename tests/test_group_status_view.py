@@ -62,6 +62,17 @@ def test_the_text_names_each_role_and_why_it_waits():
     assert "pd-2 (decode)" in text
 
 
+def test_the_text_says_why_pd_ineffective_was_raised():
+    # the workflow's last check (workflows/pd_watch.py) said why; a degradation without words shows bare
+    why = "gateway: 6 of 6 requests to a decode were prefilled there, none pulled KV from a prefill"
+    insts = [row("pd-0", "running"), row("pd-1", "running"), row("pd-2", "running")]
+    v = view([i["name"] for i in insts], MEMBERS, degraded=["gather_unmet", "pd_ineffective"])
+    v = v.model_copy(update={"degraded_why": {"pd_ineffective": why}})
+    d = dep(v, insts)
+    assert d["group"]["why"] == {"pd_ineffective": why}
+    assert f"  degraded: gather_unmet; pd_ineffective ({why})\n" in status_text({"deployments": [d]})
+
+
 def test_a_plain_deployment_has_no_group_part():
     v = DeploymentView(name="m", replicas=2, instances=["m-0"], spec={"name": "m", "backend": "vllm"})
     insts = [row("m-0", "running")]

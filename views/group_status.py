@@ -43,4 +43,5 @@ def group_view(view: DeploymentView, insts: list[dict[str, Any]]) -> dict[str, A
     return {"wanted": 0 if off else sum(want for _, want in c.values()),
             "group": {"off": off, "roles": counts_text(c), "counts": {r.value: {"running": ran, "wanted": want}
                                                          for r, (ran, want) in c.items()},
-                      "degradations": kinds, "waiting": view.waiting}}
+                      "degradations": kinds, "why": {k: view.degraded_why[k] for k in kinds if k in view.degraded_why},
+                      "waiting": view.waiting}}

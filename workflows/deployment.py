@@ -91,7 +91,8 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         return DeploymentView(name=self.name, replicas=self.replicas or 0, instances=list(self.instances),
                               deleting=self.deleting, spec=self.raw, stopping=sorted(self.stopping),
                               members=self.members, forming=self.forming, waiting=self.waiting,
-                              degraded=self.degraded + self.pd_degraded)
+                              degraded=self.degraded + self.pd_degraded,
+                              degraded_why={k: self.pd_why for k in self.pd_degraded if self.pd_why})
 
     @workflow.update
     async def accepted(self, *args: Any) -> DeploymentView:

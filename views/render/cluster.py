@@ -113,7 +113,8 @@ def status(st: dict[str, Any], summary: bool = False) -> str:
                    + (", deleting" if d.get("deleting") else "") + f"; requests use \"model\": \"{d['name']}\"")
         out.append(f"  instances: {counts(d['instances'])}")
         if g and g.get("degradations"):
-            out.append(f"  degraded: {', '.join(g['degradations'])}")
+            why = g.get("why") or {}
+            out.append("  degraded: " + "; ".join(f"{k} ({why[k]})" if why.get(k) else k for k in g["degradations"]))
         if g and g.get("waiting"):
             out.append(f"  waiting: {g['waiting']}")
         if summary:
