@@ -66,7 +66,12 @@ def report(name: str, before: dict[str, Any] | None, after_spec: dict[str, Any],
     fields = changed_fields(before["spec"], after_spec)
     if fields:
         r.said.append(f"deployment {name}: spec changed ({', '.join(fields)})")
-        if rolls and after_spec.get("roles"):
+        if after_spec.get("roles") and (last_file == 0 or after_spec.get("replicas") == 0):
+            # off before or after: no member runs the old spec, so nothing rolls
+            r.said.append(f"deployment {name}: the group is off: no member rolls; its members start with this spec "
+                          "when it is switched on" if after_spec.get("replicas") == 0 else
+                          f"deployment {name}: its members form with this spec: nothing rolls")
+        elif rolls and after_spec.get("roles"):
             from scheduler.groups.compat import way_of  # which way a group's edit rolls, and why
 
             j = way_of(before["spec"], after_spec)

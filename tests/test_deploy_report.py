@@ -109,6 +109,34 @@ def test_what_deploy_says_of_a_group_switched_off_or_on(before, after, n, said):
     assert report("pd", before, after, n, "its roles", False).said == [said]
 
 
+EDITED = {**GROUP, "run_command": "srv2 {port}"}
+
+
+@pytest.mark.parametrize("before, after, n, said, warns", [
+    # on, and on: the edit rolls its members (the warning names the way)
+    ({"spec": GROUP, "replicas": 3}, EDITED, 3, ["deployment pd: spec changed (run_command)"], True),
+    # off, and off: no member runs the old spec, nothing rolls
+    ({"spec": {**GROUP, "replicas": 0}, "replicas": 0}, {**EDITED, "replicas": 0}, 0,
+     ["deployment pd: spec changed (run_command)",
+      "deployment pd: the group is off: no member rolls; its members start with this spec when it is switched on"],
+     False),
+    # off -> on with an edit: its members form whole with the new spec
+    ({"spec": {**GROUP, "replicas": 0}, "replicas": 0}, EDITED, 3,
+     ["deployment pd: the group switched on (replicas 1): 3 member(s) form whole",
+      "deployment pd: spec changed (run_command)",
+      "deployment pd: its members form with this spec: nothing rolls"], False),
+    # on -> off with an edit: its members stop; nothing rolls
+    ({"spec": GROUP, "replicas": 3}, {**EDITED, "replicas": 0}, 0,
+     ["deployment pd: the group switched off (replicas 0): its 3 member(s) stop, its roles kept",
+      "deployment pd: spec changed (run_command)",
+      "deployment pd: the group is off: no member rolls; its members start with this spec when it is switched on"],
+     False),
+])
+def test_an_edit_to_a_group_with_no_member_running_rolls_nothing(before, after, n, said, warns):
+    r = report("pd", before, after, n, "its roles", True)
+    assert r.said == said and bool(r.warnings) == warns, (r.said, r.warnings)
+
+
 def test_the_wait_verdict_on_a_group_switched_off_is_at_once():
     off = {"name": "pd", "replicas": 0, "wanted": 0, "instances": [], "group": {"off": True, "roles": "prefill 0/2"}}
     assert (judge(off, IDLE).code, judge(off, IDLE).lines) == (0, [
