@@ -42,6 +42,22 @@ def _role_line(r: dict[str, Any], v: dict[str, Any]) -> str:
             f"({last.get('done', '-')}){blocked}")
 
 
+# the figure each rule decides on, as a decision record's signals keep it (scheduler/autoscale/signals.py)
+RULE_SIGNAL = {"ttft": ("ttft_p90_s", "TTFT p90"), "itl": ("itl_p90_s", "ITL p90"),
+               "queue_time_p90": ("queue_time_p90_s", "queue time p90"), "kv_usage": ("kv_usage", "KV usage"),
+               "concurrency": ("concurrency", "in flight")}
+
+
+def rule_signal(rule: str | None, s: dict[str, Any]) -> str:
+    """The rule's own figure where the table's columns (queue, TPOT, P95) do not show it: a group's
+    prefill decides on TTFT, its decode on ITL; '' otherwise."""
+    key, what = RULE_SIGNAL.get(rule or "", (None, ""))
+    v = s.get(key) if key else None
+    if v is None:
+        return ""
+    return f" [{what} {_ms(v) if key.endswith('_s') else f'{v:.2f}'}]"
+
+
 def render(v: dict[str, Any]) -> str:
     out = [line(v["deployment"], v), f"{'when':>8}  {'dir':5} {'rule':15} {'repl':>9} {'queue':>6} {'TPOT':>7} "
            f"{'P95':>7}  done / why"]
@@ -55,7 +71,7 @@ def render(v: dict[str, Any]) -> str:
         rule = f"{h['role']}:{h.get('rule', '-')}" if h.get("role") else h.get("rule", "-")
         out.append(f"{now - h['at']:>7.0f}s  {h.get('direction', '-'):5} {rule:15} {repl:>9} "
                    f"{s.get('queue', 0):>6.1f} {_ms(s.get('tpot_s')):>7} {_ms(s.get('latency_p95_s')):>7}  "
-                   f"{h.get('done', '-')}: {h.get('reason', '')}{fit}")
+                   f"{h.get('done', '-')}: {h.get('reason', '')}{rule_signal(h.get('rule'), s)}{fit}")
     return "\n".join(out)
 
 
