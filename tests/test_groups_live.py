@@ -296,6 +296,38 @@ async def test_a_group_switched_off_stops_everything_and_switched_on_forms_whole
     await gone(lv, "sw")
 
 
+async def test_a_group_switched_off_mid_roll_stops_both_generations_and_forms_the_new_spec_when_on(stack, tmp_path):
+    # a model change rolls the group whole (old and new KV cannot meet): a new generation beside the old one, whose
+    # members here take 8 s to start serving (a shell sleeps first), so the roll is under way when it is switched off
+    lv = stack
+    raw = group("mr", [{"name": "prefill"}, {"name": "decode"}])
+    await deploy(lv, raw)
+    first = await running(lv, "mr", 2)
+    slow = {**raw, "source": {"local_path": "/models/mr-14b"}, "run_command": f"sh -c 'sleep 8; exec {STANDIN}'"}
+    await deploy(lv, slow)
+    await lv.wait(lambda: any(i.group_gen == 1 for i in members(lv, "mr").values()), 60, "mr's new generation formed")
+    roll = await lv.client.get_workflow_handle("deployment/mr").query("rollout")
+    assert roll["rolling"] and roll["way"] == "whole", roll
+    out = cli(lv, "deploy", _file(tmp_path, {**slow, "replicas": 0}), "--wait", "--timeout", "60")
+    assert out.returncode == 0 and "switched off" in out.stdout, (out.stdout, out.stderr)
+    await _all_off(lv, "mr", [i.pid for i in first.values()])  # both generations: no member, nothing booked
+    roll = await lv.client.get_workflow_handle("deployment/mr").query("rollout")
+    # the roll ends with the group off (it had said 'rolling from version 0 to 1' until switched on)
+    assert not roll["rolling"] and roll["status"] == "version 1 rolled out", roll
+    assert roll["steps"][-1]["reason"].startswith("the group is off: no member runs version 0"), roll["steps"]
+    out = cli(lv, "rollout", "status", "mr")
+    assert out.returncode == 0 and "rolling" not in out.stdout.splitlines()[0], out.stdout
+    out = cli(lv, "scale", "mr", "1")  # on: formed whole, with the spec it was switched off with
+    assert out.returncode == 0 and "the group is on: 2 member(s)" in out.stdout, (out.stdout, out.stderr)
+    again = await running(lv, "mr", 2, timeout=120)
+    assert not set(again) & set(first) and sorted(i.role for i in again.values()) == ["decode", "prefill"]
+    assert (await ops.current(lv.client, "mr")).spec["run_command"] == slow["run_command"]
+    assert booked(lv, "mr") == sorted(again)
+    roll = await lv.client.get_workflow_handle("deployment/mr").query("rollout")
+    assert not roll["rolling"] and roll["status"] == "version 1 rolled out", roll  # switched on: no roll again
+    await gone(lv, "mr")
+
+
 async def test_a_new_group_deployed_with_replicas_0_starts_nothing(stack, tmp_path):
     lv = stack
     out = cli(lv, "deploy", _file(tmp_path, group("z", [{"name": "prefill"}, {"name": "decode"}], replicas=0)), "--wait")

@@ -158,6 +158,10 @@ class GroupSteps(GroupRoll):
         await self._stop(list(self.instances))
         await self._forget(list(self.forming))
         self.waiting, self.retry_s, self.degraded = "", RETRY_S, []
+        r = self.ro
+        if r.rolling and not self.instances and not self.stopping and not self.forming:  # off mid-roll: nothing rolls
+            self._roll_done(f"the group is off: no member runs version {r.from_version}; version {r.version} "
+                            "forms whole when it is switched on")
 
     async def _group_step(self, spec: ModelSpec) -> None:
         keep = set(self.instances) | set(self.forming) | set(self.stopping)
