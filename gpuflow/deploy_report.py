@@ -44,7 +44,8 @@ def changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def report(name: str, before: dict[str, Any] | None, after_spec: dict[str, Any], after_replicas: int,
            source: str, rolls: bool) -> Report:
-    """``before``: the deployment as it was ({"spec", "replicas"}), None when it is new. ``rolls``:
+    """``before``: the deployment as it was ({"spec", "replicas"}, and for a group its ``members``
+    named now, both generations' while it rolls), None when it is new. ``rolls``:
     the spec change replaces the replicas (rollout_steps.rolls)."""
     r = Report()
     if before is None:
@@ -53,7 +54,8 @@ def report(name: str, before: dict[str, Any] | None, after_spec: dict[str, Any],
         return r
     was, last_file = before["replicas"], before["spec"].get("replicas")
     if after_spec.get("roles") and (last_file == 0) != (after_spec.get("replicas") == 0):  # a group off or on
-        r.said.append(f"deployment {name}: the group switched off (replicas 0): its {was} member(s) stop, its roles "
+        live = before.get("members", was)  # mid-roll, both generations' members
+        r.said.append(f"deployment {name}: the group switched off (replicas 0): its {live} member(s) stop, its roles "
                       f"kept" if after_spec.get("replicas") == 0 else
                       f"deployment {name}: the group switched on (replicas 1): {after_replicas} member(s) form whole")
     elif was != after_replicas:

@@ -101,6 +101,9 @@ GROUP = {"name": "pd", "backend": "custom", "run_command": "srv {port}", "replic
     # off -> on: 2 prefills + 1 decode = 3 members formed whole
     ({"spec": {**GROUP, "replicas": 0}, "replicas": 0}, GROUP, 3,
      "deployment pd: the group switched on (replicas 1): 3 member(s) form whole"),
+    # switched off mid-roll: both generations' 4 members stop
+    ({"spec": GROUP, "replicas": 3, "members": 4}, {**GROUP, "replicas": 0}, 0,
+     "deployment pd: the group switched off (replicas 0): its 4 member(s) stop, its roles kept"),
     # a new group created off: 0 wanted, nothing starts
     (None, {**GROUP, "replicas": 0}, 0,
      "deployment pd: created, 0 replica(s) wanted (its roles) (the group is off: replicas 0, nothing starts)"),

@@ -309,7 +309,7 @@ async def test_a_group_switched_off_mid_roll_stops_both_generations_and_forms_th
     roll = await lv.client.get_workflow_handle("deployment/mr").query("rollout")
     assert roll["rolling"] and roll["way"] == "whole", roll
     out = cli(lv, "deploy", _file(tmp_path, {**slow, "replicas": 0}), "--wait", "--timeout", "60")
-    assert out.returncode == 0 and "switched off" in out.stdout, (out.stdout, out.stderr)
+    assert out.returncode == 0 and "switched off (replicas 0): its 4 member(s) stop" in out.stdout, out.stdout
     await _all_off(lv, "mr", [i.pid for i in first.values()])  # both generations: no member, nothing booked
     roll = await lv.client.get_workflow_handle("deployment/mr").query("rollout")
     # the roll ends with the group off (it had said 'rolling from version 0 to 1' until switched on)

@@ -51,7 +51,9 @@ def cmd_deploy(a) -> int:
             new = spec.model_copy(update={"replicas": n})
         view = await ops.deploy(client, new, None, n)  # the cluster's timings (its control plane's), not this env's
         raw = new.model_dump(mode="json", exclude_none=True)
-        said = deploy_report.report(view.name, before and {"spec": before.spec, "replicas": before.replicas},
+        was = before and {"spec": before.spec, "replicas": before.replicas,
+                          "members": len(set(before.instances) | set(before.stopping))}
+        said = deploy_report.report(view.name, was,
                                     raw, view.replicas, source, before is not None and _rolls(before.spec, new))
         for line in said.warnings:
             print(line, file=sys.stderr, flush=True)
