@@ -87,18 +87,15 @@ def bootstrap_body(data: dict, prefill: Route, rng: random.Random | None = None)
                        "bootstrap_room": room}).encode()
 
 
-def answer_usage(answer: bytes) -> Any:
-    """The ``usage`` of a prefill's answer (already read whole and found to carry KV params), or
-    None: its cached prompt tokens correct the gateway's prefix index for that prefill."""
-    try:
-        doc = json.loads(answer)
-    except (ValueError, RecursionError):
-        return None
-    return doc.get("usage") if isinstance(doc, dict) else None
-
-
 def kv_params(answer: bytes) -> dict[str, Any]:
     """The ``kv_transfer_params`` of a prefill's answer, checked; BadAnswer says what is wrong."""
+    return prefill_answer(answer)[0]
+
+
+def prefill_answer(answer: bytes) -> tuple[dict[str, Any], Any]:
+    """A prefill's answer, read once: its ``kv_transfer_params``, checked (BadAnswer says what is
+    wrong), and its ``usage`` (None when it has none), whose cached prompt tokens correct the
+    gateway's prefix index for that prefill."""
     try:
         doc = json.loads(answer)
     except (ValueError, RecursionError) as e:
@@ -117,4 +114,4 @@ def kv_params(answer: bytes) -> dict[str, Any]:
         raise BadAnswer(f"kv_transfer_params.{where}: {err['msg']}") from None
     if not k.do_remote_prefill:
         raise BadAnswer("kv_transfer_params.do_remote_prefill: not true, so no KV waits for the decode")
-    return p
+    return p, doc.get("usage")

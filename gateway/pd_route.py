@@ -28,8 +28,7 @@ from store.serving import Route
 from gateway import errors
 from gateway.balance import QueueFull, QueueTimeout, UnknownModel
 from gateway.pd_pick import DECODE, DISAGGREGATED, PREFILL, SGLANG, Pick, protocol_of
-from gateway.pd_protocol import (MAX_ANSWER, BadAnswer, answer_usage, bootstrap_body, decode_body, kv_params,
-                                 prefill_body)
+from gateway.pd_protocol import MAX_ANSWER, BadAnswer, bootstrap_body, decode_body, prefill_answer, prefill_body
 from gateway.relay import Ask, Disconnect, Relay, Serving
 from gateway.upstream import Broken, ConnectFailed, FirstByteTimeout, IdleTimeout, UpstreamError, request_headers, \
     to_engine
@@ -91,8 +90,8 @@ async def read_all(resp, limit: int = MAX_ANSWER) -> bytes:
     return b"".join(parts)
 
 
-async def prefill(sv: Serving, r: Route, path: str, headers: dict, data: dict) -> tuple[dict, bytes]:
-    """vLLM: run the prefill; its kv_transfer_params, checked, and its answer."""
+async def prefill(sv: Serving, r: Route, path: str, headers: dict, data: dict) -> tuple[dict, object]:
+    """vLLM: run the prefill; its kv_transfer_params, checked, and its answer's usage."""
     resp, first = await open_end(sv, PREFILL, r, path, headers, prefill_body(data), False)
     try:
         body = first + await read_all(resp, MAX_ANSWER - len(first))
@@ -104,7 +103,7 @@ async def prefill(sv: Serving, r: Route, path: str, headers: dict, data: dict) -
         ctype = next((v for k, v in resp.headers if k == b"content-type"), b"application/json")
         raise ClientError(resp.status, body, ctype)
     try:
-        return kv_params(body), body
+        return prefill_answer(body)
     except BadAnswer as e:
         raise EndFailed(PREFILL, r, str(e)) from None
 
@@ -184,12 +183,12 @@ async def vllm(sv: Serving, ask: Ask, p: Pick, path: str, headers: dict, data: d
     pulled the KV by then): a prefill drained before a stop is not stopped with KV still to hand off."""
     bal, model = sv.balancer, ask.model
     try:
-        params, answer = await prefill(sv, p.prefill, path, headers, data)
+        params, usage = await prefill(sv, p.prefill, path, headers, data)
     except BaseException:
         bal.release(p, model)
         raise
     # the prefill is the end chosen by cache: its cached prompt tokens correct the index (index_feedback.py)
-    bal.answered(p.prefill.instance, ask.prompt, answer_usage(answer), ask.prompt.chars < sv.max_prompt_chars)
+    bal.answered(p.prefill.instance, ask.prompt, usage, ask.prompt.chars < sv.max_prompt_chars)
     body, d = decode_body(data, params), p.decode
     try:
         while True:

@@ -126,33 +126,38 @@ def usage(cached: int, prompt: int) -> dict:
     return {"prompt_tokens": prompt, "prompt_tokens_details": {"cached_tokens": cached}}
 
 
+async def sent(b, model: str, text: str):
+    """``text`` (blocks of 128 characters) routed by balancer ``b`` and its slot released at once:
+    the prompt, with the choice made (a replica's, or a group's pick)."""
+    from gateway.balance import Prompt
+
+    p = Prompt(block_hashes(text, 128), chars=len(text))
+    got, _ = await b.acquire(model, prompt=p)
+    b.release(got, model)
+    return p
+
+
 async def test_the_balancer_weighs_each_answer_against_what_it_believed_when_it_chose():
-    from gateway.balance import Balancer, Prompt
+    from gateway.balance import Balancer
     from gateway.table import build
 
     b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(1))
     b.swap(build(R, {"m": {"max_concurrency": 8}}, 4))
     text = "s" * 2048  # 16 blocks of 128; 512 tokens at 4 characters a token
 
-    async def send() -> Prompt:
-        p = Prompt(block_hashes(text, 128), chars=len(text))
-        r, _ = await b.acquire("m", prompt=p)
-        b.release(r, "m")
-        return p
-
-    first = await send()
+    first = await sent(b, "m", text)
     home = first.choice.route.instance
     assert b.answered(home, first, usage(0, 512), True) == Verdict(NONE)  # believed 0, had 0: nothing
-    again = await send()
+    again = await sent(b, "m", text)
     assert (again.choice.route.instance, again.choice.matched, again.age) == (home, 16, 0)
     assert b.answered(home, again, usage(496, 512), True) == Verdict(HIT)  # 496 * 2048 // (512 * 128) = 15
     assert b.answered(home, again, None, True) is None  # no usage: no evidence
     assert b.answered("b" if home == "a" else "a", again, usage(0, 512), True) is None  # not the one chosen
-    third = await send()
+    third = await sent(b, "m", text)
     # its engine restarted: 0 cached where 16 blocks were believed held, the latest sent (age 0): 0 + 0, FLOOR 16
     assert b.answered(home, third, usage(0, 512), True) == Verdict(MISS, 0, 16)
     assert b.index.matched(home, third.blocks) == 0 and b.index.capacities[home] == 16
-    fourth = await send()  # nothing held anywhere: back home, not a new placement
+    fourth = await sent(b, "m", text)  # nothing held anywhere: back home, not a new placement
     assert fourth.choice.route.instance == home and fourth.choice.matched == 0 and not fourth.forgot
     assert b.answered(home, fourth, usage(496, 512), True) == Verdict(NONE)  # dropped, not let go: no growth
 
@@ -177,21 +182,15 @@ async def test_a_groups_prefill_answer_corrects_the_prefill_and_nothing_else():
     b.swap(build([], {"pd": spec}, 4, members={"pd": Members(ends)}))
     text = "g" * 2048  # 16 blocks of 128; 512 tokens
 
-    async def send() -> Prompt:
-        p = Prompt(block_hashes(text, 128), chars=len(text))
-        pick, _ = await b.acquire("pd", prompt=p)
-        b.release(pick, "pd")
-        return p
-
-    first = await send()
+    first = await sent(b, "pd", text)
     pre = first.pick.prefill.instance
     assert first.pick.path == DISAGGREGATED and first.pick.choice.matched == 0
     assert b.answered(pre, first, usage(0, 512), True) == Verdict(NONE)  # believed 0, had 0
-    again = await send()  # 2048 chars, all on the decode: 512 - 512 * 2048 // 2048 = 0 uncached: skipped
+    again = await sent(b, "pd", text)  # 2048 chars, all on the decode: 512 - 512 * 2048 // 2048 = 0 uncached: skipped
     assert again.pick.prefill is None and b.answered("d0", again, usage(0, 512), True) is None
     # a long enough new tail makes it disaggregated again: the prefill chosen by its 16 blocks
     text += "h" * 2048
-    third = await send()
+    third = await sent(b, "pd", text)
     assert third.pick.path == DISAGGREGATED and (third.pick.prefill.instance, third.pick.choice.matched) == (pre, 16)
     assert b.answered("d0", third, usage(0, 1024), True) is None  # the decode's answer: not evidence
     retry = Prompt(third.blocks, chars=third.chars, pick=replace(third.pick, retry=True), choice=third.choice)

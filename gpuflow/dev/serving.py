@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-from gpuflow.ports import port_open
 
 ENGINE_FLAGS = ("--vllm", "--sglang-python", "--llama-server", "--llama-cpp-python")
 
@@ -81,7 +80,7 @@ def wait_listening(proc: subprocess.Popen, host: str, port: int, log: str, timeo
     internal services to ports of the kernel's choosing) would pass for it, while the gateway itself
     exits on 'address already in use'."""
     deadline = time.monotonic() + timeout
-    while not (port_open(host, port) and _is_gateway(host, port)):
+    while not _is_gateway(host, port):  # refused, too, until it listens
         if proc.poll() is not None:
             return f"the gateway exited with code {proc.returncode}; see {log}"
         if time.monotonic() > deadline:
