@@ -17,7 +17,9 @@ the queue said "70.0 GiB" while status, explain and the replica page still said 
 - whoever judges records what it judged (``changed``: the wake, ``gpuflow queue``), and the views
   show the store's text;
 - a booking asks for a judgement too (``Waker.wake(taken=True)``, at most every TAKEN_S seconds),
-  so the reasons follow the capacity as it is taken, not only as it is freed."""
+  so the reasons follow the capacity as it is taken, not only as it is freed. That judgement leaves
+  out a replica that has recorded no decision yet: it was just started, and its own first decision
+  records its reason."""
 
 from __future__ import annotations
 

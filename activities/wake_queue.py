@@ -99,11 +99,16 @@ class Verdict:
 
 
 def judge_and_record(engine: Engine, snap: ClusterSnapshot, request_of: Callable[[ModelSpec], Request | None],
-                     policy: PolicyConfig | None = None) -> tuple["Verdict", int]:
+                     policy: PolicyConfig | None = None, decided_only: bool = False) -> tuple["Verdict", int]:
     """The queue's verdicts on ``snap``, written as the waiting replicas' reasons (one reason, kept
     current): (the verdict, how many reasons changed). Every wake runs it before it signals; so does
-    ``gpuflow tenants apply``, waking nobody, so a new limit or guarantee shows in every reason at once."""
-    v = judge(read(engine), snap, request_of, policy)
+    ``gpuflow tenants apply``, waking nobody, so a new limit or guarantee shows in every reason at once.
+    ``decided_only``: the replicas that recorded a decision alone (a judgement for the reasons alone,
+    after a booking: one just started decides, and records its reason, by itself)."""
+    q = read(engine)
+    if decided_only:
+        q.replicas = [r for r in q.replicas if r.decided]
+    v = judge(q, snap, request_of, policy)
     return v, records.set_pending_reasons(engine, changed(v))
 
 
@@ -200,9 +205,9 @@ class Waker:
         self.rejudging: asyncio.Task | None = None  # the judgement a booking asked for (``taken``)
         self.claims = None  # activities/claims_read.py: a PENDING replica is judged with the claim it would book
 
-    def _plan(self) -> Verdict:
+    def _plan(self, decided_only: bool = False) -> Verdict:
         snap = self.snapshots.refresh(self.engine)[0]
-        return judge_and_record(self.engine, snap, self._request, self.policy)[0]
+        return judge_and_record(self.engine, snap, self._request, self.policy, decided_only)[0]
 
     def _request(self, spec: ModelSpec) -> Request | None:
         """What a PENDING replica of ``spec`` would book if placed now: its known request, with a
@@ -215,7 +220,11 @@ class Waker:
         were signalled. ``sweep``: the periodic sweep's choice instead (Verdict.to_sweep); it is
         never folded away. ``taken``: a booking took capacity; nobody can fit for it, so nobody is
         signalled, but the waiting replicas' reasons are judged again within TAKEN_S (one
-        judgement for every booking meanwhile), in the background: the booking does not wait."""
+        judgement for every booking meanwhile), in the background: the booking does not wait. Only
+        the replicas that recorded a decision are judged then: in a burst, the replicas just started
+        are most of the queue, each decides by itself within moments, and judging them cost a whole
+        decision each for a reason their own decision overwrites (issue 37: a fifth of the control
+        plane's CPU at 400 replicas)."""
         if taken:
             if self.rejudging is None or self.rejudging.done():
                 # its own context: the booking's activity ends first, and this must not heartbeat for it
@@ -258,7 +267,7 @@ class Waker:
         if not await self.turns.take(lambda: None):
             return  # a wake waits for its turn: it judges after this booking
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._plan)
+            await asyncio.get_running_loop().run_in_executor(None, self._plan, True)
         except Exception as e:  # noqa: BLE001  the next wake or sweep judges again
             log.warning("the PENDING queue's reasons after a booking: %s", e)
         finally:

@@ -278,9 +278,13 @@ async def main(a) -> None:
         while len([w for w in records.workers(engine) if w.state == "ready"]) < a.hosts:
             await asyncio.sleep(0.5)
         print(f"{a.hosts} simulated hosts x 8 GPUs READY in {time.perf_counter() - t:.1f} s")
+        s0, me0 = fb.tree_cpu(stack.temporal.proc.pid), cpu_s(os.getpid())
         ceil = await ceiling(client, a.ceiling)
+        s1, me1 = fb.tree_cpu(stack.temporal.proc.pid), cpu_s(os.getpid())
         trivial = await fb.trivial_work(client)
-        print(f"ceiling: trivial one-activity workflows on the same server: {ceil:.1f} wf/s ({a.ceiling} workflows)")
+        print(f"ceiling: trivial one-activity workflows on the same server: {ceil:.1f} wf/s ({a.ceiling} workflows; "
+              f"CPU a workflow: the Temporal server {(s1 - s0) / a.ceiling * 1000:.0f} ms, its worker and client "
+              f"(this bench) {(me1 - me0) / a.ceiling * 1000:.0f} ms)")
         metrics = [stack.metrics[f"server-{k}"] for k in range(a.servers)]
         procs = {"temporal server": stack.temporal.proc.pid,
                  **{("control-plane worker" + (f" {k}" if a.servers > 1 else "")): p.pid for k, p in enumerate(servers)},

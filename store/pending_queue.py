@@ -29,6 +29,7 @@ class Queued:
     priority: int
     queued_at: datetime
     reason: str  # its own last word (the instance's recorded reason)
+    decided: bool = True  # its workflow recorded a decision (False: it was just started and decides by itself)
 
     def waiting(self) -> Waiting:
         return Waiting(self.instance, self.deployment, self.tenant_priority, self.priority,
@@ -60,8 +61,9 @@ def read(engine: Engine) -> Queue:
     q = Queue(tenants=tf)
     with Session(engine) as s:
         rows = list(s.exec(select(InstanceRow.name, InstanceRow.deployment, InstanceRow.queued_at,
-                                  InstanceRow.updated_at, InstanceRow.reason).where(InstanceRow.state == "pending")
-                                  .where(or_(InstanceRow.group_name.is_(None), InstanceRow.backend.is_not(None)))))
+                                  InstanceRow.updated_at, InstanceRow.reason, InstanceRow.decision)
+                           .where(InstanceRow.state == "pending")
+                           .where(or_(InstanceRow.group_name.is_(None), InstanceRow.backend.is_not(None)))))
         # a group's members not booked yet (no backend) wait on their deployment (store/groups.py)
         deps = {r[1] for r in rows}
         live: dict[str, dict] = {}
@@ -69,14 +71,14 @@ def read(engine: Engine) -> Queue:
             q.tenant_of[d.name] = tenants.tenant_of(d.spec)
             if d.name in deps:
                 live[d.name] = d.spec
-    for name, dep, queued_at, updated_at, reason in rows:
+    for name, dep, queued_at, updated_at, reason, decision in rows:
         if dep not in live:  # being deleted (its replicas are stopping) or never recorded
             continue
         spec = live[dep]
         t = tenants.tenant_of(spec)
         known = tf.get(t)
         q.replicas.append(Queued(name, dep, t, known.priority if known else 0, _int(spec.get("priority")),
-                                 _utc(queued_at or updated_at), reason or ""))
+                                 _utc(queued_at or updated_at), reason or "", decision is not None))
     q.specs = live
     return q
 

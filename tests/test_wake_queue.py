@@ -231,6 +231,36 @@ def test_gpuflow_queue_shows_positions_and_reasons(store):
     assert shown.returncode == 0 and "pr-0" in shown.stdout and "queueing: BestEffortFIFO" in shown.stdout
 
 
+@pytest.mark.parametrize("decided, judged", [
+    # 1 GPU free; queue pr-0, pr-1 (prod), q-0 (poc). ``decided``: the replicas whose workflow recorded a
+    # decision (waiting for a wake); the others were just started and decide by themselves
+    ([], {}),                                                   # a burst's replicas: none judged, no decision spent
+    (["q-0"], {"q-0": "fits now"}),                             # the one waiting: judged alone (pr-0 ahead is not)
+    (["pr-1", "q-0"], {"pr-1": "fits now", "q-0": "unschedulable"}),  # pr-1 takes the free GPU: q-0 does not fit
+])
+def test_the_judgement_after_a_booking_leaves_the_replicas_just_started_alone(store, decided, judged):
+    """Waker.wake(taken=True) judges again for the reasons alone, the replicas that recorded a decision
+    only (issue 37: in a burst it had cost a decision per replica just started, a fifth of the control
+    plane's CPU); every other wake judges them all."""
+    _, _, engine = store
+    seed(engine, 1)
+    enqueue(engine, "pr", 2, tenant="prod")
+    enqueue(engine, "q", 1, tenant="poc")
+    for name in decided:
+        records.record_instance(engine, rec(name, name.split("-")[0], "pending").model_copy(
+            update={"decision": {"scheduled": False}}))
+    assert {r.instance for r in read(engine).replicas if r.decided} == set(decided)
+    snap = SnapshotCache().refresh(engine)[0]
+    v, moved = wake_queue.judge_and_record(engine, snap, lambda s: known_request(cache(), s), decided_only=True)
+    assert [r.instance for r in v.order] == [n for n in ["pr-0", "pr-1", "q-0"] if n in decided]
+    assert v.wake.decisions == len(judged) and moved == len(judged)
+    reasons = {r.instance: r.reason for r in read(engine).replicas}
+    for name in ["pr-0", "pr-1", "q-0"]:
+        assert reasons[name].split(":")[0] == judged.get(name, ""), (name, reasons[name])
+    everyone = wake_queue.judge_and_record(engine, snap, lambda s: known_request(cache(), s))[0]
+    assert [r.instance for r in everyone.order] == ["pr-0", "pr-1", "q-0"]  # a wake for freed capacity: all of them
+
+
 async def test_turns_fold_waiters_and_survive_a_cancelled_one():
     """One wake at a time: a second waits (heartbeating), a third is folded into the second. A
     waiter cancelled while it waits (its activity timed out) must not leave the fold flag set, or
