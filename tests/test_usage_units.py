@@ -123,6 +123,32 @@ def test_the_book_keeps_the_latest_and_the_peak_per_replica():
     assert book.due() and book.report() == []  # the replica is gone: news, and nothing to report
 
 
+@pytest.mark.parametrize("last, now, first_due, at_30s", [
+    # settle 30 s (three samples of 10 s): (due at the sample that shows it, due 30 s later)
+    ({"a": use("a", 9 * GiB)}, {"a": use("a", 9 * GiB), "b": use("b", 9 * GiB)}, False, True),  # a replica came
+    ({"a": use("a", 9 * GiB), "b": use("b", 1)}, {"a": use("a", 9 * GiB)}, False, True),  # one went
+    ({"a": use("a", 4 * GiB)}, {"a": use("a", 9 * GiB)}, False, True),        # loading: 5 GiB moved
+    ({"a": use("a", 9 * GiB)}, {"a": use("a", 9 * GiB + 100 * MiB)}, False, False),  # no news: never
+    ({"a": use("a", 9 * GiB)}, {"a": use("a", 10 * GiB + 100 * MiB)}, True, True),  # over its 10 GiB claim: at once
+    ({"a": use("a", 11 * GiB)}, {"a": use("a", 9 * GiB)}, True, True),        # back under it: at once
+    ({}, {"b": use("b", 11 * GiB)}, True, True),                              # came over its claim: at once
+])
+def test_news_that_is_not_urgent_waits_the_settle(last, now, first_due, at_30s):
+    """Issue 37: each report is a workflow task and two local activities on the host's history; the
+    replicas a burst lands on one host now ride one report. What a learned claim must hear (over
+    its claim, back under, an OOM) still returns the watch at once."""
+    t = [1000.0]
+    book = UsageBook(Flat(), clock=lambda: t[0], settle_s=30.0)
+    book.reported, book.latest, book.sampled = last, now, True
+    assert book.due() is first_due
+    t[0] += 29.9
+    assert book.due() is first_due  # not yet 30 s since the news was first seen
+    t[0] += 0.1
+    assert book.due() is at_30s
+    book.report()
+    assert not book.due()  # carried: the settle starts again at the next news
+
+
 class Flat:
     """The probe seam: every process holds 5 GiB on GPU 0 and 1 GiB of RSS."""
 

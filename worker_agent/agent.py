@@ -66,6 +66,7 @@ def advertised_address(temporal_address: str) -> str:
 
 HELLO_WAIT_S = 10.0  # how long the agent waits for its hello's verdict before it polls its queue anyway
 FATAL = ("other_credential", "not_joined")  # refusals no retry can change: the agent exits
+NEWS_SAMPLES = 3  # usage news that is not urgent waits this many samples (liveness_s each) for the watch: usage.py
 
 
 def agent_folder(data_dir: str, name: str) -> str:
@@ -173,10 +174,12 @@ def simulate_oom(book: UsageBook, table: ProcessTable, gpus: list, name: str = "
 
 def usage_book(timings: Timings, inventory_file: str | None, probe: MemoryProbe | None) -> UsageBook | None:
     """The agent's book of measured memory (None when liveness_s is 0: nothing is sampled). A host
-    of simulated GPUs has no driver to ask: its VRAM use is the claim times 0.9 (memory_probe.py)."""
+    of simulated GPUs has no driver to ask: its VRAM use is the claim times 0.9 (memory_probe.py).
+    News that is not urgent waits three samples for the watch (usage.py)."""
     if timings.liveness_s <= 0:
         return None
-    return UsageBook(probe or (ClaimShare() if inventory_file else NvmlProbe()))
+    return UsageBook(probe or (ClaimShare() if inventory_file else NvmlProbe()),
+                     settle_s=NEWS_SAMPLES * timings.liveness_s)
 
 
 async def run_agent(client: Client, name: str, data_dir: str, timings: Timings, inventory_file: str | None = None,

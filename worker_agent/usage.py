@@ -8,6 +8,14 @@ than a sixteenth and 64 MiB, a replica went over its claim or back); otherwise t
 the watch's regular return (every 0.8 x host_watch_s). A replica whose use holds still, as a
 loaded engine's does, costs no message of its own.
 
+Only what a claim must hear at once returns the watch at once (``urgent``: an OOM, a replica over
+its claim or back under it). The rest of the news (a replica came or went, a use moved) waits
+``settle_s`` (the agent's: three samples, 30 s by default) from the sample that first showed it,
+so the replicas a burst starts on one host, and an engine's memory growing as it loads, ride one
+report. Each report is a workflow task and two local activities on the host's history: in a burst of
+1,000 replicas on 100 hosts they were half a report per replica, a fifth of the Temporal server's
+events (issue 37).
+
 Only booked parts are measured and reported: a process is watched once the ledger said its part
 is booked here (the launch's booking check, or a supervisor's after an agent restart), and its
 claim is the one the ledger booked for its server on this host, never a launch request's own
@@ -57,6 +65,13 @@ def worth_reporting(last: dict[str, ReplicaUse] | None, now: dict[str, ReplicaUs
     return False
 
 
+def urgent(last: dict[str, ReplicaUse] | None, now: dict[str, ReplicaUse]) -> bool:
+    """Whether ``now`` holds news a learned claim must hear at once: a replica went over its claim
+    or back under it (one that came counts as under before)."""
+    was = last or {}
+    return any(over(r) != (over(was[name]) if name in was else False) for name, r in now.items())
+
+
 def simulated_share(env: dict[str, str]) -> float | None:
     """The replica's GPUFLOW_SIMULATED_VRAM_USE (a share of its claim), None when unset or not a share."""
     v = env.get(SIMULATED_VRAM_USE)
@@ -64,8 +79,10 @@ def simulated_share(env: dict[str, str]) -> float | None:
 
 
 class UsageBook:
-    def __init__(self, probe: MemoryProbe, clock: Callable[[], float] = time.time):
-        self.probe, self.clock = probe, clock
+    def __init__(self, probe: MemoryProbe, clock: Callable[[], float] = time.time, settle_s: float = 0.0):
+        """``settle_s``: how long news that is not urgent waits for the watch (0: none)."""
+        self.probe, self.clock, self.settle_s = probe, clock, settle_s
+        self._news_at: float | None = None  # when due() first saw news not yet carried (not urgent)
         self.requests: dict[str, LaunchRequest] = {}  # process key -> the request that launched or adopted it
         self.gpu_names: dict[int, str] = {}  # GPU index -> model, from the host's last inventory
         self.latest: dict[str, ReplicaUse] = {}  # instance -> its figures on this host
@@ -145,9 +162,20 @@ class UsageBook:
                           parameters=" ".join(req.backend_parameters)[:4096] if req else "")
 
     def due(self) -> bool:
-        """The watch should return now: the figures are news (worth_reporting), or a replica ran out of memory."""
+        """The watch should return now: a replica ran out of memory, the figures are urgent news, or
+        news (worth_reporting) that has waited ``settle_s``."""
         with self._lock:
-            return self.sampled and (bool(self.oomed) or worth_reporting(self.reported, self.latest))
+            if not self.sampled:
+                return False
+            if self.oomed or urgent(self.reported, self.latest):
+                return True
+            if not worth_reporting(self.reported, self.latest):
+                self._news_at = None
+                return False
+            now = self.clock()
+            if self._news_at is None:
+                self._news_at = now
+            return now - self._news_at >= self.settle_s
 
     def mark_oom(self, key: str) -> None:
         """``key``'s process ended out of GPU memory: its last figures go in the next report, marked."""
@@ -163,6 +191,7 @@ class UsageBook:
             if not self.sampled:
                 return None
             self.reported = {k: v.model_copy(deep=True) for k, v in self.latest.items()}
+            self._news_at = None
             gone = [v for k, v in self.oomed.items() if k not in self.latest]
             self.oomed = {}
             return [self.latest[k] for k in sorted(self.latest)] + gone
