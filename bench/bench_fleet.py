@@ -10,7 +10,8 @@ deployment. Each burst size runs in each mode in turn: ``burst`` starts every de
 from this process (the SDK, ops.deploy); ``cli`` sends one `gpuflow deploy FILE` process per
 deployment, all at once, as a user meets it (issue 37). Both count RUNNING from the store.
 Per burst it prints placements/s to RUNNING and their ratio to the trivial one-activity workflow
-ceiling measured on the same server in the same run (bench/trivial_workflow.py), p50/p95
+ceiling measured on the same server in the same run (bench/trivial_workflow.py; at the start, on an
+empty fleet, and again just before the burst, beside the replicas already running), p50/p95
 PENDING -> RUNNING, the mean and p95 of gpuflow_decision_seconds over the burst (from the
 control plane's /metrics), the RSS of the Temporal server, the control-plane worker and the
 simulator, and the CPU of each one's process tree (and of this bench, and of the CLI
@@ -217,7 +218,16 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
                     cli_env: dict, tmp: str) -> None:
     """One burst in ``mode`` (burst: SDK calls from this process; cli: `gpuflow deploy` processes),
     and its figures: the rate beside the ceiling, latency, decisions, RSS, each component's CPU
-    (process trees) and the server's work per replica (histories)."""
+    (process trees) and the server's work per replica (histories). Before it, the fleet at rest: each
+    component's CPU over 3 s, and the ceiling measured again (``--ceiling`` workflows) beside the
+    replicas already running, so a burst on a fuller fleet is also read against what the server does
+    then (the first ceiling is an empty fleet's)."""
+    c_rest = {name: fb.tree_cpu(pid) for name, pid in procs.items()}
+    await asyncio.sleep(3)
+    rest = {name: (fb.tree_cpu(pid) - c_rest[name]) / 3 for name, pid in procs.items()}
+    now_ceil = await ceiling(client, a.ceiling)
+    print(f"at rest before it: CPU {', '.join(f'{k} {v:.2f} core' for k, v in rest.items())}; "
+          f"the ceiling measured now: {now_ceil:.1f} wf/s")
     h0, k0 = decision_hists(metrics), kept(metrics)
     c0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}
     me0, w0 = cpu_s(os.getpid()), time.time()
@@ -235,7 +245,7 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     k1 = kept(metrics)
     what = f"{r['n'] // 50} x `gpuflow deploy` (50 replicas each)" if mode == "cli" else "burst"
     print(f"{what} of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
-          f"ratio to ceiling {r['per_s'] / ceil:.2f}")
+          f"ratio to ceiling {r['per_s'] / ceil:.2f} (to the ceiling measured just before: {r['per_s'] / now_ceil:.2f})")
     print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
     print(f"  {kept_delta(k0, k1)}")
     print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))

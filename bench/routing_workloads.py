@@ -72,7 +72,10 @@ def workload(kind: str, a, seconds: float, seed: int, ip: list[dict] | None = No
     elif kind == "hot-prefix":
         rate = a.rate_hot
     weights = [1 / (c + 1) ** a.hot_zipf for c in range(customers)] if kind == "hot-prefix" else None
-    prefixes = [f"You are the assistant of customer {c}. " + text(random.Random(c), chars) for c in range(customers)]
+    # hot-prefix's own texts: the gateways remember prefixes across phases (SGLang's tree for good), and
+    # its skewed placements must not carry into the other workloads' phases
+    who, salt = ("the hot assistant", 1000) if kind == "hot-prefix" else ("the assistant", 0)
+    prefixes = [f"You are {who} of customer {c}. " + text(random.Random(salt + c), chars) for c in range(customers)]
     out = []
     for t in poisson(rng, rate, seconds):
         c = rng.choices(range(customers), weights)[0] if weights else rng.randrange(customers)
