@@ -259,23 +259,11 @@ class Balancer:
             if c.index == TEXT:  # what its answer will be weighed against (index_feedback.py), before it is sent
                 prompt.age = self.index.age(r.instance, blocks[0]) if c.matched else None
                 prompt.forgot = c.matched < len(blocks) and self.index.forgot(r.instance, blocks[c.matched])
-            self.index.insert(r.instance, blocks, home=self._moves_home(m, c, home))
+            self.index.insert(r.instance, blocks, home=c.reason != IMBALANCE)  # a spill leaves the home put
             self.where[r.instance] = (r.address, r.port)
         if prompt is not None:
             prompt.choice = c
         return r
-
-    @staticmethod
-    def _moves_home(m, c: Choice, home: str | None) -> bool:
-        """Whether choice ``c`` becomes its prefix's home: not a spill. A spill is a one-off: one the
-        guard sent off its best match (``imbalance``), and also one sent elsewhere while its home is
-        still a replica of the model, passed over for its load, as a copy a spill left matches as
-        much as home does: in the routing bench's hot-prefix workload the request after a spill
-        found that copy, called it a match and moved the hot prefix's home there, and the next spill
-        moved it again, each move a full prefill and another prefix pushed out of a cache."""
-        if c.reason == IMBALANCE:
-            return False
-        return home is None or c.route.instance == home or all(r.instance != home for r in m.replicas)
 
     def answered(self, instance: str, prompt: Prompt, usage, whole: bool) -> index_feedback.Verdict | None:
         """``instance`` answered ``prompt`` with ``usage``: its cached tokens correct the prefix
