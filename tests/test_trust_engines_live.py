@@ -16,6 +16,7 @@ import openai
 
 from gpuflow import ops
 from gpuflow.ports import server_port
+from tests import gateway_stack as gs
 from tests.live import FAST, Live, spec
 from tests.test_lifecycle import supervisor_on
 
@@ -33,18 +34,6 @@ def direct(r, key: str | None) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     return httpx.post(f"http://{r.address}:{r.port}/v1/chat/completions", json=ASK, headers=headers,
                       timeout=10).status_code
-
-
-async def served(url: str, timeout: float = 30.0) -> None:
-    """Until ``url``'s /models lists chat with a replica: a request sent sooner finds no model."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        r = await asyncio.to_thread(httpx.get, f"{url}/models", timeout=10)
-        if r.status_code == 200 and any(m.get("id") == "chat" and m.get("replicas") for m in r.json().get("data", [])):
-            return
-        assert loop.time() < end, f"chat not served at {url} within {timeout:g} s: {r.status_code} {r.text[:200]}"
-        await asyncio.sleep(0.2)
 
 
 async def through_gateway(url: str) -> str:
@@ -70,7 +59,8 @@ async def test_a_replicas_port_without_its_key_answers_401_while_the_gateway_ser
         assert direct(first, None) == 401  # no key: the port alone serves nothing
         assert direct(first, "gfe-" + "A" * 43) == 401  # a wrong key (of the right form)
         assert direct(first, key) == 200  # the key the store made is the engine's own
-        await served(gateway)  # the gateway's table has read the replica (it refreshes on its own pace)
+        # the gateway's table has read the replica (it refreshes on its own pace)
+        await asyncio.to_thread(gs.wait_model, gateway.removesuffix("/v1"), "chat", 1, 30.0)
         assert (await through_gateway(gateway)).startswith("tok0")
 
         # where the key is not: the workflow's history (it holds the nonce), the argv, any log or pid file
