@@ -65,3 +65,16 @@ def test_the_ephemeral_range_is_read_from_the_kernel(tmp_path):
     (tmp_path / "range").write_text("40000\t60999\n")
     assert ephemeral_low(str(tmp_path / "range")) == 40000
     assert ephemeral_low(str(tmp_path / "missing")) == 32768  # a kernel that does not say: Linux's default
+
+
+def test_a_port_a_browser_refuses_is_never_picked(monkeypatch):
+    # Chromium refuses 10080 (net::ERR_UNSAFE_PORT): a full CI run once gave it to the gateway of a
+    # console browser test. The draw below offers it first; the pick must pass it over.
+    import random
+
+    from gpuflow import ports
+
+    draws = iter([10080, 10081])
+    monkeypatch.setattr(random, "randrange", lambda lo, hi: next(draws))
+    assert ports.server_port() == 10081
+    assert 10080 in ports.BROWSER_BAD_PORTS
