@@ -245,7 +245,7 @@ class Balancer:
             home = self.index.home(blocks) if blocks else None
             c = choose(m.replicas, m.limit, self.in_flight,
                        (lambda i: self._matched(i, prompt)) if exact else (lambda i: self.index.matched(i, blocks)),
-                       len(blocks), self.knobs, self.rng, self.bad_until, now, exclude, self.index.size, home,
+                       len(blocks), self.knobs, self.rng, self.bad_until, now, exclude, self.index.fill, home,
                        self.index.new_turn, self.pace.of)
             if c is not None and blocks and c.reason == NO_PREFIX and home is None:
                 self.index.placed_new(c.route.instance)
@@ -259,11 +259,23 @@ class Balancer:
             if c.index == TEXT:  # what its answer will be weighed against (index_feedback.py), before it is sent
                 prompt.age = self.index.age(r.instance, blocks[0]) if c.matched else None
                 prompt.forgot = c.matched < len(blocks) and self.index.forgot(r.instance, blocks[c.matched])
-            self.index.insert(r.instance, blocks, home=c.reason != IMBALANCE)  # a spill leaves the home put
+            self.index.insert(r.instance, blocks, home=self._moves_home(m, c, home))
             self.where[r.instance] = (r.address, r.port)
         if prompt is not None:
             prompt.choice = c
         return r
+
+    @staticmethod
+    def _moves_home(m, c: Choice, home: str | None) -> bool:
+        """Whether choice ``c`` becomes its prefix's home: not a spill. A spill is a one-off: one the
+        guard sent off its best match (``imbalance``), and also one sent elsewhere while its home is
+        still a replica of the model, passed over for its load, as a copy a spill left matches as
+        much as home does: in the routing bench's hot-prefix workload the request after a spill
+        found that copy, called it a match and moved the hot prefix's home there, and the next spill
+        moved it again, each move a full prefill and another prefix pushed out of a cache."""
+        if c.reason == IMBALANCE:
+            return False
+        return home is None or c.route.instance == home or all(r.instance != home for r in m.replicas)
 
     def answered(self, instance: str, prompt: Prompt, usage, whole: bool) -> index_feedback.Verdict | None:
         """``instance`` answered ``prompt`` with ``usage``: its cached tokens correct the prefix
@@ -306,7 +318,7 @@ class Balancer:
             p = pick_pair(g, gen, m.limit, self.in_flight, self.bad_until, now, exclude, tokens,
                           lambda ps: choose(ps, m.limit, self.in_flight, lambda i: self.index.matched(i, blocks),
                                             n, self.knobs, self.rng, self.bad_until, now, exclude,
-                                            self.index.size, home, self.index.new_turn),
+                                            self.index.fill, home, self.index.new_turn),
                           lambda d: tokens - tokens * self.index.matched(d.instance, blocks) * self.block_chars
                           // max(prompt.chars, 1), slack, self.rng)
             if p is not None and p.path == DISAGGREGATED and p.choice.reason == NO_PREFIX and home is None and n:

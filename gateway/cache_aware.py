@@ -34,8 +34,12 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    a spill: a prefix that aged out of the index goes back where it lived, so prefixes stay shared
    out as they were, and a spill's copy elsewhere ties with home and loses, unless every eligible
    replica holds as much: a shared header, or a hot prefix spread over all); for a new prefix, the
-   fewest blocks held (SGLang's "smallest tree": new prefixes are shared out by cache room, so no
-   replica is handed more of them than its cache holds while another's is empty); then the fewest
+   fewest blocks held less the cache's size (the most free), read to the new prompt's own size
+   (SGLang's "smallest tree": new prefixes are
+   shared out by cache room, so no replica is handed more of them than its cache holds while
+   another's is empty; a replica within the prompt's size of the least counts as the least, and the
+   turn decides between them; where a replica's cache size is not known, blocks held tell how busy
+   it was, not how full, and the turn alone decides); then the fewest
    in flight; then at random. Reason ``prefix``; ``no-prefix`` when no replica matched;
    ``imbalance`` when the guard left out one that matched more than the chosen. With nothing
    matched, no home and no sizes known, this is least outstanding, draw for draw.
@@ -178,11 +182,12 @@ def cost_s(load: int, matched: int, blocks: int, pace: tuple[float, float]) -> f
 def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], matched: Callable[[str], int],
            blocks: int, knobs: Knobs, rng: random.Random, bad_until: dict[str, float] | None = None,
            now: float = 0.0, exclude: frozenset[str] = frozenset(),
-           held: Callable[[str], int] | None = None, home: str | None = None,
+           held: Callable[[str], int | None] | None = None, home: str | None = None,
            new_turn: Callable[[str], int] | None = None,
            pace: Callable[[str], tuple[float, float] | None] | None = None) -> Choice | None:
     """The replica for a prompt of ``blocks`` whole blocks, of which replica r holds
-    ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all), last sent to
+    ``matched(r.instance)`` leading ones (and ``held(r.instance)`` blocks in all, or that less its
+    cache's size: prefix_index.fill; None where the size is not known), last sent to
     ``home``; None when no replica is eligible (the request waits). A new prefix goes where there
     is most room, then to the replica that least recently took a new prefix (``new_turn``). When
     some replica matches and ``pace`` has measured every eligible one, the cost decides (rule 3b)."""
@@ -197,7 +202,7 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
         i = rng.choice([i for i, n in enumerate(load) if n == low])
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
     paces = [pace(r.instance) for r in ok] if pace is not None and best_any and knobs.cost else []
-    cands = guarded(ok, load, got, limit, knobs, held, home, new_turn)
+    cands = guarded(ok, load, got, limit, knobs, held, home, new_turn, blocks)
     if paces and all(p is not None for p in paces) and max(got[i] for i in cands) < best_any:
         cands = cheapest(ok, load, got, blocks, paces, home)  # a spill, weighed: it stays if moving costs more
     low = min(load[i] for i in cands)
@@ -227,9 +232,12 @@ def everywhere(got: list[int], n: int) -> bool:
 
 
 def guarded(ok: Sequence[Route], load: list[int], got: list[int], limit: int, knobs: Knobs,
-            held: Callable[[str], int] | None, home: str | None,
-            new_turn: Callable[[str], int] | None) -> list[int]:
-    """Rules 3 and 4: the candidates within the guard's slack, the most matched, then home, room, turn."""
+            held: Callable[[str], int | None] | None, home: str | None,
+            new_turn: Callable[[str], int] | None, blocks: int = 1) -> list[int]:
+    """Rules 3 and 4: the candidates within the guard's slack, the most matched, then home, room, turn.
+    Room is read to the new prompt's own size: a replica that holds less than the least plus
+    ``blocks`` counts as the least (the new prefix would not leave it holding more than the others).
+    ``held`` None for a replica (its size not known: prefix_index.fill): the turn alone."""
     ceiling = min(load) + knobs.slack(limit)  # the guard: busier than this is passed over
     cands = [i for i in range(len(ok)) if load[i] <= ceiling]
     top = max(got[i] for i in cands)
@@ -239,7 +247,8 @@ def guarded(ok: Sequence[Route], load: list[int], got: list[int], limit: int, kn
         return back
     if top == 0 and held is not None and len(cands) > 1:  # a new prefix: where there is most room
         room = [held(ok[i].instance) for i in cands]
-        cands = [i for i, h in zip(cands, room) if h == min(room)]
+        if None not in room:  # every size known (prefix_index.fill): else by turn alone
+            cands = [i for i, h in zip(cands, room) if h < min(room) + max(blocks, 1)]
         if new_turn is not None and len(cands) > 1:  # as much room (every LRU full): round the replicas
             turn = [new_turn(ok[i].instance) for i in cands]
             cands = [i for i, t in zip(cands, turn) if t == min(turn)]

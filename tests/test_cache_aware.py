@@ -83,6 +83,8 @@ def test_without_a_match_it_is_least_outstanding_draw_for_draw(in_flight, bad, e
     (5, {"b": 4}, {"a": 90, "b": 10, "c": 40}, {"b"}),  # b busier, but within the slack (4 <= 0 + 4): room first
     (5, {"b": 5}, {"a": 90, "b": 10, "c": 40}, {"c"}),  # b 5 > 0 + 4: out; then room (c 40 < a 90)
     (5, {}, {"a": 10, "b": 10, "c": 40}, {"a", "b"}),  # equal room: at random
+    (5, {}, {"a": 90, "b": 10, "c": 14}, {"b", "c"}),  # c holds 4 more, under the prompt's 5: as much room
+    (5, {}, {"a": 90, "b": 10, "c": 15}, {"b"}),  # 5 more: b has more room
     (0, {}, {"a": 90, "b": 10, "c": 40}, {"a", "b", "c"}),  # under a block: plain least outstanding
 ])
 def test_a_new_prefix_goes_where_there_is_room(blocks, in_flight, held, expect):
@@ -98,6 +100,10 @@ def test_a_new_prefix_goes_where_there_is_room(blocks, in_flight, held, expect):
     ({}, {"a": 128, "b": 90, "c": 128}, {"a": 0, "b": 5, "c": 0}, {"b"}),  # room comes first: b holds least
     ({"b": 5}, {"a": 128, "b": 128, "c": 128}, {"a": 3, "b": 0, "c": 2}, {"c"}),  # b 5 > 0 + 4: the guard first
     ({"a": 2}, {"a": 128, "b": 128, "c": 128}, {"a": 0, "b": 1, "c": 2}, {"a"}),  # before load: 2 <= 0 + 4
+    # a replica whose cache size is not known (held None: prefix_index.room): its count of blocks says how busy
+    # it was, not how full; room is not read for anyone, and the turn alone decides
+    ({}, {"a": None, "b": 90, "c": 600}, {"a": 3, "b": 1, "c": 0}, {"c"}),  # by room b; by turn c (never)
+    ({}, {"a": None, "b": None, "c": None}, {"a": 3, "b": 1, "c": 2}, {"b"}),
 ])
 def test_with_as_much_room_new_prefixes_go_round_the_replicas(in_flight, held, turn, expect):
     got = {choose(R, 8, in_flight, lambda i: 0, 5, Knobs(), random.Random(s), held=held.get,
@@ -227,6 +233,35 @@ async def test_the_balancer_sends_a_prefix_back_where_it_went_and_forgets_a_repl
     assert p.choice.reason == NO_PREFIX
 
 
+async def test_a_spill_never_moves_a_prefix_home_not_even_by_its_copy():
+    """Issue 39: a spill is a one-off. The guard sends a hot prefix's request off its home; the next
+    one finds the copy that spill left matching as much as home, while home is still passed over for
+    its load: that one is a spill too. Home stays, and the prefix goes back once home has room. (It
+    had called the copy a match and moved the home, and the next spill moved it again.)"""
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(3))
+    b.swap(table(R))  # 3 replicas, 8 at once: slack max(2, 4) = 4
+    first = Prompt(blocks("h"))
+    home, _ = await b.acquire("m", prompt=first)
+    held = [home]
+    for _ in range(4):  # home: 5 in flight, the others 0: 5 > 0 + 4, passed over from now on
+        r, _ = await b.acquire("m", prompt=Prompt(blocks("h")))
+        assert r == home
+        held.append(r)
+    spill = Prompt(blocks("h"))
+    r1, _ = await b.acquire("m", prompt=spill)
+    assert r1 != home and spill.choice.reason == IMBALANCE
+    copy = Prompt(blocks("h"))
+    r2, _ = await b.acquire("m", prompt=copy)  # the copy matches 4, as home does; home is still too busy
+    assert r2 != home and copy.choice.matched == 4 and b.index.home(blocks("h")) == home.instance
+    for r in held + [r1, r2]:
+        b.release(r, "m")
+    back = Prompt(blocks("h"))
+    r3, _ = await b.acquire("m", prompt=back)  # idle again: home wins the tie of 4 matched blocks
+    assert r3 == home and back.choice.matched == 4
+
+
 async def test_a_replica_at_a_new_address_is_a_new_cache():
     from gateway.balance import Balancer, Prompt
 
@@ -307,3 +342,63 @@ async def test_the_metrics_show_each_replicas_index_size_and_where_it_came_from(
     b.swap(table(R, routing="least-outstanding"))  # no index kept: no series
     m.index_sizes(b.index_rows())
     assert value("gpuflow_gateway_prefix_index_held_blocks", model="m", replica="a") is None
+
+
+def test_skewed_customers_are_shared_out_by_the_room_their_prefixes_take():
+    """Issue 39's hot-prefix workload, as the index sees it: 16 customers of Zipf(1.2) popularity (the
+    first sends 30% of the requests), each prompt a 24-block prefix and a 2-block question, 4 replicas
+    of 128 blocks (4 prefixes each fit, 5 do not). By the strict least held, the hot customer's
+    replica filled with questions first, every other replica looked emptier by a block or two, and
+    13 of these 20 draws put a fifth prefix on one replica. Read to the new prompt's own size (a
+    replica within 26 blocks of the least counts as the least, then the turn), every draw puts 4 on each."""
+    import collections
+
+    from gateway.prefix_index import PrefixIndex, block_hashes
+
+    reps = [Route(i, "m", "127.0.0.1", 1) for i in ("a", "b", "c", "d")]
+    weights = [1 / (c + 1) ** 1.2 for c in range(16)]
+    for seed in range(20):
+        idx, rng, first = PrefixIndex(capacity=128), random.Random(seed), {}
+        for n in range(400):
+            c = rng.choices(range(16), weights)[0]
+            blocks = block_hashes(f"customer {c} " + "y" * 3060 + f" q{n} " + "z" * 250, 128)  # 24 + 2 blocks
+            home = idx.home(blocks)
+            ch = choose(reps, 16, {}, lambda i: idx.matched(i, blocks), len(blocks), Knobs(), rng,
+                        held=idx.size, home=home, new_turn=idx.new_turn)
+            if ch.reason == NO_PREFIX and home is None:
+                idx.placed_new(ch.route.instance)
+            idx.insert(ch.route.instance, blocks)
+            first.setdefault(c, ch.route.instance)
+        assert sorted(collections.Counter(first.values()).values()) == [4, 4, 4, 4], seed
+
+
+def test_the_room_an_index_reads_is_its_free_blocks_where_a_caches_size_is_known():
+    from gateway.prefix_index import CAPACITY, PrefixIndex
+
+    guess = PrefixIndex()  # the default guess (16,384 blocks): held blocks tell how busy, not how full
+    guess.insert("a", tuple(range(30)))
+    assert guess.size("a") == 30 and guess.fill("a") is None and guess.fill("b") is None
+    guess.set_capacity("a", 64, reported=False)  # learned from its answers: known; 30 held of 64
+    guess.set_capacity("b", 128)  # reported by its engine: known; none held
+    assert (guess.fill("a"), guess.fill("b")) == (30 - 64, -128)  # b has more room, though a is smaller
+    assert PrefixIndex(capacity=256).fill("a") == -256  # --prefix-cache-blocks given: the operator sized it
+    assert PrefixIndex(capacity=CAPACITY, sized=True).fill("a") == -CAPACITY
+
+
+def test_by_free_room_a_small_cache_is_not_handed_every_new_prefix():
+    # learned sizes of 40 and 400 blocks, each LRU full: by blocks held the small one had the most room and took
+    # every unique prompt (the bench's no-prefix phase: p90 1.3 s); by free room both are full, and they take turns
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(1))
+    b.swap(table(R[:2]))
+    for r, cap in zip(R[:2], (40, 400)):
+        b.index.set_capacity(r.instance, cap, reported=False)
+        b.index.insert(r.instance, tuple(range(cap * 7, cap * 8)))  # full
+    got = []
+    for n in range(8):
+        p = Prompt(blocks(f"unique {n}"))
+        r = b._choose("m", frozenset(), 0.0, p)
+        b.release(r, "m")
+        got.append(r.instance)
+    assert sorted(got) == ["a"] * 4 + ["b"] * 4, got

@@ -109,7 +109,7 @@ def test_the_cost_decides_only_when_every_eligible_replica_is_measured(paces, in
 
 def test_without_a_match_the_cost_is_not_used():
     """Nobody holds the prefix: a new prefix's placement (room, turn) is the guard's, unchanged."""
-    held = {"a": 90, "b": 10, "c": 40}
+    held = {"a": 90, "b": 10, "c": 70}  # a and c hold more than b plus the prompt's 48 blocks
     got = {choose(R, 8, {"b": 3}, lambda i: 0, 48, Knobs(), random.Random(s), held=held.get,
                   pace=ALL_FAST.get).route.instance for s in range(40)}
     assert got == {"b"}  # most room, though busier (3 <= 0 + 4); the cost would have said a or c

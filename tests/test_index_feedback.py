@@ -154,12 +154,13 @@ async def test_the_balancer_weighs_each_answer_against_what_it_believed_when_it_
     assert b.answered(home, again, None, True) is None  # no usage: no evidence
     assert b.answered("b" if home == "a" else "a", again, usage(0, 512), True) is None  # not the one chosen
     third = await sent(b, "m", text)
-    # its engine restarted: 0 cached where 16 blocks were believed held, the latest sent (age 0): 0 + 0, FLOOR 16
-    assert b.answered(home, third, usage(0, 512), True) == Verdict(MISS, 0, 16)
-    assert b.index.matched(home, third.blocks) == 0 and b.index.capacities[home] == 16
-    fourth = await sent(b, "m", text)  # nothing held anywhere: back home, not a new placement
-    assert fourth.choice.route.instance == home and fourth.choice.matched == 0 and not fourth.forgot
-    assert b.answered(home, fourth, usage(496, 512), True) == Verdict(NONE)  # dropped, not let go: no growth
+    # its engine restarted: 0 cached where 16 blocks were believed held, the latest sent (age 0): 0 + 0, FLOOR 16.
+    # Home: nothing dropped, as its engine prefilled the 16 blocks for this answer and holds them now
+    assert b.answered(home, third, usage(0, 512), True) == Verdict(MISS, None, 16)
+    assert b.index.matched(home, third.blocks) == 16 and b.index.capacities[home] == 16
+    fourth = await sent(b, "m", text)  # home again, held there: the engine's answer agrees
+    assert fourth.choice.route.instance == home and fourth.choice.matched == 16
+    assert b.answered(home, fourth, usage(496, 512), True) == Verdict(HIT)
 
 
 async def test_a_groups_prefill_answer_corrects_the_prefill_and_nothing_else():
@@ -195,6 +196,8 @@ async def test_a_groups_prefill_answer_corrects_the_prefill_and_nothing_else():
     assert b.answered("d0", third, usage(0, 1024), True) is None  # the decode's answer: not evidence
     retry = Prompt(third.blocks, chars=third.chars, pick=replace(third.pick, retry=True), choice=third.choice)
     assert b.answered(pre, retry, usage(0, 1024), True) is None  # a decode's retry: the prefill was weighed once
-    # the prefill's engine had none of it (restarted): 16 believed, 0 held, age 0: dropped, learned 0 + 0 -> FLOOR 16
-    assert b.answered(pre, third, usage(0, 1024), True) == Verdict(MISS, 0, 16)
-    assert b.index.matched(pre, third.blocks) == 0 and b.index.capacities[pre] == 16
+    # the prefill's engine had none of it (restarted): 16 believed, 0 held, age 0: learned 0 + 0 -> FLOOR 16;
+    # the prefill is the prompt's home, whose engine has just prefilled it: kept
+    assert b.index.home(third.blocks) == pre
+    assert b.answered(pre, third, usage(0, 1024), True) == Verdict(MISS, None, 16)
+    assert b.index.matched(pre, third.blocks[:16]) == 16 and b.index.capacities[pre] == 16
