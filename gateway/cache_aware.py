@@ -35,12 +35,11 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    out as they were, and a spill's copy elsewhere ties with home and loses, unless every eligible
    replica holds as much: a shared header, or a hot prefix spread over all); for a new prefix, the
    fewest blocks held less the cache's size (the most free), read to the new prompt's own size
-   (SGLang's "smallest tree": new prefixes are
-   shared out by cache room, so no replica is handed more of them than its cache holds while
-   another's is empty; a replica within the prompt's size of the least counts as the least, and the
-   turn decides between them; where a replica's cache size is not known, blocks held tell how busy
-   it was, not how full, and the turn alone decides); then the fewest
-   in flight; then at random. Reason ``prefix``; ``no-prefix`` when no replica matched;
+   (SGLang's "smallest tree": new prefixes are shared out by cache room, so no replica is handed
+   more of them than its cache holds while another's is empty; a replica within the prompt's size
+   of the least counts as the least, and the turn decides between them; where a replica's cache
+   size is not known, blocks held tell how busy it was, not how full, and the turn alone
+   decides); then the fewest in flight; then at random. Reason ``prefix``; ``no-prefix`` when no replica matched;
    ``imbalance`` when the guard left out one that matched more than the chosen. With nothing
    matched, no home and no sizes known, this is least outstanding, draw for draw.
 
