@@ -100,7 +100,7 @@ def test_a_new_prefix_goes_where_there_is_room(blocks, in_flight, held, expect):
     ({}, {"a": 128, "b": 90, "c": 128}, {"a": 0, "b": 5, "c": 0}, {"b"}),  # room comes first: b holds least
     ({"b": 5}, {"a": 128, "b": 128, "c": 128}, {"a": 3, "b": 0, "c": 2}, {"c"}),  # b 5 > 0 + 4: the guard first
     ({"a": 2}, {"a": 128, "b": 128, "c": 128}, {"a": 0, "b": 1, "c": 2}, {"a"}),  # before load: 2 <= 0 + 4
-    # a replica whose cache size is not known (held None: prefix_index.room): its count of blocks says how busy
+    # a replica whose cache size is not known (held None: prefix_index.fill): its count of blocks says how busy
     # it was, not how full; room is not read for anyone, and the turn alone decides
     ({}, {"a": None, "b": 90, "c": 600}, {"a": 3, "b": 1, "c": 0}, {"c"}),  # by room b; by turn c (never)
     ({}, {"a": None, "b": None, "c": None}, {"a": 3, "b": 1, "c": 2}, {"b"}),
