@@ -27,3 +27,46 @@ def test_settled(seen, wanted, out):
 ])
 def test_stalled(counts, out):
     assert stalled(counts) is out
+
+
+NO_ROOM = "unschedulable: The largest allocatable GPU has 70.0 GiB"
+
+
+@pytest.mark.parametrize("reasons, late, asked, out", [
+    # 6 PENDING, none decided yet: the first four asked, the rest not (still deciding, as they are)
+    ({}, False, 4, None),
+    # the look's time is up and still none decided: nothing to say, and the rest are not asked
+    # (they had been: ten deploys of 50 asked 400 replicas at one moment, mid-burst)
+    ({}, True, 4, []),
+    # one of the first four cannot be placed: the rest are asked too, all 6; four still deciding,
+    # so the look goes on (it had ended there, saying nothing)
+    ({"m-1": NO_ROOM}, False, 6, None),
+    # ... and at the end of the look it is said
+    ({"m-1": NO_ROOM}, True, 6, [f"m-1: PENDING: {NO_ROOM}",
+                                 "the replica(s) wait in the queue ('gpuflow queue'); 'gpuflow deploy --wait' exits 3 for this"]),
+    # every one of them decided, none can be placed: said before the end
+    ({f"m-{k}": NO_ROOM for k in range(6)}, False, 6, [f"m-{k}: PENDING: {NO_ROOM}" for k in range(6)]
+     + ["the replica(s) wait in the queue ('gpuflow queue'); 'gpuflow deploy --wait' exits 3 for this"]),
+])
+def test_the_look_asks_the_rest_only_when_one_of_the_first_decided(monkeypatch, reasons, late, asked, out):
+    import asyncio
+
+    from contracts.control import InstanceView
+    from gpuflow import deploy_look, deploy_wait, ops
+
+    calls = []
+
+    async def instance(client, name):  # the replica's status query, answered from the table
+        calls.append(name)
+        return InstanceView(name=name, deployment="m", model="m", state="pending", reason=reasons.get(name, ""))
+
+    async def no_rollout(client, name):
+        return None
+
+    monkeypatch.setattr(ops, "instance", instance)
+    monkeypatch.setattr(deploy_wait, "rollout_view", no_rollout)
+    seen = {f"m-{k}": "pending" for k in range(6)}
+    said = asyncio.run(deploy_look.judged(None, "m", 6, seen, late))
+    assert len(calls) == asked
+    assert sorted(calls[:4]) == ["m-0", "m-1", "m-2", "m-3"]  # the first four by name
+    assert said == out
