@@ -15,16 +15,10 @@ import json
 import os
 import sys
 
-from gpuflow import files
-from views.render import dryrun as render
-from gpuflow.policy_env import policy_config
-from scheduler import scale_down
-from scheduler.decide import decide
 from scheduler.errors import GpuflowError, InvalidInput
-from scheduler.estimate import estimate_request
-from scheduler.summary import request_summary, summary_text
-from scheduler.spec import PlacementStrategy
-from scheduler.units import MiB
+
+# The dry runs' modules (the policy, the estimate, their rendering) are imported by their commands:
+# every other command, `gpuflow deploy` among them, starts without them (issue 37).
 
 EPILOG = """\
 start here: 'gpuflow dev' runs Temporal, a control plane and an agent on this machine;
@@ -37,6 +31,13 @@ EXIT_PIPE = 128 + 13  # SIGPIPE: the reader of stdout went away
 
 
 def cmd_schedule(a) -> int:
+    from gpuflow import files
+    from gpuflow.policy_env import policy_config
+    from scheduler.decide import decide
+    from scheduler.estimate import estimate_request
+    from scheduler.summary import request_summary, summary_text
+    from views.render import dryrun as render
+
     snapshot = files.load_cluster(a.cluster)
     spec = files.load_spec(a.model)
     if spec.is_group or a.scale_out or a.scale_in:
@@ -63,6 +64,7 @@ def _csv(v: str | None, cast):
 
 
 def cmd_estimate(a) -> int:
+    from scheduler.units import MiB
     from views.render.estimate_json import gguf_json, hf_json
 
     path = a.model
@@ -89,6 +91,12 @@ def cmd_estimate(a) -> int:
 
 
 def cmd_rank(a) -> int:
+    from gpuflow import files
+    from gpuflow.policy_env import policy_config
+    from scheduler import scale_down
+    from scheduler.spec import PlacementStrategy
+    from views.render import dryrun as render
+
     snapshot = files.load_cluster(a.cluster)
     if not any(i.model == a.model for i in snapshot.instances):
         raise InvalidInput(f"{a.cluster}: no instance of model {a.model!r}")
@@ -180,8 +188,9 @@ def parser(local_only: bool = False, only: str | None = None) -> argparse.Argume
 
     si = sub.add_parser("standin", help="gpuflow's stand-in engine: answers the OpenAI API with canned text, runs "
                                         "no model (a spec's run_command: 'gpuflow standin --port {port} --host {host}')")
-    from gpuflow.demo.standin import add_arguments
-    add_arguments(si)
+    if only is None:  # a cluster command's parse (``only``) never reads the stand-in's flags
+        from gpuflow.demo.standin import add_arguments
+        add_arguments(si)
     si.set_defaults(fn=cmd_standin)
 
     if not local_only:
