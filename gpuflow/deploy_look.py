@@ -12,9 +12,9 @@ query each, judged by ``deploy_wait.judge``: the same verdict and lines as befor
 reason can matter: when the number PENDING stopped falling for two looks (placing stalled: a
 replica no host can take waits PENDING), or once when the look's time is up, the first four
 PENDING (replicas are placed in about their order) and, only when one of those has had its
-decision, the rest (at the look's end they had all been asked: in a burst, 400 queries at once,
-and the deploys ran on 30 s after their look). On a loaded cluster placing is slow and stalls often: asking every PENDING replica at
-each stall had still cost each deploy a query per replica a second."""
+decision, the rest (the look's end had asked every one: ten deploys of 50 sent at once, about 400
+queries at one moment, mid-burst). On a loaded cluster placing is slow and stalls often: asking
+every PENDING replica at each stall had still cost each deploy a query per replica a second."""
 
 from __future__ import annotations
 
