@@ -86,10 +86,7 @@ class RecordActivities:
         """The first rows of a batch of replicas in one transaction, then their workflows started
         together, with their search attributes set (the workflow then upserts none of its own until it is placed). A retry is harmless:
         rows already written are kept, and a workflow already running is used as it is
-        (USE_EXISTING). Each start asks for eager execution: where the server allows it
-        (``system.enableEagerWorkflowStart``) and this worker has a workflow-task slot free, the
-        start's answer carries the first workflow task to this worker, without a trip through the
-        server's matching (issue 37); otherwise it is an ordinary start."""
+        (USE_EXISTING)."""
         callers.check(c.START_INSTANCES, batch)
         inputs = batch.instances
         await self.runner.run(records.create_instances, self.engine, [InstanceRecord(
@@ -103,8 +100,7 @@ class RecordActivities:
                 SearchAttributePair(SA_MODEL, str(inp.spec.get("name", ""))),
                 SearchAttributePair(SA_DEPLOYMENT, inp.deployment), SearchAttributePair(SA_STATE, "PENDING")]),
             static_summary=f"replica {inp.name} of {inp.deployment}",
-            static_details=ui_text.instance_details(inp.spec, inp.deployment),
-            request_eager_start=True) for inp in inputs))
+            static_details=ui_text.instance_details(inp.spec, inp.deployment)) for inp in inputs))
 
     @activity.defn(name=c.CLOSED_WORKFLOWS)
     async def closed_workflows(self, asked: InstanceNames) -> ClosedInstances:

@@ -1,10 +1,9 @@
 """An instance workflow on the real dev server, in the history it writes: no patch markers (the
 project keeps no version branches before its first release), no search attributes upserted before
-it is placed (start_instances sets them), started eagerly (its first workflow task handed to the
-control plane with the start), placed by a local activity in its first workflow task, two local
-activities on the way to RUNNING, and a supervisor that heartbeats within supervise_heartbeat_s
-(the host's watch speaks for its liveness). It stops its process, and its history replays under
-the full sandbox."""
+it is placed (start_instances sets them), placed by a local activity in its first workflow task,
+two local activities on the way to RUNNING, and a supervisor that heartbeats within
+supervise_heartbeat_s (the host's watch speaks for its liveness). It stops its process, and its
+history replays under the full sandbox."""
 
 from __future__ import annotations
 
@@ -63,9 +62,6 @@ async def test_a_replica_records_no_patch_marker_and_replays(tmp_path):
                          "workflow_task_completed", "marker_recorded:core_local_activity",
                          "upsert_workflow_search_attributes:GpuflowState,GpuflowWorker"], k
 
-        # started eagerly: its first workflow task came back with the start to the control plane that
-        # started it, with no trip through the server's matching (issue 37; the dev server allows it)
-        assert h.events[0].workflow_execution_started_event_attributes.eager_execution_accepted
         # the Temporal UI's filters find it by model and deployment
         q = f"{SA_MODEL.name} = 'new' AND {SA_DEPLOYMENT.name} = 'new' AND WorkflowType = 'ModelInstanceWorkflow'"
         for _ in range(30):

@@ -45,9 +45,7 @@ class DevServer:
         a = [temporal_binary(), "server", "start-dev", "--db-filename", self.db, "--ip", self.ip,
              "--port", str(self.port), "--log-level", "warn",
              "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-             "--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false",
-             # the control plane starts replicas' workflows eagerly (activities/records.py start_instances)
-             "--dynamic-config-value", "system.enableEagerWorkflowStart=true"]
+             "--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false"]
         a += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"] if self.ui_port else ["--headless"]
         for k in SEARCH_ATTRIBUTES:
             a += ["--search-attribute", f"{k.name}=Keyword"]
