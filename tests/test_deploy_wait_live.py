@@ -8,6 +8,7 @@ deployment, and what deploy says of the replica count after ``gpuflow scale`` (i
 from __future__ import annotations
 
 import json
+import time
 
 from tests.live import Live, cli, spec
 
@@ -59,9 +60,15 @@ async def test_deploy_wait_exit_codes_and_the_logs_of_the_failed(tmp_path):
         # the failed replica's log, read on its host; and under its reason in status
         out = cli(lv, "logs", "bad-0")
         assert out.returncode == 0 and "engine: refusing to start" in out.stdout, out
-        out = cli(lv, "status")
-        lines = out.stdout.splitlines()
-        at = next(k for k, ln in enumerate(lines) if ln.strip().startswith("bad-0"))
+        # it restarts after min(0.5 s * 2^(n-1), cap) (FAST): between two tries it is STARTING, and
+        # the log shows under its reason only while ERROR, so status is read again until it is
+        for _ in range(40):
+            out = cli(lv, "status")
+            lines = out.stdout.splitlines()
+            at = next(k for k, ln in enumerate(lines) if ln.strip().startswith("bad-0"))
+            if "ERROR" in lines[at]:
+                break
+            time.sleep(0.5)
         assert lines[at + 1].strip() == "| engine: refusing to start", out.stdout
 
         # deleted, its log is still on h1 (the agent keeps the last --keep-logs ended instances')
