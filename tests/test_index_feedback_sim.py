@@ -50,7 +50,7 @@ def run(index_blocks: int, correct: bool, n: int = 4500, spill: float = 0.05, se
         if rng.random() < spill:  # the replica the rule would pick is 9 ahead: passed over
             got = {r.instance: b.index.matched(r.instance, p.blocks) for r in routes}
             top = max(got.values())
-            best = [i for i, n in got.items() if n == top]
+            best = [i for i, m in got.items() if m == top]
             home = b.index.home(p.blocks)  # a tie goes home, as the rule's does
             at = home if home in best or top == 0 else best[0]
             b.in_flight = {at: 9} if at else {}
