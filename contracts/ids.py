@@ -28,6 +28,12 @@ def autoscaler_id(deployment: str) -> str:
     return f"autoscaler/{deployment}"
 
 
+# The workflow types a client starts or calls by name (gpuflow/ops.py calls them so: importing the
+# workflow classes costs each CLI process about 90 ms of CPU, the policy and state machines with them)
+DEPLOYMENT_WORKFLOW = "ModelDeploymentWorkflow"
+INSTANCE_WORKFLOW = "ModelInstanceWorkflow"
+HOST_WORKFLOW = "HostWorkflow"
+
 # ModelInstanceWorkflow (instance/<name>)
 INSTANCE_STOP = "stop"  # signal: stop the processes, release, end
 INSTANCE_CAPACITY_CHANGED = "capacity_changed"  # signal: a PENDING replica decides again
@@ -41,6 +47,16 @@ DEPLOYMENT_INSTANCE_ENDED = "instance_ended"  # signal (instance name): one of i
 DEPLOYMENT_STATUS = "status"  # query -> DeploymentView
 DEPLOYMENT_ROLLOUT = "rollout"  # query: the rollout's state
 DEPLOYMENT_SCALE = "scale"  # update (replicas) -> DeploymentView
+DEPLOYMENT_ACCEPTED = "accepted"  # update -> DeploymentView: the start's input, once its checks passed
+DEPLOYMENT_UPDATE_SPEC = "update_spec"  # update (the spec, as JSON) -> DeploymentView
+DEPLOYMENT_ROLLOUT_UNDO = "rollout_undo"  # update -> DeploymentView: back to the version before
+DEPLOYMENT_DELETE = "delete"  # update -> DeploymentView
+
+# HostWorkflow (host/<name>)
+HOST_STATUS = "status"  # query -> HostView
+HOST_FORGET = "forget"  # update -> str
+HOST_CORDON = "cordon"  # update (CordonAsk) -> str
+HOST_UNCORDON = "uncordon"  # update -> str
 
 # AutoscalerWorkflow (autoscaler/<deployment>)
 AUTOSCALER_WAKE = "wake"  # signal: a request arrived for a deployment at zero

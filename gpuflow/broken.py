@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 
-from contracts.ids import INSTANCE_STOP
+from contracts.ids import INSTANCE_STOP, INSTANCE_WORKFLOW
 from contracts.control import CONTROL_QUEUE
 from gpuflow.runtime import Unreachable
 
@@ -62,10 +62,11 @@ async def closed(handle: WorkflowHandle, d: WorkflowExecutionDescription) -> str
     return st.lower().replace("_", " ")
 
 
-async def query(handle: WorkflowHandle, q) -> Any:
-    """A query that gives up after QUERY_TIMEOUT_S, naming the workflow."""
+async def query(handle: WorkflowHandle, q, result_type: type | None = None) -> Any:
+    """A query (a name from contracts/ids.py, answered as ``result_type``; or a workflow's method)
+    that gives up after QUERY_TIMEOUT_S, naming the workflow."""
     try:
-        return await asyncio.wait_for(handle.query(q), QUERY_TIMEOUT_S)
+        return await asyncio.wait_for(handle.query(q, result_type=result_type), QUERY_TIMEOUT_S)
     except asyncio.TimeoutError:
         raise Unreachable(f"{handle.id} did not answer a query within {QUERY_TIMEOUT_S:g} s "
                            "(is a control-plane worker running? its history in the Temporal UI says more)") from None
@@ -93,7 +94,7 @@ async def stop_instances_of(client: Client, deployment: str) -> list[str]:
     attribute, not through the deployment, which may not answer); their names."""
     if not NAME.match(deployment):
         return []
-    q = (f"WorkflowType = 'ModelInstanceWorkflow' AND ExecutionStatus = 'Running' "
+    q = (f"WorkflowType = '{INSTANCE_WORKFLOW}' AND ExecutionStatus = 'Running' "
          f"AND GpuflowDeployment = '{deployment}'")
     names = []
     async for w in client.list_workflows(q):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from contracts.ids import INSTANCE_WORKFLOW
 from contracts.search import SA_DEPLOYMENT, SA_STATE
 from scheduler.naming import natural_key
 
@@ -31,7 +32,7 @@ SAMPLE = 4  # on a stall, the first PENDING replicas asked; the rest only when o
 async def states(client, name: str) -> dict[str, str]:
     """The running replica workflows of deployment ``name``: instance -> its GpuflowState (lower
     case, as the status says states), from visibility: one list call."""
-    q = (f"{SA_DEPLOYMENT.name} = '{name}' AND WorkflowType = 'ModelInstanceWorkflow' "
+    q = (f"{SA_DEPLOYMENT.name} = '{name}' AND WorkflowType = '{INSTANCE_WORKFLOW}' "
          "AND ExecutionStatus = 'Running'")
     out = {}
     async for w in client.list_workflows(q):

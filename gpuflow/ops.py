@@ -11,7 +11,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import ui_text
-from contracts.ids import autoscaler_id, deployment_id, host_id, host_logs_id, instance_id
+from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS,
+                          DEPLOYMENT_UPDATE_SPEC, DEPLOYMENT_WORKFLOW, HOST_CORDON, HOST_FORGET, HOST_STATUS,
+                          HOST_UNCORDON, HOST_WORKFLOW, INSTANCE_STATUS, autoscaler_id,
+                          deployment_id, host_id, host_logs_id, instance_id)
 from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
 from contracts.host import cordon_reason_problem
@@ -22,20 +25,18 @@ from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem, natural_key  # noqa: F401  (natural_key: the callers' too)
 from scheduler.spec import ModelSpec
-from workflows.deployment import ModelDeploymentWorkflow
-from workflows.host import HostWorkflow
-from workflows.instance import ModelInstanceWorkflow
 
 
 UPDATE_TIMEOUT_S = 60.0
 LOG_QUERY_TIMEOUT_S = 15.0
 
 
-async def run_update(handle, update, *args):
-    """Run an update; a workflow that does not answer is named instead of waited on forever, and a
+async def run_update(handle, update, *args, result_type: type | None = None):
+    """Run an update (a name from contracts/ids.py, answered as ``result_type``; or a workflow's
+    method); a workflow that does not answer is named instead of waited on forever, and a
     refusal (its validator's, or its handler's) is an InvalidInput with the workflow's words."""
     try:
-        return await asyncio.wait_for(handle.execute_update(update, *args), UPDATE_TIMEOUT_S)
+        return await asyncio.wait_for(handle.execute_update(update, *args, result_type=result_type), UPDATE_TIMEOUT_S)
     except WorkflowUpdateFailedError as e:
         raise _update_error(e) from None
     except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # ours, or the server's RPC deadline
@@ -56,20 +57,20 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     raw = spec.model_dump(mode="json", exclude_none=True)
     wid = deployment_id(spec.name)
     handle = await client.start_workflow(
-        ModelDeploymentWorkflow.run, DeploymentInput(spec=raw, replicas=replicas, **({"timings": timings} if timings else {})),
+        DEPLOYMENT_WORKFLOW, DeploymentInput(spec=raw, replicas=replicas, **({"timings": timings} if timings else {})),
         id=wid,
         task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"deployment of {spec.name} ({spec.backend.value})",
         static_details=ui_text.deployment_details(raw, replicas))
     try:
-        view = await run_update(handle, ModelDeploymentWorkflow.accepted)
+        view = await run_update(handle, DEPLOYMENT_ACCEPTED, result_type=DeploymentView)
     except Exception:  # noqa: BLE001  refused by the control plane's checks: its reason, if it failed
         await deployment_handle(client, spec.name)
         raise
     if view.spec != raw or (replicas is not None and view.replicas != replicas):
-        view = await run_update(handle, ModelDeploymentWorkflow.update_spec, raw)
+        view = await run_update(handle, DEPLOYMENT_UPDATE_SPEC, raw, result_type=DeploymentView)
         if replicas is not None and view.replicas != replicas:
-            view = await run_update(handle, ModelDeploymentWorkflow.scale, replicas)
+            view = await run_update(handle, DEPLOYMENT_SCALE, replicas, result_type=DeploymentView)
     return view
 
 
@@ -86,7 +87,7 @@ async def _described(handle, missing: str):
 async def deployment_handle(client: Client, name: str):
     """The running deployment ``name``'s handle; InvalidInput saying why when there is none (never
     deployed, deleted, failed: its reason)."""
-    handle = client.get_workflow_handle_for(ModelDeploymentWorkflow.run, deployment_id(name))
+    handle = client.get_workflow_handle(deployment_id(name), result_type=DeploymentView)
     d = await _described(handle, f"no deployment named {name!r}")
     if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
         try:
@@ -110,7 +111,7 @@ async def current(client: Client, name: str) -> DeploymentView | None:
         h = await deployment_handle(client, name)
     except InvalidInput:
         return None
-    return await broken.query(h, ModelDeploymentWorkflow.status)
+    return await broken.query(h, DEPLOYMENT_STATUS, DeploymentView)
 
 
 def _check_replicas(replicas: int) -> None:
@@ -126,7 +127,7 @@ def _check_replicas(replicas: int) -> None:
 async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
     _check_replicas(replicas)
     h = await deployment_handle(client, name)
-    return await run_update(h, ModelDeploymentWorkflow.scale, replicas)
+    return await run_update(h, DEPLOYMENT_SCALE, replicas, result_type=DeploymentView)
 
 
 async def delete(client: Client, name: str, wait: bool = False,
@@ -140,7 +141,7 @@ async def delete(client: Client, name: str, wait: bool = False,
         stopped = broken.stop_instances_of(client, name)
         return DeploymentView(name=name, replicas=0, instances=await stopped, deleting=True,
                               broken=why)
-    view = await run_update(h, ModelDeploymentWorkflow.delete)
+    view = await run_update(h, DEPLOYMENT_DELETE, result_type=DeploymentView)
     if not wait:
         return view
     done = asyncio.ensure_future(h.result())
@@ -151,16 +152,16 @@ async def delete(client: Client, name: str, wait: bool = False,
             if progress is None:
                 continue
             try:
-                left = await broken.query(h, ModelDeploymentWorkflow.status)
+                left = await broken.query(h, DEPLOYMENT_STATUS, DeploymentView)
             except Exception:  # noqa: BLE001  ended meanwhile, or slow to answer: the result says
                 continue
             progress(len(set(left.instances) | set(left.stopping)))
 
 
 async def instance(client: Client, name: str) -> InstanceView:
-    h = client.get_workflow_handle_for(ModelInstanceWorkflow.run, instance_id(name))
+    h = client.get_workflow_handle(instance_id(name))
     try:
-        return await broken.query(h, ModelInstanceWorkflow.status)
+        return await broken.query(h, INSTANCE_STATUS, InstanceView)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise InvalidInput(f"no instance named {name!r}") from None
@@ -195,7 +196,7 @@ async def status(client: Client, name: str | None = None,
     projection: where it names every instance the deployment lists, those states stand in for a
     query to each instance's workflow (a thousand replicas, a thousand queries, each answered by a
     control-plane worker); where it does not (another cluster's store), the queries are made."""
-    names = [name] if name else [w.split("/", 1)[1] for w in await _running(client, "ModelDeploymentWorkflow")]
+    names = [name] if name else [w.split("/", 1)[1] for w in await _running(client, DEPLOYMENT_WORKFLOW)]
     deployments = []
     for n in names:
         try:
@@ -208,7 +209,7 @@ async def status(client: Client, name: str | None = None,
             why = await broken.task_failing(h)
             if why:
                 raise InvalidInput(why)
-            view = await broken.query(h, ModelDeploymentWorkflow.status)
+            view = await broken.query(h, DEPLOYMENT_STATUS, DeploymentView)
         except Exception as e:  # noqa: BLE001
             deployments.append({"name": n, "broken": broken.reason(e), "instances": []})
             continue
@@ -262,7 +263,7 @@ async def _instance_row(client: Client, name: str) -> dict[str, Any]:
 
 async def hosts(client: Client) -> list[HostView]:
     """Every host, in natural order of name (sim-2 before sim-10)."""
-    wids = sorted(await _running(client, "HostWorkflow"), key=natural_key)
+    wids = sorted(await _running(client, HOST_WORKFLOW), key=natural_key)
     return await bounded([_host(client, wid) for wid in wids])
 
 
@@ -272,12 +273,12 @@ async def forget_host(client: Client, name: str) -> str:
     problem = name_problem(name)
     if problem:
         raise InvalidInput(f"host name {name!r}: {problem}")
-    h = client.get_workflow_handle_for(HostWorkflow.run, host_id(name))
+    h = client.get_workflow_handle(host_id(name))
     d = await _described(h, f"no host named {name!r}")
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
                            f"{d.status.name.lower() if d.status else 'gone'}: forgotten, or ended)")
-    done = await run_update(h, HostWorkflow.forget)
+    done = await run_update(h, HOST_FORGET, result_type=str)
     try:
         await client.get_workflow_handle(host_logs_id(name)).terminate(f"host {name} forgotten")
     except RPCError as e:
@@ -298,23 +299,23 @@ async def cordon(client: Client, name: str, on: bool, reason: str = "") -> str:
         raise InvalidInput(f"the cordon reason {problem}")
     if reason and not on:
         raise InvalidInput("uncordon takes no reason")
-    h = client.get_workflow_handle_for(HostWorkflow.run, host_id(name))
+    h = client.get_workflow_handle(host_id(name))
     d = await _described(h, f"no host named {name!r}")
     if d.status is None or d.status.name != "RUNNING":
         raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
                            f"{d.status.name.lower() if d.status else 'gone'})")
     if on:
-        return await run_update(h, HostWorkflow.cordon, CordonAsk(reason=reason))
-    return await run_update(h, HostWorkflow.uncordon)
+        return await run_update(h, HOST_CORDON, CordonAsk(reason=reason), result_type=str)
+    return await run_update(h, HOST_UNCORDON, result_type=str)
 
 
 async def _host(client: Client, wid: str) -> HostView:
-    h = client.get_workflow_handle_for(HostWorkflow.run, wid)
+    h = client.get_workflow_handle(wid)
     try:
         why = await broken.task_failing(h)
         if why:
             raise InvalidInput(why)
-        return await broken.query(h, HostWorkflow.status)
+        return await broken.query(h, HOST_STATUS, HostView)
     except Exception as e:  # noqa: BLE001  one host that does not answer is shown broken
         return HostView(name=wid.split("/", 1)[1], state="broken", reason=broken.reason(e))
 

@@ -46,13 +46,16 @@ def test_one_owner_parses_as_the_whole_parser(argv):
 
 
 # What a cluster command's process is spared (issue 37): the dev stack, the simulator, the gateway;
-# the dry runs' policy and its rendering; the stand-in engine and its HTTP server.
+# the dry runs' policy and its rendering; the stand-in engine and its HTTP server; the workflow
+# classes (gpuflow/ops.py calls them by their names in contracts/ids.py: tests/test_call_names.py).
 SPARED = ('gpuflow.dev', 'gpuflow.simulate', 'gpuflow.cli.gateway', 'scheduler.decide', 'views.render.dryrun',
-          'gpuflow.demo.standin', 'http.server')
+          'gpuflow.demo.standin', 'http.server', 'workflows.deployment', 'workflows.instance', 'workflows.host')
 
 
 def test_a_deploy_process_does_not_import_the_dev_stack_or_the_simulator():
+    # the modules cmd_deploy imports when it runs (a first deploy, without --wait) as well as the parser's
     code = ("import sys; from gpuflow import cli; cli.parser(only=cli.OWNERS['deploy']).parse_args(['deploy', 'm.yaml']); "
+            "from gpuflow import deploy_look, deploy_report, deploy_wait; "
             f"print(sorted(m for m in {SPARED!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

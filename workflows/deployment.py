@@ -17,7 +17,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, DEPLOYMENT_ROLLOUT, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS, INSTANCE_STOP, deployment_id, instance_id
+    from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_INSTANCE_ENDED, DEPLOYMENT_ROLLOUT,
+                              DEPLOYMENT_ROLLOUT_UNDO, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS, DEPLOYMENT_UPDATE_SPEC,
+                              DEPLOYMENT_WORKFLOW, INSTANCE_STOP, deployment_id, instance_id)
     from contracts.autoscale import START_AUTOSCALER, DeploymentRef
     from contracts.control import (ClosedInstances, DeploymentInput, DeploymentView, InstanceInput, InstanceNames,
                                    ScaleDownOrder, Timings, host_queue)
@@ -51,7 +53,7 @@ def parse_spec(raw: dict) -> ModelSpec:
     return spec
 
 
-@workflow.defn(name="ModelDeploymentWorkflow")
+@workflow.defn(name=DEPLOYMENT_WORKFLOW)
 class ModelDeploymentWorkflow(GroupSteps, PDWatch):
     @workflow.init
     def __init__(self, *args: Any) -> None:
@@ -94,7 +96,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
                               degraded=self.degraded + self.pd_degraded,
                               degraded_why={k: self.pd_why for k in self.pd_degraded if self.pd_why})
 
-    @workflow.update
+    @workflow.update(name=DEPLOYMENT_ACCEPTED)
     async def accepted(self, *args: Any) -> DeploymentView:
         """Answers once the control plane's checks passed (``gpuflow deploy`` waits on it); a spec
         they refuse fails the workflow instead, with the reason. Takes no input."""
@@ -155,7 +157,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         if problem:
             raise ApplicationError(problem, type="InvalidSpec", non_retryable=True)
 
-    @workflow.update
+    @workflow.update(name=DEPLOYMENT_UPDATE_SPEC)
     async def update_spec(self, *args: Any) -> DeploymentView:
         """Make this the deployment's spec (one model spec, as written): a change outside the fields
         that restart nothing rolls the replicas (workflows/rollout_steps.py)."""
@@ -174,7 +176,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         self.dirty, self.replicas = True, replicas
         return await self._applied()
 
-    @workflow.update
+    @workflow.update(name=DEPLOYMENT_ROLLOUT_UNDO)
     async def rollout_undo(self, *args: Any) -> DeploymentView:
         """Back to the last good spec before the current one, never one rolled back for failing
         (rollout_steps.undo_choice), rolled the same way; the replica count stays."""
@@ -204,7 +206,7 @@ class ModelDeploymentWorkflow(GroupSteps, PDWatch):
         if self.deleting:
             raise ValueError(f"deployment {self.name} is being deleted")
 
-    @workflow.update
+    @workflow.update(name=DEPLOYMENT_DELETE)
     async def delete(self, *args: Any) -> DeploymentView:
         """Stop every replica and end; answers at once. Takes no input."""
         self.deleting, self.dirty = True, True

@@ -32,7 +32,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from contracts import ui_text
     from contracts.host_auth import WatchAsk
-    from contracts.ids import host_id
+    from contracts.ids import HOST_CORDON, HOST_FORGET, HOST_STATUS, HOST_UNCORDON, HOST_WORKFLOW, host_id
     from contracts.host import BookingAsk
     from contracts.control import CordonAsk, HostInput, HostReport, HostView, host_queue
     from contracts.hosts import HostCordon, HostLost, HostRef
@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import one_input
 
 
-@workflow.defn(name="HostWorkflow")
+@workflow.defn(name=HOST_WORKFLOW)
 class HostWorkflow(HostReports):
     @workflow.init
     def __init__(self, *args: Any) -> None:
@@ -68,7 +68,7 @@ class HostWorkflow(HostReports):
         against the MAC of the report as it arrived: contracts/host_auth.py ReportCheck)."""
         self._queue_hello(args[0] if len(args) == 1 else None)
 
-    @workflow.update
+    @workflow.update(name=HOST_FORGET)
     async def forget(self, *args: Any) -> str:
         """``gpuflow hosts forget``: a host gone for good leaves the store, and this workflow ends.
         Refused while the host holds reservations (records.forget_worker says whose). An agent that
@@ -110,7 +110,7 @@ class HostWorkflow(HostReports):
             raise ValueError(f"host {self.inp.name} is READY; stop its agent first "
                              "(a host that answers keeps running its servers)")
 
-    @workflow.update
+    @workflow.update(name=HOST_CORDON)
     async def cordon(self, *args: Any) -> str:
         """``gpuflow hosts cordon``: no new replica is placed on this host; those running there keep
         running. Takes one optional CordonAsk (the operator's reason). Cordoning a cordoned host
@@ -130,7 +130,7 @@ class HostWorkflow(HostReports):
             messages.one(args, CordonAsk, "cordon")
         self._check_live("cordon")
 
-    @workflow.update
+    @workflow.update(name=HOST_UNCORDON)
     async def uncordon(self, *args: Any) -> str:
         """``gpuflow hosts uncordon``: new replicas may be placed here again, and the PENDING queue
         is woken (the host_cordon activity), so a replica waiting for room can take it now. Takes no input."""
@@ -192,7 +192,7 @@ class HostWorkflow(HostReports):
         """Untrusted input, refused before anything is recorded: exactly one BookingsQuery."""
         messages.one(args, BookingsQuery, BOOKINGS_UPDATE)
 
-    @workflow.query
+    @workflow.query(name=HOST_STATUS)
     def status(self) -> HostView:
         return HostView(name=self.inp.name, state=self.state, report=self.report, since=self.since, reason=self.reason,
                         cordoned=self.cordoned, cordon_reason=self.cordon_reason, refusal=self.refusal)

@@ -39,7 +39,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, INSTANCE_CAPACITY_CHANGED, INSTANCE_HOST_NEWS, INSTANCE_PREEMPT, INSTANCE_STATUS, INSTANCE_STOP, INSTANCE_VICTIM_STOPPED, deployment_id, instance_id
+    from contracts.ids import DEPLOYMENT_INSTANCE_ENDED, INSTANCE_CAPACITY_CHANGED, INSTANCE_HOST_NEWS, INSTANCE_PREEMPT, INSTANCE_STATUS, INSTANCE_STOP, INSTANCE_VICTIM_STOPPED, INSTANCE_WORKFLOW, deployment_id, instance_id
     from contracts.control import HostNews, InstanceInput, InstanceView, PreemptNotice, VictimStopped
     from scheduler.naming import name_problem
     from scheduler.spec import ModelSpec
@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 
-@workflow.defn(name="ModelInstanceWorkflow")
+@workflow.defn(name=INSTANCE_WORKFLOW)
 class ModelInstanceWorkflow(PlaceSteps, HostSteps):
     @workflow.init
     def __init__(self, *args: Any) -> None:

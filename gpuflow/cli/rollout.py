@@ -49,11 +49,11 @@ def cmd_rollout(a) -> int:
     async def go():
         client = await connect(s.temporal)
         if a.action == "undo":
+            from contracts.ids import DEPLOYMENT_ROLLOUT_UNDO
             from gpuflow import ops
-            from workflows.deployment import ModelDeploymentWorkflow
 
             h = await ops.deployment_handle(client, a.name)
-            await ops.run_update(h, ModelDeploymentWorkflow.rollout_undo)  # refused: the reason, exit 1
+            await ops.run_update(h, DEPLOYMENT_ROLLOUT_UNDO)  # refused: the reason, exit 1 (the view is not read)
         v = await rollout_view(client, a.name)
         undid = [s for s in v["steps"] if s["action"] == "undo"][-1:] if a.action == "undo" else []
         if undid and not a.json:
