@@ -52,8 +52,9 @@ chromium:
 	  $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
 
+# --durations: the slowest tests, named at the end of every run (the whole run must stay within CI's 40 minutes)
 test: $(VENV)/.installed chromium
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -n 2 --dist loadfile
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(VENV)/bin/python -m pytest -n 2 --dist loadfile --durations=25
 
 # The documentation site (mkdocs.yml, docs/): built strictly into site/; its Reference pages are
 # generated from the code at build time (docs/hooks.py). docs-serve rebuilds as you edit.
