@@ -84,6 +84,8 @@ def test_every_command_works_with_the_address_alone(tmp_path):
 
 def _walk(dev: Dev, tmp_path) -> None:
     assert f"status: gpuflow status --address {dev.address}\n" in dev.out, dev.out  # no --data-dir to type
+    # "gpuflow dev is up" once its own host has joined: a deploy sent at once finds it (no "Matched 0 workers")
+    assert [(h["name"], h["state"]) for h in json.loads(dev.run("hosts", "--json"))] == [("box", "ready")]
     # the tenants file, applied and listed through the control plane
     (tmp_path / "tenants.yaml").write_text(yaml.safe_dump(TENANTS))
     out = dev.run("tenants", "apply", str(tmp_path / "tenants.yaml"))

@@ -17,9 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_INSTANCE_ENDED, DEPLOYMENT_ROLLOUT,
-                              DEPLOYMENT_ROLLOUT_UNDO, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS, DEPLOYMENT_UPDATE_SPEC,
-                              DEPLOYMENT_WORKFLOW, INSTANCE_STOP, deployment_id, instance_id)
+    from contracts.ids import DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_INSTANCE_ENDED, DEPLOYMENT_ROLLOUT, DEPLOYMENT_ROLLOUT_UNDO, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS, DEPLOYMENT_UPDATE_SPEC, DEPLOYMENT_WORKFLOW, INSTANCE_STOP, deployment_id, instance_id
     from contracts.autoscale import START_AUTOSCALER, DeploymentRef
     from contracts.control import (ClosedInstances, DeploymentInput, DeploymentView, InstanceInput, InstanceNames,
                                    ScaleDownOrder, Timings, host_queue)

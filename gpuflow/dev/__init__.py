@@ -28,6 +28,9 @@ def with_own_bin(path: str) -> str:
     return os.pathsep.join([own, *rest])
 
 
+JOIN_S = 60.0  # gpuflow dev: how long it waits for its own host to join before it says it is up anyway
+
+
 class Stack:
     """The processes of one gpuflow installation on this machine (also what the tests drive)."""
 
@@ -106,6 +109,26 @@ class Stack:
         p = self._spawn(f"agent-{name}.log", *args)
         self.agents[name] = p
         return p
+
+    def wait_joined(self, name: str, timeout_s: float = JOIN_S, every_s: float = 0.2) -> str | None:
+        """Until agent ``name`` (started by this stack) has joined and its host is READY in the
+        store; None then, else why not (its process ended, or not within ``timeout_s``)."""
+        from store import db, records
+
+        engine = db.make_engine(self.database_url, schema=self.env.get("GPUFLOW_DATABASE_SCHEMA"))
+        log = os.path.join(self.log_dir, f"agent-{name}.log")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                if any(w.name == name and w.state == "ready" for w in records.workers(engine)):
+                    return None
+                if self.agents[name].poll() is not None:
+                    return f"the agent {name} exited with code {self.agents[name].returncode}; its log: {log}"
+                if time.monotonic() > deadline:
+                    return f"host {name} has not joined within {timeout_s:g} s (it may still); its agent's log: {log}"
+                time.sleep(every_s)
+        finally:
+            engine.dispose()
 
     def start_gateway(self, port: int, host: str = "127.0.0.1") -> str:
         """``gpuflow gateway`` on host:port against this stack's store; its base URL once it listens."""
@@ -249,6 +272,11 @@ def cmd_dev(a) -> int:
             stack.start_agent(a.agent_name, a.inventory, extra=engines)
             if "--llama-cpp-python" in engines:
                 print(f"llama.cpp models run through this Python's llama-cpp-python ({sys.executable})", flush=True)
+            # "up" once this machine's host has joined: a deploy sent at once (a script, 'deploy --wait')
+            # found no host and was judged unschedulable ("Matched 0 workers"), exit 3
+            why = stack.wait_joined(a.agent_name)
+            if why:
+                print(f"warning: {why}", flush=True)
         if code or (a.demo and a.exit_after_demo):
             return code  # the stack stops now: none of its addresses is printed
         for proc, addr in stack.metrics.items():
