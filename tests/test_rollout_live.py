@@ -27,7 +27,10 @@ T = FAST.model_copy(update={"drain_timeout_s": 60})
 ENGINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin_engine.py")
 
 
-def version(v: str, replicas: int = 1, command: str | None = None, surge_timeout_s: float = 60) -> ModelSpec:
+# surge_timeout_s 10 (the default is 60): a surge replica with a spare GPU is placed within a second or
+# two, and the undo back to v2's spec, with no spare GPU, waits this long at each of its two steps
+# before it goes stop-first (at 60 that one phase took 138 of the test's 190 s)
+def version(v: str, replicas: int = 1, command: str | None = None, surge_timeout_s: float = 10) -> ModelSpec:
     cmd = command or f"{sys.executable} {ENGINE} --port {{port}} --host {{host}} --name {v} --token-s 0.01"
     return ModelSpec.model_validate({"name": "chat", "backend": "custom", "run_command": cmd, "replicas": replicas,
                                      "source": {"local_path": "/models/chat"},
