@@ -224,9 +224,7 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     component's CPU over 3 s, and the ceiling measured again (``--ceiling`` workflows) beside the
     replicas already running, so a burst on a fuller fleet is also read against what the server does
     then (the first ceiling is an empty fleet's)."""
-    c_rest = {name: fb.tree_cpu(pid) for name, pid in procs.items()}
-    await asyncio.sleep(3)
-    rest = {name: (fb.tree_cpu(pid) - c_rest[name]) / 3 for name, pid in procs.items()}
+    rest, _, _ = await cores(procs, 3)
     now_ceil = await ceiling(client, a.ceiling)
     print(f"at rest before it: CPU {', '.join(f'{k} {v:.2f} core' for k, v in rest.items())}; "
           f"the ceiling measured now: {now_ceil:.1f} wf/s")
@@ -259,20 +257,26 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     print("\n".join(fb.table(await fb.server_work(client, w0, w1), r["running"] or 1, trivial)))
 
 
+async def cores(procs: dict[str, int], seconds: float) -> tuple[dict[str, float], float, float]:
+    """Each component's CPU (cores, of its process tree) over the next ``seconds``, and that
+    window's start and end (epoch seconds)."""
+    c0, w0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}, time.time()
+    await asyncio.sleep(seconds)
+    w1 = time.time()
+    return {name: (fb.tree_cpu(pid) - c0[name]) / (w1 - w0) for name, pid in procs.items()}, w0, w1
+
+
 async def at_rest(client, procs: dict[str, int], seconds: float, settle: float = 30.0) -> None:
     """The fleet at rest after the bursts, every replica RUNNING: each component's CPU over
     ``seconds`` (after ``settle`` s for the bursts' tails), and the server's history events a
     second in that window by workflow type (heartbeats write no event: they show in the CPU only)."""
     await asyncio.sleep(settle)
-    c0, w0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}, time.time()
-    await asyncio.sleep(seconds)
-    w1 = time.time()
-    used = {name: (fb.tree_cpu(pid) - c0[name]) / (w1 - w0) for name, pid in procs.items()}
+    used, w0, w1 = await cores(procs, seconds)
     print(f"at rest, {settle:.0f} s after the last burst, over {w1 - w0:.0f} s: CPU "
           + ", ".join(f"{k} {v:.2f} core" for k, v in used.items()))
     work = await fb.server_work(client, w0, w1)
     for kind, c in sorted(work.items()):
-        print(f"  {kind}: " + ", ".join(f"{k} {c[k] / (w1 - w0):.2f}/s" for k in fb.COLUMNS if c[k])
+        print(f"  {kind}: " + (", ".join(f"{k} {c[k] / (w1 - w0):.2f}/s" for k in fb.COLUMNS if c[k]) or "no event")
               + "".join(f"; {k[4:]} {v / (w1 - w0):.2f}/s" for k, v in sorted(c.items()) if k.startswith("act:")))
 
 
