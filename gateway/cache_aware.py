@@ -42,6 +42,11 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    decides); then the fewest in flight; then at random. Reason ``prefix``; ``no-prefix`` when no replica matched;
    ``imbalance`` when the guard left out one that matched more than the chosen. With nothing
    matched, no home and no sizes known, this is least outstanding, draw for draw.
+5. **A copy shares a hot prefix's load** (measured, as 3b): where another eligible replica holds
+   as much as the pick (a spill's copy), it takes the request when the pick's ``cost_s`` exceeds
+   its own by more than ``copy_margin`` of the prefill the copy spares (``shared``). Without it,
+   a copy tied with home and lost, so a customer busier than one replica queued at home while its
+   copy idled. Reason ``prefix``; the home does not move (``Balancer._moves_home``).
 
 Ties go to the prefix's home, not to the API key or ``user`` that sent it: the home is known
 per prefix at no cost, and one key often sends many customers' prefixes (an agent platform).
@@ -80,10 +85,11 @@ class Knobs:
     slack_min: int = 2  # requests: the guard's gap is never under this
     slack_frac: float = 0.5  # of the replica limit: at 16 at once a replica may be 8 ahead, at 256, 128
     cost: bool = True  # rule 3b: a measured cost may veto the guard's move (gpuflow gateway --no-route-cost: off)
+    copy_margin: float = 0.5  # rule 5: a copy takes a request when home waits this share of its prefill longer
 
     def __post_init__(self):
-        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1:
-            raise ValueError("cache-aware routing: slack_min >= 0 and 0 <= slack_frac <= 1")
+        if self.slack_min < 0 or not 0 <= self.slack_frac <= 1 or self.copy_margin < 0:
+            raise ValueError("cache-aware routing: slack_min >= 0, 0 <= slack_frac <= 1 and copy_margin >= 0")
 
     def slack(self, limit: int) -> int:
         return max(self.slack_min, math.ceil(limit * self.slack_frac))
@@ -206,6 +212,8 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
         cands = cheapest(ok, load, got, blocks, paces, home)  # a spill, weighed: it stays if moving costs more
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
+    if paces and all(p is not None for p in paces) and got[i] == best_any:
+        i = shared(i, load, got, blocks, paces, knobs.copy_margin)
     reason = NO_PREFIX if best_any == 0 else PREFIX if got[i] == best_any else IMBALANCE
     return Choice(ok[i], reason, got[i], blocks, load[i], limit)
 
@@ -222,6 +230,21 @@ def cheapest(ok: Sequence[Route], load: list[int], got: list[int], blocks: int,
         return back
     top = max(got[i] for i in cands)
     return [i for i in cands if got[i] == top]
+
+
+def shared(i: int, load: list[int], got: list[int], blocks: int, paces: list, margin: float) -> int:
+    """Rule 5: a hot prefix's copy shares its load. Chosen ``i`` holds the most; another eligible
+    replica ``j`` that holds as much (a spill's copy) takes the request instead when ``i``'s
+    ``cost_s`` exceeds ``j``'s by more than ``margin`` of the prefill the copy spares
+    (``got[j]`` blocks at ``j``'s pace). The copy costs no prefill now; the margin is what keeping
+    it warm may cost later (in a full cache, the blocks of another prefix it keeps out), and keeps
+    a request home through the small swings of load every replica has."""
+    alts = [j for j in range(len(got)) if j != i and got[j] >= got[i]]
+    if not alts:
+        return i
+    cost = {j: cost_s(load[j], got[j], blocks, paces[j]) for j in (i, *alts)}
+    j = min(alts, key=lambda j: (cost[j], load[j]))
+    return j if cost[i] - cost[j] > margin * got[j] * paces[j][1] + 1e-6 else i  # more, by over a microsecond
 
 
 def everywhere(got: list[int], n: int) -> bool:

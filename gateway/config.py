@@ -91,7 +91,8 @@ class GatewaySettings:
     route_cost: bool = field(default=True, metadata=flag(  # gateway/cache_aware.py rule 3b
         "--no-route-cost", "cache-aware routing: the guard alone decides when a request leaves the replica that "
         "holds its prefix, without the measured cost of the move (by default a move happens only when the wait "
-        "there costs more than the prefill it would repeat elsewhere; docs/routing.md)", invert=True))
+        "there costs more than the prefill it would repeat elsewhere, and a copy of a hot prefix takes requests "
+        "when its home lags; docs/routing.md)", invert=True))
     kv_events: bool = field(default=True, metadata=flag(  # gateway/kv_subscriber.py
         "--no-kv-events", "do not follow the KV-cache events of engines that publish them (vLLM, SGLang started by an "
         "agent with --kv-events): route on the text index only (docs/routing.md)", invert=True))
