@@ -20,8 +20,9 @@ Workloads (bench/routing_workloads.py): ``shared-prefix`` (prefixes 75% of the c
 full, every request evicts, and tail-first eviction decides what survives), ``inference-perf``
 (inference-perf's shared-prefix generator, in its own venv, with SmolLM2's tokenizer read locally;
 skipped, saying why, when that venv is missing), ``hot-prefix`` (shared-prefix's prompts with Zipf
-popularity at a higher rate: the hot customer's replica runs ahead, so when to move a request off
-its prefix decides the tail) and ``no-prefix``. Each phase (a policy on a
+popularity, longer questions and a higher rate: the hot customer needs about 0.9 of a replica's
+prefill alone, so its replica runs ahead, and when and where to move its requests decides both
+the median and the tail) and ``no-prefix``. Each phase (a policy on a
 workload) starts with every engine's cache emptied and sees the same Poisson arrivals as the other
 policies; phases are interleaved over ``--rounds`` rounds, the order reversed every other round.
 
@@ -191,7 +192,8 @@ def args() -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=28.0, help="shared-prefix requests per second (Poisson)")
     ap.add_argument("--rate-no-prefix", type=float, default=14.0)
     ap.add_argument("--rate-hot", type=float, default=40.0, help="hot-prefix requests per second")
-    ap.add_argument("--hot-zipf", type=float, default=1.2, help="hot-prefix: customer c's weight is 1/(c+1)^this")
+    ap.add_argument("--hot-zipf", type=float, default=2.0, help="hot-prefix: customer c's weight is 1/(c+1)^this")
+    ap.add_argument("--hot-question-chars", type=int, default=768, help="hot-prefix's questions")
     ap.add_argument("--rate-ip", type=float, default=20.0, help="inference-perf requests per second")
     ap.add_argument("--ip-groups", type=int, default=16, help="inference-perf: num_groups")
     ap.add_argument("--ip-system-tokens", type=int, default=384, help="inference-perf: system_prompt_len")
@@ -259,7 +261,7 @@ def main() -> None:
               f"freed first), prefill {a.prefill_ms:g} ms a block (one at a time), {a.tokens} tokens at {a.token_ms:g} "
               f"ms; shared-prefix {a.customers} x {a.prefix_chars} characters ({a.customers * a.prefix_chars / caches:.0%} "
               f"of the caches) at {a.rate:g} req/s; cache-filling {a.fill_customers} x {rw.fill_chars(a)} "
-              f"({a.fill:.0%}) at {a.rate_fill:g} req/s; hot-prefix Zipf {a.hot_zipf:g} at {a.rate_hot:g} req/s; inference-perf at {a.rate_ip:g} req/s; no-prefix at "
+              f"({a.fill:.0%}) at {a.rate_fill:g} req/s; hot-prefix Zipf {a.hot_zipf:g} at {a.rate_hot:g} req/s ({a.hot_question_chars}-character questions); inference-perf at {a.rate_ip:g} req/s; no-prefix at "
               f"{a.rate_no_prefix:g} req/s; questions {a.question_chars} characters; {a.rounds} interleaved rounds of "
               f"{a.seconds:g} s a phase ({a.warmup:g} s warm-up); {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}", flush=True)

