@@ -30,7 +30,7 @@ from sqlmodel import Session, select
 from contracts import credential as cr, launch_proof
 from contracts.control import InstanceRecord
 from scheduler.errors import GpuflowError
-from store.host_credentials import cluster_keys, known
+from store.host_credentials import cluster_keys, known_many
 from store.tables import ReservationRow
 
 SERVER_PART = ""  # the server's part: the only process of a replica that serves HTTP
@@ -44,9 +44,10 @@ def host_keys(engine: Engine, workers: Iterable[str | None]) -> dict[str, bytes 
     """worker -> the key it shares with the control plane (None: no credential in the store)."""
     names = sorted({w for w in workers if w})
     cluster = cluster_keys(engine) if names else None
+    joined = known_many(engine, names) if cluster is not None else {}
     out: dict[str, bytes | None] = {}
     for w in names:
-        k = known(engine, w) if cluster is not None else None
+        k = joined.get(w)
         out[w] = cr.host_key(cluster.secret, k.public) if k is not None else None
     return out
 

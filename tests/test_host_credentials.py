@@ -63,6 +63,21 @@ def test_a_host_joins_once_and_a_second_key_waits_for_forget(store):
     assert hc.accept(engine, "h1", b, 2000, "m2") and hc.known(engine, "h1").public == b  # forgotten: b joins
 
 
+def test_many_hosts_are_read_as_each_alone(store):
+    """known_many (one query, for host_keys' batches) answers as known does, host by host: a host
+    that never joined, or was forgotten, is absent; a rejoin under a new key shows the new key."""
+    _, _, engine = store
+    a, b, c = (cr.public_of(os.urandom(32)) for _ in range(3))
+    assert hc.accept(engine, "h1", a, 1000, "m1") and hc.accept(engine, "h2", b) and hc.accept(engine, "h3", c)
+    assert hc.forget(engine, "h3") and hc.accept(engine, "h3", a)  # h3 rejoined under a
+    assert hc.forget(engine, "h2")
+    names = ["h1", "h2", "h3", "never"]
+    assert hc.known_many(engine, names) == {n: hc.known(engine, n) for n in names if hc.known(engine, n)}
+    assert hc.known_many(engine, names) == {"h1": hc.Known(public=a, hello_ms=1000, hello_mac="m1"),
+                                            "h3": hc.Known(public=a, hello_ms=0, hello_mac="")}
+    assert hc.known_many(engine, []) == {}
+
+
 # -- the agent's side -------------------------------------------------------------------------------
 
 def token_and_keys():
