@@ -195,7 +195,8 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     cache's size: prefix_index.fill; None where the size is not known), last sent to
     ``home``; None when no replica is eligible (the request waits). A new prefix goes where there
     is most room, then to the replica that least recently took a new prefix (``new_turn``). When
-    some replica matches and ``pace`` has measured every eligible one, the cost decides (rule 3b)."""
+    some replica matches and ``pace`` has measured every eligible one, the cost decides (rule 3b),
+    and a replica holding as much as the pick may take the request from it (rule 5)."""
     ok = eligible(replicas, limit, in_flight, bad_until or {}, now, exclude)
     if not ok:
         return None
