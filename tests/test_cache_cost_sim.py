@@ -15,6 +15,9 @@ What it showed when written (seeds 1-3; TTFT p90, full-hit rate, requests moved)
 - 16 customers, limit 8 (they fit): 23/24/23 ms and 0.992-0.996 both ways (0-1 moves);
 - 40 customers, limit 16 (most prefixes miss anyway): 590/470/461 ms, 0.420-0.428 alone;
   515/481/494 ms, 0.415-0.431 with the veto: mixed, within a seed's spread.
+The cost as the only rule (every request to the least cost, as Dynamo routes), in an earlier
+form of this replay, moved 100-850 requests, lost hits in every overfull case (0.28-0.30 against
+0.42-0.44 at 40 customers) and p90 at 24: it was dropped for the veto.
 Since the replay keeps homes as the balancer does (``Balancer._moves_home``: a request sent to a
 spill's copy does not move its home either), the guard alone moves less and the gap narrowed: at
 24 customers 170/167/174 ms, 0.676/0.668/0.673, 27/19/36 moves alone; 169/167/170 ms,
