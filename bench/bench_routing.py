@@ -275,7 +275,7 @@ def main() -> None:
                     rows[kind][pol].append(run_phase(a, engines, gateways[pol], reqs, ideal, counted))
                     last = rows[kind][pol][-1]
                     print(f"  round {rnd + 1} {kind:<15}{pol:<20} p90 {rr.pct(last['ttft'], 90) * 1000:7.0f} ms, "
-                          f"full misses {last['misses']}/{last['counted']} ({last['held_missed']} believed held), guard {last['guard']:.0f}x, load average "
+                          f"full misses {last['misses']}/{last['counted']} ({last['held_missed']} believed held), guard {last['guard']:.0f}x, copies {last['copies']:.0f}x, load average "
                           f"{os.getloadavg()[0]:.1f}", flush=True)
         rr.report({k: {p: rr.merge(v) for p, v in by.items()} for k, by in rows.items()})
     finally:
@@ -286,18 +286,19 @@ def main() -> None:
 def run_phase(a, engines, gw, reqs, ideal, counted) -> dict:
     for e in engines:
         asyncio.run(_reset(e.port))
-    c0, g0 = cpu_s(gw.p.pid), guard_fired(gw.port)
+    c0, g0, k0 = cpu_s(gw.p.pid), guard_fired(gw.port), guard_fired(gw.port, "copy")
     res, took = asyncio.run(phase(f"http://127.0.0.1:{gw.port}", reqs, a.tokens))
     row = rr.summary(res, ideal, took, cpu_s(gw.p.pid) - c0, [f"r{i}" for i in range(a.replicas)], counted)
-    row["guard"] = guard_fired(gw.port) - g0
+    row["guard"], row["copies"] = guard_fired(gw.port) - g0, guard_fired(gw.port, "copy") - k0
     return row
 
 
-def guard_fired(port: int) -> float:
+def guard_fired(port: int, reason: str = "imbalance") -> float:
     """The gateway's ``imbalance`` decisions so far: requests the guard sent away from their best
-    match (only the cache-aware gateway makes them)."""
+    match (only the cache-aware gateway makes them); or its decisions of another ``reason``
+    (``copy``: requests a spill's copy took while home lagged)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return gs.metric(r.read().decode(), "gpuflow_gateway_route_decisions_total", reason="imbalance")
+        return gs.metric(r.read().decode(), "gpuflow_gateway_route_decisions_total", reason=reason)
 
 
 async def _reset(port: int) -> None:

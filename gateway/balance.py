@@ -28,7 +28,7 @@ from typing import Iterable
 
 from store.serving import Route
 from gateway import index_feedback
-from gateway.cache_aware import (CACHE_AWARE, IMBALANCE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, TEXT, Choice, Knobs,
+from gateway.cache_aware import (CACHE_AWARE, COPY, IMBALANCE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, TEXT, Choice, Knobs,
                                  Pace, choose)
 from gateway.pd_pick import DECODE, DISAGGREGATED, Pick, estimate_tokens, pick_decode
 from gateway.pd_pick import pick as pick_pair
@@ -273,7 +273,7 @@ class Balancer:
         much as home does: in the routing bench's hot-prefix workload the request after a spill
         found that copy, called it a match and moved the hot prefix's home there, and the next spill
         moved it again, each move a full prefill and another prefix pushed out of a cache."""
-        if c.reason == IMBALANCE:
+        if c.reason in (IMBALANCE, COPY):  # a spill, or a request sent to a spill's copy while home lags
             return False
         return home is None or c.route.instance == home or all(r.instance != home for r in m.replicas)
 

@@ -46,7 +46,7 @@ The rule, in order (tests/test_cache_aware.py has it as tables):
    as much as the pick (a spill's copy), it takes the request when the pick's ``cost_s`` exceeds
    its own by more than ``copy_margin`` of the prefill the copy spares (``shared``). Without it,
    a copy tied with home and lost, so a customer busier than one replica queued at home while its
-   copy idled. Reason ``prefix``; the home does not move (``Balancer._moves_home``).
+   copy idled. Reason ``copy``; the home does not move (``Balancer._moves_home``).
 
 Ties go to the prefix's home, not to the API key or ``user`` that sent it: the home is known
 per prefix at no cost, and one key often sends many customers' prefixes (an agent platform).
@@ -75,9 +75,9 @@ from store.serving import Route
 
 CACHE_AWARE, LEAST_OUTSTANDING = "cache-aware", "least-outstanding"  # the routings (scheduler.spec.Routing)
 ROUTINGS = (CACHE_AWARE, LEAST_OUTSTANDING)
-PREFIX, IMBALANCE, NO_PREFIX = "prefix", "imbalance", "no-prefix"
+PREFIX, IMBALANCE, NO_PREFIX, COPY = "prefix", "imbalance", "no-prefix", "copy"
 TEXT, KV_EVENTS = "text", "kv-events"  # which index answered for the chosen replica (the header says)
-REASONS = (PREFIX, IMBALANCE, NO_PREFIX, LEAST_OUTSTANDING)  # a least-outstanding deployment's choices say so
+REASONS = (PREFIX, IMBALANCE, NO_PREFIX, COPY, LEAST_OUTSTANDING)  # a least-outstanding deployment's choices say so
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,9 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
     if paces and all(p is not None for p in paces) and got[i] == best_any:
-        i = shared(i, load, got, blocks, paces, knobs.copy_margin)
+        j = shared(i, load, got, blocks, paces, knobs.copy_margin)
+        if j != i:
+            return Choice(ok[j], COPY, got[j], blocks, load[j], limit)
     reason = NO_PREFIX if best_any == 0 else PREFIX if got[i] == best_any else IMBALANCE
     return Choice(ok[i], reason, got[i], blocks, load[i], limit)
 

@@ -52,7 +52,7 @@ class Metrics:
                                       "the share its replica was thought to hold (prompts of a block or more, "
                                       "cache-aware deployments)", ["model"], buckets=RATIOS, registry=r)
         self.route_decisions = Counter("gpuflow_gateway_route_decisions", "Replicas chosen, by model and reason "
-                                       "(prefix, imbalance, no-prefix, least-outstanding; docs/routing.md)",
+                                       "(prefix, imbalance, no-prefix, copy, least-outstanding; docs/routing.md)",
                                        ["model", "reason"], registry=r)
         self.kv_events = Counter("gpuflow_gateway_kv_event_batches", "Engines' KV-cache event messages read, by "
                                  "result (ok; malformed: dropped; gap: messages were lost, that replica's exact "

@@ -10,7 +10,7 @@ import pytest
 
 from store.serving import Route
 from gateway.balance import pick
-from gateway.cache_aware import IMBALANCE, NO_PREFIX, PREFIX, Choice, Knobs, choose
+from gateway.cache_aware import COPY, IMBALANCE, NO_PREFIX, PREFIX, Choice, Knobs, choose
 
 R = [Route(i, "m", "127.0.0.1", 1) for i in ("a", "b", "c")]
 
@@ -260,6 +260,39 @@ async def test_a_spill_never_moves_a_prefix_home_not_even_by_its_copy():
     back = Prompt(blocks("h"))
     r3, _ = await b.acquire("m", prompt=back)  # idle again: home wins the tie of 4 matched blocks
     assert r3 == home and back.choice.matched == 4
+
+
+async def test_a_copy_takes_a_hot_prefixs_request_while_home_lags_and_home_stays():
+    """Rule 5 through the balancer: once every replica's pace is measured (12 ms a request ahead, 3 ms
+    a block, fed as the relay feeds it), a spill's copy takes a request while home's wait exceeds its
+    own by more than half the prefill it spares: 0.5 x 4 blocks x 3 ms = 6 ms, so one request more at
+    home (12 ms) is enough here. Reason ``copy``; the home stays, and the prefix goes home when idle."""
+    from gateway.balance import Balancer, Prompt
+
+    b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(3))
+    b.swap(table(R))  # 3 replicas, 8 at once: slack 4
+    for r in R:  # 16 first tokens each, varied in load and in blocks lacking: measured
+        for k in range(16):
+            b.pace.observe(r.instance, k % 4, (k * 3) % 5, 0.005 + 0.012 * (k % 4) + 0.003 * ((k * 3) % 5))
+    home, _ = await b.acquire("m", prompt=Prompt(blocks("h")))
+    held = [home]
+    for _ in range(4):  # home 5 in flight: 5 > 0 + 4, the guard spills the next one
+        held.append((await b.acquire("m", prompt=Prompt(blocks("h"))))[0])
+    assert held == [home] * 5
+    spill = Prompt(blocks("h"))
+    r1, _ = await b.acquire("m", prompt=spill)  # home 5 x 12 = 60 ms > a full prefill elsewhere, 4 x 3 = 12 ms
+    assert r1 != home and spill.choice.reason == IMBALANCE
+    for r in held[1:4]:
+        b.release(r, "m")  # home 2 in flight, the copy 1: within the guard; home 24 ms, the copy 12 ms
+    copy = Prompt(blocks("h"))
+    r2, _ = await b.acquire("m", prompt=copy)  # 24 - 12 = 12 ms > 6 ms: the copy
+    assert (r2, copy.choice.reason, copy.choice.matched) == (r1, COPY, 4)
+    assert b.index.home(blocks("h")) == home.instance
+    for r in (held[0], held[4], r1, r2):
+        b.release(r, "m")
+    back = Prompt(blocks("h"))
+    r3, _ = await b.acquire("m", prompt=back)  # idle: equal costs, home
+    assert (r3, back.choice.reason) == (home, PREFIX)
 
 
 async def test_a_replica_at_a_new_address_is_a_new_cache():
