@@ -286,19 +286,21 @@ def main() -> None:
 def run_phase(a, engines, gw, reqs, ideal, counted) -> dict:
     for e in engines:
         asyncio.run(_reset(e.port))
-    c0, g0, k0 = cpu_s(gw.p.pid), guard_fired(gw.port), guard_fired(gw.port, "copy")
+    c0, (g0, k0) = cpu_s(gw.p.pid), moved(gw.port)
     res, took = asyncio.run(phase(f"http://127.0.0.1:{gw.port}", reqs, a.tokens))
     row = rr.summary(res, ideal, took, cpu_s(gw.p.pid) - c0, [f"r{i}" for i in range(a.replicas)], counted)
-    row["guard"], row["copies"] = guard_fired(gw.port) - g0, guard_fired(gw.port, "copy") - k0
+    g1, k1 = moved(gw.port)
+    row["guard"], row["copies"] = g1 - g0, k1 - k0
     return row
 
 
-def guard_fired(port: int, reason: str = "imbalance") -> float:
-    """The gateway's ``imbalance`` decisions so far: requests the guard sent away from their best
-    match (only the cache-aware gateway makes them); or its decisions of another ``reason``
-    (``copy``: requests a spill's copy took while home lagged)."""
+def moved(port: int) -> tuple[float, float]:
+    """The gateway's ``imbalance`` and ``copy`` decisions so far (one read of its metrics): requests
+    the guard sent away from their best match, and requests a spill's copy took while home lagged
+    (only the cache-aware gateway makes either)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return gs.metric(r.read().decode(), "gpuflow_gateway_route_decisions_total", reason=reason)
+        text = r.read().decode()
+    return tuple(gs.metric(text, "gpuflow_gateway_route_decisions_total", reason=k) for k in ("imbalance", "copy"))
 
 
 async def _reset(port: int) -> None:

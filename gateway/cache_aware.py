@@ -208,12 +208,13 @@ def choose(replicas: Sequence[Route], limit: int, in_flight: dict[str, int], mat
         i = rng.choice([i for i, n in enumerate(load) if n == low])
         return Choice(ok[i], NO_PREFIX, 0, blocks, load[i], limit)
     paces = [pace(r.instance) for r in ok] if pace is not None and best_any and knobs.cost else []
+    measured = bool(paces) and all(p is not None for p in paces)  # rules 3b and 5 need every eligible one
     cands = guarded(ok, load, got, limit, knobs, held, home, new_turn, blocks)
-    if paces and all(p is not None for p in paces) and max(got[i] for i in cands) < best_any:
+    if measured and max(got[i] for i in cands) < best_any:
         cands = cheapest(ok, load, got, blocks, paces, home)  # a spill, weighed: it stays if moving costs more
     low = min(load[i] for i in cands)
     i = rng.choice([i for i in cands if load[i] == low])
-    if paces and all(p is not None for p in paces) and got[i] == best_any:
+    if measured and got[i] == best_any:
         j = shared(i, load, got, blocks, paces, knobs.copy_margin)
         if j != i:
             return Choice(ok[j], COPY, got[j], blocks, load[j], limit)

@@ -62,7 +62,11 @@ def known(engine: Engine, name: str) -> Known | None:
     """The store's record of host ``name`` (None: it has not joined, or was forgotten)."""
     with Session(engine) as s:
         row = s.get(HostCredentialRow, name)
-        return None if row is None else Known(public=row.public, hello_ms=row.hello_ms, hello_mac=row.hello_mac)
+        return None if row is None else _known(row)
+
+
+def _known(row: HostCredentialRow) -> Known:
+    return Known(public=row.public, hello_ms=row.hello_ms, hello_mac=row.hello_mac)
 
 
 def known_many(engine: Engine, names: list[str]) -> dict[str, Known]:
@@ -71,7 +75,7 @@ def known_many(engine: Engine, names: list[str]) -> dict[str, Known]:
     with Session(engine) as s:
         for i in range(0, len(names), 500):
             for row in s.exec(select(HostCredentialRow).where(HostCredentialRow.name.in_(names[i:i + 500]))):
-                out[row.name] = Known(public=row.public, hello_ms=row.hello_ms, hello_mac=row.hello_mac)
+                out[row.name] = _known(row)
     return out
 
 
