@@ -265,8 +265,8 @@ async def test_a_spill_never_moves_a_prefix_home_not_even_by_its_copy():
 async def test_a_copy_takes_a_hot_prefixs_request_while_home_lags_and_home_stays():
     """Rule 5 through the balancer: once every replica's pace is measured (12 ms a request ahead, 3 ms
     a block, fed as the relay feeds it), a spill's copy takes a request while home's wait exceeds its
-    own by more than half the prefill it spares: 0.5 x 4 blocks x 3 ms = 6 ms, so one request more at
-    home (12 ms) is enough here. Reason ``copy``; the home stays, and the prefix goes home when idle."""
+    own by more than a tenth of the prefill it spares: 0.1 x 4 blocks x 3 ms = 1.2 ms, so one request
+    more at home (12 ms) is enough here. Reason ``copy``; the home stays, and the prefix goes home when idle."""
     from gateway.balance import Balancer, Prompt
 
     b = Balancer(queue_timeout_s=1, max_queue=10, bad_s=5, rng=random.Random(3))
@@ -285,7 +285,7 @@ async def test_a_copy_takes_a_hot_prefixs_request_while_home_lags_and_home_stays
     for r in held[1:4]:
         b.release(r, "m")  # home 2 in flight, the copy 1: within the guard; home 24 ms, the copy 12 ms
     copy = Prompt(blocks("h"))
-    r2, _ = await b.acquire("m", prompt=copy)  # 24 - 12 = 12 ms > 6 ms: the copy
+    r2, _ = await b.acquire("m", prompt=copy)  # 24 - 12 = 12 ms > 1.2 ms: the copy
     assert (r2, copy.choice.reason, copy.choice.matched) == (r1, COPY, 4)
     assert b.index.home(blocks("h")) == home.instance
     for r in (held[0], held[4], r1, r2):

@@ -88,19 +88,22 @@ def test_ties_go_home(in_flight, matched, home, expect):
 @pytest.mark.parametrize("in_flight,matched,paces,knobs,expect", [
     # rule 5: b is home, c holds a spill's full copy (48 blocks), a none (4 in flight: the guard's ceiling is
     # 2 + 8 = 10, so b stays a candidate). Measured at 12 ms a request ahead, 3 ms a block, c takes the request
-    # when b's wait exceeds c's by more than 0.5 x 48 x 0.003 = 0.072 s: more than 6 requests ahead
-    ({"a": 4, "b": 8, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(), {"b"}),  # 6 x 0.012 = 0.072, not more: home
-    ({"a": 4, "b": 9, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(), {"c"}),  # 0.084 > 0.072: the copy
-    ({"a": 4, "b": 9, "c": 3}, {"b": 48, "c": 48}, ALL_FAST, Knobs(), {"b"}),  # 0.072 again: home
+    # when b's wait exceeds c's by more than 0.1 x 48 x 0.003 = 0.0144 s: two requests ahead, not one
+    ({"a": 4, "b": 3, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(), {"b"}),  # 1 x 0.012 = 0.012 < 0.0144: home
+    ({"a": 4, "b": 4, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(), {"c"}),  # 0.024 > 0.0144: the copy
+    ({"a": 4, "b": 4, "c": 3}, {"b": 48, "c": 48}, ALL_FAST, Knobs(), {"b"}),  # 0.012 again: home
     ({"a": 4, "b": 9, "c": 2}, {"b": 48, "c": 48}, {}, Knobs(), {"b"}),  # unmeasured: home
     ({"a": 4, "b": 9, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(cost=False), {"b"}),  # the cost off: home
-    ({"a": 4, "b": 5, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(copy_margin=0), {"c"}),  # no margin: 0.036 > 0
+    ({"a": 4, "b": 3, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(copy_margin=0), {"c"}),  # no margin: 0.012 > 0
+    # half the prefill (0.5 x 48 x 0.003 = 0.072 s): 6 x 0.012 = 0.072, not more, home; 7 x 0.012 = 0.084, the copy
+    ({"a": 4, "b": 8, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(copy_margin=0.5), {"b"}),
+    ({"a": 4, "b": 9, "c": 2}, {"b": 48, "c": 48}, ALL_FAST, Knobs(copy_margin=0.5), {"c"}),
     # a partial copy (40 of 48) is not as much: it would repeat 8 blocks' prefill (rule 3b weighs that, not rule 5)
     ({"a": 4, "b": 9, "c": 2}, {"b": 48, "c": 40}, ALL_FAST, Knobs(), {"b"}),
-    # the copy on a (1 ahead), c's partial: 0.012 x (9 - 1) = 0.096 > 0.072 (ceiling 1 + 8 = 9: b a candidate)
+    # the copy on a (1 ahead), c's partial: 0.012 x (9 - 1) = 0.096 > 0.0144 (ceiling 1 + 8 = 9: b a candidate)
     ({"a": 1, "b": 9, "c": 2}, {"a": 48, "b": 48, "c": 40}, ALL_FAST, Knobs(), {"a"}),
-    # a slower copy: c's requests ahead cost 30 ms: 9 x 0.012 = 0.108 against 2 x 0.03 = 0.06, 0.048 < 0.072
-    ({"a": 4, "b": 9, "c": 2}, {"b": 48, "c": 48}, {"a": FAST, "b": FAST, "c": (0.03, 0.003)}, Knobs(), {"b"}),
+    # a slower copy: c's requests ahead cost 30 ms: 4 x 0.012 = 0.048 against 2 x 0.03 = 0.06, home is cheaper
+    ({"a": 4, "b": 4, "c": 2}, {"b": 48, "c": 48}, {"a": FAST, "b": FAST, "c": (0.03, 0.003)}, Knobs(), {"b"}),
 ])
 def test_a_copy_shares_a_hot_prefixs_load(in_flight, matched, paces, knobs, expect):
     got, reasons = run(in_flight, matched, paces, home="b", knobs=knobs)
