@@ -40,7 +40,9 @@ those it sent where its index believed the prefix held (``held->0``, read from t
 ``x-gpuflow-route`` header every request asks for), the engines' cache hit rate and its
 ratio to the ideal (every request but a customer's first in a phase hits its whole shared prefix),
 the load spread (requests on the busiest replica / the mean), failures, the gateway's CPU per
-request, and how often the cache-aware guard sent a request off its best match.
+request, and how often the cache-aware guard sent a request off its best match. ``--slowest 0.02``
+also prints each phase's slowest 2% of requests with the replica, the tokens cached and the route
+header: which choices make the tail.
 
     make bench-routing   # or: .venv/bin/python bench/bench_routing.py [--seconds 20] [--rounds 2] ..."""
 
@@ -202,6 +204,7 @@ def args() -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=20.0, help="of arrivals per phase")
     ap.add_argument("--warmup", type=float, default=4.0, help="first seconds of a phase: sent, not counted")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--slowest", type=float, default=0.0, help="print each phase's slowest share of requests (0.02: 2%%; 0: none)")
     return ap.parse_args()
 
 
@@ -289,9 +292,22 @@ def run_phase(a, engines, gw, reqs, ideal, counted) -> dict:
     c0, (g0, k0) = cpu_s(gw.p.pid), moved(gw.port)
     res, took = asyncio.run(phase(f"http://127.0.0.1:{gw.port}", reqs, a.tokens))
     row = rr.summary(res, ideal, took, cpu_s(gw.p.pid) - c0, [f"r{i}" for i in range(a.replicas)], counted)
+    if a.slowest:
+        slowest(res, reqs, counted, a.slowest)
     g1, k1 = moved(gw.port)
     row["guard"], row["copies"] = g1 - g0, k1 - k0
     return row
+
+
+def slowest(res, reqs, counted, share: float) -> None:
+    """The phase's slowest ``share`` of counted requests (at least 3), each with its arrival, its
+    replica, the prompt tokens the engine had cached and the gateway's ``x-gpuflow-route``: which
+    choices make the tail."""
+    done = sorted(((r["ttft"], t, r.get("replica"), r["usage"]["prompt_tokens_details"]["cached_tokens"],
+                    r["usage"]["prompt_tokens"], r.get("route", ""))
+                   for r, c, (t, _, _) in zip(res, counted, reqs) if c and r["ok"] and "ttft" in r), reverse=True)
+    for ttft, t, replica, cached, prompt, route in done[:max(3, int(len(done) * share))]:
+        print(f"    slow: {ttft * 1000:5.0f} ms, sent at {t:5.2f} s, {replica}, cached {cached}/{prompt} tokens, {route}")
 
 
 def moved(port: int) -> tuple[float, float]:

@@ -83,3 +83,20 @@ def test_no_workload_more_than_5_percent_worse_than_least_outstanding(ca, lo, ok
 def test_a_failed_request_fails_the_target():
     by = {"cache-aware": _m(0.1), "least-outstanding": _m(0.1, failed=1)}
     assert [ok for w, ok, _ in rr.targets({"no-prefix": by}) if w == "0 failed requests"] == [False]
+
+
+def _done(ttft: float, cached: int, replica: str = "r0") -> dict:
+    return {"ok": True, "ttft": ttft, "replica": replica, "route": f"replica={replica}; reason=prefix",
+            "usage": {"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": cached}}}
+
+
+def test_the_slowest_requests_are_printed_slowest_first_of_those_counted(capsys):
+    from bench.bench_routing import slowest
+
+    res = [_done(0.5, 0), _done(0.2, 90), _done(0.3, 10, "r1"), _done(0.1, 100), {"ok": False}, _done(0.4, 50)]
+    reqs = [(t, None, None) for t in (0.5, 5.0, 6.0, 7.0, 8.0, 9.0)]
+    counted = [False, True, True, True, True, True]  # the first (0.5 s) arrived in the warm-up: not counted
+    slowest(res, reqs, counted, 0.5)  # half of the 4 counted that answered is 2: at least 3 are printed
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["400", "300", "200"]  # ms, slowest first; the failed one skipped
+    assert "sent at  6.00 s, r1, cached 10/100 tokens, replica=r1; reason=prefix" in lines[1]
