@@ -28,7 +28,7 @@ from typing import Iterable
 
 from store.serving import Route
 from gateway import index_feedback
-from gateway.cache_aware import (CACHE_AWARE, COPY, IMBALANCE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, TEXT, Choice, Knobs,
+from gateway.cache_aware import (AWAY, CACHE_AWARE, KV_EVENTS, LEAST_OUTSTANDING, NO_PREFIX, TEXT, Choice, Knobs,
                                  Pace, choose)
 from gateway.pd_pick import DECODE, DISAGGREGATED, Pick, estimate_tokens, pick_decode
 from gateway.pd_pick import pick as pick_pair
@@ -273,7 +273,7 @@ class Balancer:
         much as home does: in the routing bench's hot-prefix workload the request after a spill
         found that copy, called it a match and moved the hot prefix's home there, and the next spill
         moved it again, each move a full prefill and another prefix pushed out of a cache."""
-        if c.reason in (IMBALANCE, COPY):  # a spill, or a request sent to a spill's copy while home lags
+        if c.reason in AWAY:  # a spill, or a request sent to a spill's copy while home lags
             return False
         return home is None or c.route.instance == home or all(r.instance != home for r in m.replicas)
 
@@ -333,7 +333,7 @@ class Balancer:
             self.in_flight[r.instance] = self.in_flight.get(r.instance, 0) + 1
             if blocks:  # the decode holds the prompt's KV after it, whichever the path
                 # the home is the prefill (the end chosen by cache), unless the guard spilled it; no prefill: the decode
-                chosen = r is p.prefill and p.choice is not None and p.choice.reason != IMBALANCE
+                chosen = r is p.prefill and p.choice is not None and p.choice.reason not in AWAY
                 self.index.insert(r.instance, blocks, home=chosen or p.prefill is None)
                 self.where[r.instance] = (r.address, r.port)
         prompt.pick = p

@@ -78,6 +78,7 @@ ROUTINGS = (CACHE_AWARE, LEAST_OUTSTANDING)
 PREFIX, IMBALANCE, NO_PREFIX, COPY = "prefix", "imbalance", "no-prefix", "copy"
 TEXT, KV_EVENTS = "text", "kv-events"  # which index answered for the chosen replica (the header says)
 REASONS = (PREFIX, IMBALANCE, NO_PREFIX, COPY, LEAST_OUTSTANDING)  # a least-outstanding deployment's choices say so
+AWAY = (IMBALANCE, COPY)  # sent off its home for load (a spill, or to a spill's copy): the home stays
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import random
 import pytest
 
 from store.serving import Route
-from gateway.cache_aware import COPY, IMBALANCE, NO_PREFIX, Knobs, Pace, choose
+from gateway.cache_aware import AWAY, IMBALANCE, NO_PREFIX, Knobs, Pace, choose
 from gateway.prefix_index import PrefixIndex, block_hashes, prompt_text
 from tests.standin_cache_engine import Cache, prompt_of
 
@@ -80,7 +80,7 @@ def replay(veto: bool, customers: int, limit: int, seed: int, n: int = 6000, rat
         if c.reason == NO_PREFIX and home is None:
             idx.placed_new(c.route.instance)
         # as Balancer._moves_home: neither a spill nor a request sent to a copy moves the home
-        idx.insert(c.route.instance, blocks, home=c.reason not in (IMBALANCE, COPY) and home in (None, c.route.instance))
+        idx.insert(c.route.instance, blocks, home=c.reason not in AWAY and home in (None, c.route.instance))
         i, text = c.route.instance, prompt_of(body)
         cached = engines[i].lookup_and_fill(text)
         free[i] = max(t, free[i]) + (len(text) - cached) / 64 * BLOCK_S
