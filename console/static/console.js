@@ -1,6 +1,7 @@
 // gpuflow console: the live parts, in plain JavaScript (no framework, nothing fetched from the network).
 // - an element with id and data-refresh="MS" is re-read from the same page every MS milliseconds
-//   (while the tab is visible) and replaced by its new copy;
+//   (while the tab is visible) and replaced by its new copy; elements with the same MS are read
+//   from one fetch, so what they show agrees (a summary's counts and the table they count);
 // - a form with data-action="URL" is sent as a JSON POST with the console's action header, its
 //   answer shown in #notice, which moves to just after that form: the result is shown where the
 //   action was taken, not at the foot of the page; data-confirm asks first; data-then="reload"
@@ -15,14 +16,16 @@ function notice(text, ok, form) {
   n.className = ok ? "ok" : "bad";
 }
 
-async function refresh(el) {
+async function refresh(els) {
   if (document.hidden) return;
   try {
     const r = await fetch(location.href, {headers: {"accept": "text/html"}, credentials: "same-origin"});
     if (!r.ok) return;
     const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-    const fresh = doc.getElementById(el.id);
-    if (fresh) el.replaceChildren(...fresh.childNodes);
+    for (const el of els) {
+      const fresh = doc.getElementById(el.id);
+      if (fresh) el.replaceChildren(...fresh.childNodes);
+    }
   } catch (e) { /* the next tick tries again */ }
 }
 
@@ -49,10 +52,12 @@ async function act(form) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  const byPace = new Map();
   document.querySelectorAll("[data-refresh][id]").forEach(el => {
     const ms = Math.max(1000, parseInt(el.dataset.refresh, 10) || 3000);
-    setInterval(() => refresh(el), ms);
+    byPace.set(ms, [...(byPace.get(ms) || []), el]);
   });
+  byPace.forEach((els, ms) => setInterval(() => refresh(els), ms));
   document.querySelectorAll("form[data-action]").forEach(form => {
     form.addEventListener("submit", ev => { ev.preventDefault(); act(form); });
   });
