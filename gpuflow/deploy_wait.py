@@ -11,7 +11,8 @@ whenever the counts change. Exit codes, as ``gpuflow schedule``'s, and a CI can 
 - 3: a replica waits PENDING because no host can take it (``unschedulable: ...``, the decisive
   reasons) or its tenant's quota is full (``quota: ...``), and no rollout step can make room for it:
   no old replica is left to stop (a stop-first rollout stops one after ``surge_timeout_s``) and none
-  is still stopping (``strategy: recreate`` frees the GPUs as its old replicas stop);
+  is still stopping (``strategy: recreate`` frees the GPUs as its old replicas stop), on every
+  look for ``STUCK_S`` (5 s: a replica placed in the room a step just made is not said stuck);
 - 0: the rollout (any strategy) has finished and its bake passed: every wanted replica is RUNNING,
   no rollout (nor bake) is under way and no old replica is left; or the deployment is a group
   switched off (its ``replicas`` 0): said at once.
@@ -34,6 +35,11 @@ from typing import Any, Callable
 from views.render.cluster import counts
 
 WAITING = ("unschedulable", "quota:")  # a PENDING reason that says no placement can be made now
+# A verdict 3 stands once every look for this long said it: a replica's PENDING reason is its last
+# decision's, and the store and the rollout query are two reads, so one look can see a rollout with
+# no old replica left while the replica it just stopped to make room is not placed yet (it is, a
+# moment later: the freed GPU wakes the queue).
+STUCK_S = 5.0
 
 
 @dataclass
@@ -89,6 +95,15 @@ def _ended(name: str, rollout: dict[str, Any] | None, version: int | None) -> st
     return ""
 
 
+def held(v: Verdict, since: float | None, now: float, line: str) -> tuple[Verdict, float | None]:
+    """A verdict 3 only once it has held on every look since ``since`` for ``STUCK_S`` (until then
+    the progress ``line``); any other verdict as it is. Returns the verdict and the new ``since``."""
+    if v.code != 3:
+        return v, None
+    since = now if since is None else since
+    return (v, since) if now - since >= STUCK_S else (Verdict(None, [line]), since)
+
+
 def progress_line(dep: dict[str, Any], rollout: dict[str, Any] | None) -> str:
     roll = " (rolling)" if rollout and rollout.get("rolling") else ""
     if rollout and rollout.get("baking"):
@@ -105,7 +120,7 @@ async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], 
     from contracts.ids import DEPLOYMENT_ROLLOUT, deployment_id
     from gpuflow import broken, ops
 
-    deadline, last, version = time.monotonic() + timeout_s, None, None
+    deadline, last, version, stuck = time.monotonic() + timeout_s, None, None, None
     while True:
         dep = (await ops.status(client, name))["deployments"][0]
         if dep.get("broken"):
@@ -117,7 +132,7 @@ async def wait(client, name: str, timeout_s: float, say: Callable[[str], None], 
             rollout = {"rolling": True}
         if version is None and "version" in rollout:  # the version this deploy made: judged by how it ends
             version = rollout["version"]
-        v = judge(dep, rollout, version)
+        v, stuck = held(judge(dep, rollout, version), stuck, time.monotonic(), progress_line(dep, rollout))
         if v.code is not None:
             return v
         if v.lines[0] != last:

@@ -84,3 +84,28 @@ def test_an_older_rollback_does_not_fail_a_deploy_that_changed_nothing():
     assert judge(dep((0, "running"), (1, "running")), v, version=0).code == 0
     # without a version (an older CLI's view), the status still says it
     assert judge(dep((0, "running"), (1, "running")), v).lines[0] == "deployment m: its rollout was rolled back: m-2 is ERROR"
+
+
+STILL = "deployment m: PENDING 1 of 1 wanted"  # the progress line a look shows until 3 stands
+
+
+@pytest.mark.parametrize("code, since, now, out_code, out_since", [
+    # the first look that says 3: it starts the clock, and the progress line is shown
+    (3, None, 100.0, None, 100.0),
+    # 4.9 s of looks that all said 3: not yet (STUCK_S 5; in CI's failed run a replica refused
+    # while the old one it waited for still ran was placed 6.7 s later, its room made meanwhile)
+    (3, 100.0, 104.9, None, 100.0),
+    # 5.0 s: it stands
+    (3, 100.0, 105.0, 3, 100.0),
+    # a look that says anything else (the replica was placed in the room a step made): the clock stops
+    (None, 100.0, 101.0, None, None),
+    # ... and a failure is said at once, held or not
+    (1, 100.0, 101.0, 1, None),
+    (0, None, 101.0, 0, None),
+])
+def test_a_stuck_verdict_stands_once_every_look_for_5_s_said_it(code, since, now, out_code, out_since):
+    from gpuflow.deploy_wait import Verdict, held
+
+    v, s = held(Verdict(code, ["said"]), since, now, STILL)
+    assert (v.code, s) == (out_code, out_since)
+    assert v.lines == ([STILL] if out_code is None and code == 3 else ["said"])
