@@ -23,8 +23,12 @@ skipped, saying why, when that venv is missing), ``hot-prefix`` (shared-prefix's
 popularity, longer questions and a higher rate: the hot customer needs about 0.9 of a replica's
 prefill alone, so its replica runs ahead, and when and where to move its requests decides both
 the median and the tail) and ``no-prefix``. Each phase (a policy on a
-workload) starts with every engine's cache emptied and sees the same Poisson arrivals as the other
-policies; phases are interleaved over ``--rounds`` rounds, the order reversed every other round.
+workload) starts with every engine's cache emptied and its policy's gateway started afresh (its
+index and measured pace as cold as the caches: a gateway kept from the phase before believed the
+engines held what they had just dropped, and a customer's first request could follow a stale entry
+to a full miss beside other requests, a tail a live system does not meet), and sees the same
+Poisson arrivals as the other policies; phases are interleaved over ``--rounds`` rounds, the order
+reversed every other round.
 
 Rounds: ``--seconds`` 20 of arrivals a phase, the first ``--warmup`` 4 sent but not counted (the
 caches start cold: each customer's first request is a full miss under every policy, and the
@@ -220,13 +224,16 @@ def start(a, url: str, tmp: str, policies) -> tuple[list, dict]:
     gs.deploy(store, "bench", max_concurrency=16)
     for i, e in enumerate(engines):
         gs.running(store, f"bench-{i}", "bench", e.port)
-    gateways = {}
-    for pol in policies:
-        port = gs.server_port()
-        gateways[pol] = gs.Proc([sys.executable, os.path.abspath(__file__), "--serve", pol, url, str(port),
-                                 "--cache-blocks", str(a.cache_blocks)], port, os.path.join(tmp, f"gateway-{pol}.log"))
-        gs.wait_model(f"http://127.0.0.1:{port}", "bench", a.replicas)
-    return engines, gateways
+    return engines, {pol: gateway(a, url, tmp, pol) for pol in policies}
+
+
+def gateway(a, url: str, tmp: str, pol: str):
+    """One policy's gateway, started (its log appended to) and serving the deployment."""
+    port = gs.server_port()
+    gw = gs.Proc([sys.executable, os.path.abspath(__file__), "--serve", pol, url, str(port),
+                  "--cache-blocks", str(a.cache_blocks)], port, os.path.join(tmp, f"gateway-{pol}.log"))
+    gs.wait_model(f"http://127.0.0.1:{port}", "bench", a.replicas)
+    return gw
 
 
 def inference_perf(a, tmp: str, kinds: list[str]) -> list[dict] | None:
@@ -275,6 +282,8 @@ def main() -> None:
                 reqs = rw.workload(kind, a, a.seconds, 1000 * rnd + len(kind), ip and ip[rnd * n:(rnd + 1) * n])
                 ideal, counted = rw.ideal_cached(reqs), [t >= a.warmup for t, _, _ in reqs]
                 for pol in (policies if rnd % 2 == 0 else policies[::-1]):  # neither order favours one
+                    gateways[pol].stop()  # cold as the engines' caches are about to be
+                    gateways[pol] = gateway(a, url, tmp, pol)
                     rows[kind][pol].append(run_phase(a, engines, gateways[pol], reqs, ideal, counted))
                     last = rows[kind][pol][-1]
                     print(f"  round {rnd + 1} {kind:<15}{pol:<20} p90 {rr.pct(last['ttft'], 90) * 1000:7.0f} ms, "
