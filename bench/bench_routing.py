@@ -212,8 +212,8 @@ def args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def start(a, url: str, tmp: str, policies) -> tuple[list, dict]:
-    """The engines (in the store as the deployment's replicas) and one gateway per policy."""
+def start(a, url: str, policies) -> list:
+    """The engines, in the store as the deployment's replicas (each phase starts its own gateway)."""
     info = "no" if "cache-aware-learned" in policies else "yes"  # its gateway must learn the cache's size
     engines = [gs.cache_engine(f"r{i}", cache_blocks=a.cache_blocks, block_chars=rw.ENGINE_BLOCK, cache_info=info,
                                prefill_block_s=a.prefill_ms / 1000, token_s=a.token_ms / 1000)
@@ -224,7 +224,7 @@ def start(a, url: str, tmp: str, policies) -> tuple[list, dict]:
     gs.deploy(store, "bench", max_concurrency=16)
     for i, e in enumerate(engines):
         gs.running(store, f"bench-{i}", "bench", e.port)
-    return engines, {pol: gateway(a, url, tmp, pol) for pol in policies}
+    return engines
 
 
 def gateway(a, url: str, tmp: str, pol: str):
@@ -264,7 +264,7 @@ def main() -> None:
     url = db.sqlite_url(os.path.join(tmp, "gpuflow.db"))
     db.init_db(db.make_engine(url))
     ip = inference_perf(a, tmp, kinds)
-    engines, gateways = start(a, url, tmp, policies)
+    engines = start(a, url, policies)
     try:
         caches = rw.ENGINE_BLOCK * a.cache_blocks * a.replicas
         print(f"{a.replicas} stand-in replicas: cache {a.cache_blocks} blocks of {rw.ENGINE_BLOCK} characters (tail "
@@ -282,17 +282,19 @@ def main() -> None:
                 reqs = rw.workload(kind, a, a.seconds, 1000 * rnd + len(kind), ip and ip[rnd * n:(rnd + 1) * n])
                 ideal, counted = rw.ideal_cached(reqs), [t >= a.warmup for t, _, _ in reqs]
                 for pol in (policies if rnd % 2 == 0 else policies[::-1]):  # neither order favours one
-                    gateways[pol].stop()  # cold as the engines' caches are about to be
-                    gateways[pol] = gateway(a, url, tmp, pol)
-                    rows[kind][pol].append(run_phase(a, engines, gateways[pol], reqs, ideal, counted))
+                    gw = gateway(a, url, tmp, pol)  # cold as the engines' caches are about to be
+                    try:
+                        rows[kind][pol].append(run_phase(a, engines, gw, reqs, ideal, counted))
+                    finally:
+                        gw.stop()
                     last = rows[kind][pol][-1]
                     print(f"  round {rnd + 1} {kind:<15}{pol:<20} p90 {rr.pct(last['ttft'], 90) * 1000:7.0f} ms, "
                           f"full misses {last['misses']}/{last['counted']} ({last['held_missed']} believed held), guard {last['guard']:.0f}x, copies {last['copies']:.0f}x, load average "
                           f"{os.getloadavg()[0]:.1f}", flush=True)
         rr.report({k: {p: rr.merge(v) for p, v in by.items()} for k, by in rows.items()})
     finally:
-        for p in list(gateways.values()) + engines:
-            p.stop()
+        for e in engines:
+            e.stop()
 
 
 def run_phase(a, engines, gw, reqs, ideal, counted) -> dict:
