@@ -37,6 +37,10 @@ requests a workload and policy (14-28 req/s), so the p99 rests on 4-9 requests a
 45-90; each round's own p90 is printed beside the pooled one, so the swing that is left shows.
 Longer rounds steady the p99 further (``--seconds 40``: about 20 minutes in all); issue 39's run
 of two 12 s rounds, not pooled, swung 41/400 to 588/2,780 ms (p90/p99) from one round to the next.
+The arrivals are seeded: a second run repeats the first's choices. ``--seed N`` draws others (0,
+the default, draws those of every run before). Where rules tie on hits, which customers come to
+share a replica decides the tail, and that is luck for customers of one rate: compare such rules
+over several seeds (tests/test_cache_cost_sim.py replays cache-filling over 60).
 
 Printed per policy: TTFT p50/p90/p99 (pooled over rounds), completed requests per second, the
 share of full misses (requests answered with 0 cached tokens) and, for cache-aware, how many of
@@ -65,6 +69,7 @@ import aiohttp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import routing_baselines as rb  # noqa: E402
 from bench import routing_report as rr  # noqa: E402
 from bench import routing_workloads as rw  # noqa: E402
 from bench.bench_gateway import cpu_s  # noqa: E402
@@ -111,20 +116,15 @@ def serve_gateway(policy: str, url: str, port: int, cache_chars: int) -> None:
                 return None
             if not blocks:
                 return min(up, key=lambda r: self.in_flight.get(r.instance, 0))
-            name = self.pins.setdefault(blocks[0], m.replicas[len(self.pins) % len(m.replicas)].instance)
+            name = rb.pinned(self.pins, blocks[0], [r.instance for r in m.replicas])
             return next((r for r in up if r.instance == name), None)
 
         def _rule(self, ok, blocks):
             load = [self.in_flight.get(r.instance, 0) for r in ok]
             if policy == "random":
                 return self.rng.choice(ok)
-            if max(load) - min(load) > 32 and max(load) > 1.0001 * min(load):
-                return ok[load.index(min(load))]  # SGLang: imbalanced, shortest queue
             got = [self.index.matched(r.instance, blocks) for r in ok]
-            if blocks and max(got) / len(blocks) > 0.5:  # above cache_threshold: the best match
-                r = ok[got.index(max(got))]
-            else:  # else the smallest tree: the replica with the most room
-                r = min(ok, key=lambda x: self.index.size(x.instance))
+            r = ok[rb.sglang(load, got, len(blocks), [self.index.size(x.instance) for x in ok])]
             self.index.insert(r.instance, blocks)
             return r
 
@@ -208,6 +208,7 @@ def args() -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=20.0, help="of arrivals per phase")
     ap.add_argument("--warmup", type=float, default=4.0, help="first seconds of a phase: sent, not counted")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0, help="another draws other arrivals (and other placements); 0: as every run before")
     ap.add_argument("--slowest", type=float, default=0.0, help="print each phase's slowest share of requests (0.02: 2%%; 0: none)")
     return ap.parse_args()
 
@@ -279,7 +280,8 @@ def main() -> None:
         for rnd in range(a.rounds):
             for kind in kinds:
                 n = int(a.rate_ip * a.seconds * 1.5)
-                reqs = rw.workload(kind, a, a.seconds, 1000 * rnd + len(kind), ip and ip[rnd * n:(rnd + 1) * n])
+                seed = 1000 * rnd + len(kind) + 100_000 * a.seed
+                reqs = rw.workload(kind, a, a.seconds, seed, ip and ip[rnd * n:(rnd + 1) * n])
                 ideal, counted = rw.ideal_cached(reqs), [t >= a.warmup for t, _, _ in reqs]
                 for pol in (policies if rnd % 2 == 0 else policies[::-1]):  # neither order favours one
                     gw = gateway(a, url, tmp, pol)  # cold as the engines' caches are about to be
