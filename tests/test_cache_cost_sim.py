@@ -185,8 +185,10 @@ def test_on_cache_filling_cache_aware_places_as_the_pinned_ideal_over_many_place
     and 124.2, 0.946, choice for choice the pinned ideal's (the same figures in every seed);
     SGLang's rule 40.6 and 126.4, 0.947. Against SGLang's rule, seed by seed: p90 lower in 10,
     higher in 26 (+0.93 +- 0.59 ms), p99 lower in 23, higher in 28 (-2.2 +- 2.7 ms); over 200 seeds
-    +1.17 +- 0.44 and +2.5 +- 1.6 ms: its smallest tree groups the customers a little better,
-    about 3% at p90. The margins below are about three times that: a rule that placed new
+    +1.17 +- 0.44 and +2.5 +- 1.6 ms, about 3% at p90: its smallest tree's grouping of the
+    customers gives a slightly better tail, though not through the load's spread (the p90's
+    difference does not follow the busiest replica's count: a correlation of -0.09). The margins
+    below (3.5 and 13 ms) leave room for that edge and the seeds' spread; a rule that placed new
     prefixes worse fails (by the fewest in flight before the turn, tried: means of 82.3 and 194.8
     ms; in 25 of the 60 seeds it made one replica home to 5 customers or more, where its cache
     holds 4)."""
