@@ -87,19 +87,24 @@ async def first_look(client, name: str, wanted: int, look_s: float, every_s: flo
     """Within ``look_s``, the lines saying which replicas of ``name`` (``wanted`` of them) wait
     because nothing can take them, once every replica has had its first decision; none when all
     are placed or starting, when one failed (``--wait`` says that), or when they are still
-    deciding at the end."""
+    deciding at the end. Said once the looks have said it for ``STUCK_S`` (``deploy_wait.said_long``)."""
+    from gpuflow import deploy_wait
+
     deadline = time.monotonic() + look_s
     counts: list[int] = []  # PENDING at each look
+    since = None  # when the looks began to say which replicas no host can take
     while True:
         seen = await states(client, name)
         if settled(seen, wanted) or "error" in seen.values():
             return []
         counts.append(list(seen.values()).count("pending"))
-        late = time.monotonic() > deadline
+        now = time.monotonic()
+        late = now > deadline
         if late or (stalled(counts) and len(seen) >= wanted):
             # placing stalled (or the time is up): the PENDING replicas say why they wait
             said = await judged(client, name, wanted, seen, late)
-            if said is not None:
+            since = (now if since is None else since) if said else None
+            if said is not None and (not said or deploy_wait.said_long(since, now, deadline)):
                 return said
         await asyncio.sleep(every_s)
 

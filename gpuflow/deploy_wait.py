@@ -104,6 +104,13 @@ def held(v: Verdict, since: float | None, now: float, line: str) -> tuple[Verdic
     return (v, since) if now - since >= STUCK_S else (Verdict(None, [line]), since)
 
 
+def said_long(since: float, now: float, deadline: float) -> bool:
+    """Whether a look without ``--wait`` (``first_look``, ``deploy_look.first_look``) has said which
+    replicas no host can take since ``since`` long enough to say it: for ``STUCK_S``, as ``held``
+    holds exit 3, or until that long past the look's ``deadline``."""
+    return now - since >= STUCK_S or now > deadline + STUCK_S
+
+
 def progress_line(dep: dict[str, Any], rollout: dict[str, Any] | None) -> str:
     roll = " (rolling)" if rollout and rollout.get("rolling") else ""
     if rollout and rollout.get("baking"):
@@ -158,21 +165,25 @@ async def rollout_view(client, name: str) -> dict | None:
 async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> Verdict:
     """Within ``look_s``, the replicas of ``name`` that wait because nothing can take them (the
     lines of a verdict 3), once every replica has had its first decision; no line when all are
-    placed or starting, when one failed (``--wait`` says that), or when they are still deciding."""
+    placed or starting, when one failed (``--wait`` says that), or when they are still deciding.
+    Said once the looks have said it for ``STUCK_S`` (``said_long``)."""
     from gpuflow import ops
 
-    deadline = time.monotonic() + look_s
+    deadline, since = time.monotonic() + look_s, None
     while True:
         dep = (await ops.status(client, name))["deployments"][0]
         insts = dep.get("instances", [])
         v = judge(dep, None)
         decided = len(insts) >= dep.get("wanted", dep.get("replicas", 0)) and all(i["state"] != "pending" or i.get("reason") for i in insts)
-        late = time.monotonic() > deadline
+        now = time.monotonic()
+        late = now > deadline
         if v.code == 3 and (decided or late):  # as --wait judges it: with the rollout, which may make room
             v = judge(dep, await rollout_view(client, name))
-        if v.code == 3 and (decided or late):
+        stuck = v.code == 3 and (decided or late) and not dep.get("broken")
+        since = (now if since is None else since) if stuck else None
+        if stuck and said_long(since, now, deadline):
             return Verdict(0, [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); "
                                          "'gpuflow deploy --wait' exits 3 for this"])
-        if v.code is not None or decided or late or dep.get("broken"):
+        if not stuck and (v.code is not None or decided or late or dep.get("broken")):
             return Verdict(0, [])
         await asyncio.sleep(every_s)

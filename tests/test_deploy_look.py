@@ -70,3 +70,43 @@ def test_the_look_asks_the_rest_only_when_one_of_the_first_decided(monkeypatch, 
     assert len(calls) == asked
     assert sorted(calls[:4]) == ["m-0", "m-1", "m-2", "m-3"]  # the first four by name
     assert said == out
+
+
+NOT_YET = [f"m-0: PENDING: {NO_ROOM}", "the replica(s) wait in the queue ('gpuflow queue'); 'gpuflow deploy --wait' exits 3 for this"]
+
+
+@pytest.mark.parametrize("looks, out, took", [
+    # a look a second (the clock below): m-0 refused at first, placed at the third look, in the
+    # room a stop-first rollout's step had just made. Said at once, it was a false "exits 3";
+    # held for STUCK_S (5 s), nothing is said
+    ([NOT_YET, NOT_YET, "placed"], [], 2),
+    # refused at every look: said once 5 s of looks said it
+    ([NOT_YET] * 8, NOT_YET, 5),
+    # a look that did not say it (still deciding) restarts the 5 s
+    ([NOT_YET, NOT_YET, None] + [NOT_YET] * 8, NOT_YET, 8),
+])
+def test_the_look_says_a_replica_stuck_only_once_it_held(monkeypatch, looks, out, took):
+    import asyncio
+
+    from gpuflow import deploy_look
+
+    clock, script = [100.0], iter(looks)
+    said: list = []
+
+    async def states(client, name):
+        said.append(next(script))
+        return {"m-0": "running"} if said[-1] == "placed" else {"m-0": "pending"}
+
+    async def judged(client, name, wanted, seen, late):
+        return said[-1]
+
+    async def sleep(s):
+        clock[0] += 1.0
+
+    monkeypatch.setattr(deploy_look, "states", states)
+    monkeypatch.setattr(deploy_look, "judged", judged)
+    monkeypatch.setattr(deploy_look.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(deploy_look.asyncio, "sleep", sleep)
+    monkeypatch.setattr(deploy_look, "stalled", lambda counts: True)
+    assert asyncio.run(deploy_look.first_look(None, "m", 1, 10.0)) == out
+    assert clock[0] - 100.0 == took

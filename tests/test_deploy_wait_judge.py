@@ -109,3 +109,21 @@ def test_a_stuck_verdict_stands_once_every_look_for_5_s_said_it(code, since, now
     v, s = held(Verdict(code, ["said"]), since, now, STILL)
     assert (v.code, s) == (out_code, out_since)
     assert v.lines == ([STILL] if out_code is None and code == 3 else ["said"])
+
+
+@pytest.mark.parametrize("since, now, deadline, out", [
+    # the look (no --wait) began saying a replica no host can take at 3 s, its time up at 10 s:
+    # at 7.9 s it has said so for 4.9 s, not yet (STUCK_S 5, as --wait's exit 3)
+    (3.0, 7.9, 10.0, False),
+    # 8.0 s: 5 s of looks said it: it is said
+    (3.0, 8.0, 10.0, True),
+    # began at 9.5 s, just before the time was up: the look goes on past it, to 14.5 s ...
+    (9.5, 14.4, 10.0, False),
+    (9.5, 14.5, 10.0, True),
+    # ... and never past the end plus STUCK_S (a look that kept restarting its clock)
+    (14.9, 15.1, 10.0, True),
+])
+def test_a_look_without_wait_says_stuck_once_it_held_for_5_s(since, now, deadline, out):
+    from gpuflow.deploy_wait import said_long
+
+    assert said_long(since, now, deadline) is out
