@@ -103,7 +103,7 @@ async def first_look(client, name: str, wanted: int, look_s: float, every_s: flo
         if late or (stalled(counts) and len(seen) >= wanted):
             # placing stalled (or the time is up): the PENDING replicas say why they wait
             said = await judged(client, name, wanted, seen, late)
-            since = (now if since is None else since) if said else None
+            since = deploy_wait.clock(bool(said), since, now)
             if said is not None and (not said or deploy_wait.said_long(since, now, deadline)):
                 return said
         await asyncio.sleep(every_s)

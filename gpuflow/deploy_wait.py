@@ -95,13 +95,19 @@ def _ended(name: str, rollout: dict[str, Any] | None, version: int | None) -> st
     return ""
 
 
+def clock(stuck: bool, since: float | None, now: float) -> float | None:
+    """When the looks began to say a replica is stuck: ``since`` kept while they still say it,
+    started ``now`` by the first that does, None once one does not (``held``, ``said_long``)."""
+    return (now if since is None else since) if stuck else None
+
+
 def held(v: Verdict, since: float | None, now: float, line: str) -> tuple[Verdict, float | None]:
     """A verdict 3 only once it has held on every look since ``since`` for ``STUCK_S`` (until then
     the progress ``line``); any other verdict as it is. Returns the verdict and the new ``since``."""
-    if v.code != 3:
-        return v, None
-    since = now if since is None else since
-    return (v, since) if now - since >= STUCK_S else (Verdict(None, [line]), since)
+    since = clock(v.code == 3, since, now)
+    if since is None or now - since >= STUCK_S:
+        return v, since
+    return Verdict(None, [line]), since
 
 
 def said_long(since: float, now: float, deadline: float) -> bool:
@@ -180,7 +186,7 @@ async def first_look(client, name: str, look_s: float, every_s: float = 1.0) -> 
         if v.code == 3 and (decided or late):  # as --wait judges it: with the rollout, which may make room
             v = judge(dep, await rollout_view(client, name))
         stuck = v.code == 3 and (decided or late) and not dep.get("broken")
-        since = (now if since is None else since) if stuck else None
+        since = clock(stuck, since, now)
         if stuck and said_long(since, now, deadline):
             return Verdict(0, [*v.lines, "the replica(s) wait in the queue ('gpuflow queue'); "
                                          "'gpuflow deploy --wait' exits 3 for this"])
