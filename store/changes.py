@@ -62,6 +62,28 @@ def bump(s: Session, instance: str, files: bool = False) -> int:
     return seq
 
 
+def bump_many(s: Session, changed: list[tuple[str, bool]]) -> int:
+    """``bump`` for several changes in one transaction: (instance, files) each, numbered in order;
+    two statements for all of them (the counter moved once, the log lines inserted together), where
+    a ``bump`` each cost two a change (a batch of 50 new rows: 100). Returns the last number (the
+    counter's, unchanged, for none)."""
+    if not changed:
+        return current(s)
+    conn = s.connection()
+    n = len(changed)
+    last = conn.execute(update(_COUNTER).where(_COUNTER.c.id == 1).values(seq=_COUNTER.c.seq + n)
+                        .returning(_COUNTER.c.seq)).scalar()
+    if last is None:  # a store made before the counter existed
+        conn.execute(insert(_COUNTER).values(id=1, seq=n))
+        last = n
+    first = last - n + 1
+    conn.execute(insert(_LOG), [dict(seq=first + i, instance=name, files=files)
+                                for i, (name, files) in enumerate(changed)])
+    if last // PRUNE_EVERY > (first - 1) // PRUNE_EVERY:  # a multiple of PRUNE_EVERY among them, as bump prunes
+        conn.execute(delete(_LOG).where(_LOG.c.seq <= last - KEEP))
+    return last
+
+
 def current(s: Session) -> int:
     return s.exec(select(ChangeCounterRow.seq).where(ChangeCounterRow.id == 1)).first() or 0
 

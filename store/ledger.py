@@ -186,9 +186,10 @@ def _reserve_all(engine: Engine, bookings: list[Booking], whole: bool):
     with Session(engine) as s:
         workers = lock_workers(s, sorted({r.worker for rows in wanted for r in rows}))
         touched: dict[str, WorkerRow] = {}
+        logged: list[tuple[str, bool]] = []  # the change log's lines, written together before the commit
         for b, rows in zip(bookings, wanted):
             try:
-                now = reserve_in(s, workers, b, rows)
+                now = reserve_in(s, workers, b, rows, logged)
             except (StaleDecision, NotWanted) as e:
                 if whole:
                     s.rollback()  # the members booked before it go too: a group is admitted whole or not at all
@@ -199,13 +200,17 @@ def _reserve_all(engine: Engine, bookings: list[Booking], whole: bool):
             if now:
                 touched.update((r.worker, workers[r.worker]) for r in rows)
         bump_workers(s, touched.values())
+        changes.bump_many(s, logged)
         s.commit()
     return out
 
 
 
-def reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow]) -> bool:
-    """One booking inside the batch's transaction; True when it was booked now (False: held already)."""
+def reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: list[ReservationRow],
+               logged: list[tuple[str, bool]] | None = None) -> bool:
+    """One booking inside the batch's transaction; True when it was booked now (False: held already).
+    ``logged``: where its change-log line goes, for the caller to write with the batch's
+    (changes.bump_many, in the same transaction); None: written now."""
     why = wanted_problem(s, b.instance)
     if why:
         raise NotWanted(why)
@@ -223,7 +228,7 @@ def reserve_in(s: Session, workers: dict[str, WorkerRow], b: Booking, wanted: li
         s.exec(delete(ReservationRow).where(ReservationRow.instance == b.instance))
     s.add_all(wanted)
     s.flush()  # the next booking of the batch reads the ledger with Core statements: they see these rows
-    _mark_scheduled(s, b.instance, b.plan, b.reason, b.decision, b.state, b.backend)
+    _mark_scheduled(s, b.instance, b.plan, b.reason, b.decision, b.state, b.backend, logged=logged)
     return True
 
 
@@ -292,7 +297,8 @@ def _spec_backend(s: Session, instance: str) -> str | None:
 
 
 def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str = "",
-                    decision: dict | None = None, state: str = "scheduled", backend: str | None = None) -> None:
+                    decision: dict | None = None, state: str = "scheduled", backend: str | None = None,
+                    logged: list[tuple[str, bool]] | None = None) -> None:
     """The booked instance's row, in the booking's transaction: SCHEDULED (or ``state``) with its
     placement, out of the PENDING queue (a later return is a new arrival). A Core statement: it
     runs under the write lock of every booking."""
@@ -302,7 +308,10 @@ def _mark_scheduled(s: Session, instance: str, plan: PlacementPlan, reason: str 
     if decision is not None:
         vals["decision"] = decision
     s.connection().execute(update(t).where(t.c.name == instance).values(**vals))
-    changes.bump(s, instance)
+    if logged is None:
+        changes.bump(s, instance)
+    else:
+        logged.append((instance, False))
 
 
 def bump_workers(s: Session, workers) -> None:

@@ -132,6 +132,7 @@ def record_instances(engine: Engine, recs: list[InstanceRecord], check_launch: b
         if check_launch:
             check_launches(s, recs, hosts)
         conn = s.connection()
+        bumped: list[tuple[str, bool]] = []
         for rec in recs:
             vals: dict[str, Any] = dict(
                 deployment=rec.deployment, model=rec.model, state=rec.state, reason=rec.reason, worker=rec.worker,
@@ -159,7 +160,8 @@ def record_instances(engine: Engine, recs: list[InstanceRecord], check_launch: b
                 f.state, f.updated_at = file_state, utcnow()
                 s.add(f)
                 s.flush()
-            changes.bump(s, rec.name, files=bool(file_state and rec.worker))
+            bumped.append((rec.name, bool(file_state and rec.worker)))
+        changes.bump_many(s, bumped)
         s.commit()
 
 
@@ -207,8 +209,8 @@ def create_instances(engine: Engine, recs: list[InstanceRecord]) -> list[str]:
             row.queued_at, row.updated_at = (utcnow() if rec.state in QUEUED else None), utcnow()
             have[rec.name] = row
             s.add(row)
-            changes.bump(s, rec.name)
             made.append(rec.name)
+        changes.bump_many(s, [(name, False) for name in made])
         s.commit()
         return made
 
