@@ -26,23 +26,30 @@ def same(cache: SnapshotCache, engine) -> dict[str, int]:
     return gens
 
 
-# (write, workers reloaded, instances reloaded) after the first full load
+# (write, worker rows read again, instance rows read again) after the first full load. A booking or
+# a release moves its host's generation without touching the host's row: the row is not read again
+# (its key, row_key, is: a narrow query), only the instance's.
 STEPS = [
     ("a host joins", lambda e: records.upsert_worker(e, host("h2")), 1, 0),
     ("hosts read a local path: h1 has it, h2 looked (model files only)",
      lambda e: record_paths(e, "/models/m.gguf", ["h1"], ["h2"]), 0, 1),
     ("an instance is created", lambda e: records.create_instance(
         e, InstanceRecord(name="a-0", deployment="a", model="m", state="pending")), 0, 1),
-    ("it is booked on h1: its row and h1's generation", lambda e: ledger.reserve(e, "a-0", plan("h1", 0, 10)), 1, 1),
+    ("it is booked on h1: its row, and h1's generation (h1's row unchanged)",
+     lambda e: ledger.reserve(e, "a-0", plan("h1", 0, 10)), 0, 1),
     ("a batch of a-0 (booked: kept) and a-1: one row, one change", lambda e: records.create_instances(e, [
         InstanceRecord(name=n, deployment="a", model="m", state="pending") for n in ("a-0", "a-1")]), 0, 1),
     ("it runs, with its model file on h1", lambda e: records.record_instance(e, InstanceRecord(
         name="a-0", deployment="a", model="m", state="running", worker="h1", gpu_indexes=[0],
         model_source="hf:o/m")), 0, 1),
     ("h2 goes not_ready", lambda e: records.set_worker_state(e, "h2", "not_ready", "lost"), 1, 0),
+    ("h1 reports a third GPU: a new fingerprint", lambda e: records.upsert_worker(e, host("h1", gpus=3)), 1, 0),
+    ("h1 reports the same again: no generation moved, nothing read", lambda e: records.upsert_worker(e, host("h1", gpus=3)),
+     0, 0),
+    ("h1 is cordoned", lambda e: records.cordon_worker(e, "h1", True, "disk"), 1, 0),
     ("a-0 drains: shown as stopping", lambda e: records.record_instance(e, InstanceRecord(
         name="a-0", deployment="a", model="m", state="draining", worker="h1", gpu_indexes=[0])), 0, 1),
-    ("a-0 is released: h1 and a-0", lambda e: ledger.release(e, "a-0"), 1, 1),
+    ("a-0 is released: h1's generation and a-0 (h1's row unchanged)", lambda e: ledger.release(e, "a-0"), 0, 1),
     ("a-0 is marked gone: it leaves the snapshot", lambda e: records.mark_gone(e, "a-0", "ended"), 0, 1),
     ("nothing", lambda e: None, 0, 0),
 ]
@@ -75,6 +82,47 @@ def test_a_cache_behind_the_pruned_log_reloads_whole(store, monkeypatch):
         records.create_instance(engine, InstanceRecord(name=f"a-{i}", deployment="a", model="m", state="pending"))
     same(cache, engine)
     assert cache.stats.full == 2
+
+
+def log_lines(engine) -> list[tuple[int, str, bool]]:
+    from sqlmodel import Session, select
+    with Session(engine) as s:
+        return [tuple(r) for r in s.exec(select(changes.ChangeRow.seq, changes.ChangeRow.instance,
+                                                changes.ChangeRow.files).order_by(changes.ChangeRow.seq))]
+
+
+def test_bump_many_numbers_and_prunes_as_one_bump_each(store, monkeypatch):
+    from sqlmodel import Session
+    _, _, engine = store
+    monkeypatch.setattr(changes, "KEEP", 3)
+    monkeypatch.setattr(changes, "PRUNE_EVERY", 4)
+    changes.ensure_counter(engine)  # a fresh store: the counter at 0
+    # (the batch, the last number it returns, the log's numbers after it)
+    steps = [
+        # 1, 2 in the batch's order
+        ([("a", False), ("b", True)], 2, [1, 2]),
+        # none: the counter as it was
+        ([], 2, [1, 2]),
+        # 3, 4: 4 is a multiple of PRUNE_EVERY, so lines <= 4 - KEEP = 1 go
+        ([("c", False), ("d", False)], 4, [2, 3, 4]),
+        # 5, 6, 7: no multiple of 4 among them, nothing pruned
+        ([("e", False), ("f", False), ("g", False)], 7, [2, 3, 4, 5, 6, 7]),
+        # 8: a multiple of 4 again, lines <= 5 go
+        ([("h", False)], 8, [6, 7, 8]),
+    ]
+    for batch, last, kept in steps:
+        with Session(engine) as s:
+            assert changes.bump_many(s, batch) == last
+            s.commit()
+        assert [seq for seq, _, _ in log_lines(engine)] == kept
+    assert log_lines(engine)[-3:] == [(6, "f", False), (7, "g", False), (8, "h", False)]
+    # the same log as one bump each: 9 and 10 one at a time, 11 and 12 in a batch (12 prunes <= 9)
+    with Session(engine) as s:
+        changes.bump(s, "i")
+        changes.bump(s, "j", files=True)
+        changes.bump_many(s, [("k", False), ("l", True)])
+        s.commit()
+    assert log_lines(engine) == [(10, "j", True), (11, "k", False), (12, "l", True)]
 
 
 @pytest.mark.parametrize("n", [40])
