@@ -54,6 +54,8 @@ flag it has no equivalent for is refused at validation, never at the engine's st
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from scheduler.engine_flags import llama_cpp_python
 from scheduler.engine_flags.check import ENGINES, OPERATOR_FLAG, Checked, check_flags, normal, refused
 from scheduler.engine_flags.kinds import lexical
@@ -92,6 +94,19 @@ def spec_flag_problems(backend: str, params: list, extra: tuple[str, ...] | None
     spec may run on llama-cpp-python's server too, so each of its flags must have an equivalent
     there (``llama_cpp_python.py``), unless an operator added the flag."""
     extra = operator_flags() if extra is None else extra
+    if not all(isinstance(w, str) for w in params):  # validated specs hold words; anything else is not kept
+        return _spec_flag_problems(backend, params, extra)
+    return list(_kept_problems(backend, tuple(params), tuple(extra)))
+
+
+@lru_cache(maxsize=256)
+def _kept_problems(backend: str, params: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
+    """Kept per (backend, parameters, operator flags): every replica's workflow validates its
+    deployment's spec, so a burst checked the same few lists thousands of times (issue 37)."""
+    return tuple(_spec_flag_problems(backend, list(params), extra))
+
+
+def _spec_flag_problems(backend: str, params: list, extra: tuple[str, ...]) -> list[str]:
     checked = check_flags(backend, params, extra, lexical)
     if backend == "llama.cpp":
         return checked.problems + llama_cpp_python.translate(checked.params, extra, lifted=extra)[1]

@@ -12,11 +12,9 @@ exactly what it did before."""
 
 from __future__ import annotations
 
-import shlex
-
 from scheduler.command_set import holds
 from scheduler.filters.chain import verdict
-from scheduler.spec import Backend
+from scheduler.spec import Backend, command_words
 
 NAME = "command"
 NAMED = 3  # hosts named in the summary line; the rest counted
@@ -27,7 +25,7 @@ def command_of(spec) -> str | None:
     if spec.backend != Backend.CUSTOM or not spec.run_command:
         return None
     try:
-        first = shlex.split(spec.run_command)[0]
+        first = command_words(spec.run_command)[0]
     except (ValueError, IndexError):  # validated specs split; nothing to say of one that does not
         return None
     return None if "/" in first or "{" in first else first
