@@ -172,7 +172,9 @@ async def watch(engine, tag: str, total: int, t0: float, timeout: float = 1800, 
         await asyncio.sleep(0.25)
     wall = max(running.values()) - t0 if running else float("nan")
     lat = [running[k] - pending[k] for k in running]
+    seen = sorted(pending.values())
     return {"n": total, "running": len(running), "wall": wall, "per_s": len(running) / wall if running else 0,
+            "first": seen[0] - t0 if seen else float("nan"), "all_in": seen[-1] - t0 if seen else float("nan"),
             "p50": pct(lat, 50) if lat else float("nan"), "p95": pct(lat, 95) if lat else float("nan")}
 
 
@@ -184,10 +186,24 @@ async def burst(engine, client, tag: str, n: int, per_deployment: int = 50) -> d
     return await watch(engine, tag, len(specs) * per_deployment, t0)
 
 
-async def cli_burst(engine, tag: str, n: int, env: dict, folder: str, per_deployment: int = 50) -> dict:
+async def started_after(client, names: list[str], e0: float) -> tuple[float, float]:
+    """(first, last): when the deployments' workflows started, in seconds after ``e0`` (epoch): what
+    the `gpuflow deploy` processes took to start (their imports, on the machine's cores) and send."""
+    from contracts.ids import deployment_id
+
+    at = []
+    for n in names:
+        try:
+            at.append((await client.get_workflow_handle(deployment_id(n)).describe()).start_time.timestamp() - e0)
+        except Exception:  # noqa: BLE001  never started (its deploy's error is printed)
+            pass
+    return (min(at), max(at)) if at else (float("nan"), float("nan"))
+
+
+async def cli_burst(engine, client, tag: str, n: int, env: dict, folder: str, per_deployment: int = 50) -> dict:
     """As a user meets it: one `gpuflow deploy FILE` process per deployment, all sent at once;
     RUNNING counted from the store. Adds the CLI processes' CPU (``cli_cpu``, from this process's
-    reaped children) and their exit codes."""
+    reaped children), their exit codes, and when their deployments' workflows started (``started``)."""
     import resource
 
     import yaml
@@ -198,10 +214,11 @@ async def cli_burst(engine, tag: str, n: int, env: dict, folder: str, per_deploy
         with open(paths[-1], "w") as f:
             yaml.safe_dump(s, f)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
+    t0, e0 = time.perf_counter(), time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "gpuflow", "deploy", p], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE) for p in paths]
     r = await watch(engine, tag, len(paths) * per_deployment, t0, procs=procs)
+    r["started"] = await started_after(client, [s["name"] for s in specs_of(tag, n, per_deployment)], e0)
     codes = []
     for p in procs:
         while p.poll() is None:
@@ -232,7 +249,7 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     c0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}
     me0, w0 = cpu_s(os.getpid()), time.time()
     if mode == "cli":
-        r = await cli_burst(engine, tag, n, cli_env, tmp)
+        r = await cli_burst(engine, client, tag, n, cli_env, tmp)
     else:
         r = await burst(engine, client, tag, n)
     w1 = time.time()
@@ -246,11 +263,13 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     what = f"{r['n'] // 50} x `gpuflow deploy` (50 replicas each)" if mode == "cli" else "burst"
     print(f"{what} of {r['n']}: {r['running']} RUNNING in {r['wall']:.1f} s, {r['per_s']:.1f} placements/s, "
           f"ratio to ceiling {r['per_s'] / ceil:.2f} (to the ceiling measured just before: {r['per_s'] / now_ceil:.2f})")
-    print(f"  PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
+    print(f"  the first replica in the store {r['first']:.1f} s after the start, the last {r['all_in']:.1f} s; "
+          f"PENDING -> RUNNING p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s; decisions: {hist_delta(h0, h1)}")
     print(f"  {kept_delta(k0, k1)}")
     print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
     if mode == "cli":
-        print(f"  the CLI processes ended {r['cli_wall']:.1f} s after they were sent (exit codes {sorted(set(r['cli_codes']))})")
+        print(f"  the CLI processes started their deployments {r['started'][0]:.1f}-{r['started'][1]:.1f} s after they "
+              f"were sent, and ended {r['cli_wall']:.1f} s after (exit codes {sorted(set(r['cli_codes']))})")
     span = max(w1 - w0, r["wall"])
     print(f"  CPU during the burst ({span:.1f} s, process trees): " + ", ".join(
         f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
