@@ -11,8 +11,9 @@ from this process (the SDK, ops.deploy); ``cli`` sends one `gpuflow deploy FILE`
 deployment, all at once, as a user meets it (issue 37). Both count RUNNING from the store.
 Per burst it prints placements/s to RUNNING and their ratio to the trivial one-activity workflow
 ceiling measured on the same server in the same run (bench/trivial_workflow.py; at the start, on an
-empty fleet, and again just before the burst, beside the replicas already running), p50/p95
-PENDING -> RUNNING, the mean and p95 of gpuflow_decision_seconds over the burst (from the
+empty fleet, and again just before the burst, beside the replicas already running), when the
+burst's first and last replica reached the store (and, in the cli mode, when the deploy processes
+started their deployments' workflows: their own start-up), p50/p95 PENDING -> RUNNING, the mean and p95 of gpuflow_decision_seconds over the burst (from the
 control plane's /metrics), the RSS of the Temporal server, the control-plane worker and the
 simulator, and the CPU of each one's process tree (and of this bench, and of the CLI
 processes), and what keeping each decision's inputs cost (bytes written and encoding time per
