@@ -32,13 +32,22 @@ class _PydanticJSON(PydanticJSONPlainPayloadConverter):
         return _adapter(hint).validate_json(payload.data)
 
 
+_JSON = _PydanticJSON()  # stateless: to_json, and the shared adapters (its own adapter cache is unused)
+_PARTS = tuple(_JSON if isinstance(c, JSONPlainPayloadConverter) else c
+               for c in DefaultPayloadConverter.default_encoding_payload_converters)
+
+
 class PayloadConverter(CompositePayloadConverter):
-    """The SDK's default encodings, with JSON done by pydantic through the shared adapters."""
+    """The SDK's default encodings, with JSON done by pydantic through the shared adapters.
+
+    Its parts are made once for the process: the SDK makes a payload converter with every data
+    converter, and makes a data converter for each activation and for payloads of another
+    serialization context, thousands in a burst (issue 37: 3% of the control-plane worker's Python
+    time went to building pydantic's converter again each time). None of the parts keeps state or
+    takes a serialization context."""
 
     def __init__(self) -> None:
-        json = _PydanticJSON()
-        super().__init__(*(json if isinstance(c, JSONPlainPayloadConverter) else c
-                           for c in DefaultPayloadConverter.default_encoding_payload_converters))
+        super().__init__(*_PARTS)
 
 
 DATA_CONVERTER = DataConverter(payload_converter_class=PayloadConverter)

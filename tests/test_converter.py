@@ -43,3 +43,14 @@ def test_a_payload_that_does_not_fit_its_type_is_refused():
     payloads = DATA_CONVERTER.payload_converter.to_payloads([{"decision": "not a decision"}])
     with pytest.raises(Exception, match="decision"):
         DATA_CONVERTER.payload_converter.from_payloads(payloads, [PlaceResult])
+
+
+def test_every_payload_converter_shares_its_parts():
+    # the SDK makes one with every data converter, thousands in a burst: the parts are made once
+    a, b = converter.PayloadConverter(), converter.PayloadConverter()
+    assert a is not b and a.converters == b.converters
+    assert all(a.converters[k] is b.converters[k] for k in a.converters)
+    assert isinstance(a.converters[b"json/plain"], converter._PydanticJSON)
+    # the same encodings, in the same order, as the SDK's default converter
+    from temporalio.converter import DefaultPayloadConverter
+    assert list(a.converters) == [c.encoding.encode() for c in DefaultPayloadConverter.default_encoding_payload_converters]
