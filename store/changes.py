@@ -50,23 +50,15 @@ def bump(s: Session, instance: str, files: bool = False) -> int:
     """Record that ``instance`` (its row, its ledger lines, or with ``files`` its model files)
     changed in the transaction of ``s``; returns the new change number. Core statements, not the
     ORM: this runs in every write transaction, and on SQLite the writers take turns (db.py)."""
-    conn = s.connection()
-    seq = conn.execute(update(_COUNTER).where(_COUNTER.c.id == 1).values(seq=_COUNTER.c.seq + 1)
-                       .returning(_COUNTER.c.seq)).scalar()
-    if seq is None:  # a store made before the counter existed
-        conn.execute(insert(_COUNTER).values(id=1, seq=1))
-        seq = 1
-    conn.execute(insert(_LOG).values(seq=seq, instance=instance, files=files))
-    if seq % PRUNE_EVERY == 0:
-        conn.execute(delete(_LOG).where(_LOG.c.seq <= seq - KEEP))
-    return seq
+    return bump_many(s, [(instance, files)])
 
 
 def bump_many(s: Session, changed: list[tuple[str, bool]]) -> int:
     """``bump`` for several changes in one transaction: (instance, files) each, numbered in order;
     two statements for all of them (the counter moved once, the log lines inserted together), where
-    a ``bump`` each cost two a change (a batch of 50 new rows: 100). Returns the last number (the
-    counter's, unchanged, for none)."""
+    a ``bump`` each cost two a change (a batch of 50 new rows: 100). The log is pruned when a
+    multiple of PRUNE_EVERY is among the numbers. Returns the last number (the counter's,
+    unchanged, for none)."""
     if not changed:
         return current(s)
     conn = s.connection()
@@ -79,7 +71,7 @@ def bump_many(s: Session, changed: list[tuple[str, bool]]) -> int:
     first = last - n + 1
     conn.execute(insert(_LOG), [dict(seq=first + i, instance=name, files=files)
                                 for i, (name, files) in enumerate(changed)])
-    if last // PRUNE_EVERY > (first - 1) // PRUNE_EVERY:  # a multiple of PRUNE_EVERY among them, as bump prunes
+    if last // PRUNE_EVERY > (first - 1) // PRUNE_EVERY:  # a multiple of PRUNE_EVERY among first..last
         conn.execute(delete(_LOG).where(_LOG.c.seq <= last - KEEP))
     return last
 

@@ -56,7 +56,7 @@ class _State:
     snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
     occupancy: Occupancy = occupancy.EMPTY  # the snapshot's sums, derived from the previous ones
     changed: frozenset[str] | None = None  # instances changed since the state it was derived from; None: reloaded whole
-    rows: dict[str, tuple] = field(default_factory=dict)  # worker -> its row's content key when loaded (row_key)
+    keys: dict[str, tuple] = field(default_factory=dict)  # worker -> its row's content key when loaded (row_key)
 
 
 @dataclass(frozen=True)
@@ -166,14 +166,14 @@ class SnapshotCache:
         changed = None if changed_insts is None else frozenset(changed_insts)
         if not stale_workers and len(gens) == len(old.gens) and changed_insts == set() and not files_changed:
             return _State(seq, old.gens, old.workers, old.instances, old.files, old.snapshot, old.occupancy, changed,
-                          old.rows)
+                          old.keys)
         workers = {n: w for n, w in old.workers.items() if n in gens and n not in stale_workers}
-        keys = {n: k for n, k in old.rows.items() if n in workers}
+        keys = {n: k for n, k in old.keys.items() if n in workers}
         reload = _rewritten(s, stale_workers, old, workers, keys)
         for i in range(0, len(reload), 500):
             for row in s.exec(select(WorkerRow).where(WorkerRow.name.in_(reload[i:i + 500]))):
                 for w in valid_workers([row]):
-                    workers[w.name], keys[w.name] = w, row_key(row)
+                    workers[w.name], keys[w.name] = w, row_key(*(getattr(row, c.key) for c in KEY_COLUMNS))
         self.stats.workers += len(reload)
         gone: list[Instance] = []
         if changed_insts is None:
@@ -213,10 +213,14 @@ class SnapshotCache:
         return _State(seq, gens, workers, instances, files, snap, occ, changed, keys)
 
 
-def row_key(row) -> tuple:
-    """What says a worker row's content changed: its report's fingerprint (every inventory field
-    the snapshot's Worker reads), its state, its cordon, and when any of them was last written."""
-    return (row.fingerprint, row.state, bool(row.cordoned), row.updated_at)
+KEY_COLUMNS = (WorkerRow.fingerprint, WorkerRow.state, WorkerRow.cordoned, WorkerRow.updated_at)
+
+
+def row_key(fingerprint, state, cordoned, updated_at) -> tuple:
+    """What says a worker row's content changed (KEY_COLUMNS): its report's fingerprint (every
+    inventory field the snapshot's Worker reads), its state, its cordon, and when any of them was
+    last written."""
+    return (fingerprint, state, bool(cordoned), updated_at)
 
 
 def _rewritten(s: Session, stale: list[str], old: _State, workers: dict[str, Worker], keys: dict[str, tuple]) -> list[str]:
@@ -225,15 +229,13 @@ def _rewritten(s: Session, stale: list[str], old: _State, workers: dict[str, Wor
     in a burst nearly every move is one. Those keep their Worker, read back by a narrow query of the
     row's key (row_key) instead of the whole row and its GPUs' JSON (issue 37: 6% of the
     control-plane worker's Python time in a burst beside 500 running replicas)."""
-    known = [n for n in stale if n in old.workers and n in old.rows]
+    known = [n for n in stale if n in old.workers and n in old.keys]
     same: set[str] = set()
     for i in range(0, len(known), 500):
-        for name, fp, state, cordoned, at in s.exec(select(WorkerRow.name, WorkerRow.fingerprint, WorkerRow.state,
-                                                           WorkerRow.cordoned, WorkerRow.updated_at)
-                                                    .where(WorkerRow.name.in_(known[i:i + 500]))):
-            if (fp, state, bool(cordoned), at) == old.rows[name]:
+        for name, *key in s.exec(select(WorkerRow.name, *KEY_COLUMNS).where(WorkerRow.name.in_(known[i:i + 500]))):
+            if row_key(*key) == old.keys[name]:
                 same.add(name)
-                workers[name], keys[name] = old.workers[name], old.rows[name]
+                workers[name], keys[name] = old.workers[name], old.keys[name]
     return [n for n in stale if n not in same]
 
 
