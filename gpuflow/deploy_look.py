@@ -91,13 +91,14 @@ async def first_look(client, name: str, wanted: int, look_s: float, every_s: flo
     from gpuflow import deploy_wait
 
     deadline = time.monotonic() + look_s
-    counts: list[int] = []  # PENDING at each look
+    counts: list[int] = []  # PENDING at each look since every wanted replica was there
     since = None  # when the looks began to say which replicas no host can take
     while True:
         seen = await states(client, name)
         if settled(seen, wanted) or "error" in seen.values():
             return []
-        counts.append(list(seen.values()).count("pending"))
+        if len(seen) >= wanted:  # counted once every replica is there: their coming is not a stall
+            counts.append(list(seen.values()).count("pending"))
         now = time.monotonic()
         late = now > deadline
         if late or (stalled(counts) and len(seen) >= wanted):

@@ -110,3 +110,42 @@ def test_the_look_says_a_replica_stuck_only_once_it_held(monkeypatch, looks, out
     monkeypatch.setattr(deploy_look, "stalled", lambda counts: True)
     assert asyncio.run(deploy_look.first_look(None, "m", 1, 10.0)) == out
     assert clock[0] - 100.0 == took
+
+
+@pytest.mark.parametrize("looks, asked", [
+    # (replicas there, of them PENDING) at each look, a second apart; 50 wanted. The deployment
+    # starts its replicas over the first looks: 0, then 20, then all 50, and placing goes on.
+    # Nobody is asked. It had asked the first four at the third and fourth looks, taking their
+    # coming for a stall: 0, 20, 50 (min(20, 50) >= 0), then 20, 50, 45 (min(50, 45) >= 20)
+    ([(0, 0), (20, 20), (50, 50), (50, 45), (50, 40), (50, 0)], []),
+    # ... the same, and placing stops at 45: asked at the second look that shows no fall since
+    # all were there (50, 45, 45, 45: min(45, 45) >= 45)
+    ([(0, 0), (20, 20), (50, 50), (50, 45), (50, 45), (50, 45), (50, 0)], [6]),
+    # all there from the first look: asked at the third look of 50 (no fall over two intervals)
+    ([(50, 50), (50, 50), (50, 50), (50, 0)], [3]),
+])
+def test_the_look_counts_a_stall_once_every_replica_is_there(monkeypatch, looks, asked):
+    import asyncio
+
+    from gpuflow import deploy_look
+
+    clock, script, at, n = [100.0], iter(looks), [], [0]
+
+    async def states(client, name):
+        n[0] += 1
+        there, left = next(script)
+        return {f"m-{k}": "pending" if k < left else "running" for k in range(there)}
+
+    async def judged(client, name, wanted, seen, late):
+        at.append(n[0])
+        return None  # the PENDING still deciding
+
+    async def sleep(s):
+        clock[0] += 1.0
+
+    monkeypatch.setattr(deploy_look, "states", states)
+    monkeypatch.setattr(deploy_look, "judged", judged)
+    monkeypatch.setattr(deploy_look.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(deploy_look.asyncio, "sleep", sleep)
+    assert asyncio.run(deploy_look.first_look(None, "m", 50, 10.0)) == []
+    assert at == asked
