@@ -32,6 +32,16 @@ async def test_deploy_wait_exit_codes_and_the_logs_of_the_failed(tmp_path):
         assert out.stdout.splitlines() == ["deployment echo: created, 2 replica(s) wanted (the file)",
                                            "deployment echo: 2 of 2 replica(s) RUNNING"], out.stdout
         assert "deployment echo: " in out.stderr  # at least one progress line
+        # the deployment's tasks go ahead of its replicas' on the control queue (ops.DEPLOYMENT_PRIORITY):
+        # Temporal's priority key 2; a replica's workflow keeps the default (unset: 3)
+        from contracts.ids import deployment_id, instance_id
+
+        def described(wid: str):
+            return lv.client.get_workflow_handle(wid).describe()
+
+        dep, inst = await described(deployment_id("echo")), await described(instance_id("echo-0"))
+        assert dep.raw_description.workflow_execution_info.priority.priority_key == 2
+        assert inst.raw_description.workflow_execution_info.priority.priority_key in (0, 3)
 
         # the file names replicas: 2. Scaled to 3 by hand, the same file takes it back to 2, loudly
         assert cli(lv, "scale", "echo", "3").returncode == 0
