@@ -49,7 +49,7 @@ def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
 
 
 # A deployment's own tasks (its workflow's, and its activities': the limits, the tenant, its save,
-# start_instances) go ahead of its replicas' on the control queue (Temporal's task queue priority:
+# start_instances) go ahead of the replicas' on the control queue (Temporal's task queue priority:
 # 1 first, 3 the default, which the replicas keep). Without it, a deployment sent while another's
 # replicas are being placed waited behind them for every step before its own replicas existed.
 DEPLOYMENT_PRIORITY = Priority(priority_key=2)
