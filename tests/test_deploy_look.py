@@ -72,6 +72,20 @@ def test_the_look_asks_the_rest_only_when_one_of_the_first_decided(monkeypatch, 
     assert said == out
 
 
+def looks_a_second(monkeypatch, clock: list[float], states, judged) -> None:
+    """The look's visibility read and its judgement answered by ``states`` and ``judged``, on a
+    clock (``clock[0]``) that each look's sleep moves on by a second."""
+    from gpuflow import deploy_look
+
+    async def sleep(s):
+        clock[0] += 1.0
+
+    monkeypatch.setattr(deploy_look, "states", states)
+    monkeypatch.setattr(deploy_look, "judged", judged)
+    monkeypatch.setattr(deploy_look.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(deploy_look.asyncio, "sleep", sleep)
+
+
 NOT_YET = [f"m-0: PENDING: {NO_ROOM}", "the replica(s) wait in the queue ('gpuflow queue'); 'gpuflow deploy --wait' exits 3 for this"]
 
 
@@ -100,13 +114,7 @@ def test_the_look_says_a_replica_stuck_only_once_it_held(monkeypatch, looks, out
     async def judged(client, name, wanted, seen, late):
         return said[-1]
 
-    async def sleep(s):
-        clock[0] += 1.0
-
-    monkeypatch.setattr(deploy_look, "states", states)
-    monkeypatch.setattr(deploy_look, "judged", judged)
-    monkeypatch.setattr(deploy_look.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(deploy_look.asyncio, "sleep", sleep)
+    looks_a_second(monkeypatch, clock, states, judged)
     monkeypatch.setattr(deploy_look, "stalled", lambda counts: True)
     assert asyncio.run(deploy_look.first_look(None, "m", 1, 10.0)) == out
     assert clock[0] - 100.0 == took
@@ -140,12 +148,6 @@ def test_the_look_counts_a_stall_once_every_replica_is_there(monkeypatch, looks,
         at.append(n[0])
         return None  # the PENDING still deciding
 
-    async def sleep(s):
-        clock[0] += 1.0
-
-    monkeypatch.setattr(deploy_look, "states", states)
-    monkeypatch.setattr(deploy_look, "judged", judged)
-    monkeypatch.setattr(deploy_look.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(deploy_look.asyncio, "sleep", sleep)
+    looks_a_second(monkeypatch, clock, states, judged)
     assert asyncio.run(deploy_look.first_look(None, "m", 50, 10.0)) == []
     assert at == asked
