@@ -7,6 +7,13 @@ before any id is made from it, and each workflow checks its own id again
 
 from __future__ import annotations
 
+# A deployment's workflow starts at this Temporal task queue priority (gpuflow/ops.py ``deploy``): its
+# own tasks (its workflow's, and its activities': the limits, the tenant, its save, start_instances)
+# go ahead of the replicas' on the control queue (1 first; 3, the default, the replicas keep).
+# Without it, a deployment sent while another's replicas were being placed waited behind them for
+# every step before its own replicas existed.
+DEPLOYMENT_PRIORITY_KEY = 2
+
 
 def deployment_id(name: str) -> str:
     return f"deployment/{name}"

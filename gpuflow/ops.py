@@ -11,9 +11,9 @@ from temporalio.common import Priority, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import ui_text
-from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_SCALE, DEPLOYMENT_STATUS,
-                          DEPLOYMENT_UPDATE_SPEC, DEPLOYMENT_WORKFLOW, HOST_CORDON, HOST_FORGET, HOST_STATUS,
-                          HOST_UNCORDON, HOST_WORKFLOW, INSTANCE_STATUS, autoscaler_id,
+from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_PRIORITY_KEY, DEPLOYMENT_SCALE,
+                          DEPLOYMENT_STATUS, DEPLOYMENT_UPDATE_SPEC, DEPLOYMENT_WORKFLOW, HOST_CORDON, HOST_FORGET,
+                          HOST_STATUS, HOST_UNCORDON, HOST_WORKFLOW, INSTANCE_STATUS, autoscaler_id,
                           deployment_id, host_id, host_logs_id, instance_id)
 from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
@@ -48,13 +48,6 @@ def _update_error(e: WorkflowUpdateFailedError) -> InvalidInput:
     return InvalidInput(broken.cause_message(e))  # the innermost cause's words, never "Activity task failed"
 
 
-# A deployment's own tasks (its workflow's, and its activities': the limits, the tenant, its save,
-# start_instances) go ahead of the replicas' on the control queue (Temporal's task queue priority:
-# 1 first, 3 the default, which the replicas keep). Without it, a deployment sent while another's
-# replicas are being placed waited behind them for every step before its own replicas existed.
-DEPLOYMENT_PRIORITY = Priority(priority_key=2)
-
-
 async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None,
                  replicas: int | None = None) -> DeploymentView:
     """Create the deployment, or update a running one to this spec. The operator's maximum
@@ -67,7 +60,7 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
         DEPLOYMENT_WORKFLOW, DeploymentInput(spec=raw, replicas=replicas, **({"timings": timings} if timings else {})),
         id=wid,
         task_queue=CONTROL_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        priority=DEPLOYMENT_PRIORITY,
+        priority=Priority(priority_key=DEPLOYMENT_PRIORITY_KEY),
         static_summary=f"deployment of {spec.name} ({spec.backend.value})",
         static_details=ui_text.deployment_details(raw, replicas))
     try:

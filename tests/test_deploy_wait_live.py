@@ -32,8 +32,8 @@ async def test_deploy_wait_exit_codes_and_the_logs_of_the_failed(tmp_path):
         assert out.stdout.splitlines() == ["deployment echo: created, 2 replica(s) wanted (the file)",
                                            "deployment echo: 2 of 2 replica(s) RUNNING"], out.stdout
         assert "deployment echo: " in out.stderr  # at least one progress line
-        # the deployment's tasks go ahead of its replicas' on the control queue (ops.DEPLOYMENT_PRIORITY):
-        # Temporal's priority key 2; a replica's workflow keeps the default (unset: 3)
+        # the deployment's tasks go ahead of its replicas' on the control queue: Temporal's priority
+        # key 2 (contracts/ids.py DEPLOYMENT_PRIORITY_KEY); a replica's workflow keeps the default (unset: 3)
         from contracts.ids import deployment_id, instance_id
 
         def described(wid: str):
