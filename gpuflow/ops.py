@@ -18,7 +18,7 @@ from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_PR
 from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, DeploymentView, HostView, InstanceView,
                                  Timings)
 from contracts.host import cordon_reason_problem
-from gpuflow import broken
+from gpuflow import broken, delete_wait
 from views.group_status import group_view
 from gpuflow.runtime import Unreachable
 from scheduler.errors import InvalidInput
@@ -133,8 +133,9 @@ async def scale(client: Client, name: str, replicas: int) -> DeploymentView:
 
 async def delete(client: Client, name: str, wait: bool = False,
                  progress: Callable[[int], None] | None = None, every_s: float = 5.0) -> DeploymentView:
-    """Delete the deployment; with ``wait``, return once every instance has stopped, telling
-    ``progress`` how many are left every ``every_s`` meanwhile (500 replicas take about a minute)."""
+    """Delete the deployment; with ``wait``, return once every instance has stopped and its workflow
+    has closed (gpuflow/delete_wait.py), telling ``progress`` how many are left every
+    ``every_s`` meanwhile (500 replicas take about a minute)."""
     h = await deployment_handle(client, name)
     why = await broken.task_failing(h)
     if why:  # it cannot take the delete update: end it, and stop its instances directly
@@ -145,18 +146,7 @@ async def delete(client: Client, name: str, wait: bool = False,
     view = await run_update(h, DEPLOYMENT_DELETE, result_type=DeploymentView)
     if not wait:
         return view
-    done = asyncio.ensure_future(h.result())
-    while True:
-        try:
-            return await asyncio.wait_for(asyncio.shield(done), every_s)
-        except asyncio.TimeoutError:
-            if progress is None:
-                continue
-            try:
-                left = await broken.query(h, DEPLOYMENT_STATUS, DeploymentView)
-            except Exception:  # noqa: BLE001  ended meanwhile, or slow to answer: the result says
-                continue
-            progress(len(set(left.instances) | set(left.stopping)))
+    return await delete_wait.until_gone(client, h, view, progress, every_s)
 
 
 async def instance(client: Client, name: str) -> InstanceView:

@@ -7,9 +7,15 @@ deployment, and what deploy says of the replica count after ``gpuflow scale`` (i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
+from temporalio import workflow
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.worker import Worker
+
+from contracts.ids import instance_id
 from tests.live import Live, cli, spec
 
 FAIL = "python3 -c \"import sys; print('engine: refusing to start', flush=True); sys.exit(3)\""
@@ -34,7 +40,7 @@ async def test_deploy_wait_exit_codes_and_the_logs_of_the_failed(tmp_path):
         assert "deployment echo: " in out.stderr  # at least one progress line
         # the deployment's tasks go ahead of its replicas' on the control queue: Temporal's priority
         # key 2 (contracts/ids.py DEPLOYMENT_PRIORITY_KEY); a replica's workflow keeps the default (unset: 3)
-        from contracts.ids import deployment_id, instance_id
+        from contracts.ids import deployment_id
 
         def described(wid: str):
             return lv.client.get_workflow_handle(wid).describe()
@@ -81,11 +87,46 @@ async def test_deploy_wait_exit_codes_and_the_logs_of_the_failed(tmp_path):
             time.sleep(0.5)
         assert lines[at + 1].strip() == "| engine: refusing to start", out.stdout
 
-        # deleted, its log is still on h1 (the agent keeps the last --keep-logs ended instances')
+        # deleted, its log is still on h1 (the agent keeps the last --keep-logs ended instances');
+        # delete --wait has returned once the replica's workflow has closed, not only the deployment's
         assert cli(lv, "delete", "bad", "--wait").returncode == 0
+        assert (await described(instance_id("bad-0"))).status != WorkflowExecutionStatus.RUNNING
         out = cli(lv, "logs", "bad-0")
         assert out.returncode == 0 and "engine: refusing to start" in out.stdout, out
         out = cli(lv, "status", "bad")
         assert out.returncode == 2 and "no deployment named 'bad': it was deleted" in out.stderr, out
+        await until_closed_waits_for_a_running_workflow(lv)
     finally:
         lv.close()
+
+
+@workflow.defn(name="Held", sandboxed=False)
+class Held:
+    """A workflow of the test's own under a replica's id, that runs until it is signalled."""
+
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.go)
+
+    @workflow.signal
+    def end(self) -> None:
+        self.go = True
+
+
+async def until_closed_waits_for_a_running_workflow(lv: Live) -> None:
+    """gpuflow/delete_wait.py until_closed, on the live Temporal server: it does not return while
+    instance/held-0 runs (a replica that has told its deployment it ended, and not yet closed), and
+    returns once it has closed; a replica without a workflow counts as closed."""
+    from gpuflow.delete_wait import until_closed
+
+    async with Worker(lv.client, task_queue="held", workflows=[Held]):
+        h = await lv.client.start_workflow(Held.run, id=instance_id("held-0"), task_queue="held")
+        waiting = asyncio.ensure_future(until_closed(lv.client, ["held-0", "never-0"], poll_s=0.1))
+        await asyncio.sleep(1.5)  # fifteen reads, every one of which found it running
+        assert not waiting.done()
+        await h.signal(Held.end)
+        await asyncio.wait_for(waiting, 20)
+        assert (await h.describe()).status == WorkflowExecutionStatus.COMPLETED

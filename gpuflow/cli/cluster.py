@@ -321,7 +321,7 @@ def add_delete(sub) -> None:
     p = sub.add_parser("delete", help="stop a deployment's instances and remove it")
     temporal_flags(p)
     p.add_argument("name")
-    p.add_argument("--wait", action="store_true", help="return once every instance has stopped")
+    p.add_argument("--wait", action="store_true", help="return once every instance has stopped and its workflow has closed")
     p.set_defaults(fn=cmd_delete, temporal=True)
 
 
