@@ -21,8 +21,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts.control import DeploymentView
 from contracts.ids import DEPLOYMENT_STATUS, instance_id
 from gpuflow import broken
+from gpuflow.runtime import Unreachable
 
 AT_ONCE = 50  # describes in flight together: a deployment of 500 is read in ten rounds
+CLOSE_S = 120.0  # after the deployment has ended: a replica's workflow has one workflow task left
 
 
 async def still_running(client: Client, names: list[str]) -> list[str]:
@@ -46,13 +48,19 @@ async def _runs(client: Client, name: str) -> bool:
 
 
 async def until_closed(client: Client, names: list[str], progress: Callable[[int], None] | None = None,
-                       every_s: float = 5.0, poll_s: float = 0.2) -> None:
+                       every_s: float = 5.0, poll_s: float = 0.2, limit_s: float = CLOSE_S) -> None:
     """Return once no workflow of ``names`` runs, reading them again every ``poll_s`` and telling
-    ``progress`` how many are left every ``every_s``."""
+    ``progress`` how many are left every ``every_s``; Unreachable if some still run ``limit_s`` on."""
     left = sorted(set(names))
-    told = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    start = told = loop.time()
     while left := await still_running(client, left):
-        now = asyncio.get_running_loop().time()
+        now = loop.time()
+        if now - start >= limit_s:
+            named = ", ".join(instance_id(n) for n in left[:5]) + (", ..." if len(left) > 5 else "")
+            raise Unreachable(f"the deployment was deleted, but {len(left)} replica workflow(s) had not closed "
+                              f"{limit_s:.0f} s later ({named}): are the control-plane workers running? "
+                              "The Temporal UI shows their histories")
         if progress is not None and now - told >= every_s:
             progress(len(left))
             told = now

@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 
+import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Worker
@@ -121,12 +122,16 @@ async def until_closed_waits_for_a_running_workflow(lv: Live) -> None:
     instance/held-0 runs (a replica that has told its deployment it ended, and not yet closed), and
     returns once it has closed; a replica without a workflow counts as closed."""
     from gpuflow.delete_wait import until_closed
+    from gpuflow.runtime import Unreachable
 
     async with Worker(lv.client, task_queue="held", workflows=[Held]):
         h = await lv.client.start_workflow(Held.run, id=instance_id("held-0"), task_queue="held")
         waiting = asyncio.ensure_future(until_closed(lv.client, ["held-0", "never-0"], poll_s=0.1))
         await asyncio.sleep(1.5)  # fifteen reads, every one of which found it running
         assert not waiting.done()
+        # one that does not close within the limit is named, not waited on for ever (exit 4 in the CLI)
+        with pytest.raises(Unreachable, match=r"1 replica workflow\(s\) had not closed 1 s later \(instance/held-0\)"):
+            await until_closed(lv.client, ["held-0"], poll_s=0.1, limit_s=1)
         await h.signal(Held.end)
         await asyncio.wait_for(waiting, 20)
         assert (await h.describe()).status == WorkflowExecutionStatus.COMPLETED
