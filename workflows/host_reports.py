@@ -14,7 +14,7 @@ own (an agent of another version, say): the host is NOT_READY with the reason, a
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any, Awaitable, Callable, get_args
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -63,6 +63,9 @@ def _said(raw: Any, key: str, inside: str = "") -> str:
 class HostReports:
     """The host workflow's side of the check: needs ``inp``, ``state``, ``reason``, ``_refuse`` and
     ``_show`` of the workflow (workflows/host.py)."""
+
+    _refuse: Callable[[str], Awaitable[None]]  # the workflow's own (HostWorkflow._refuse), declared for the methods here
+    _show: Callable[[], None]  # the workflow's own (HostWorkflow._show)
 
     def _init_reports(self, last_hello: int, refusal: Refusal | None) -> None:
         self.hellos: list[Any] = []  # hellos signalled, not yet checked (at most MAX_HELLOS)
@@ -128,8 +131,3 @@ class HostReports:
                                purpose=purpose, boot=_said(raw, "boot"), public=_said(raw, "auth", "public"))
         self._show()
 
-    async def _refuse(self, why: str) -> None:  # the workflow's (workflows/host.py)
-        raise NotImplementedError
-
-    def _show(self) -> None:  # the workflow's
-        raise NotImplementedError
