@@ -78,8 +78,8 @@ class Occupancy:
     """Per worker: ``held`` (workers holding no instance are absent) and ``allocatable`` (every
     worker of the snapshot). ``instances`` maps names to the instances summed."""
 
-    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "foreign", "_counts", "_margined",
-                 "_lock")
+    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "foreign", "_counts", "_base",
+                 "_margined", "_lock")
 
     def __init__(self, held: dict[str, Held], allocatable_: dict[str, Allocatable], workers: dict[str, Worker],
                  instances: dict[str, Instance], reporting: frozenset[str], foreign: frozenset[str] = frozenset()) -> None:
@@ -87,6 +87,9 @@ class Occupancy:
         self.instances, self.reporting = instances, reporting
         self.foreign = foreign  # workers with a GPU that other processes use (scheduler/foreign.py)
         self._counts: dict[str, dict[str, Counts]] = {}
+        # an ancestor's spread counts (filled as it is asked) and the workers whose sums changed since:
+        # a model's counts here are that ancestor's with only those workers counted again
+        self._base: tuple[dict[str, dict[str, Counts]], frozenset[str]] | None = None
         self._margined: dict[float, dict[str, Allocatable]] = {}
         self._lock = threading.Lock()
 
@@ -138,8 +141,18 @@ class Occupancy:
                 (foreign.add if any(g.vram_foreign for g in w.gpus) else foreign.discard)(n)
             else:
                 alloc[n] = old_a[n]
-        return Occupancy(held, alloc, by_name, instances, frozenset(reporting & by_name.keys()),
-                         frozenset(foreign & by_name.keys()))
+        out = Occupancy(held, alloc, by_name, instances, frozenset(reporting & by_name.keys()),
+                        frozenset(foreign & by_name.keys()))
+        out._base = self._successor_base(touched)
+        return out
+
+    def _successor_base(self, touched: set[str]) -> tuple[dict[str, dict[str, Counts]], frozenset[str]] | None:
+        """What a derived occupancy counts from: this one's counts, or (none asked here yet) this
+        one's base, with ``touched`` added; none once more workers changed than BASE_SHARE of those
+        holding something (counting them all again is as cheap)."""
+        counts, since = (self._base if self._base is not None and not self._counts else (self._counts, frozenset()))
+        since = since | touched
+        return (counts, since) if len(since) <= max(8, len(self.held) * BASE_SHARE) else None
 
     def without(self, name: str | None) -> "Occupancy":
         """This occupancy with instance ``name`` left out (a replica being placed again)."""
@@ -156,18 +169,32 @@ class Occupancy:
             done = self._counts.get(model)
         if done is not None:
             return done
-        out = {}
-        for w, h in self.held.items():
-            m = h.models.get(model)
-            cur = {g: n for g, n in m.gpu_slots.items() if n} if m is not None else {}
-            oth = {g: d for g, n in h.gpu_slots.items() if (d := n - cur.get(g, 0))}
-            mine = m.slots if m is not None else 0
-            out[w] = Counts(mine, h.slots - mine, cur, oth)
+        base = self._base
+        was = base[0].get(model) if base is not None else None
+        if was is not None:  # an ancestor's, with the workers changed since counted again
+            out = dict(was)
+            for w in base[1]:
+                if w in self.held:
+                    out[w] = self._count(w, model)
+                else:
+                    out.pop(w, None)
+        else:
+            out = {w: self._count(w, model) for w in self.held}
         with self._lock:
             self._counts[model] = out
         return out
 
 
+    def _count(self, w: str, model: str) -> Counts:
+        h = self.held[w]
+        m = h.models.get(model)
+        cur = {g: n for g, n in m.gpu_slots.items() if n} if m is not None else {}
+        oth = {g: d for g, n in h.gpu_slots.items() if (d := n - cur.get(g, 0))}
+        mine = m.slots if m is not None else 0
+        return Counts(mine, h.slots - mine, cur, oth)
+
+
+BASE_SHARE = 0.25  # a derived occupancy's spread counts start from an ancestor's while at most this share changed
 EMPTY = Occupancy({}, {}, {}, {}, frozenset())
 
 

@@ -111,6 +111,26 @@ def test_derived_equals_built_and_decides_alike(seed):
                 assert a.to_dict() == b.to_dict(), (spec.backend, exclude, vram)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_spread_counts_carried_from_an_ancestor_equal_built(seed):
+    # The old snapshot's counts are asked first (as a decision asks them), then the occupancy is
+    # derived twice: the child counts from old's with only the changed workers counted again, and
+    # the grandchild (its parent never asked) from old's too, with both steps' changes
+    d_old = snapshot_dict(seed)
+    old = ClusterSnapshot.model_validate(d_old)
+    parent = occupancy.of(old)
+    sums(parent)
+    d_new = changed(seed, d_old)
+    snap, insts, gone, came = _successor(old, d_old, d_new)
+    child = parent.derive(snap.workers, insts, gone, came)
+    middle = parent.derive(snap.workers, insts, gone, came)  # a sibling never asked: its child counts from old's
+    back = middle.derive(old.workers, {i.name: i for i in old.instances}, came, gone)
+    assert sums(child) == sums(occupancy.build(snap.workers, snap.instances)) == reference(snap, None)
+    assert sums(back) == sums(occupancy.build(old.workers, old.instances)) == reference(old, None)
+    if child._base is not None:  # few changed: counted from old's (more than a quarter: all again)
+        assert child._base[0] is parent._counts and back._base[0] is parent._counts
+
+
 def test_remembered_only_while_the_snapshot_lives():
     import gc
 
