@@ -97,6 +97,6 @@ class GpuRows(Sequence):
 
     def top(self, n: int) -> list[Candidate]:
         """The n best by total rounded to 4 places, equals in row order (as sorted()[:n])."""
-        t = self.totals or [0.0] * len(self)
-        ks = heapq.nsmallest(n, range(len(self)), key=lambda k: -round(t[k], 4))
+        keys = [-round(x, 4) for x in self.totals] if self.totals else [0.0] * len(self)
+        ks = heapq.nsmallest(n, range(len(keys)), key=keys.__getitem__)  # the keys made once, not a lambda a row
         return [self[k] for k in ks]
