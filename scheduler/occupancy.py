@@ -78,7 +78,7 @@ class Occupancy:
     """Per worker: ``held`` (workers holding no instance are absent) and ``allocatable`` (every
     worker of the snapshot). ``instances`` maps names to the instances summed."""
 
-    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "foreign", "_counts", "_base",
+    __slots__ = ("held", "allocatable", "workers", "instances", "reporting", "foreign", "_counts", "_bases",
                  "_margined", "_lock")
 
     def __init__(self, held: dict[str, Held], allocatable_: dict[str, Allocatable], workers: dict[str, Worker],
@@ -87,9 +87,9 @@ class Occupancy:
         self.instances, self.reporting = instances, reporting
         self.foreign = foreign  # workers with a GPU that other processes use (scheduler/foreign.py)
         self._counts: dict[str, dict[str, Counts]] = {}
-        # an ancestor's spread counts (filled as it is asked) and the workers whose sums changed since:
-        # a model's counts here are that ancestor's with only those workers counted again
-        self._base: tuple[dict[str, dict[str, Counts]], frozenset[str]] | None = None
+        # per model, the nearest ancestor's spread counts and the workers whose sums changed since:
+        # that model's counts here are the ancestor's with only those workers counted again
+        self._bases: dict[str, tuple[dict[str, Counts], frozenset[str]]] = {}
         self._margined: dict[float, dict[str, Allocatable]] = {}
         self._lock = threading.Lock()
 
@@ -143,16 +143,24 @@ class Occupancy:
                 alloc[n] = old_a[n]
         out = Occupancy(held, alloc, by_name, instances, frozenset(reporting & by_name.keys()),
                         frozenset(foreign & by_name.keys()))
-        out._base = self._successor_base(touched)
+        out._bases = self._successor_bases(touched)
         return out
 
-    def _successor_base(self, touched: set[str]) -> tuple[dict[str, dict[str, Counts]], frozenset[str]] | None:
-        """What a derived occupancy counts from: this one's counts, or (none asked here yet) this
-        one's base, with ``touched`` added; none once more workers changed than BASE_SHARE of those
-        holding something (counting them all again is as cheap)."""
-        counts, since = (self._base if self._base is not None and not self._counts else (self._counts, frozenset()))
-        since = since | touched
-        return (counts, since) if len(since) <= max(8, len(self.held) * BASE_SHARE) else None
+    def _successor_bases(self, touched: set[str]) -> dict[str, tuple[dict[str, Counts], frozenset[str]]]:
+        """What a derived occupancy counts each model from: this one's counts of it, or else this
+        one's base for it, with ``touched`` added. A model is dropped once more workers changed than
+        BASE_SHARE of those holding something (counting them all again is as cheap); the
+        BASES_KEPT models counted last are kept (a burst decides a few deployments in turn)."""
+        with self._lock:
+            mine = list(self._counts.items())
+        limit = max(8, len(self.held) * BASE_SHARE)
+        out = {}
+        for m, (counts, since) in [*self._bases.items(), *((m, (c, frozenset())) for m, c in mine)]:
+            out.pop(m, None)  # this one's own counts replace its base's, and come last (the most recent)
+            since = since | touched
+            if len(since) <= limit:
+                out[m] = (counts, since)
+        return dict(list(out.items())[-BASES_KEPT:])
 
     def without(self, name: str | None) -> "Occupancy":
         """This occupancy with instance ``name`` left out (a replica being placed again)."""
@@ -169,10 +177,9 @@ class Occupancy:
             done = self._counts.get(model)
         if done is not None:
             return done
-        base = self._base
-        was = base[0].get(model) if base is not None else None
-        if was is not None:  # an ancestor's, with the workers changed since counted again
-            out = dict(was)
+        base = self._bases.get(model)
+        if base is not None:  # an ancestor's, with the workers changed since counted again
+            out = dict(base[0])
             for w in base[1]:
                 if w in self.held:
                     out[w] = self._count(w, model)
@@ -184,7 +191,6 @@ class Occupancy:
             self._counts[model] = out
         return out
 
-
     def _count(self, w: str, model: str) -> Counts:
         h = self.held[w]
         m = h.models.get(model)
@@ -195,6 +201,7 @@ class Occupancy:
 
 
 BASE_SHARE = 0.25  # a derived occupancy's spread counts start from an ancestor's while at most this share changed
+BASES_KEPT = 32  # and for at most this many models (the ones counted last)
 EMPTY = Occupancy({}, {}, {}, {}, frozenset())
 
 

@@ -127,8 +127,8 @@ def test_spread_counts_carried_from_an_ancestor_equal_built(seed):
     back = middle.derive(old.workers, {i.name: i for i in old.instances}, came, gone)
     assert sums(child) == sums(occupancy.build(snap.workers, snap.instances)) == reference(snap, None)
     assert sums(back) == sums(occupancy.build(old.workers, old.instances)) == reference(old, None)
-    if child._base is not None:  # few changed: counted from old's (more than a quarter: all again)
-        assert child._base[0] is parent._counts and back._base[0] is parent._counts
+    for m, (counts, since) in child._bases.items():  # few changed: counted from old's (over a quarter: all again)
+        assert counts is parent._counts[m] and back._bases[m][0] is counts and since <= back._bases[m][1]
 
 
 def test_remembered_only_while_the_snapshot_lives():
