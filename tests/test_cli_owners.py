@@ -59,3 +59,19 @@ def test_a_deploy_process_does_not_import_the_dev_stack_or_the_simulator():
             f"print(sorted(m for m in {SPARED!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("command, argv, on", [
+    # a cluster command: the collector is off while the start's modules load, then on, with what
+    # the start made frozen (never scanned again)
+    ("gpuflow.cli.cluster:cmd_deploy", ["deploy", "m.yaml"], True),
+    # a dry run keeps it off for the whole short process
+    ("gpuflow.cli:cmd_schedule", ["schedule", "--cluster", "c.json", "--model", "m.yaml"], False),
+])
+def test_the_collector_at_a_command_s_start(command, argv, on):
+    module, name = command.split(":")
+    code = (f"import gc, importlib; m = importlib.import_module({module!r}); "
+            f"setattr(m, {name!r}, lambda a: print(gc.isenabled(), gc.get_freeze_count() > 0) or 0); "
+            f"from gpuflow import cli; cli.main({argv!r})")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(on), str(on)]

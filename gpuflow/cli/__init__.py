@@ -228,12 +228,18 @@ QUICK_COMMANDS = ("standin", "--version")  # nor these (the stand-in engine star
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     local = bool(argv) and argv[0] in LOCAL_COMMANDS + QUICK_COMMANDS
-    if local and argv[0] in LOCAL_COMMANDS:
-        # A dry run is one short process that builds a snapshot of tens of thousands of objects and
-        # ends: the cyclic collector's passes over them were about half of loading a 1,000-worker file.
-        gc.disable()
+    # The start (the command's modules, the parser) makes objects that live as long as the process:
+    # the cyclic collector's passes over them as they were made were about a sixth of a `gpuflow
+    # deploy` process's imports (issue 37). It is off meanwhile; then they are frozen (never scanned
+    # again) and it collects what the command makes. A dry run keeps it off: one short process that
+    # builds a snapshot of tens of thousands of objects and ends (the collector's passes over them
+    # were about half of loading a 1,000-worker file).
+    gc.disable()
     owner = None if local or not argv else OWNERS.get(argv[0])  # None: the whole parser (help, a typo)
     args = parser(local_only=local, only=owner).parse_args(argv)
+    if not (local and argv[0] in LOCAL_COMMANDS):
+        gc.freeze()
+        gc.enable()
     try:
         code = args.fn(args)
     except GpuflowError as e:
