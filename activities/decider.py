@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from activities import tenancy
 from activities.decision_keeper import DecisionKeeper
 from activities.metrics import ControlMetrics
+from activities.queue_gate import QueueGate, held
 from contracts.control import ScaleDownOrder
 from contracts.decision import DecisionRecord
 from contracts.decision_of import run_policy
@@ -27,6 +28,7 @@ from scheduler.errors import GpuflowError
 from scheduler.policy_config import PolicyConfig
 from scheduler.request import Request
 from scheduler.spec import ModelSpec, PlacementStrategy
+from store.pending_queue import Queue
 from store.snapshot_cache import SnapshotCache
 
 
@@ -37,6 +39,7 @@ class Decider:
         ``keeper``: where each decision's inputs are kept (None: not kept)."""
         self.engine, self.reads, self.snapshots, self.policy, self.metrics = engine, reads, snapshots, policy, metrics
         self.keeper = keeper
+        self.gate: QueueGate | None = None  # the queue's order at the decision (activities/queue_gate.py; None: not kept)
         self.deciding = threading.Lock()  # one decision at a time: each sees the placements handed out before it
 
     def decide(self, instance: str, spec: ModelSpec, req: Request) -> DecisionRecord:
@@ -77,6 +80,7 @@ class Decider:
             if spec.name not in who:
                 who[spec.name] = tenancy.owners_of(self.reads, spec)
         self.snapshots.sync(self.reads)
+        queue, again = self.gate.read([a[0] for a in asks]) if self.gate is not None else (None, set())
         share = (time.perf_counter() - started) / len(asks)
         recs: list[DecisionRecord | GpuflowError] = []
         mine: set[str] = set()  # placed by this batch: booked with it, not only assumed
@@ -89,8 +93,10 @@ class Decider:
                     if instance in grouped:
                         rec = grouped.pop(instance)
                     else:
-                        rec, inp = self._decide_locked(instance, spec, req, who[spec.name], mine)
-                        kept[instance] = (inp, [rec])
+                        rec, inp = self._decide_locked(instance, spec, req, who[spec.name], mine,
+                                                       queue if instance in again else None)
+                        if not rec.held:  # a held record keeps no inputs (queue_gate.held)
+                            kept[instance] = (inp, [rec])
                     rest = [n for n, s2, r2 in asks[k + 1:] if n not in grouped and s2 == spec and r2 == req] \
                         if rec.victims else []
                     if rest:  # the replicas of its deployment in this batch preempt together (tenancy/group.py)
@@ -103,7 +109,8 @@ class Decider:
                     continue
                 self.metrics.decision_seconds.observe(share + time.perf_counter() - t)
                 self.metrics.decisions.labels("over_quota" if rec.quota else "preempting" if rec.victims
-                                              else "scheduled" if rec.scheduled else "unschedulable").inc()
+                                              else "scheduled" if rec.scheduled else "held_back" if rec.held
+                                              else "unschedulable").inc()
                 if rec.places_outright:
                     mine.add(instance)
                 recs.append(rec)
@@ -112,11 +119,13 @@ class Decider:
                 self.keeper.keep(inp, group)
         return recs
 
-    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who,
-                       mine: set[str]) -> tuple[DecisionRecord, DecisionInputs]:
+    def _decide_locked(self, instance: str, spec: ModelSpec, req: Request, who, mine: set[str],
+                       queue: Queue | None = None) -> tuple[DecisionRecord, DecisionInputs]:
         """On the snapshot with every placement assumed; when that does not place the replica, on
         the store's with only ``mine`` assumed (the batch's own, booked in its transaction): the
-        others may yet fail to book. The record, and the inputs it was decided on."""
+        others may yet fail to book. The record, and the inputs it was decided on. ``queue``: the
+        PENDING queue, for a replica woken to decide again: placed outright, it is held instead
+        when a replica ahead of it takes that capacity (activities/queue_gate.py)."""
         tf, owners = who
 
         def on(snap: ClusterSnapshot, gens: dict[str, int]) -> tuple[DecisionRecord, DecisionInputs]:
@@ -127,6 +136,10 @@ class Decider:
         rec, inp = on(snap, gens)
         if not rec.places_outright and base is not None and not set(self.snapshots.assumed()) <= mine:
             rec, inp = on(self.snapshots.current(only=mine)[0], gens)  # what is only assumed may fail (preemptions stay)
+        if queue is not None and rec.places_outright and self.gate is not None:
+            ahead = self.gate.ahead(queue, inp.snapshot, instance, spec, req, self.policy, set(self.snapshots.assumed()))
+            if ahead is not None:
+                rec = held(rec, ahead)
         self._assume(instance, spec, rec)
         return rec, inp
 

@@ -25,7 +25,7 @@ def pending_kind(reason: str) -> str:
         return "preempted"
     if reason.startswith("unschedulable"):
         return "unschedulable"
-    if reason.startswith(("held back for", "StrictFIFO: behind")):  # the PENDING queue's word (wake_queue.py)
+    if reason.startswith(("held back ", "StrictFIFO: behind")):  # the PENDING queue's word (wake_queue.py)
         return "held_back"
     if "unreachable" in reason:
         return "host_unreachable"

@@ -88,6 +88,20 @@ class Verdict:
                     out.append(r.instance)
         return list(dict.fromkeys(out))
 
+    def ahead_of(self, name: str) -> str | None:
+        """The first replica ranked ahead of ``name`` that is woken to take capacity freed now,
+        when ``name`` itself is not woken: the queue gives that capacity to those ahead of it
+        (activities/queue_gate.py). None when ``name`` is woken, or nobody ahead of it is."""
+        if name in self.wake.woken or name in self.wake.reclaim:
+            return None
+        woken = set(self.wake.woken)
+        for r in self.order:
+            if r.instance == name:
+                return None
+            if r.instance in woken:
+                return r.instance
+        return None
+
     def reason(self, name: str) -> str:
         if name in self.unknown:
             return UNKNOWN
@@ -207,9 +221,9 @@ class Waker:
 
     def _plan(self, decided_only: bool = False) -> Verdict:
         snap = self.snapshots.refresh(self.engine)[0]
-        return judge_and_record(self.engine, snap, self._request, self.policy, decided_only)[0]
+        return judge_and_record(self.engine, snap, self.request, self.policy, decided_only)[0]
 
-    def _request(self, spec: ModelSpec) -> Request | None:
+    def request(self, spec: ModelSpec) -> Request | None:
         """What a PENDING replica of ``spec`` would book if placed now: its known request, with a
         learned claim under mode apply (activities/claims_read.py)."""
         req = known_request(self.estimates, spec)

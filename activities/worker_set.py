@@ -41,6 +41,7 @@ from activities.record_batch import RecordBatch
 from activities.records import RecordActivities
 from activities.rollout_probe import RolloutProbe
 from activities.runner import Runner
+from activities.queue_gate import QueueGate
 from activities.wake_queue import Waker, known_request
 from contracts.limits import Limits
 from scheduler.policy_config import PolicyConfig
@@ -98,6 +99,7 @@ def control_activities(engine: Engine, client: Client, policy: PolicyConfig | No
     decider = Decider(engine, reads, snapshots, policy, metrics, DecisionKeeper(engine, keep_days, metrics=metrics) if keep_days else None)
     waker = Waker(engine, client, snapshots, estimates, policy, runner.run)
     waker.claims = ClaimsReader(engine, reads, claims)  # learned claims: the placements and the PENDING queue's wake
+    decider.gate = QueueGate(reads, waker.request)  # the queue's order kept at the decision too
     rows = RecordBatch(lambda recs: runner.submit(store_records.record_instances, engine, recs))  # group commit
     host_auth = HostAuthActivities(engine, reads, runner, metrics.registry)
     return WorkerSet(

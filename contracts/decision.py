@@ -167,6 +167,7 @@ class DecisionRecord(BaseModel):
     filters: list[FilterView] = Field([], max_length=MAX_ITEMS)
     decisive: Count = 0  # how many of ``reasons`` decided that it is not placed (a quota: 1)
     quota: Text = ""  # the tenant's limit it would break: not placed, this reason first
+    held: Text = ""  # the PENDING queue's word: it would have fit, but a replica ahead of it takes that capacity (activities/queue_gate.py)
     workers_seen: Count = 0
     generations: dict[Name, Annotated[int, Field(le=2**63)]] = Field({}, max_length=MAX_WORKERS)  # worker -> generation of the snapshot decided on
     tenant: Name = "default"  # the deployment's tenant, as the store had it

@@ -74,7 +74,10 @@ def replay(engine: Engine, instance: str, recorded: DecisionRecord | None, diges
            policy: PolicyConfig | None = None) -> dict[str, Any]:
     """The replay of ``instance``'s decision: the one ``recorded`` (the workflow's record) names,
     else the store's newest (or the one whose digest starts with ``digest``). ``policy``: weights
-    to replay with instead of the recorded ones."""
+    to replay with instead of the recorded ones. A record the PENDING queue held (``held``:
+    activities/queue_gate.py) is no decision of the policy's: the newest kept one is replayed."""
+    if recorded is not None and recorded.held:
+        recorded = None
     want = digest or (recorded.inputs if recorded is not None else None)
     row = decision_log.latest(engine, instance, want)
     if row is None:

@@ -93,3 +93,14 @@ def _int(v) -> int:
 def ordered_replicas(replicas: list[Queued]) -> list[Queued]:
     by_name = {r.instance: r for r in replicas}
     return [by_name[w.instance] for w in ordered([r.waiting() for r in replicas])]
+
+
+def redeciding(engine: Engine, names: list[str]) -> set[str]:
+    """Which of ``names`` wait PENDING after a decision of their own (woken to decide again), as
+    opposed to replicas just started, deciding for the first time (activities/queue_gate.py)."""
+    if not names:
+        return set()
+    with Session(engine) as s:  # the column is JSON: "no decision" may be stored as JSON null, read as None
+        rows = s.exec(select(InstanceRow.name, InstanceRow.decision).where(InstanceRow.name.in_(names))
+                      .where(InstanceRow.state == "pending"))
+        return {name for name, decision in rows if decision is not None}

@@ -44,10 +44,10 @@ def facts(spec: ModelSpec) -> dict[str, bool]:
 
 
 def pending_reason(d: DecisionRecord, preempted_why: str) -> str:
-    """What a replica that does not fit shows while it waits: a quota leads, as it is; otherwise
-    the decisive reasons as the PENDING queue says them (scheduler/reasons.py), after the
-    preemptor's name when it was preempted."""
-    if d.quota:
+    """What a replica that does not fit shows while it waits: a quota (or the queue's hold:
+    DecisionRecord.held) leads, as it is; otherwise the decisive reasons as the PENDING queue says
+    them (scheduler/reasons.py), after the preemptor's name when it was preempted."""
+    if d.quota or d.held:
         shown = min(3, d.decisive or 3)  # the decisive reasons lead
         parts = ["; ".join(d.reasons[:shown]) or "no candidate", preempted_why]
     else:
