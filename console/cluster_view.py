@@ -50,7 +50,7 @@ class Gpu:
 class Host:
     name: str
     state: str
-    kind: str  # contracts/host.py HOST_KINDS
+    kind: str  # contracts/host_kinds.py HOST_KINDS
     cordoned: bool
     cordon_reason: str
     reason: str

@@ -1,9 +1,10 @@
 """What crosses Temporal between the control-plane workflows and activities: plain pydantic
 models (no SQLModel, no I/O), so workflow modules can import them cheaply. Here: the workflows'
 inputs and views, the instance's records, preemption notices and host news, and the results the
-placement activities return. The decision itself is in contracts/decision.py; each activity's
-input is in the file of its concern (contracts/placement.py, records.py, hosts.py, queue.py,
-drain.py, autoscale.py, rollout.py)."""
+placement activities return. The deployment's input and view are contracts/deployment.py's (the
+CLI's ``gpuflow deploy`` imports them alone), re-exported here; the decision itself is in
+contracts/decision.py; each activity's input is in the file of its concern (contracts/placement.py,
+records.py, hosts.py, queue.py, drain.py, autoscale.py, rollout.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.agent import KEY_ID_PATTERN, PDModeName
 from contracts.booking_proof import BookingProof
+from contracts.deployment import DeploymentInput, DeploymentView  # noqa: F401  (their home; re-exported)
 from contracts.decision import DecisionRecord, PlacementPlan, RequestSummary, Victim  # noqa: F401  (their home; re-exported)
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_queue  # noqa: F401  (their home; re-exported)
 from contracts.host import CordonReason
 from contracts.host_auth import Refusal
-from contracts.rollout import RolloutState
-from scheduler.bounds import Count, Flag, Indexes, Name, Pid, Port, ShortText, Text, Whole
+from scheduler.bounds import Count, Indexes, Name, Pid, Port, ShortText, Text
 from scheduler.limits import MAX_GPUS, REPLICAS_CEILING
 from scheduler.naming import NAME_MAX
 
@@ -134,37 +135,6 @@ class InstanceInput(BaseModel):
     group: Name | None = None  # a prefill/decode group's member: its deployment, which booked the group whole
     role: ShortText | None = None  # and its role (prefill, decode, router)
     pd_mode: PDModeName | None = None  # and the group's disaggregation.mode: the agent adds its flags and ports
-
-
-class DeploymentInput(BaseModel):
-    """``spec`` is plain JSON (so `temporal workflow start --input` works); it is validated in
-    the workflow, and a bad one fails the workflow with the validation message."""
-
-    spec: dict[str, Any]
-    replicas: Whole | None = Field(None, ge=0, le=REPLICAS_CEILING)  # overrides spec.replicas when given
-    timings: Timings | None = None
-    instances: list[Name] = Field([], max_length=2 * REPLICAS_CEILING)
-    next_index: Count = 0
-    deleting: Flag = False
-    rollout: RolloutState | None = None  # the rollout's state, across continue-as-new (contracts/rollout.py)
-    members: dict[Name, ShortText] = Field({}, max_length=3 * REPLICAS_CEILING)  # a group's: member -> role
-    forming: list[Name] = Field([], max_length=3 * REPLICAS_CEILING)  # a group's members named, not formed yet
-    degraded: list[ShortText] = Field([], max_length=8)  # a group's degradations at its formation (gather_unmet)
-
-
-class DeploymentView(BaseModel):
-    name: str
-    replicas: int
-    instances: list[str]
-    deleting: bool = False
-    spec: dict[str, Any] = {}
-    stopping: list[str] = []  # instances asked to stop that have not ended yet (draining, stopping)
-    broken: str = ""  # set by `gpuflow delete` when the workflow did not answer and was terminated
-    members: dict[str, str] = {}  # a prefill/decode group's: every member named -> its role
-    forming: list[str] = []  # a group's members named, not booked yet (no workflow): each waits PENDING with ``waiting``
-    waiting: str = ""  # why the group (or a role's new member) is not placed yet, naming the role
-    degraded: list[str] = []  # a group's degradations at its formation (gather_unmet: looser than its gather layer)
-    degraded_why: dict[str, str] = {}  # why a degradation was raised, where its check said (pd_ineffective's words)
 
 
 class HostView(BaseModel):

@@ -1,15 +1,16 @@
-"""What crosses Temporal between the control plane and a host agent and both sides build: the task
-queues' names, the workflows' timings, the host's report and the host workflow's input. Plain
-pydantic models (no I/O); contracts/control.py re-exports them for the control plane. Fields are
-added with defaults, never removed, so running histories stay decodable. Imports only
-``scheduler`` and contracts/usage.py."""
+"""What crosses Temporal between the control plane and a host agent and both sides build: the host's
+report and the host workflow's input, the booking check; re-exported here, the task queues' names
+and the workflows' timings (contracts/timings.py), the hosts' kinds (host_kinds.py) and the KV
+connectors (kv_connectors.py). Plain pydantic models (no I/O); contracts/control.py re-exports them
+for the control plane. Fields are added with defaults, never removed, so running histories stay
+decodable. Imports only ``scheduler`` and other contracts."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from contracts.host_auth import MAX_MS, HostAuth, Refusal
 from contracts.decision import PlacementPlan
@@ -17,63 +18,13 @@ from contracts.usage import MAX_REPLICAS, ReplicaUse
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
 from scheduler.command_set import MAX_CHARS as MAX_COMMAND_SET
-from scheduler.groups.spec import MODE_CONNECTOR
-from scheduler.limits import MAX_BYTES, MAX_GPUS, MAX_WAIT_S
+from scheduler.limits import MAX_BYTES, MAX_GPUS
 from scheduler.naming import NAME_MAX, NAME_PATTERN
 
-CONTROL_QUEUE = "gpuflow-control"
-
-
-def host_queue(worker: str) -> str:
-    return f"gpuflow-host-{worker}"
-
-
-class Timings(BaseModel):
-    """Every duration the workflows wait on. Defaults are for production; tests shorten them."""
-
-    host_heartbeat_s: float = Field(10.0, gt=0, le=MAX_WAIT_S, description="An agent that misses heartbeats this long is lost. Default 10 s.")
-    supervise_heartbeat_s: float = Field(300.0, gt=0, le=MAX_WAIT_S, description="A RUNNING replica's supervisor on its host heartbeats within this; the fallback when the host's own watch (host_heartbeat_s) does not report the host lost. Default 300 s.")
-    host_schedule_to_start_s: float = Field(15.0, gt=0, le=MAX_WAIT_S, description="Work queued for a host nobody polls fails after this. Default 15 s.")
-    unreachable_grace_s: float = Field(300.0, ge=0, le=MAX_WAIT_S, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
-    restart_base_s: float = Field(10.0, ge=0, le=MAX_WAIT_S, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")
-    restart_cap_s: float = Field(300.0, ge=0, le=MAX_WAIT_S, description="Restart backoff cap. Default 300 s.")
-    ready_timeout_s: float = Field(600.0, gt=0, le=MAX_WAIT_S, description="A launched server must answer within this. Default 600 s.")
-    settle_s: float = Field(3.0, ge=0, le=MAX_WAIT_S, description="A command without {port} is up once it has lived this long. Default 3 s.")
-    liveness_s: float = Field(10.0, ge=0, le=MAX_WAIT_S, description="A RUNNING server's health is probed this often; 0 disables. Default 10 s.")
-    liveness_failures: int = Field(3, ge=1, le=1000, description="Missed probes in a row before the server is stopped and restarted. Default 3.")
-    pending_recheck_s: float = Field(600.0, gt=0, le=MAX_WAIT_S, description="Safety net: the PENDING queue is swept this often (the heads that fit, the first replica of each deployment). Default 600 s.")
-    host_watch_s: float = Field(300.0, gt=0, le=MAX_WAIT_S, description="The host watch activity reports back at least this often. Default 300 s.")
-    reconcile_s: float = Field(30.0, gt=0, le=MAX_WAIT_S, description="A deployment checks its instances' workflows this often. Default 30 s.")
-    drain_timeout_s: float = Field(30.0, ge=0, le=MAX_WAIT_S, description="Before a replica is stopped (scale-down, delete, new spec), gateways stop routing to it and its requests in flight get this long to finish; 0 stops at once. Default 30 s.")
-    orphan_check_s: float = Field(60.0, gt=0, le=MAX_WAIT_S, description="An agent stops processes whose instance is gone or placed on another host this often (and at start-up). Default 60 s.")
-    download_attempts: int = Field(5, ge=1, le=1000, description="Tries of a hub download (each resumes the last) before the instance is ERROR and restarts later. Default 5.")
-
-    @model_validator(mode="after")
-    def _bounded(self) -> "Timings":
-        """Every figure at most 30 days (counts at most 1000): one past what a timedelta holds
-        would fail the workflow's task, forever."""
-        for k, v in self:
-            if v > (1000 if isinstance(v, int) else MAX_WAIT_S):
-                raise ValueError(f"timings.{k} is {v!r}: more than {'1000' if isinstance(v, int) else '30 days'}")
-        return self
-
-
-# The KV connectors a prefill/decode group's modes hand KV over (scheduler/groups/spec.py MODE_CONNECTOR):
-# the names an agent's operator may state (gpuflow agent --kv-connector, the inventory's kv_connectors)
-KV_CONNECTORS = tuple(sorted({c for c in MODE_CONNECTOR.values() if c}))
-MAX_KV_CONNECTORS = 16
-# on the wire a name is only bounded: a newer agent's connector is one this control plane never asks for
-KVConnector = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-
-
-def known_kv_connectors(names: list[str], where: str = "") -> list[str]:
-    """``names`` sorted, each once; ValueError naming the first one gpuflow does not know (and ``where``
-    it was given: a flag, a file), with the names it knows."""
-    for n in names:
-        if n not in KV_CONNECTORS:
-            raise ValueError(f"{where + ': ' if where else ''}unknown KV connector {str(n)[:40]!r} "
-                             f"(known: {', '.join(KV_CONNECTORS)})")
-    return sorted(set(names))
+# their homes are small modules of their own (what the CLI reads without the rest; issue 37); re-exported here
+from contracts.host_kinds import HOST_KINDS, host_kind  # noqa: F401
+from contracts.kv_connectors import KV_CONNECTORS, MAX_KV_CONNECTORS, KVConnector, known_kv_connectors  # noqa: F401
+from contracts.timings import CONTROL_QUEUE, Timings, host_queue  # noqa: F401
 
 
 class ForeignDegraded(BaseModel):
@@ -132,25 +83,6 @@ class HostReport(BaseModel):
             {"foreign_degraded"} if self.foreign_degraded is None else set())
         return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth", *unset}).encode()
                               ).hexdigest()[:16]
-
-
-# The two kinds of host whose GPUs are not NVML's, and their words everywhere a host is shown
-# (gpuflow hosts, the console, the Temporal UI): issue 36 found one word, "simulated", for both.
-HOST_KINDS = {
-    "real": "NVML's GPUs; engines run as processes",
-    "mock-gpus": "GPUs from an inventory file; engines run as real processes (gpuflow dev --demo, tests)",
-    "simulated": "gpuflow simulate's: GPUs from an inventory file, and nothing runs (replicas are simulated)",
-}
-
-
-def host_kind(simulated: bool, runs: str | None) -> str:
-    """A host's kind (HOST_KINDS). A report from an agent older than ``runs`` with simulated GPUs
-    could be either: it keeps the word it had, ``simulated``."""
-    if runs == "nothing":
-        return "simulated"
-    if not simulated:
-        return "real"
-    return "mock-gpus" if runs == "processes" else "simulated"
 
 
 CORDON_REASON_MAX = 200

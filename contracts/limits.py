@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from contracts.host import Timings
+from contracts.timings import Timings
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.spec_timings import spec_timings
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from contracts.host import HOST_KINDS, host_kind
+from contracts.host_kinds import HOST_KINDS, host_kind
 from scheduler import foreign
 
 GIB = 1 << 30
@@ -90,7 +90,7 @@ def instance_current(state: str, reason: str, plan: Any, restarts: int, inputs: 
 
 
 def host_details(report: Any) -> str:
-    """A host: its GPUs and kind (contracts/host.py HOST_KINDS)."""
+    """A host: its GPUs and kind (contracts/host_kinds.py HOST_KINDS)."""
     kind = host_kind(report.simulated, getattr(report, "runs", None))
     out = [f"**{kind}** host, {len(report.gpus)} GPU(s), {_gib(report.ram_total)} RAM", f"_{HOST_KINDS[kind]}_"]
     out += [f"GPU {g.index}: {code(g.name or g.type)} {_gib(g.vram_total)}"

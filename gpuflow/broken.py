@@ -14,7 +14,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 
 from contracts.ids import INSTANCE_STOP, INSTANCE_WORKFLOW
-from contracts.control import CONTROL_QUEUE
+from contracts.timings import CONTROL_QUEUE
 from gpuflow.runtime import Unreachable
 
 QUERY_TIMEOUT_S = 10.0

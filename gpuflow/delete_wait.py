@@ -18,7 +18,7 @@ from typing import Callable
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.control import DeploymentView
+from contracts.deployment import DeploymentView
 from contracts.ids import DEPLOYMENT_STATUS, instance_id
 from gpuflow import broken
 from gpuflow.runtime import Unreachable

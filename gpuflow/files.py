@@ -1,16 +1,21 @@
-"""Reading the documented YAML/JSON files, with errors that name the field path."""
+"""Reading the documented YAML/JSON files, with errors that name the field path. The cluster
+snapshot's model (scheduler/cluster.py) is imported by ``load_cluster``: ``gpuflow deploy`` reads a
+model spec only, and starts without it (issue 37)."""
 
 from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from scheduler.cluster import ClusterSnapshot
 from scheduler.errors import InvalidInput
 from scheduler.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from scheduler.cluster import ClusterSnapshot
 
 
 def _explain(path: str, e: ValidationError, model: type[BaseModel] | None = None) -> InvalidInput:
@@ -198,6 +203,8 @@ def _load_json_fast(path: str, model: type[BaseModel]):
 
 
 def load_cluster(path: str) -> ClusterSnapshot:
+    from scheduler.cluster import ClusterSnapshot
+
     return load(path, ClusterSnapshot)
 
 

@@ -4,7 +4,7 @@ status, explain, hosts (and cordon them). Only Temporal is needed; the store is 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.common import Priority, WorkflowIDConflictPolicy
@@ -15,9 +15,8 @@ from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_PR
                           DEPLOYMENT_STATUS, DEPLOYMENT_UPDATE_SPEC, DEPLOYMENT_WORKFLOW, HOST_CORDON, HOST_FORGET,
                           HOST_STATUS, HOST_UNCORDON, HOST_WORKFLOW, INSTANCE_STATUS, autoscaler_id,
                           deployment_id, host_id, host_logs_id, instance_id)
-from contracts.control import (CONTROL_QUEUE, CordonAsk, DeploymentInput, DeploymentView, HostView, InstanceView,
-                                 Timings)
-from contracts.host import cordon_reason_problem
+from contracts.deployment import DeploymentInput, DeploymentView
+from contracts.timings import CONTROL_QUEUE, Timings
 from gpuflow import broken, delete_wait
 from views.group_status import group_view
 from gpuflow.runtime import Unreachable
@@ -25,6 +24,9 @@ from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem, natural_key  # noqa: F401  (natural_key: the callers' too)
 from scheduler.spec import ModelSpec
+
+if TYPE_CHECKING:  # the instance's and the host's views are imported by their calls: `gpuflow deploy` starts
+    from contracts.control import HostView, InstanceView  # without contracts/control.py's rest (issue 37)
 
 
 UPDATE_TIMEOUT_S = 60.0
@@ -150,6 +152,8 @@ async def delete(client: Client, name: str, wait: bool = False,
 
 
 async def instance(client: Client, name: str) -> InstanceView:
+    from contracts.control import InstanceView
+
     h = client.get_workflow_handle(instance_id(name))
     try:
         return await broken.query(h, INSTANCE_STATUS, InstanceView)
@@ -285,6 +289,9 @@ async def cordon(client: Client, name: str, on: bool, reason: str = "") -> str:
     problem = name_problem(name)
     if problem:
         raise InvalidInput(f"host name {name!r}: {problem}")
+    from contracts.control import CordonAsk
+    from contracts.host import cordon_reason_problem
+
     problem = cordon_reason_problem(reason)
     if problem:
         raise InvalidInput(f"the cordon reason {problem}")
@@ -301,6 +308,8 @@ async def cordon(client: Client, name: str, on: bool, reason: str = "") -> str:
 
 
 async def _host(client: Client, wid: str) -> HostView:
+    from contracts.control import HostView
+
     h = client.get_workflow_handle(wid)
     try:
         why = await broken.task_failing(h)

@@ -11,8 +11,8 @@ import os
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from contracts.control import Timings
-from contracts.host import KV_CONNECTORS, MAX_KV_CONNECTORS, known_kv_connectors
+from contracts.kv_connectors import KV_CONNECTORS, MAX_KV_CONNECTORS, known_kv_connectors
+from contracts.timings import Timings
 from contracts.limits import Limits
 from scheduler.claims.settings import ClaimSettings
 from scheduler.policy_config import PolicyConfig

@@ -6,7 +6,7 @@ re-placed, the reconcile period, ...) is cluster policy: the control plane's set
 
 These are per deployment because they are about the model and its engine, not the cluster: a
 large model's load time, its engine's health probe, how long its requests take to drain. Each
-has the cluster's bounds (contracts/host.py ``Timings``); a field left out takes the cluster's."""
+has the cluster's bounds (contracts/timings.py ``Timings``); a field left out takes the cluster's."""
 
 from __future__ import annotations
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 
 import pytest
 
 from gpuflow import cli
+from tests.test_cli import EXAMPLES
 
 
 def registered(key: str) -> set[str]:
@@ -57,6 +59,24 @@ def test_a_deploy_process_does_not_import_the_dev_stack_or_the_simulator():
     code = ("import sys; from gpuflow import cli; cli.parser(only=cli.OWNERS['deploy']).parse_args(['deploy', 'm.yaml']); "
             "from gpuflow import deploy_look, deploy_report, deploy_wait; "
             f"print(sorted(m for m in {SPARED!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# What a deploy reads and sends is a model spec and the deployment's input and view
+# (contracts/deployment.py, contracts/timings.py): not the cluster snapshot's model, the host's
+# report, the agent's contracts, the booking and the decision types (contracts/control.py's rest),
+# the agent's log-reading workflow or a group's scale (gpuflow/group_ops.py). About a fifth of a
+# deploy process's imports when it pulled them (issue 37: ten start at once in the bench's CLI mode).
+NOT_A_DEPLOY_S = ('scheduler.cluster', 'contracts.control', 'contracts.host', 'contracts.agent', 'contracts.decision',
+                  'contracts.booking_proof', 'worker_agent.log_reader', 'gpuflow.group_ops')
+
+
+def test_a_deploy_process_does_not_import_the_other_commands_contracts():
+    spec = os.path.join(EXAMPLES, "model-llama3-gguf.yaml")
+    code = ("import sys; from gpuflow import cli; cli.parser(only=cli.OWNERS['deploy']).parse_args(['deploy', 'm.yaml']); "
+            f"from gpuflow import deploy_look, deploy_report, deploy_wait, files, ops, runtime; files.load_spec({spec!r}); "
+            f"print(sorted(m for m in {NOT_A_DEPLOY_S!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

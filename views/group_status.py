@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contracts.control import DeploymentView
+from contracts.deployment import DeploymentView
 from scheduler.groups.spec import RoleName, RoleSpec
 from scheduler.groups.status import MODEL_BAD, GATHER_UNMET, PD_INEFFECTIVE, RATIO_UNMET, MemberNow, counts, counts_text, ratio_unmet
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
-from contracts.agent import LaunchRequest
+if TYPE_CHECKING:  # annotations only: the CLI's `gpuflow agent` flags are built without it (issue 37)
+    from contracts.agent import LaunchRequest
 
 CUSTOM_ENV = "GPUFLOW_ENGINE_API_KEY"
 ENV = {"vllm": "VLLM_API_KEY", "llama.cpp": "LLAMA_API_KEY", "llama-cpp-python": "API_KEY", "custom": CUSTOM_ENV}

@@ -47,15 +47,17 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from scheduler import params
 from scheduler.engine_flags import check_flags, llama_cpp_python
 from scheduler.errors import InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec_env import env_problems
-from contracts.agent import LaunchRequest
 from worker_agent import pd_argv
 from worker_agent.processes import PDWords, build_argv
+if TYPE_CHECKING:  # annotations only: the CLI builds `gpuflow agent`'s flags from EngineConfig without it (issue 37)
+    from contracts.agent import LaunchRequest
 
 
 def _flag(flag: str, help: str, **more) -> dict:

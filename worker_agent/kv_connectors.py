@@ -9,7 +9,7 @@ reports connectors without its mode's). Found once at agent start, beside the en
 | the inventory file's ``kv_connectors`` | given (and no flag): exactly these |
 | found: the connectors whose package every engine's Python here finds | else, where launches start processes |
 
-Only the names gpuflow knows (contracts/host.py KV_CONNECTORS: ``nixl``, ``mooncake``) are taken
+Only the names gpuflow knows (contracts/kv_connectors.py KV_CONNECTORS: ``nixl``, ``mooncake``) are taken
 from the operator; any other is refused, named. Finding looks for the package each engine imports
 for the connector (vLLM's NixlConnector imports ``nixl``; vLLM's and SGLang's Mooncake connectors
 import ``mooncake``, from mooncake-transfer-engine) with ``importlib.util.find_spec`` (found, not

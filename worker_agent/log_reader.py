@@ -9,13 +9,13 @@ command is to wait.
 
 The name in a request arrives through Temporal, so it is untrusted: it must be an instance name,
 or ``instance@part`` for a helper's log, and the resolved path must lie directly in this agent's
-log folder (no ``..``, no '/', no symlink that leads elsewhere).
+log folder (no ``..``, no '/', no symlink that leads elsewhere). Which logs are kept, and for how
+long, is worker_agent/log_retention.py's.
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 from temporalio import workflow
 
@@ -23,11 +23,12 @@ from contracts.ids import host_logs_id
 from scheduler.errors import InvalidInput
 from contracts.agent import LogChunk, LogRequest
 from worker_agent.engine_key import read_redacted
+from worker_agent.log_retention import NAME as _NAME
+from worker_agent.log_retention import KEEP_LOGS, prune_logs, prune_table_logs  # noqa: F401  (their home; re-exported)
 
 QUERY = "read_log"
 WORKFLOW = "HostLogsWorkflow"
 MAX_BYTES = 1 << 20
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # the model spec's name rule (scheduler/spec.py)
 
 
 def workflow_id(worker: str) -> str:
@@ -64,43 +65,6 @@ def read_chunk(log_dir: str, req: LogRequest) -> LogChunk:
     except OSError:
         return LogChunk(text="", offset=max(req.offset, 0), found=False)
     return LogChunk(text=data.decode(errors="replace"), offset=end, found=True, more=end < size)
-
-
-KEEP_LOGS = 200  # the agent's --keep-logs default: logs of instances no longer running here
-
-
-def prune_logs(log_dir: str, keep: int, running: set[str]) -> list[str]:
-    """Keep the logs of the ``keep`` instances that last wrote one here and run here no more;
-    delete the older ones (an instance's helper logs, instance@part, go with it). An instance
-    running here (``running``: instance names) keeps its log whatever its age. One file per
-    instance name: a restart, or a later replica of the same name, appends to it. The deleted
-    file names are returned."""
-    last: dict[str, float] = {}
-    files: dict[str, list[str]] = {}
-    for fn in os.listdir(log_dir):
-        inst = fn[:-len(".log")].split("@", 1)[0] if fn.endswith(".log") else ""
-        if not _NAME.fullmatch(inst) or inst in running:
-            continue
-        try:
-            at = os.stat(os.path.join(log_dir, fn)).st_mtime
-        except OSError:
-            continue
-        last[inst] = max(at, last.get(inst, 0.0))
-        files.setdefault(inst, []).append(fn)
-    gone = sorted(last, key=lambda i: (-last[i], i))[max(keep, 0):]
-    dropped = []
-    for fn in (f for i in gone for f in files[i]):
-        try:
-            os.unlink(os.path.join(log_dir, fn))
-            dropped.append(fn)
-        except OSError:
-            pass
-    return sorted(dropped)
-
-
-def prune_table_logs(table, keep: int) -> list[str]:
-    """``prune_logs`` over a process table's log folder, its running processes kept."""
-    return prune_logs(table.log_dir, keep, {r.instance.split("@", 1)[0] for r in table.records()})
 
 
 _LOG_DIRS: dict[str, str] = {}  # host task queue -> that agent's log folder (agents in this process)

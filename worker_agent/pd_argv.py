@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scheduler import params
-from contracts.agent import LaunchRequest
+
+if TYPE_CHECKING:  # annotations only: the CLI's `gpuflow agent` flags are built without it (issue 37)
+    from contracts.agent import LaunchRequest
 
 # each mode's connector words (vLLM 0.11.0 registers NixlConnector; MooncakeConnector came in a
 # later vLLM; vllm-ascend 0.11.0rc0 registers MooncakeConnectorV1; SGLang 0.5.3's

@@ -12,7 +12,7 @@ from gpuflow.cli.connection import run_command, settings_from, temporal_flags
 from gpuflow.cli.flags import dataclass_flags, dataclass_from, setting
 from gpuflow.runtime import connect
 from scheduler.errors import InvalidInput
-from worker_agent.log_reader import KEEP_LOGS
+from worker_agent.log_retention import KEEP_LOGS
 
 
 def cmd_server(a) -> int:

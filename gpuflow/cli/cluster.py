@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 
-from gpuflow import files, group_ops, ops
+from gpuflow import files, ops
 from views.render import cluster as render_cluster
 from gpuflow.runtime import connect
 from gpuflow.cli.agent import add_agent, add_server
@@ -99,6 +99,8 @@ def cmd_scale(a) -> int:
 
     async def go():
         if a.role:  # one role of a prefill/decode group; its other members keep running
+            from gpuflow import group_ops  # here: no other command needs it (issue 37: a deploy's start)
+
             view = await group_ops.scale_role(await connect(s.temporal), a.name, a.role, a.replicas)
             wanted = ", ".join(f"{r.name.value} {r.replicas}" for r in group_ops.roles_of(view.spec))
             print(f"deployment {view.name}: {a.role} {a.replicas} replica(s) wanted (roles: {wanted})")

@@ -16,10 +16,13 @@ zone here, where GPUStack's tree stops at the unclassified bucket and says they 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scheduler.cluster import ClusterSnapshot, Instance, Worker
 from scheduler.groups.layers import NODE_LAYER, TopologyLayer, chain, domain_of
 from scheduler.groups.spec import GatherStrategy, RoleName
+
+if TYPE_CHECKING:  # the snapshot's model is its caller's: `gpuflow deploy` starts without it (issue 37)
+    from scheduler.cluster import ClusterSnapshot, Instance, Worker
 
 ANCHORS = (RoleName.PREFILL, RoleName.DECODE)  # the roles that say where a group is (a router holds no weights)
 UNCLASSIFIED = "<unclassified>"  # how an unknown position reads in a domain's address and its order

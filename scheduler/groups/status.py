@@ -9,10 +9,13 @@ the Temporal UI and the ``gpuflow_group_degraded`` metric all say."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scheduler.cluster import ClusterSnapshot
 from scheduler.groups import domains
 from scheduler.groups.spec import Gather, GatherStrategy, RoleName, RoleSpec
+
+if TYPE_CHECKING:  # the snapshot's model is its caller's: `gpuflow deploy` starts without it (issue 37)
+    from scheduler.cluster import ClusterSnapshot
 
 RATIO_UNMET = "ratio_unmet"
 GATHER_UNMET = "gather_unmet"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contracts.host import HOST_KINDS, host_kind
+from contracts.host_kinds import HOST_KINDS, host_kind
 from views.render import spec_text, usage
 from scheduler import foreign
 from scheduler.units import gib
@@ -67,7 +67,7 @@ def hosts(hs: list[dict[str, Any]]) -> str:
     lines = [f"{'HOST':<16} {'STATE':<10} {'KIND':<10} GPUS"]
     for h in hs:
         report = h.get("report") or {}
-        kind = host_kind(bool(report.get("simulated")), report.get("runs"))  # contracts/host.py HOST_KINDS
+        kind = host_kind(bool(report.get("simulated")), report.get("runs"))  # contracts/host_kinds.py HOST_KINDS
         cordon = ("  CORDONED" + (f" ({h['cordon_reason']})" if h.get("cordon_reason") else "")
                   if h.get("cordoned") else "")  # no new replicas there (gpuflow hosts uncordon)
         lines.append(f"{h['name']:<16} {h['state'].upper():<10} {kind:<10} {_gpus(h)}"
