@@ -39,7 +39,7 @@ class Decider:
         ``keeper``: where each decision's inputs are kept (None: not kept)."""
         self.engine, self.reads, self.snapshots, self.policy, self.metrics = engine, reads, snapshots, policy, metrics
         self.keeper = keeper
-        self.gate: QueueGate | None = None  # the queue's order at the decision (activities/queue_gate.py; None: not kept)
+        self.gate: QueueGate | None = None  # the queue's order at the decision (activities/queue_gate.py; None: no gate)
         self.deciding = threading.Lock()  # one decision at a time: each sees the placements handed out before it
 
     def decide(self, instance: str, spec: ModelSpec, req: Request) -> DecisionRecord:
