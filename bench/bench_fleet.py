@@ -14,7 +14,9 @@ aftermath: usage news, orphan checks); ``--fresh`` gives each mode a fleet of it
 the issue first measured the ten deploys.
 Per burst it prints placements/s to RUNNING and their ratio to the trivial one-activity workflow
 ceiling measured on the same server in the same run (bench/trivial_workflow.py; at the start, on an
-empty fleet, and again just before the burst, beside the replicas already running), when the
+empty fleet, again just before the burst, beside the replicas already running, and just after it,
+beside the burst's own: the ratio to the mean of those two brackets the fleet as it fills during
+the burst, where one ceiling alone could drift 30% within a run on a shared machine), when the
 burst's first and last replica reached the store (and, in the cli mode, when the deploy processes
 started their deployments' workflows: their own start-up), p50/p95 PENDING -> RUNNING, the mean and p95 of gpuflow_decision_seconds over the burst (from the
 control plane's /metrics), the RSS of the Temporal server, the control-plane worker and the
@@ -225,6 +227,9 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     print(f"  CPU during the burst ({span:.1f} s, process trees): " + ", ".join(
         f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
     print("\n".join(fb.table(await fb.server_work(client, w0, w1), r["running"] or 1, trivial)))
+    after = await ceiling(client, a.ceiling)  # after the histories are counted: its workflows are not the burst's
+    print(f"  the ceiling measured just after: {after:.1f} wf/s; ratio to the mean of the ceilings just before and "
+          f"after (the fleet as it fills during the burst): {r['per_s'] / ((now_ceil + after) / 2):.2f}")
 
 
 async def cores(procs: dict[str, int], seconds: float) -> tuple[dict[str, float], float, float]:
