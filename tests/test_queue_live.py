@@ -18,7 +18,8 @@ import time
 
 import yaml
 
-from store import ledger, records
+from store import decision_log, ledger, records
+from store.pending_queue import ordered_replicas, read
 from gpuflow import ops
 from tests.live import FAST, Live, spec, timings_env, write_inventory
 from tests.test_engine_launch import scrape
@@ -159,8 +160,18 @@ async def test_the_sweep_wakes_one_replica_per_deployment_and_finds_a_lost_wake(
         # a timer per replica: 20 x 4 = 80 decisions; the sweep: the first replica, once a sweep
         assert cost <= periods + 3 < 20, (cost, periods)
         records_before = {i.name: i.state for i in lv.instances()}
+        head = ordered_replicas(read(lv.engine).replicas)[0].instance  # the queue's head, as the store orders it
+        seen = {r.id for r in decision_log.history(lv.engine, "wait")}
         ledger.release(lv.engine, "fill-0")  # the GPU freed in the store, and nobody told
-        await lv.wait(lambda: lv.states().get("wait-0") == "running", 60, "wait-0 placed by a sweep")
-        assert records_before["wait-0"] == "pending"
+
+        def placed_by_a_sweep() -> bool:
+            # what the sweep promises is the head's decision to place it: fill-0's process still runs
+            # on the GPU (only its ledger lines were dropped), and the launch beside it may fail and
+            # send the head back to the queue, as a new arrival (a lost wake's aftermath, not the sweep's)
+            return any(r.id not in seen and r.instance == head and r.outcome == "placed"
+                       for r in decision_log.history(lv.engine, "wait"))
+
+        await lv.wait(placed_by_a_sweep, 60, f"{head}, the queue's head, placed by a sweep")
+        assert records_before[head] == "pending"
     finally:
         lv.close()
