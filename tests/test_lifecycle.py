@@ -76,6 +76,11 @@ async def test_a_second_unreachable_episode_gets_the_full_grace_period(tmp_path)
         lv.close()
 
 
+def agent_log(lv: Live, host: str) -> str:
+    with open(f"{lv.stack.log_dir}/agent-{host}.log") as f:
+        return f.read()
+
+
 def orphans_metric(lv: Live, host: str) -> float:
     text = urllib.request.urlopen(f"http://{lv.stack.metrics[f'agent {host}']}/metrics", timeout=10).read().decode()
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
@@ -105,9 +110,11 @@ async def test_orphan_of_a_moved_placement_is_stopped_without_an_agent_restart(t
         await lv.wait(lambda: live_copies(lv, "mover-0") == [other], 30, "the leftover stopped by the running agent")
         print(f"leftover stopped {time.monotonic() - thawed:.1f} s after the agent thawed")
         assert agent.poll() is None and lv.stack.agents[first.worker] is agent  # no restart
-        assert orphans_metric(lv, first.worker) >= 1  # each stop counts (a late launch retry may be stopped too)
-        with open(f"{lv.stack.log_dir}/agent-{first.worker}.log") as f:
-            assert "stopped orphan mover-0" in f.read()
+        # the stop waits for the process to end, then logs and counts it: the copy can be gone a
+        # moment before its count and its log line, so both are waited for, not read at once
+        await lv.wait(lambda: orphans_metric(lv, first.worker) >= 1, 10,
+                      "the stop counted")  # each stop counts (a late launch retry may be stopped too)
+        await lv.wait(lambda: "stopped orphan mover-0" in agent_log(lv, first.worker), 10, "the stop logged")
         assert row(lv, "mover-0").state == "running" and row(lv, "mover-0").worker == other
     finally:
         if agent is not None:
