@@ -164,7 +164,8 @@ async def test_burst_of_50_with_control_plane_killed(tmp_path):
         rows = lv.instances()
         running = [i for i in rows if i.state == "running"]
         pending = [i for i in rows if i.state == "pending"]
-        assert all("unschedulable" in i.reason and "GiB" in i.reason for i in pending), pending[0].reason
+        odd = [f"{i.name}: {i.reason}" for i in pending if not ("unschedulable" in i.reason and "GiB" in i.reason)]
+        assert not odd, odd  # every one named, with its reason (a held one says whom it waits behind)
         assert all(alive(lv, i.worker, i.name) for i in running)
         per_gpu = ledger.booked_per_gpu(lv.engine)
         assert per_gpu == {(h, g): 20 * 2**30 for h in ("h1", "h2") for g in (0, 1)}  # 2 x 10 GiB on every GPU
