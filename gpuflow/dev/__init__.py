@@ -162,9 +162,14 @@ class Stack:
         for r in table.records() if processes else []:
             table.signal_group(r.pid, signal.SIGKILL)
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
+        """Stop every process the stack started: SIGTERM and a grace each (Ctrl-C on ``gpuflow
+        dev``: an agent's worker lets its activities run for its own grace, 2 s, and the Temporal
+        server shuts down), or, with ``kill``, SIGKILL at once: a test's teardown, where nothing
+        is read after the stop and the graces cost about 3 s a stack."""
+        sig = signal.SIGKILL if kill else signal.SIGTERM
         for p in list(self.gateways.values()) + list(self.agents.values()) + self.servers:
-            _signal(p, signal.SIGTERM)
+            _signal(p, sig)
         for p in list(self.gateways.values()) + list(self.agents.values()) + self.servers:
             _wait(p)
         self.gateways.clear()
@@ -172,11 +177,11 @@ class Stack:
         for host in os.listdir(agent_root) if os.path.isdir(agent_root) else []:
             table = self.instance_processes(host)
             for r in table.records():
-                table.signal_group(r.pid, signal.SIGTERM)
+                table.signal_group(r.pid, sig)
                 table.forget(r.instance)
         self.agents.clear()
         self.servers.clear()
-        self.temporal.stop()
+        self.temporal.stop(grace=0.0 if kill else 10.0)
 
 
 def _signal(p: subprocess.Popen, sig: int) -> None:

@@ -90,11 +90,12 @@ class DevServer:
             return b"address already in use" in f.read(1 << 20).lower()
 
     def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` s; with no grace, SIGKILL at once."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        os.killpg(self.proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
         try:
-            self.proc.wait(grace)
+            self.proc.wait(grace if grace > 0 else None)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
