@@ -150,6 +150,8 @@ QUOTA = "quota: tenant poc uses 2 of its 2 GPUs (this replica needs 1)"
 D_BOOKED = DecisionRecord(scheduled=True, plan=PLAN, strategy="binpack", score=87.5)
 D_PENDING = DecisionRecord(scheduled=False, reasons=[FITS_NOT, "h2: not READY"], decisive=1)
 D_QUOTA = DecisionRecord(scheduled=False, reasons=[QUOTA, FITS_NOT], decisive=1, quota=QUOTA)
+HOLD = "held back while poc-0 (ahead of it in the queue) takes the capacity freed now"
+D_HELD = DecisionRecord(scheduled=False, reasons=[HOLD], decisive=1, held=HOLD)  # the policy placed it; the queue held it
 VICTIMS = [Victim(name=n, deployment="dev", tenant="dev", plan=PLAN) for n in ("dev-1", "dev-0")]
 D_PREEMPT = DecisionRecord(scheduled=True, plan=PLAN, strategy="binpack", score=50.0, tenant="prod", victims=VICTIMS,
                            preempt_why="to reclaim prod's guarantee")
@@ -232,6 +234,11 @@ PLACING = {
          {"kind": "wait", "state": "pending", "reason": QUOTA, "until": "woken",
           "row": {"request": "20.0 GiB VRAM", "reasons": [QUOTA, FITS_NOT]}},
          {"decision": D_QUOTA, "placing": Placing(estimate=EST)}),
+    "held back by the queue: PENDING with the hold, deciding again in 10 s if no wake comes first":
+        ({**QUICK, **PLACING_NOW}, {"kind": "decided", "decision": D_HELD, "estimate": EST},
+         {"kind": "wait", "state": "pending", "reason": HOLD, "until": "woken", "seconds": 10.0,
+          "row": {"request": "20.0 GiB VRAM", "reasons": [HOLD]}},
+         {"decision": D_HELD, "placing": Placing(estimate=EST)}),
     "woken: decide again": ({**QUICK, "woken": True, "placing": Placing(estimate=EST)}, {"kind": "woken"},
                             {"kind": "decide", "then": "starting", "local": True}, {"woken": False}),
     "woken, costed from a local path: read it again first (a host that joined may hold it)":

@@ -10,7 +10,8 @@
 4. DECIDE: one call decides and books. ``decided`` is booked (the booking wrote the row: BOOKED,
    then launched), pending (PENDING with the decisive reasons until woken: a release, a host, the
    queue's sweep; a local path is read again first, a host that joined may hold it), or placed
-   by preemption (PREEMPT). A replica its deployment does not want ends (NotWanted); any other
+   by preemption (PREEMPT); one the queue held back decides again after HELD_RECHECK_S if no wake
+   came first. A replica its deployment does not want ends (NotWanted); any other
    refusal is the spec's: ERROR until stopped.
 5. Preemption: the ledger moves the victims' GPUs (a stale decision is decided again), each victim
    is told (always: their GPUs are the preemptor's now), and it waits until each said it stopped,
@@ -29,6 +30,12 @@ from workflows.instance_state import (ASK_VICTIMS, BOOKED, DECIDE, ESTIMATE, GIV
                                       TELL_VICTIMS, WAIT, WAIT_VICTIMS, Action, Event, InstanceState, Placing, backoff)
 
 VICTIM_POLL_S = 10.0  # the preemptor asks the store this often whether its victims stopped (signals come first)
+# A replica the PENDING queue held back (DecisionRecord.held: a replica ahead of it was woken for the
+# capacity freed then) decides again this soon, woken or not: by then the one ahead has booked that
+# capacity (and the policy's own reason replaces the hold's) or has not (and it may be placed). Without
+# it, a hold said "while X takes the capacity freed now" long after X had, and a replica held for one
+# that never took it waited for the queue's sweep (pending_recheck_s).
+HELD_RECHECK_S = 10.0
 EVENTS = frozenset({"read", "path_missing", "model_bad", "estimated", "estimate_failed", "decided", "not_wanted",
                     "place_failed", "preempting", "stale", "book_failed", "told", "heard", "quiet", "asked", "woken"})
 
@@ -127,7 +134,8 @@ def _decided(s: InstanceState, ev: Event) -> tuple[InstanceState, Action]:
     if d.scheduled and d.plan is not None and d.victims:  # placed by taking the GPUs of others
         return s, Action(kind=PREEMPT)
     return s, Action(kind=WAIT, state="pending", reason=pending_reason(d, s.preempted_why),
-                     row=d.pending_row(est.summary if est else ""), until="woken")
+                     row=d.pending_row(est.summary if est else ""), until="woken",
+                     seconds=HELD_RECHECK_S if d.held else 0.0)
 
 
 def _preempting(s: InstanceState, ev: Event) -> tuple[InstanceState, Action]:
