@@ -1,18 +1,28 @@
 """A control plane that does not answer is an outage, not the user's mistake (issue 40, low): with the
 Temporal dev server up and no control-plane worker polling, a deploy's update and a status query give up
 with ``Unreachable`` (the CLI's exit 4, "did not answer"), never ``InvalidInput`` (exit 2, which tells
-the user to fix their input)."""
+the user to fix their input). An agent stopped while it waits for its hello's verdict, with no control
+plane to give one, stops at once."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import os
+import signal
+import time
 
+import pytest
+from temporalio.service import RPCError
+
+from contracts.ids import host_id
 from gpuflow import broken, ops
+from gpuflow.dev import Stack
 from gpuflow.dev.temporal import DevServer
 from gpuflow.ports import server_port
 from gpuflow.runtime import Unreachable, connect
 from gpuflow.settings import TemporalSettings
-from tests.live import spec
+from tests.live import spec, write_inventory
+from worker_agent.agent import HELLO_WAIT_S
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,3 +39,37 @@ async def test_a_control_plane_that_does_not_answer_is_unreachable_not_invalid(t
             await ops.current(client, "web")
     finally:
         server.stop()
+
+
+async def test_an_agent_stopped_while_its_hello_awaits_a_verdict_stops_at_once(tmp_path):
+    """With no control-plane worker, an agent's hello is sent (its host workflow exists) but no verdict
+    comes; the agent waits HELLO_WAIT_S (10 s) for one before it polls its queue. A SIGTERM then ends
+    the wait: the agent exits at once, without serving its queue, not after the 10 s."""
+    stack = Stack(str(tmp_path / "gpuflow"), port=server_port(), ui_port=None)
+    try:
+        stack.start_temporal()
+        agent = stack.start_agent("h1", write_inventory(str(tmp_path / "h1.yaml"), [24]))
+        client = await connect(TemporalSettings(address=stack.temporal.address), wait_s=20)
+
+        async def hello_sent() -> bool:
+            try:
+                await client.get_workflow_handle(host_id("h1")).describe()
+                return True
+            except RPCError:
+                return agent.poll() is not None  # an agent that died is read below
+        deadline = time.monotonic() + 60
+        while not await hello_sent():
+            assert time.monotonic() < deadline, "the agent's hello did not start its host workflow in 60 s"
+            await asyncio.sleep(0.1)
+        assert agent.poll() is None, open(os.path.join(stack.log_dir, "agent-h1.log")).read()
+        sent = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(agent.wait, 30)
+        took = time.monotonic() - sent
+        log = open(os.path.join(stack.log_dir, "agent-h1.log")).read()
+        # before the fix: HELLO_WAIT_S less the moment since the hello, about 9.7 s
+        assert took < HELLO_WAIT_S / 2, f"the agent took {took:.1f} s to stop; its log:\n{log}"
+        assert code == 0, log
+        assert "serving" not in log, log  # it never polled its host's queue
+    finally:
+        stack.stop(kill=True)

@@ -246,8 +246,17 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
     # for good (a second agent with a live host's name) leaves without taking a task of the first's
     await say_hello(client, name, report, timings, credential)
     verdict = asyncio.ensure_future(hello_verdict(client, name, boot))
-    await asyncio.wait({verdict}, timeout=HELLO_WAIT_S)
-    _verdict(name, verdict)
+    stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    # a stop (SIGTERM) ends the wait too: with the control plane away, the verdict takes HELLO_WAIT_S
+    await asyncio.wait({verdict, stopping}, timeout=HELLO_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+    if stopping.done():  # stopped before it polled its queue: nothing of the host's to hand back
+        verdict.cancel()
+        return
+    try:
+        _verdict(name, verdict)
+    except BaseException:
+        stopping.cancel()
+        raise
     async with Worker(client, task_queue=host_queue(name), activities=acts.all() + [headers.read_model_header],
                       workflows=[logs_workflow(host_queue(name), table.log_dir)],
                       max_concurrent_activities=2 * max_instances + 8,
@@ -264,7 +273,6 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
                                                     keep_logs))
         sim_gpus = (lambda: probe().gpus) if book and isinstance(book.probe, ClaimShare) else None  # OOMs simulated
         sampler = asyncio.create_task(sample_every(book, table, timings.liveness_s, name, sim_gpus)) if book else None
-        stopping = asyncio.ensure_future((stop or asyncio.Event()).wait())
         try:
             if not verdict.done():  # no verdict yet (the control plane is away, say): one that comes later counts
                 await asyncio.wait({stopping, verdict}, return_when=asyncio.FIRST_COMPLETED)
