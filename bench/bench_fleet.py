@@ -153,6 +153,17 @@ async def started_after(client, names: list[str], e0: float) -> tuple[float, flo
     return (min(at), max(at)) if at else (float("nan"), float("nan"))
 
 
+async def ends(procs: list[subprocess.Popen], t0: float, every_s: float = 0.1) -> tuple[float, float]:
+    """(first, last): when ``procs`` exited, in seconds after ``t0`` (perf_counter)."""
+    at: dict[int, float] = {}
+    while len(at) < len(procs):
+        for k, p in enumerate(procs):
+            if k not in at and p.poll() is not None:
+                at[k] = time.perf_counter() - t0
+        await asyncio.sleep(every_s)
+    return min(at.values()), max(at.values())
+
+
 async def cli_burst(engine, client, tag: str, n: int, env: dict, folder: str, per_deployment: int = 50) -> dict:
     """As a user meets it: one `gpuflow deploy FILE` process per deployment, all sent at once;
     RUNNING counted from the store. Adds the CLI processes' CPU (``cli_cpu``, from this process's
@@ -170,18 +181,16 @@ async def cli_burst(engine, client, tag: str, n: int, env: dict, folder: str, pe
     t0, e0 = time.perf_counter(), time.time()
     procs = [subprocess.Popen([sys.executable, "-m", "gpuflow", "deploy", p], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE) for p in paths]
+    ended = asyncio.ensure_future(ends(procs, t0))  # each process's end, also while the burst is watched
     r = await watch(engine, tag, len(paths) * per_deployment, t0, procs=procs)
     r["started"] = await started_after(client, [s["name"] for s in specs_of(tag, n, per_deployment)], e0)
-    codes = []
+    r["cli_ended"] = await ended
+    codes = [p.returncode for p in procs]
     for p in procs:
-        while p.poll() is None:
-            await asyncio.sleep(0.2)
-        codes.append(p.returncode)
         if p.returncode:
             print(f"  gpuflow deploy exited {p.returncode}: {p.stderr.read().decode()[-500:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     r["cli_cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    r["cli_wall"] = time.perf_counter() - t0
     r["cli_codes"] = codes
     return r
 
@@ -222,7 +231,7 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     print("  RSS: " + ", ".join(f"{name} {rss_mib(pid):.0f} MiB" for name, pid in procs.items()))
     if mode == "cli":
         print(f"  the CLI processes started their deployments {r['started'][0]:.1f}-{r['started'][1]:.1f} s after they "
-              f"were sent, and ended {r['cli_wall']:.1f} s after (exit codes {sorted(set(r['cli_codes']))})")
+              f"were sent, and ended {r['cli_ended'][0]:.1f}-{r['cli_ended'][1]:.1f} s after (exit codes {sorted(set(r['cli_codes']))})")
     span = max(w1 - w0, r["wall"])
     print(f"  CPU during the burst ({span:.1f} s, process trees): " + ", ".join(
         f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))

@@ -62,13 +62,14 @@ async def closed(handle: WorkflowHandle, d: WorkflowExecutionDescription) -> str
     return st.lower().replace("_", " ")
 
 
-async def query(handle: WorkflowHandle, q, result_type: type | None = None) -> Any:
+async def query(handle: WorkflowHandle, q, result_type: type | None = None, timeout_s: float | None = None) -> Any:
     """A query (a name from contracts/ids.py, answered as ``result_type``; or a workflow's method)
-    that gives up after QUERY_TIMEOUT_S, naming the workflow."""
+    that gives up after ``timeout_s`` (default QUERY_TIMEOUT_S), naming the workflow."""
+    timeout_s = QUERY_TIMEOUT_S if timeout_s is None else timeout_s
     try:
-        return await asyncio.wait_for(handle.query(q, result_type=result_type), QUERY_TIMEOUT_S)
+        return await asyncio.wait_for(handle.query(q, result_type=result_type), timeout_s)
     except asyncio.TimeoutError:
-        raise Unreachable(f"{handle.id} did not answer a query within {QUERY_TIMEOUT_S:g} s "
+        raise Unreachable(f"{handle.id} did not answer a query within {timeout_s:g} s "
                            "(is a control-plane worker running? its history in the Temporal UI says more)") from None
 
 

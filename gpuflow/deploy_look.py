@@ -27,6 +27,10 @@ from scheduler.naming import natural_key
 
 STALL_LOOKS = 2  # PENDING not falling over this many looks (a second apart): placing stalled
 SAMPLE = 4  # on a stall, the first PENDING replicas asked; the rest only when one of them has its decision
+# a PENDING replica asked why it waits, not answering within this, is taken as still deciding: a replica
+# whose first workflow task has not run yet (queued behind a burst) answers only once it has, and the
+# status query's own 10 s had kept ten deploys of 50 sent at once looking for 17-20 s, not their 10
+ASK_S = 2.0
 
 
 async def states(client, name: str) -> dict[str, str]:
@@ -55,8 +59,8 @@ async def judged(client, name: str, wanted: int, seen: dict[str, str], late: boo
 
     async def row(n: str) -> dict:
         try:
-            v = await ops.instance(client, n)
-        except Exception:  # noqa: BLE001  busy or gone: still deciding, for the look
+            v = await ops.instance(client, n, ASK_S)
+        except Exception:  # noqa: BLE001  busy, not yet answering (ASK_S) or gone: still deciding, for the look
             return {"name": n, "state": "pending", "reason": ""}
         return {"name": n, "state": v.state, "reason": v.reason}
 

@@ -151,12 +151,13 @@ async def delete(client: Client, name: str, wait: bool = False,
     return await delete_wait.until_gone(client, h, view, progress, every_s)
 
 
-async def instance(client: Client, name: str) -> InstanceView:
+async def instance(client: Client, name: str, timeout_s: float | None = None) -> InstanceView:
+    """Replica ``name``'s status (its workflow's query, given up after ``timeout_s``: broken.query)."""
     from contracts.control import InstanceView
 
     h = client.get_workflow_handle(instance_id(name))
     try:
-        return await broken.query(h, INSTANCE_STATUS, InstanceView)
+        return await broken.query(h, INSTANCE_STATUS, InstanceView, timeout_s)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise InvalidInput(f"no instance named {name!r}") from None

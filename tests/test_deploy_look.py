@@ -56,7 +56,7 @@ def test_the_look_asks_the_rest_only_when_one_of_the_first_decided(monkeypatch, 
 
     calls = []
 
-    async def instance(client, name):  # the replica's status query, answered from the table
+    async def instance(client, name, timeout_s=None):  # the replica's status query, answered from the table
         calls.append(name)
         return InstanceView(name=name, deployment="m", model="m", state="pending", reason=reasons.get(name, ""))
 

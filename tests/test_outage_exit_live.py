@@ -2,7 +2,7 @@
 Temporal dev server up and no control-plane worker polling, a deploy's update and a status query give up
 with ``Unreachable`` (the CLI's exit 4, "did not answer"), never ``InvalidInput`` (exit 2, which tells
 the user to fix their input). An agent stopped while it waits for its hello's verdict, with no control
-plane to give one, stops at once."""
+plane to give one, stops at once; and deploy's look gives up on a replica that does not answer yet."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import time
 import pytest
 from temporalio.service import RPCError
 
-from contracts.ids import host_id
-from gpuflow import broken, ops
+from contracts.ids import INSTANCE_WORKFLOW, host_id, instance_id
+from gpuflow import broken, deploy_look, ops
 from gpuflow.dev import Stack
 from gpuflow.dev.temporal import DevServer
 from gpuflow.ports import server_port
@@ -73,3 +73,25 @@ async def test_an_agent_stopped_while_its_hello_awaits_a_verdict_stops_at_once(t
         assert "serving" not in log, log  # it never polled its host's queue
     finally:
         stack.stop(kill=True)
+
+
+async def test_the_deploy_looks_question_to_a_replica_not_yet_deciding_gives_up_in_ask_s(tmp_path):
+    """deploy's look (deploy_look.judged) asks the first PENDING replicas why they wait. A replica
+    whose first workflow task has not run (here: no control-plane worker at all; in a burst, queued
+    behind the others) does not answer: the look takes it as still deciding after ASK_S (2 s), not
+    after the status query's QUERY_TIMEOUT_S (10 s)."""
+    server = DevServer(str(tmp_path), port=server_port(), ui_port=None).start()
+    try:
+        client = await connect(TemporalSettings(address=server.address), wait_s=20)
+        for k in range(2):  # real workflows of the replicas' type, that no worker runs
+            await client.start_workflow(INSTANCE_WORKFLOW, {"name": f"m-{k}"}, id=instance_id(f"m-{k}"),
+                                        task_queue="nobody-polls")
+        t0 = time.monotonic()
+        said = await deploy_look.judged(client, "m", 2, {"m-0": "pending", "m-1": "pending"}, late=False)
+        took = time.monotonic() - t0
+        assert said is None  # still deciding: the look goes on
+        # the two asked at once, each given up at ASK_S: 2 s, where the status query's 10 s had been
+        assert deploy_look.ASK_S <= took < broken.QUERY_TIMEOUT_S / 2, took
+        assert await deploy_look.judged(client, "m", 2, {"m-0": "pending", "m-1": "pending"}, late=True) == []
+    finally:
+        server.stop()
