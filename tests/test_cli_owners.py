@@ -95,3 +95,21 @@ def test_the_collector_at_a_command_s_start(command, argv, on):
             f"from gpuflow import cli; cli.main({argv!r})")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == [str(on), str(on)]
+
+
+# A deploy's start reads no installed distribution's metadata (issue 37): pydantic's search for
+# plugins read every distribution's entry points when it built its first model (0.13 s of CPU a
+# process here), and the parser read gpuflow's version for --version (60 ms). `gpuflow --version`
+# still reads it, when asked.
+def test_a_deploy_process_start_reads_no_distribution_metadata():
+    spec = os.path.join(EXAMPLES, "model-llama3-gguf.yaml")
+    code = ("import importlib.metadata as md; read = []; found = md.Distribution.discover.__func__; "
+            "md.Distribution.discover = classmethod(lambda cls, **kw: read.append(kw) or found(cls, **kw)); "
+            "from gpuflow import cli; cli.parser(only=cli.OWNERS['deploy']).parse_args(['deploy', 'm.yaml']); "
+            f"from gpuflow import deploy_look, files, ops; files.load_spec({spec!r}); "
+            "print(len(read))")
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}  # as a user's shell has it
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "0"
+    version = subprocess.run([sys.executable, "-m", "gpuflow", "--version"], capture_output=True, text=True, env=env)
+    assert version.returncode == 0 and version.stdout.startswith("gpuflow 0.") and version.stderr == ""
