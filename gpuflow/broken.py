@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFail
 from contracts.ids import INSTANCE_STOP, INSTANCE_WORKFLOW
 from contracts.timings import CONTROL_QUEUE
 from gpuflow.runtime import Unreachable
+from gpuflow.visibility import listed
 
 QUERY_TIMEOUT_S = 10.0
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -98,10 +99,10 @@ async def stop_instances_of(client: Client, deployment: str) -> list[str]:
     q = (f"WorkflowType = '{INSTANCE_WORKFLOW}' AND ExecutionStatus = 'Running' "
          f"AND GpuflowDeployment = '{deployment}'")
     names = []
-    async for w in client.list_workflows(q):
+    for wid in await listed(client, q):  # ids only (gpuflow/visibility.py)
         try:
-            await client.get_workflow_handle(w.id).signal(INSTANCE_STOP)
-            names.append(w.id.split("/", 1)[1])
+            await client.get_workflow_handle(wid).signal(INSTANCE_STOP)
+            names.append(wid.split("/", 1)[1])
         except Exception:  # noqa: BLE001  ended meanwhile
             pass
     return sorted(names)

@@ -23,6 +23,7 @@ import time
 
 from contracts.ids import INSTANCE_WORKFLOW
 from contracts.search import SA_DEPLOYMENT, SA_STATE
+from gpuflow.visibility import listed
 from scheduler.naming import natural_key
 
 STALL_LOOKS = 2  # PENDING not falling over this many looks (a second apart): placing stalled
@@ -35,13 +36,11 @@ ASK_S = 2.0
 
 async def states(client, name: str) -> dict[str, str]:
     """The running replica workflows of deployment ``name``: instance -> its GpuflowState (lower
-    case, as the status says states), from visibility: one list call."""
+    case, as the status says states), from visibility: one list call, read without the SDK's
+    decoding of every search attribute (gpuflow/visibility.py)."""
     q = (f"{SA_DEPLOYMENT.name} = '{name}' AND WorkflowType = '{INSTANCE_WORKFLOW}' "
          "AND ExecutionStatus = 'Running'")
-    out = {}
-    async for w in client.list_workflows(q):
-        out[w.id.partition("/")[2]] = str(w.typed_search_attributes.get(SA_STATE) or "PENDING").lower()
-    return out
+    return {wid.partition("/")[2]: (state or "PENDING").lower() for wid, state in (await listed(client, q, SA_STATE)).items()}
 
 
 def settled(seen: dict[str, str], wanted: int) -> bool:

@@ -20,6 +20,7 @@ from contracts.timings import CONTROL_QUEUE, Timings
 from gpuflow import broken, delete_wait
 from views.group_status import group_view
 from gpuflow.runtime import Unreachable
+from gpuflow.visibility import listed
 from scheduler.errors import InvalidInput
 from scheduler.limits import REPLICAS_CEILING
 from scheduler.naming import name_problem, natural_key  # noqa: F401  (natural_key: the callers' too)
@@ -182,7 +183,7 @@ async def download_progress(client: Client, name: str) -> dict[str, Any] | None:
 
 async def _running(client: Client, wtype: str) -> list[str]:
     q = f"WorkflowType = '{wtype}' AND ExecutionStatus = 'Running'"
-    return sorted([w.id async for w in client.list_workflows(q)])
+    return sorted(await listed(client, q))  # ids only (gpuflow/visibility.py)
 
 
 async def status(client: Client, name: str | None = None,
