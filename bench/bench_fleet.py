@@ -164,6 +164,19 @@ async def ends(procs: list[subprocess.Popen], t0: float, every_s: float = 0.1) -
     return min(at.values()), max(at.values())
 
 
+def starts_alone(env: dict, n: int) -> tuple[float, float]:
+    """(wall, CPU) of ``n`` `gpuflow deploy --help` started at once on the fleet at rest: the CLI
+    mode's deploys' start (their imports) with nothing to send, the floor of their send's delay."""
+    import resource
+
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    for p in [subprocess.Popen([sys.executable, "-m", "gpuflow", "deploy", "--help"], env=env,
+                               stdout=subprocess.DEVNULL) for _ in range(n)]:
+        p.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - t0, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 async def cli_burst(engine, client, tag: str, n: int, env: dict, folder: str, per_deployment: int = 50) -> dict:
     """As a user meets it: one `gpuflow deploy FILE` process per deployment, all sent at once;
     RUNNING counted from the store. Adds the CLI processes' CPU (``cli_cpu``, from this process's
@@ -207,6 +220,9 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     now_ceil = await ceiling(client, a.ceiling)
     print(f"at rest before it: CPU {', '.join(f'{k} {v:.2f} core' for k, v in rest.items())}; "
           f"the ceiling measured now: {now_ceil:.1f} wf/s")
+    if mode == "cli":
+        wall, cpu = starts_alone(cli_env, n // 50)
+        print(f"the deploys' start alone: {n // 50} x `gpuflow deploy --help` at once took {wall:.1f} s ({cpu:.1f} s of CPU)")
     h0, k0 = decision_hists(metrics), kept(metrics)
     c0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}
     me0, w0 = cpu_s(os.getpid()), time.time()
