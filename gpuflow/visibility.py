@@ -2,8 +2,8 @@
 search attribute, from the service's own response.
 
 The SDK's ``Client.list_workflows`` turns every execution listed into a ``WorkflowExecution``,
-decoding all of its search attributes twice (the typed and the untyped forms) and its memo's
-envelope: 17 ms of CPU for a deployment of 50 replicas on this machine, against 2 ms for the
+decoding all of its search attributes twice (the typed and the untyped forms) and its
+times: 17 ms of CPU for a deployment of 50 replicas on this machine, against 2 ms for the
 response read here (issue 37: ``gpuflow deploy``'s look lists its replicas once a second, and ten
 deploys sent at once share the control plane's cores). Same call, same query, same pages: only the
 decoding is ours, and it reads one field."""

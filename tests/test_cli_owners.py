@@ -98,8 +98,8 @@ def test_the_collector_at_a_command_s_start(command, argv, on):
 
 
 # A deploy's start reads no installed distribution's metadata (issue 37): pydantic's search for
-# plugins read every distribution's entry points when it built its first model (0.13 s of CPU a
-# process here), and the parser read gpuflow's version for --version (60 ms). `gpuflow --version`
+# plugins read every distribution's entry points when it built its first model (17-20 ms of CPU a
+# process here), and the parser read gpuflow's version for --version (3-4 ms). `gpuflow --version`
 # still reads it, when asked.
 def test_a_deploy_process_start_reads_no_distribution_metadata():
     spec = os.path.join(EXAMPLES, "model-llama3-gguf.yaml")

@@ -16,8 +16,8 @@ import os
 import sys
 
 # pydantic looks for plugins (the "pydantic" entry points of every installed distribution) when it
-# builds its first model: 0.13 s of CPU in each gpuflow process, 13% of a `gpuflow deploy`'s start
-# (issue 37). gpuflow uses none. Set before any model is built; an operator who wants one sets the
+# builds its first model: 17-20 ms of CPU in each gpuflow process here, 2% of a `gpuflow deploy`'s
+# start (issue 37). gpuflow uses none. Set before any model is built; an operator who wants one sets the
 # variable (to "" for all of them). Engines never inherit it (worker_agent/processes.py base_env).
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
@@ -141,7 +141,8 @@ def version() -> str:
 
 class _Version(argparse.Action):
     """``--version``: the version read when asked for, not while every command's parser is built
-    (importlib.metadata and the installed distribution's metadata cost a deploy about 60 ms of CPU)."""
+    (the installed distribution's metadata: 3-4 ms of CPU, and importlib.metadata where nothing else
+    imports it)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
