@@ -221,7 +221,7 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     print(f"at rest before it: CPU {', '.join(f'{k} {v:.2f} core' for k, v in rest.items())}; "
           f"the ceiling measured now: {now_ceil:.1f} wf/s")
     if mode == "cli":
-        wall, cpu = starts_alone(cli_env, n // 50)
+        wall, cpu = await asyncio.to_thread(starts_alone, cli_env, n // 50)  # the loop is not blocked meanwhile
         print(f"the deploys' start alone: {n // 50} x `gpuflow deploy --help` at once took {wall:.1f} s ({cpu:.1f} s of CPU)")
     h0, k0 = decision_hists(metrics), kept(metrics)
     c0 = {name: fb.tree_cpu(pid) for name, pid in procs.items()}

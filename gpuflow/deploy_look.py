@@ -40,7 +40,8 @@ async def states(client, name: str) -> dict[str, str]:
     decoding of every search attribute (gpuflow/visibility.py)."""
     q = (f"{SA_DEPLOYMENT.name} = '{name}' AND WorkflowType = '{INSTANCE_WORKFLOW}' "
          "AND ExecutionStatus = 'Running'")
-    return {wid.partition("/")[2]: (state or "PENDING").lower() for wid, state in (await listed(client, q, SA_STATE)).items()}
+    listing = await listed(client, q, SA_STATE)
+    return {wid.partition("/")[2]: (state or "PENDING").lower() for wid, state in listing.items()}
 
 
 def settled(seen: dict[str, str], wanted: int) -> bool:
