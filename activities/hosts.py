@@ -55,12 +55,15 @@ class HostStateActivities:
     async def host_seen(self, seen: ReportCheck) -> None:
         """The host's report (a hello, or its inventory changed), as its workflow's check took it,
         signed: checked again here (``proven``), then recorded READY. A hello from a new agent run
-        (HostReport.boot) tells the instances placed there to supervise afresh."""
+        (HostReport.boot) tells the instances placed there to ask it to supervise their processes; the
+        processes that ended (HostReport.ended) are told to their instances (``_tell_ended``)."""
         callers.check(c.HOST_SEEN, seen)
         report = await self.runner.run(self.proven, seen, activity.info().workflow_run_id)
         changed, restarted = await self.runner.run(records.see_worker, self.engine, report, "ready")
         if restarted or activity.info().attempt > 1:
             await self._tell_instances_on(report.name, "restarted", "its agent restarted")
+        if report.ended:
+            await self._tell_ended(report)
         if changed or activity.info().attempt > 1:  # as release_placement: a retry may follow a lost wake
             await self.wake()
 
@@ -96,6 +99,12 @@ class HostStateActivities:
         """The instances holding ledger lines on ``host`` hear what its watch learned (host_news.py)."""
         await host_news.tell(self.client, await self.runner.run(ledger.instances_on, self.reads, host),
                              HostNews(host=host, kind=kind, why=why))
+
+    async def _tell_ended(self, report: HostReport) -> None:
+        """Each process end the (proven) report carries, told to its instance when that instance holds
+        ledger lines on this host: a host speaks for the processes placed on it, never for others."""
+        here = set(await self.runner.run(ledger.instances_on, self.reads, report.name))
+        await host_news.tell_each(self.client, host_news.ends(report.name, report.ended or [], here))
 
     @activity.defn(name=c.HOST_FORGET)
     async def host_forget(self, host: HostRef) -> str | None:

@@ -51,12 +51,16 @@ class VictimStopped(BaseModel):
 
 class HostNews(BaseModel):
     """What the host's watch learned (activities/hosts.py: host_lost, host_seen). ``lost``: the
-    agent stopped answering (its supervisors cannot say so themselves: they heartbeat rarely).
-    ``restarted``: a new agent run said hello (the old run's supervisors are gone with it)."""
+    agent stopped answering. ``restarted``: a new agent run said hello (it supervises the processes
+    it adopts once each instance asks it to). ``exited``: the process ``key`` (``pid``) ended, as
+    the host's signed report said (contracts/process_end.py)."""
 
     host: Name
-    kind: Literal["lost", "restarted"]
+    kind: Literal["lost", "restarted", "exited"]
     why: Annotated[str, Field(max_length=500)] = ""
+    key: Annotated[str, Field(max_length=NAME_MAX + 41)] = ""  # exited: the process key
+    pid: int = Field(0, ge=0, le=2**31)  # exited: its pid
+    returncode: int | None = None  # exited: its exit code, when the agent started it
 
 
 class ReserveResult(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from contracts.host_auth import MAX_MS, HostAuth, Refusal
 from contracts.decision import PlacementPlan
 from contracts.usage import MAX_REPLICAS, ReplicaUse
+from contracts.process_end import MAX_ENDED, ProcessEnd
 from scheduler.bounds import Labels, Name
 from scheduler.cluster import GPUList
 from scheduler.command_set import MAX_CHARS as MAX_COMMAND_SET
@@ -70,6 +71,9 @@ class HostReport(BaseModel):
     # each replica's measured memory (contracts/usage.py), sampled every liveness_s; carried on the
     # watch's return, not part of the inventory (the fingerprint leaves it out). None: not sampled
     usage: list[ReplicaUse] | None = Field(None, max_length=MAX_REPLICAS)
+    # the processes that ended since the host workflow last acknowledged (contracts/process_end.py);
+    # carried on the watch's return, not part of the inventory (the fingerprint leaves it out). None: none
+    ended: list[ProcessEnd] | None = Field(None, max_length=MAX_ENDED)
     # who made it (contracts/host_auth.py): checked by the host workflow before the report counts;
     # not part of what its MAC covers, nor of the inventory (the fingerprint leaves it out)
     auth: HostAuth | None = None
@@ -81,7 +85,7 @@ class HostReport(BaseModel):
         # stored rows): an upgrade alone is no inventory change
         unset = ({"kv_connectors"} if self.kv_connectors is None else set()) | (
             {"foreign_degraded"} if self.foreign_degraded is None else set())
-        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "auth", *unset}).encode()
+        return hashlib.sha256(self.model_dump_json(exclude={"agent_version", "boot", "usage", "ended", "auth", *unset}).encode()
                               ).hexdigest()[:16]
 
 

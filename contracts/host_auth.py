@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.process_end import MAX_ENDED, EndRef
 from scheduler.bounds import Name, ShortText, Text
 
 PUBLIC_PATTERN = r"^[A-Za-z0-9_-]{43}$"  # a 32-byte X25519 public key in base64url, no padding
@@ -51,6 +52,9 @@ class WatchAsk(BaseModel):
 
     known: str = Field("", max_length=64)
     nonce: str = Field(min_length=1, max_length=64, pattern=STAMP_PATTERN)
+    # the process ends the control plane has told their instances (contracts/process_end.py): the
+    # agent forgets them; an end not acknowledged is reported again
+    acked: list[EndRef] = Field([], max_length=MAX_ENDED)
 
 
 class ReportCheck(BaseModel):

@@ -21,7 +21,7 @@ class Timings(BaseModel):
     """Every duration the workflows wait on. Defaults are for production; tests shorten them."""
 
     host_heartbeat_s: float = Field(10.0, gt=0, le=MAX_WAIT_S, description="An agent that misses heartbeats this long is lost. Default 10 s.")
-    supervise_heartbeat_s: float = Field(300.0, gt=0, le=MAX_WAIT_S, description="A RUNNING replica's supervisor on its host heartbeats within this; the fallback when the host's own watch (host_heartbeat_s) does not report the host lost. Default 300 s.")
+    supervise_heartbeat_s: float = Field(300.0, gt=0, le=MAX_WAIT_S, description="Read by nothing since the host agent supervises its processes itself and its watch reports their ends (a supervisor activity heartbeated within this); kept so settings that name it still validate. Default 300 s.")
     host_schedule_to_start_s: float = Field(15.0, gt=0, le=MAX_WAIT_S, description="Work queued for a host nobody polls fails after this. Default 15 s.")
     unreachable_grace_s: float = Field(300.0, ge=0, le=MAX_WAIT_S, description="UNREACHABLE this long, then the reservation is released and the instance re-placed. Default 300 s.")
     restart_base_s: float = Field(10.0, ge=0, le=MAX_WAIT_S, description="Restart backoff: min(base * 2^(n-1), cap). Default 10 s.")

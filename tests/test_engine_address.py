@@ -56,11 +56,11 @@ async def test_readiness_and_liveness_probe_the_advertised_address(tmp_path):
         assert res.address == "127.0.0.2"
         assert await engine_answers(res.port, "custom", address="127.0.0.2")
         assert not await engine_answers(res.port, "custom", address="127.0.0.1")  # not on loopback's .1
-        # liveness: the supervisor keeps probing the same address, so the server stays up
-        sup = asyncio.ensure_future(ActivityEnvironment().run(
-            acts.supervise_instance, r.model_copy(update={"liveness_s": 0.2, "liveness_failures": 2})))
+        # liveness: the agent's supervision keeps probing the same address, so the server stays up
+        acts.supervision.release("srv-0")
+        acts.supervision.supervise(r.model_copy(update={"liveness_s": 0.2, "liveness_failures": 2}), table.find("srv-0"))
         await asyncio.sleep(1.5)  # 7 probes, 2 misses in a row would have stopped it
-        assert not sup.done() and table.alive(res.pid)
-        sup.cancel()
+        assert acts.supervision.supervising("srv-0") and table.alive(res.pid) and not acts.supervision.ended
+        acts.supervision.close()
     finally:
         await table.stop("srv-0", 2)

@@ -1,11 +1,16 @@
 """A host's agent runs as the store tells them apart (records.see_worker): a hello from a new agent
 run (HostReport.boot) is a restart, which the control plane tells the instances placed there
-(activities/host_news.py); an inventory change alone is not. And ledger.instances_on: whom to tell.
+(activities/host_news.py); an inventory change alone is not. And ledger.instances_on: whom to tell,
+of a restart and of a process's end (host_news.ends).
 On a real SQLite file and a real PostgreSQL schema."""
 
 from __future__ import annotations
 
+import pytest
+
+from activities import host_news
 from contracts.control import HostReport, PlacementPlan
+from contracts.process_end import ProcessEnd
 from store import ledger, records
 from scheduler.cluster import GPU
 from scheduler.units import GiB
@@ -54,6 +59,20 @@ def test_the_instances_on_a_host_are_those_with_ledger_lines_there(store):
     ledger.release(engine, "c-0")
     assert ledger.instances_on(engine, "h1") == ["a-0"]
     assert ledger.instances_on(engine, "h9") == []
+
+
+@pytest.mark.parametrize("ended, told", [
+    # a-0 and c-0 hold ledger lines on h1 (c-0 a helper there); b-0 is placed on h2 only
+    ([("a-0", 11)], [("a-0", "a-0", 11)]),
+    ([("b-0", 12)], []),  # h1's report does not speak for a process placed on h2
+    ([("c-0@rpc0", 13), ("b-0", 12), ("a-0", 11)], [("c-0", "c-0@rpc0", 13), ("a-0", "a-0", 11)]),  # in its order
+    ([("z-0", 14)], []),  # nobody's
+])
+def test_a_hosts_report_of_ended_processes_is_told_only_to_instances_placed_there(ended, told):
+    got = host_news.ends("h1", [ProcessEnd(key=k, pid=pid, returncode=1, reason="x" * 900) for k, pid in ended],
+                         {"a-0", "c-0"})
+    assert [(n, x.key, x.pid) for n, x in got] == told
+    assert all(x.host == "h1" and x.kind == "exited" and x.returncode == 1 and len(x.why) == 500 for _, x in got)
 
 
 def test_a_host_is_forgotten_only_when_it_holds_nothing_and_does_not_answer(store):

@@ -1,9 +1,9 @@
 """An instance workflow on the real dev server, in the history it writes: no patch markers (the
 project keeps no version branches before its first release), no search attributes upserted before
 it is placed (start_instances sets them), placed by a local activity in its first workflow task,
-two local activities on the way to RUNNING, and a supervisor that heartbeats within
-supervise_heartbeat_s (the host's watch speaks for its liveness). It stops its process, and its
-history replays under the full sandbox."""
+two local activities on the way to RUNNING, and no activity once RUNNING: its host's agent
+supervises the process and its watch speaks for it (worker_agent/supervision.py). It stops its
+process, and its history replays under the full sandbox."""
 
 from __future__ import annotations
 
@@ -31,11 +31,10 @@ def kinds(history) -> list[str]:
     return out
 
 
-def supervisor_heartbeats(history) -> list[float]:
-    """The heartbeat timeout (s) of each supervisor the run started."""
-    return [a.heartbeat_timeout.ToTimedelta().total_seconds() for e in history.events
-            if e.HasField("activity_task_scheduled_event_attributes")
-            for a in [e.activity_task_scheduled_event_attributes] if a.activity_type.name == hp.SUPERVISE_INSTANCE]
+def activities(history) -> list[str]:
+    """The activity types the run scheduled, in order."""
+    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")]
 
 
 async def test_a_replica_records_no_patch_marker_and_replays(tmp_path):
@@ -45,15 +44,15 @@ async def test_a_replica_records_no_patch_marker_and_replays(tmp_path):
         await lv.wait(lambda: lv.states("new") == {"new-0": "running"}, 60, "the replica RUNNING")
         pid = lv.instances("new")[0].pid
 
-        # RUNNING is recorded before the supervisor is scheduled (the next workflow task): read the
-        # history once that task has written it, not at the first look (a loaded CI machine lags)
+        # RUNNING is recorded by a local activity; the run then waits with nothing scheduled (read the
+        # history once that task has written it, not at the first look: a loaded CI machine lags)
         for _ in range(120):
             h = await lv.client.get_workflow_handle("instance/new-0").fetch_history()
-            if supervisor_heartbeats(h):
+            k = kinds(h)
+            if k.count("marker_recorded:core_local_activity") == 2 and k[-1] == "workflow_task_completed":
                 break
             await asyncio.sleep(0.25)
-        k = kinds(h)
-        assert supervisor_heartbeats(h) == [FAST.supervise_heartbeat_s]  # 300 s: the host's watch speaks for it
+        assert activities(h) == [hp.LAUNCH_INSTANCE]  # no supervisor: the agent supervises, its watch tells
         # local activities on the way to RUNNING: the place (booked STARTING) and RUNNING
         assert k.count("marker_recorded:core_local_activity") == 2, k
         # placed by a local activity in its first task, no patch marker, no upsert before placing
@@ -73,7 +72,7 @@ async def test_a_replica_records_no_patch_marker_and_replays(tmp_path):
 
         await ops.delete(lv.client, "new", wait=True)
         table = lv.stack.instance_processes("h1")
-        # stopped with stop_instance on its host (a supervisor's cancel does not stop it)
+        # stopped with stop_instance on its host
         await lv.wait(lambda: table.returncode(pid) is not None, 10, "process gone")
         replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)  # the full sandbox
         await replayer.replay_workflow(await lv.client.get_workflow_handle("instance/new-0").fetch_history())

@@ -1,7 +1,7 @@
 """Simulated GPUs' memory (issue 42): each replica's share of its claim (GPUFLOW_SIMULATED_VRAM_USE
 over --vram-use-ratio, worker_agent/memory_probe.py) and the OOM judge (worker_agent/sim_oom.py) as
 tables, then the agent's OOM kill on the real simulated process table (no stack): the replica's
-log ends with the OOM line and its supervisor's exit reason names it."""
+log ends with the OOM line and the agent's supervision's exit reason names it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The agent's activities, on its own task queue ``gpuflow-host-<name>``: report the host's
-inventory (a heartbeating watch), launch an instance and wait until it is ready, supervise it
-until it exits, stop it. Expected failures are ApplicationErrors with a type the workflows read:
+inventory (a heartbeating watch), launch an instance and wait until it is ready (then this agent
+supervises it: supervision.py, its end carried on the watch's report), supervise an adopted one
+once its instance asks, stop it. Expected failures are ApplicationErrors with a type the workflows read:
 LaunchFailed (non-retryable: the command cannot start or never became ready), LaunchRefused
 (non-retryable: the spec asks what this host does not allow), InvalidSpec (non-retryable: the
 request itself is wrong, e.g. a run_command that cannot be split or an env the OS refuses),
@@ -20,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from contracts.host import Booking, HostReport
 from contracts.host_auth import WatchAsk
+from contracts.process_end import ProcessEnd
 from scheduler.errors import GpuflowError, InvalidInput
 from scheduler.naming import check_key, check_name
 from scheduler.spec import Source
@@ -37,6 +39,7 @@ from worker_agent.engines import (EngineConfig, EngineUnavailable, LaunchRefused
                                      needs_port, wants_kv_events)
 from worker_agent.metrics import AgentMetrics
 from worker_agent.processes import ProcessTable, free_port, free_ports, visibility_env
+from worker_agent.supervision import Supervision
 from worker_agent.usage import UsageBook
 
 
@@ -77,6 +80,9 @@ class HostActivities:
             self.engines = replace(self.engines, model_roots=(*self.engines.model_roots, self.hub.cache_dir))
         self.metrics = metrics
         self.usage = usage  # each replica's measured memory (usage.py): carried on the watch's return
+        # every process launched or adopted here, supervised by this agent (supervision.py): its end
+        # is carried on the watch's return
+        self.supervision = Supervision(table, self._probe, self._stop, self._ended, name)
         self.stop_grace_s, self.poll_s = stop_grace_s, poll_s
 
     def all(self) -> list:
@@ -86,8 +92,10 @@ class HostActivities:
     async def watch_host(self, ask: WatchAsk) -> dict:
         """Heartbeat while the inventory stays as ``ask.known`` (its fingerprint); return the new
         report as soon as it differs, or after the schedule-to-close budget runs low, or when the
-        replicas' measured memory is news (usage.py); the report carries that memory. It is signed
-        with the host's credential for the watch's nonce (contracts/host_proof.py)."""
+        replicas' measured memory is news (usage.py), or a supervised process ended (supervision.py):
+        the report carries that memory and those ends (the ones ``ask.acked`` names are forgotten
+        first). It is signed with the host's credential for the watch's nonce (contracts/host_proof.py)."""
+        self.supervision.ack(ask.acked)
         report = await self._watch(ask.known)
         body = report.model_dump(mode="json", exclude={"auth"})
         signer = self.credential if isinstance(self.credential, HostCredential) else None
@@ -98,15 +106,22 @@ class HostActivities:
         deadline = time.monotonic() + (info.start_to_close_timeout.total_seconds() * 0.8
                                        if info.start_to_close_timeout else 300)
         every = _beat_every()
+        news = self.supervision.news
         while True:
+            news.clear()
             report = await asyncio.to_thread(self.discover)
             if self.usage is not None:
                 self.usage.gpu_names = {g.index: g.name for g in report.gpus}
                 report = judged(report, booked_here(list(self.usage.requests.values())))  # foreign use past the room
-            if report.fingerprint() != known or time.monotonic() > deadline or (self.usage and self.usage.due()):
-                return report.model_copy(update={"usage": self.usage.report()}) if self.usage else report
+            ended = self.supervision.report()
+            if report.fingerprint() != known or time.monotonic() > deadline or (self.usage and self.usage.due()) \
+                    or ended:
+                return report.model_copy(update={"usage": self.usage.report() if self.usage else None, "ended": ended})
             activity.heartbeat(report.fingerprint())
-            await asyncio.sleep(every)
+            try:
+                await asyncio.wait_for(news.wait(), every)  # a process's end wakes it
+            except asyncio.TimeoutError:
+                pass
 
     @activity.defn(name=p.PREPARE_MODEL)
     async def prepare_model(self, req: p.ModelFetch) -> p.ModelReady:
@@ -199,6 +214,7 @@ class HostActivities:
         if self.usage is not None:
             self.usage.watch(req, booking)  # measured against the ledger's claim, never the request's
         if not req.wait_ready:
+            self.supervision.supervise(req, rec)  # this agent supervises it from now on
             return self._result(req, rec, adopted, dist, bound)
         started = time.monotonic()
         # The first heartbeat after ``every``, not at once: the activity's start counts for the
@@ -225,6 +241,7 @@ class HostActivities:
                 activity.heartbeat({"pid": rec.pid})
                 last_beat = time.monotonic()
             await asyncio.sleep(self.poll_s)
+        self.supervision.supervise(req, rec)  # this agent supervises it from now on
         return self._result(req, rec, adopted, dist, bound)
 
     def _result(self, req: p.LaunchRequest, rec, adopted: bool, dist: int | None, bound: str) -> p.LaunchResult:
@@ -304,69 +321,31 @@ class HostActivities:
         return path
 
     @activity.defn(name=p.SUPERVISE_INSTANCE)
-    async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport:
-        """Heartbeat while the process lives; return how it ended. Cancelled by the workflow: stop
-        the process only when the request says so (``stop_on_cancel``; the instance workflow sends
-        False and stops it with stop_instance). Cancelled for any other reason (worker shutdown,
-        workflow moved on): leave it running, so the next agent run can adopt it."""
+    async def supervise_instance(self, req: p.LaunchRequest) -> p.ExitReport | None:
+        """This agent run supervises the process of ``req`` from now on (supervision.py): None. Asked
+        by its instance once this agent said hello as a new run (it adopted the process from its pid
+        file). An ExitReport when the process is not running here: it ended while no agent watched."""
         _valid(check_key, req.key)
-        key = req.key
-        what = "" if req.role == "server" else f"{req.role} {req.part} on {self.name}: "
-        rec = self.table.find(key)
-        if rec is None:
-            return p.ExitReport(reason=f"{what}the process is not running on this host")
-        await self._watch_booked(req)  # an adopted process (a new agent run) is measured against its claim again
-        # Each heartbeat the SDK sends is a write of the workflow's state on the Temporal server;
-        # at 1,500 replicas, one a minute each was 25 writes/s for a cluster at rest. Called every
-        # quarter of the timeout, the first one after that quarter (the start counts), and sent
-        # at most every 0.8 x the timeout (the agent's worker lifts the SDK's 60 s cap on that
-        # throttle: agent.HEARTBEAT_THROTTLE_CAP). Between beats and probes the loop waits on the
-        # table, which wakes it when the process ends (a real one is looked at every second).
-        every = _beat_every(cap=3600.0)
-        last_beat = time.monotonic()
-        probing = rec.port is not None and req.role == "server" and req.liveness_s > 0
-        next_probe, misses = time.monotonic() + req.liveness_s, 0
-        try:
-            while True:
-                if probing and time.monotonic() >= next_probe:
-                    next_probe = time.monotonic() + req.liveness_s
-                    ok = await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s),
-                                             address=self.address, key=self._engine_key(req, rec.key_id))
-                    misses = 0 if ok else misses + 1
-                    if misses >= req.liveness_failures:
-                        await self._stop(key)
-                        if self.metrics:
-                            self.metrics.exits.labels(self.name, req.backend).inc()
-                        return p.ExitReport(pid=rec.pid, reason=f"failed its health check {misses} times in a row "
-                                            f"(port {rec.port}); stopped")
-                rc = self.table.returncode(rec.pid)
-                if rc is not None:
-                    self._forget(key, rec.pid)
-                    how = f"exited with code {rc}" if rec.pid in self.table.children else \
-                        "ended (adopted from an earlier agent run: exit code unknown)"
-                    if self.metrics:
-                        self.metrics.exits.labels(self.name, req.backend).inc()
-                    why = f"{what}{how}: {self.table.tail(key)}".rstrip(": ")
-                    if self.usage is not None and is_oom(why):
-                        self.usage.mark_oom(key)  # its next report says so: its learned claim is bumped
-                    return p.ExitReport(pid=rec.pid, returncode=rc, reason=why)
-                if time.monotonic() - last_beat >= every:
-                    activity.heartbeat({"pid": rec.pid})
-                    last_beat = time.monotonic()
-                due = min(last_beat + every, next_probe) if probing else last_beat + every
-                await self.table.wait_exit(rec.pid, due - time.monotonic())  # the next beat or probe, or the end
-        except asyncio.CancelledError:
-            d = activity.cancellation_details()
-            if d is not None and d.cancel_requested and req.stop_on_cancel:
-                await self._stop(key)
-            raise
+        rec = self.table.find(req.key)
+        if rec is None or not self.table.alive(rec.pid):
+            if rec is not None:
+                self.table.forget(req.key)
+            what = "" if req.role == "server" else f"{req.role} {req.part} on {self.name}: "
+            return p.ExitReport(pid=rec.pid if rec else None, reason=f"{what}the process is not running on this host")
+        await self._watch_booked(req)  # an adopted process is measured against its claim again
+        self.supervision.supervise(req, rec)
+        return None
 
-    def _forget(self, key: str, pid: int) -> None:
-        """Forget ``key``'s ended process, unless the key names a newer one by now: a supervisor
-        replaced (after an agent restart or a cut-off host's return) may see its process end late."""
-        cur = self.table.find(key)
-        if cur is not None and cur.pid == pid:
-            self.table.forget(key)
+    def _ended(self, req: p.LaunchRequest, end: ProcessEnd) -> None:
+        """A supervised process ended (supervision.py): counted, and a learned OOM marked for the usage report."""
+        if self.metrics:
+            self.metrics.exits.labels(self.name, req.backend).inc()
+        if self.usage is not None and is_oom(end.reason):
+            self.usage.mark_oom(req.key)  # its next report says so: its learned claim is bumped
+
+    async def _probe(self, req: p.LaunchRequest, rec) -> bool:
+        return await engine_answers(rec.port, req.backend, timeout=min(5.0, req.liveness_s),
+                                    address=self.address, key=self._engine_key(req, rec.key_id))
 
     @activity.defn(name=p.STOP_INSTANCE)
     async def stop_instance(self, instance: str) -> bool:
@@ -374,6 +353,8 @@ class HostActivities:
         the grace period, SIGKILL. Idempotent."""
         _valid(check_name, "instance", instance)
         keys = [r.instance for r in self.table.records() if p.instance_of(r.instance) == instance]
+        for k in set(keys) | {instance}:
+            self.supervision.release(k)  # asked to stop: its end is no news
         stopped = [await self._stop(k) for k in sorted(set(keys) | {instance})]
         return any(stopped)
 

@@ -45,9 +45,9 @@ from worker_agent.reconcile import stop_orphans
 from worker_agent.usage import UsageBook
 
 # The SDK sends an activity's heartbeats at most once per min(0.8 x its heartbeat timeout, this
-# cap), and the cap is 60 s by default: a supervisor, whose timeout is long (supervise_heartbeat_s,
-# a fallback), still sent one a minute. Lifted, its heartbeats (each a write on the Temporal server)
-# follow its timeout. Activities with short timeouts (watch_host, launch) are throttled as before.
+# cap), and the cap is 60 s by default. Lifted, an activity with a long heartbeat timeout (a
+# supervisor had one, before the agent supervised its processes itself) heartbeats at its timeout's
+# pace. Activities with short timeouts (watch_host, launch) are throttled as before.
 HEARTBEAT_THROTTLE_CAP = timedelta(hours=1)
 
 
@@ -279,6 +279,7 @@ async def _serve(client: Client, name: str, data_dir: str, timings: Timings, inv
                 _verdict(name, verdict)
             await stopping
         finally:
+            acts.supervision.close()  # its processes stay: the next agent run adopts them
             for task in (check, sampler, stopping, verdict):
                 if task is not None:
                     task.cancel()

@@ -2,7 +2,7 @@
 ``gpuflow simulate`` run agents), a replica whose simulated use (memory_probe.py ClaimShare: its
 claim times GPUFLOW_SIMULATED_VRAM_USE or --vram-use-ratio) passes what its GPU has free dies as an
 engine's CUDA OOM would: the agent writes the engine's error to its log and kills it, so its
-supervisor reports the exit with that line (worker_agent/activities.py), and the instance workflow
+supervision reports the exit with that line (worker_agent/supervision.py), and the instance workflow
 places it again (workflows/instance_machine.py).
 
 The judge (``victims``) is pure. Per GPU, what gpuflow's replicas may hold is the card's total less

@@ -25,7 +25,7 @@ class _Server:
         self.returncode: int | None = None
         self.listener: asyncio.AbstractServer | None = None
         self.task: asyncio.Task | None = None
-        self.ended = asyncio.Event()  # set with returncode: a supervisor waits on it, not on a clock
+        self.ended = asyncio.Event()  # set with returncode: the agent's supervision waits on it, not on a clock
 
     def exit(self, code: int) -> None:
         self.returncode = code
@@ -94,7 +94,7 @@ class SimulatedProcessTable(ProcessTable):
         return -1 if srv is None else srv.returncode
 
     async def wait_exit(self, pid: int, timeout: float) -> None:
-        """Woken by the end itself: a thousand supervisors in one simulator do not each look every
+        """Woken by the end itself: a thousand supervised processes in one simulator do not each look every
         second."""
         srv = self._by_pid.get(pid)
         if srv is None or srv.returncode is not None:

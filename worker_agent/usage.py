@@ -17,7 +17,7 @@ report. Each report is a workflow task and two local activities on the host's hi
 events (issue 37).
 
 Only booked parts are measured and reported: a process is watched once the ledger said its part
-is booked here (the launch's booking check, or a supervisor's after an agent restart), and its
+is booked here (the launch's booking check, or supervise_instance's after an agent restart), and its
 claim is the one the ledger booked for its server on this host, never a launch request's own
 figures (a relaunch that carried an empty claim had wiped the replica's reported claim)."""
 

@@ -7,7 +7,9 @@ the queue) fails the activity: the host is recorded NOT_READY until the agent sa
 or answers one of the probes sent to its queue meanwhile.
 Every READY/inventory change wakes PENDING instances (in the host_seen activity). The watch's
 report also carries each replica's measured memory (contracts/usage.py): kept as the host's
-latest report (its ``status`` query answers it) and written to the store in one batch. An operator
+latest report (its ``status`` query answers it) and written to the store in one batch; and the
+processes that ended (contracts/process_end.py): host_seen tells their instances, and the next
+watch acknowledges them. An operator
 forgets a host that is gone for good with the ``forget`` update (``gpuflow hosts forget``): its row
 leaves the store and the workflow ends; a host that leaves for good (``gpuflow simulate``'s, on a
 clean exit) says so with ``leave``, and is forgotten as soon as it holds no reservation. An operator cordons a host with the ``cordon`` update
@@ -32,6 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from contracts import ui_text
     from contracts.host_auth import WatchAsk
+    from contracts.process_end import EndRef, refs
     from contracts.ids import HOST_CORDON, HOST_FORGET, HOST_STATUS, HOST_UNCORDON, HOST_WORKFLOW, host_id
     from contracts.host import BookingAsk
     from contracts.control import CordonAsk, HostInput, HostReport, HostView, host_queue
@@ -59,6 +62,7 @@ class HostWorkflow(HostReports):
         self.leaving = inp.leaving  # it leaves for good (update leave): forgotten once it holds nothing
         self.reason = ""  # why it is NOT_READY, when it is for its report
         self.just_lost = False  # the watch failed a moment ago: probe at once (_probe)
+        self.acked: list[EndRef] = []  # the process ends host_seen told: acknowledged in the next watch
         self.cordoned, self.cordon_reason = inp.cordoned, inp.cordon_reason  # an operator's (update cordon)
         self.cordoning = asyncio.Lock()  # one cordon change at a time: its store write, then the state
 
@@ -223,7 +227,8 @@ class HostWorkflow(HostReports):
                 proven, self.greeting = self.greeting, None
                 if not await self._seen(proven):  # refused by host_seen's own check: nothing changed
                     continue
-                self.report = proven[0]
+                self.report = proven[0].model_copy(update={"ended": None})
+                self.acked = refs(proven[0].ended)  # told: the agent forgets them at the next watch
                 if self.cordoned:  # cordoned before its first hello, its row did not exist: now it says so
                     async with self.cordoning:
                         await self._record_cordon(self.cordoned, self.cordon_reason)
@@ -296,7 +301,7 @@ class HostWorkflow(HostReports):
         changes nothing, and the next watch waits host_heartbeat_s: a stream of them costs little."""
         nonce = self._nonce()
         h = workflow.start_activity(
-            hp.WATCH_HOST, WatchAsk(known=known, nonce=nonce), result_type=dict,
+            hp.WATCH_HOST, WatchAsk(known=known, nonce=nonce, acked=self.acked), result_type=dict,
             task_queue=host_queue(self.inp.name),
             schedule_to_start_timeout=c.secs(self.t.host_schedule_to_start_s),
             start_to_close_timeout=c.secs(self.t.host_watch_s),
@@ -332,8 +337,11 @@ class HostWorkflow(HostReports):
             await self._record_usage(report)
         if report.fingerprint() != known:
             self.greeting = proven
-        elif report.usage is not None:
-            self.report = report  # the same inventory with the replicas' latest memory: the status query shows it
+            return
+        if report.ended and await self._seen(proven):  # host_seen tells each instance its process ended
+            self.acked = refs(report.ended)
+        if report.usage is not None:  # the same inventory with the replicas' latest memory: the status query shows it
+            self.report = report.model_copy(update={"ended": None})
 
     async def _record_usage(self, report: HostReport) -> None:
         """The replicas' measured memory into the store, one batch per report (store/usage.py). Best

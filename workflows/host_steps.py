@@ -48,7 +48,7 @@ class HostSteps(SuperviseSteps):
                                 vram_utilization=claim.vram_utilization, distributed=bool(plan.subordinates),
                                 liveness_s=t.liveness_s, liveness_failures=t.liveness_failures,
                                 cpu_pinning=wants_pinning(spec), cpus=plan.cpus, numa_nodes=plan.numa_nodes,
-                                stop_on_cancel=False,  # stopped by stop_instance, not by a supervisor's cancel
+                                stop_on_cancel=False,  # stopped by stop_instance (read by no agent now)
                                 vram_claim=dict(claim.vram), ram_claim=claim.ram, source=spec.source.key,
                                 vram_stated=spec.resources.vram or 0 if spec.resources else 0,
                                 **self._pd_fields())
@@ -61,7 +61,7 @@ class HostSteps(SuperviseSteps):
 
     async def _launch(self, worker: str, req: hp.LaunchRequest, sts: float) -> hp.LaunchResult:
         try:
-            return await workflow.execute_activity(
+            res = await workflow.execute_activity(
                 hp.LAUNCH_INSTANCE, req, result_type=hp.LaunchResult, **self._host_timeouts(worker, sts),
                 start_to_close_timeout=c.secs(self.t.ready_timeout_s + 60),
                 retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["LaunchFailed", "InvalidSpec"]),
@@ -69,6 +69,8 @@ class HostSteps(SuperviseSteps):
         except ActivityError as e:
             kind, msg = c.cause(e)
             raise HostTrouble(LAUNCH_FAILURES.get(kind, "unreachable"), worker, msg) from None
+        self.s.pids[req.key] = res.pid  # its host's agent supervises it: its end names this pid
+        return res
 
     async def _start_helpers(self, req: hp.LaunchRequest, sts: float) -> tuple[hp.LaunchRequest, list]:
         """A placement across several workers: start the engine's helpers (launch_parts.py) and
@@ -113,6 +115,8 @@ class HostSteps(SuperviseSteps):
         req = self._launch_request(spec)
         parts: list[tuple[str, hp.LaunchRequest]] = []
         s.processes_stopped = False
+        for h in [self.worker] + self.subordinate_workers:  # news of its hosts from before this launch is old;
+            s.news.pop(h, None)  # news that comes during it is acted on as it supervises (a restart: asked again)
         try:
             if s.hub:
                 req = await self._fetch_model(spec, req, sts, quiet)

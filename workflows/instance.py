@@ -100,11 +100,17 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
 
     @workflow.signal(name=INSTANCE_HOST_NEWS)
     def host_news(self, *args: Any) -> None:
-        """From the control plane (checked): a host of the placement was lost, or its agent
-        restarted. Acted on while it supervises."""
+        """From the control plane (checked): a host of the placement was lost, its agent restarted,
+        or one of its processes there ended (``exited``, by key and pid). Acted on while it supervises."""
         news = signals.one(args, HostNews, INSTANCE_HOST_NEWS)
-        if news is not None and signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
-                                              "it already holds news of 64 hosts"):
+        if news is None:
+            return
+        if news.kind == "exited":
+            if signals.check(INSTANCE_HOST_NEWS, news.key in self.s.exits or len(self.s.exits) < 64,
+                             "it already holds the ends of 64 processes"):
+                self.s.exits[news.key] = news
+        elif signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
+                           "it already holds news of 64 hosts"):
             self.s.news[news.host] = news
 
     @workflow.query(name=INSTANCE_STATUS)

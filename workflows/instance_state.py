@@ -70,7 +70,7 @@ class Placing(BaseModel):
 
 class InstanceState(BaseModel):
     """One replica's workflow state, whole. Signals set ``stop_requested``, ``woken``,
-    ``preempted``, ``victims_stopped`` and ``news``; the rest changes by what the workflow did."""
+    ``preempted``, ``victims_stopped``, ``news`` and ``exits``; the rest changes by what the workflow did."""
 
     state: str = "pending"
     reason: str = ""
@@ -90,7 +90,9 @@ class InstanceState(BaseModel):
     preempted: PreemptNotice | None = None  # a preemption took its GPUs: stop, then wait PENDING
     preempted_why: str = ""  # shown first while it waits, until it is placed again
     victims_stopped: set[str] = set()  # as preemptor: the victims that said they stopped
-    news: dict[str, HostNews] = {}  # host -> what its watch last said (host_news)
+    news: dict[str, HostNews] = {}  # host -> what its watch last said (host_news): lost, restarted
+    exits: dict[str, HostNews] = {}  # process key -> its host's word that it ended (host_news: exited)
+    pids: dict[str, int] = {}  # process key -> the pid its last launch (or adoption) answered
     unreachable_since: datetime | None = None  # when this outage began (None: the host answers)
     parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
     processes_stopped: bool = False  # its processes were stopped on every host since the last launch

@@ -5,8 +5,8 @@ The preemptor: the ledger moves the victims' GPUs to it in one transaction (PREE
 preempt_placement), it signals each victim ``preempt`` (TELL_VICTIMS), and it launches only once
 every victim answered ``victim_stopped`` (WAIT_VICTIMS) or the store shows it stopped
 (ASK_VICTIMS: victims_left, asked when no word came within VICTIM_POLL_S).
-A victim (on the signal): out of the routing table, drained, its processes stopped (its
-supervisors cancelled), PENDING in its own deployment with ``preempted by prod/chat-0 to reclaim
+A victim (on the signal): out of the routing table, drained, its processes stopped (stop_instance
+on each host), PENDING in its own deployment with ``preempted by prod/chat-0 to reclaim
 prod's guarantee`` (GIVE_WAY); it is placed again when capacity returns."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
 
 class PreemptSteps(InstanceBase):
     async def _give_way(self) -> None:
-        """Preempted: its processes are stopped (the supervisors were cancelled), its GPUs already
+        """Preempted: its processes are stopped (stop_instance on each host), its GPUs already
         belong to the preemptor in the ledger (the release finds nothing, or a later booking this
         notice overtook). PENDING with the preemptor named; the preemptor hears it may launch."""
         n, self.s.preempted = self.s.preempted, None
