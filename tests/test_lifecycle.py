@@ -194,3 +194,28 @@ async def test_after_an_agent_restart_a_server_exit_is_seen_at_once(tmp_path):
         assert row(lv, "again-0").restarts == 1
     finally:
         lv.close()
+
+
+async def test_ends_signalled_by_others_do_not_hide_the_real_one(tmp_path):
+    """Anyone who reaches Temporal can signal ``host_news``: ends of processes the replica never ran
+    (70, past its bound of 64) and one of its own key with another pid change nothing, and the real
+    end, told by its host's signed report, still restarts it."""
+    lv = await Live(str(tmp_path)).start({"h1": [24]})
+    try:
+        await ops.deploy(lv.client, spec("end", vram_gib=4), FAST)
+        await lv.wait(lambda: lv.states("end") == {"end-0": "running"}, 60, "RUNNING")
+        first = row(lv, "end-0")
+        inst = lv.client.get_workflow_handle("instance/end-0")
+        for i in range(70):
+            await inst.signal("host_news", {"host": "h1", "kind": "exited", "key": f"ghost-{i}", "pid": 1})
+        await inst.signal("host_news", {"host": "h1", "kind": "exited", "key": "end-0", "pid": first.pid + 1})
+        await inst.signal("host_news", {"host": "h2", "kind": "exited", "key": "end-0", "pid": first.pid})
+        await asyncio.sleep(3)
+        again = row(lv, "end-0")
+        assert (again.state, again.pid, again.restarts) == ("running", first.pid, 0)
+        lv.stack.instance_processes("h1").signal_group(first.pid, signal.SIGKILL)
+        await lv.wait(lambda: row(lv, "end-0").state == "running" and row(lv, "end-0").pid not in (None, first.pid),
+                      60, "the real end seen and the server started again")
+        assert row(lv, "end-0").restarts == 1
+    finally:
+        lv.close()

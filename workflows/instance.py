@@ -106,9 +106,12 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         if news is None:
             return
         if news.kind == "exited":
-            if signals.check(INSTANCE_HOST_NEWS, news.key in self.s.exits or len(self.s.exits) < 64,
-                             "it already holds the ends of 64 processes"):
-                self.s.exits[news.key] = news
+            ex = self.s.exits
+            if news.key not in ex and len(ex) >= 64:  # full: the ends of no process it runs now go first
+                self.s.exits = ex = {k: n for k, n in ex.items() if n.pid == self.s.pids.get(k)}
+            if signals.check(INSTANCE_HOST_NEWS, news.key in ex or len(ex) < 64,
+                             "it already holds the ends of 64 of its processes"):
+                ex[news.key] = news
         elif signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
                            "it already holds news of 64 hosts"):
             self.s.news[news.host] = news
