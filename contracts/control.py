@@ -60,7 +60,7 @@ class HostNews(BaseModel):
     why: Annotated[str, Field(max_length=500)] = ""
     key: Annotated[str, Field(max_length=NAME_MAX + 41)] = ""  # exited: the process key
     pid: int = Field(0, ge=0, le=2**31)  # exited: its pid
-    returncode: int | None = None  # exited: its exit code, when the agent started it
+    returncode: int | None = Field(None, ge=-(2**31), le=2**31)  # exited: its exit code, when the agent started it
 
 
 class ReserveResult(BaseModel):

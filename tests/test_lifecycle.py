@@ -167,6 +167,14 @@ async def supervisor_on(lv: Live, instance: str, agent_pid: int) -> bool:
                and e.activity_task_completed_event_attributes.scheduled_event_id in by for e in h.events)
 
 
+async def killed_and_restarted(lv: Live, name: str, pid: int, within_s: float) -> None:
+    """SIGKILL the server ``pid`` of ``name`` on h1: its host reports the end, and the replica runs a new one."""
+    lv.stack.instance_processes("h1").signal_group(pid, signal.SIGKILL)
+    await lv.wait(lambda: row(lv, name).state == "running" and row(lv, name).pid not in (None, pid),
+                  within_s, "the server's death seen and the server started again")
+    assert row(lv, name).restarts == 1
+
+
 async def test_after_an_agent_restart_a_server_exit_is_seen_at_once(tmp_path):
     """The agent dies (SIGKILL; its server keeps running) and starts again. Its supervision died
     with it: the host's watch tells the instance (lost, restarted), and the instance asks the new
@@ -188,10 +196,7 @@ async def test_after_an_agent_restart_a_server_exit_is_seen_at_once(tmp_path):
         else:
             raise AssertionError(f"not supervised by the new agent: {row(lv, 'again-0')}")
         assert row(lv, "again-0").pid == first.pid  # adopted, not started again
-        lv.stack.instance_processes("h1").signal_group(first.pid, signal.SIGKILL)
-        await lv.wait(lambda: row(lv, "again-0").state == "running" and row(lv, "again-0").pid not in (None, first.pid),
-                      30, "the server's death seen and the server started again")
-        assert row(lv, "again-0").restarts == 1
+        await killed_and_restarted(lv, "again-0", first.pid, 30)
     finally:
         lv.close()
 
@@ -213,9 +218,6 @@ async def test_ends_signalled_by_others_do_not_hide_the_real_one(tmp_path):
         await asyncio.sleep(3)
         again = row(lv, "end-0")
         assert (again.state, again.pid, again.restarts) == ("running", first.pid, 0)
-        lv.stack.instance_processes("h1").signal_group(first.pid, signal.SIGKILL)
-        await lv.wait(lambda: row(lv, "end-0").state == "running" and row(lv, "end-0").pid not in (None, first.pid),
-                      60, "the real end seen and the server started again")
-        assert row(lv, "end-0").restarts == 1
+        await killed_and_restarted(lv, "end-0", first.pid, 60)
     finally:
         lv.close()
