@@ -116,6 +116,28 @@ async def test_a_server_failing_its_health_check_is_stopped_and_reported(tmp_pat
     await until(lambda: not acts.table.alive(res.pid))
 
 
+async def test_a_fault_of_the_supervision_itself_is_no_end(tmp_path):
+    acts = agent(str(tmp_path), grace=0.5)
+    r = req(SERVER, liveness_s=0.2, liveness_failures=2)
+    res = await ActivityEnvironment().run(acts.launch_instance, r)
+    calls = []
+
+    async def flaky(req, rec) -> bool:  # the first probe raises (a bug, say), the next ones answer
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the probe broke")
+        return True
+
+    acts.supervision.probe = flaky
+    acts.supervision.release("m-0")
+    acts.supervision.supervise(r, acts.table.find("m-0"))
+    await until(lambda: len(calls) >= 3)  # it went on, a second after the fault
+    assert acts.supervision.supervising("m-0") and not acts.supervision.ended
+    os.kill(res.pid, signal.SIGKILL)
+    await until(lambda: "m-0" in acts.supervision.ended)
+    assert acts.supervision.ended["m-0"].returncode == -9
+
+
 @pytest.mark.parametrize("raw, problem", [
     ({"key": "../etc", "pid": 1}, "instance name '../etc'"),  # a key arrives through Temporal: a name or nothing
     ({"key": "m-0@a/b", "pid": 1}, "helper part name 'a/b'"),

@@ -12,6 +12,7 @@ processes: the next agent run adopts them once each instance asks it to supervis
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Awaitable, Callable
 
@@ -22,6 +23,8 @@ from worker_agent.processes import ProcessTable, Record
 Probe = Callable[[p.LaunchRequest, Record], Awaitable[bool]]  # does the server answer its health check
 Stop = Callable[[str], Awaitable[bool]]
 Ended = Callable[[p.LaunchRequest, ProcessEnd], None]  # metrics, a learned OOM
+
+log = logging.getLogger("gpuflow.agent")
 
 
 class Supervision:
@@ -73,11 +76,22 @@ class Supervision:
             del self.tasks[req.key]
         self.ended.pop(end.key, None)  # to the end of the order: the newest end is reported last
         self.ended[end.key] = end
-        self.on_end(req, end)
         self.news.set()
+        try:
+            self.on_end(req, end)
+        except Exception:  # noqa: BLE001  metrics and the usage book's OOM mark: never the end's news
+            log.exception("counting the end of %s failed", req.key)
 
     async def _run(self, req: p.LaunchRequest, rec: Record) -> None:
-        end = await self.until_end(req, rec)
+        """Supervise until the end, and keep it. A fault of the supervision itself (a probe or a log
+        read that raised) is logged and the supervision goes on: no end is made up for it."""
+        while True:
+            try:
+                end = await self.until_end(req, rec)
+                break
+            except Exception:  # noqa: BLE001  a process's supervision must outlive its own faults
+                log.exception("supervising %s (pid %s) failed; supervising it again in 1 s", req.key, rec.pid)
+                await asyncio.sleep(1.0)
         self._keep(req, end)
 
     async def until_end(self, req: p.LaunchRequest, rec: Record) -> ProcessEnd:
