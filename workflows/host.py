@@ -327,10 +327,7 @@ class HostWorkflow(HostReports):
         proven = await self._checked(raw, "watch", nonce)
         if proven is None:
             if self.state == "ready":  # refused, not the host's own invalid report (that made it NOT_READY)
-                try:
-                    await workflow.wait_condition(lambda: bool(self.hellos), timeout=c.secs(self.t.host_heartbeat_s))
-                except asyncio.TimeoutError:
-                    pass
+                await self._pause()
             return
         report = proven[0]
         if report.usage is not None:
@@ -338,10 +335,21 @@ class HostWorkflow(HostReports):
         if report.fingerprint() != known:
             self.greeting = proven
             return
-        if report.ended and await self._seen(proven):  # host_seen tells each instance its process ended
-            self.acked = refs(report.ended)
+        if report.ended:  # host_seen tells each instance its process ended; refused, the next watch waits
+            if await self._seen(proven):
+                self.acked = refs(report.ended)
+            else:
+                await self._pause()
         if report.usage is not None:  # the same inventory with the replicas' latest memory: the status query shows it
             self.report = report.model_copy(update={"ended": None})
+
+    async def _pause(self) -> None:
+        """A report refused: the next watch waits host_heartbeat_s (a hello ends the wait), so a
+        stream of refused reports costs little."""
+        try:
+            await workflow.wait_condition(lambda: bool(self.hellos), timeout=c.secs(self.t.host_heartbeat_s))
+        except asyncio.TimeoutError:
+            pass
 
     async def _record_usage(self, report: HostReport) -> None:
         """The replicas' measured memory into the store, one batch per report (store/usage.py). Best
