@@ -71,8 +71,9 @@ class LaunchRequest(BaseModel):
     cpu_pinning: bool = False  # bind the process to ``cpus`` (and, with numactl, ``numa_nodes``' memory)
     cpus: CpuText | None = None  # CPU list local to the GPUs ("0-31,64-95"), from the placement; None: unknown
     numa_nodes: Indexes | None = None  # the GPUs' NUMA nodes, from the placement; None: unknown
-    # Read by no agent since the agent supervises its processes itself (worker_agent/supervision.py):
-    # a supervisor activity's cancel stopped the process too when True. Kept: recorded histories carry it.
+    # Read by no agent and set by no workflow since the agent supervises its processes itself
+    # (worker_agent/supervision.py): a supervisor activity's cancel stopped the process too when
+    # True. Kept: recorded histories carry it.
     stop_on_cancel: bool = False
     # What the ledger booked for this instance on this host (a server's request; helpers carry none),
     # and what the figures belong to: the agent reports each replica's measured memory against it

@@ -51,10 +51,13 @@ def _valid(check, *args) -> None:
         raise ApplicationError(str(e), type="InvalidName", non_retryable=True) from None
 
 
-def _beat_every(cap: float = 5.0) -> float:
-    """How often to heartbeat: a quarter of the heartbeat timeout, at most ``cap`` seconds."""
+BEAT_CAP_S = 5.0
+
+
+def _beat_every() -> float:
+    """How often to heartbeat: a quarter of the heartbeat timeout, at most BEAT_CAP_S seconds."""
     hb = activity.info().heartbeat_timeout
-    return max(0.1, min(hb.total_seconds() / 4, cap)) if hb else cap
+    return max(0.1, min(hb.total_seconds() / 4, BEAT_CAP_S)) if hb else BEAT_CAP_S
 
 
 def _dist_port(argv: list[str]) -> int | None:

@@ -48,7 +48,6 @@ class HostSteps(SuperviseSteps):
                                 vram_utilization=claim.vram_utilization, distributed=bool(plan.subordinates),
                                 liveness_s=t.liveness_s, liveness_failures=t.liveness_failures,
                                 cpu_pinning=wants_pinning(spec), cpus=plan.cpus, numa_nodes=plan.numa_nodes,
-                                stop_on_cancel=False,  # stopped by stop_instance (read by no agent now)
                                 vram_claim=dict(claim.vram), ram_claim=claim.ram, source=spec.source.key,
                                 vram_stated=spec.resources.vram or 0 if spec.resources else 0,
                                 **self._pd_fields())

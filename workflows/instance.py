@@ -106,12 +106,12 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
         if news is None:
             return
         if news.kind == "exited":
-            ex = self.s.exits
-            if news.key not in ex and len(ex) >= 64:  # full: the ends of no process it runs now go first
-                self.s.exits = ex = {k: n for k, n in ex.items() if n.pid == self.s.pids.get(k)}
-            if signals.check(INSTANCE_HOST_NEWS, news.key in ex or len(ex) < 64,
+            s = self.s
+            if news.key not in s.exits and len(s.exits) >= 64:  # full: the ends of no process it runs now go first
+                s.drop_old_exits()
+            if signals.check(INSTANCE_HOST_NEWS, news.key in s.exits or len(s.exits) < 64,
                              "it already holds the ends of 64 of its processes"):
-                ex[news.key] = news
+                s.exits[news.key] = news
         elif signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
                            "it already holds news of 64 hosts"):
             self.s.news[news.host] = news

@@ -109,6 +109,11 @@ class InstanceState(BaseModel):
     def worker(self) -> str | None:
         return self.plan.worker if self.plan else None
 
+    def drop_old_exits(self) -> None:
+        """Forget the ends of processes it no longer runs: their pid is not the one its last launch of
+        that key answered (an earlier process's, or one it never launched)."""
+        self.exits = {k: n for k, n in self.exits.items() if n.pid == self.pids.get(k)}
+
 
 class Event(BaseModel):
     kind: EventKind

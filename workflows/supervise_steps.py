@@ -54,7 +54,7 @@ class SuperviseSteps(InstanceBase):
         """Until a process ends, the replica is asked to stop or give way, or a host is lost."""
         s = self.s
         hosts = {w for w, _ in watched}  # their news from before this launch was dropped as it began (host_steps.py)
-        s.exits = {k: n for k, n in s.exits.items() if n.pid == s.pids.get(k)}
+        s.drop_old_exits()
         ended: Outcome | None = None
         while ended is None:
             await workflow.wait_condition(lambda: self._ended(watched) is not None or s.stop_requested
