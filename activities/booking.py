@@ -31,8 +31,7 @@ class BookingActivities:
     @activity.defn(name=BOOKINGS_ON)
     async def bookings_on(self, ask: BookingsAsk) -> HostBookings:
         """The bookings on ``ask.worker`` of those of ``ask.instances`` booked there."""
-        got = await self.runner.submit(bookings.bookings_on, self.reads, ask.instances, ask.worker)
-        return HostBookings(bookings={n: b for n, b in got.items() if b.booked})
+        return await self.runner.submit(bookings.host_bookings, self.reads, ask.instances, ask.worker)
 
     @activity.defn(name=HELD_PLAN)
     async def held_plan(self, ask: HeldAsk) -> str:

@@ -22,7 +22,8 @@ from sqlmodel import Session, select
 from activities.wake_queue import judge_and_record, shown
 from contracts.cluster import (AuditAsk, AuditView, ClaimsAsk, ClaimsView, KeysPage, Page, QueuePage, ServingAsk,
                                ServingView, SettingsAsk, SettingsView, TenantsApplied, TenantsPage, UsagePage)
-from store import decision_replay, keys, serving, tenants
+from contracts.host import BookingsAsk, HostBookings
+from store import bookings, decision_replay, keys, serving, tenants
 from store.snapshot import load_snapshot
 from store.tables import InstanceRow, utcnow
 from scheduler.errors import InvalidInput
@@ -182,3 +183,7 @@ class StoreReads:
 
     def audit(self, ask: AuditAsk) -> AuditView:
         return self._run("audit", audit, self.reads, ask, self.policy)
+
+    def bookings(self, ask: BookingsAsk) -> HostBookings:
+        """The orphan check's read: which of ``ask.instances`` the ledger books on ``ask.worker``."""
+        return self._run("bookings", bookings.host_bookings, self.reads, ask.instances, ask.worker)

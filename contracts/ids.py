@@ -86,4 +86,5 @@ CLUSTER_SETTINGS = "settings"  # query (SettingsAsk) -> SettingsView: the cluste
 CLUSTER_CLAIMS = "claims"  # query (ClaimsAsk) -> ClaimsView: the learned memory claims (issue 42)
 CLUSTER_QUEUE = "queue"  # query (Page) -> QueuePage
 CLUSTER_SERVING = "serving"  # query (ServingAsk) -> ServingView: gateways, in flight, PENDING reasons
+CLUSTER_BOOKINGS = "bookings"  # query (BookingsAsk) -> HostBookings: the orphan check's read of the ledger (agents)
 CLUSTER_AUDIT = "audit"  # query (AuditAsk) -> AuditView: a kept decision replayed, or a deployment's decisions

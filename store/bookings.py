@@ -11,7 +11,7 @@ from sqlmodel import Session, select
 
 from contracts.booked_parts import booked_parts
 from contracts.control import PlacementPlan
-from contracts.host import Booking
+from contracts.host import Booking, HostBookings
 from store.ledger import held_rows, same_rows, plan_rows
 from store.wanted import unwanted
 from store.tables import InstanceRow, ReservationRow
@@ -37,6 +37,11 @@ def bookings_on(engine: Engine, instances: list[str], worker: str) -> dict[str, 
         rows = {x.name: x for x in c.execute(select(t.c.name, t.c.deployment, t.c.state, t.c.wanted, t.c.placement,
                                                     t.c.backend).where(t.c.name.in_(names)))}
     return {n: _booking_of(n, worker, [x for x in lines if x.instance == n], rows.get(n)) for n in names}
+
+
+def host_bookings(engine: Engine, instances: list[str], worker: str) -> HostBookings:
+    """Those of ``instances`` booked on ``worker``, with their bookings (the orphan check's read)."""
+    return HostBookings(bookings={n: b for n, b in bookings_on(engine, instances, worker).items() if b.booked})
 
 
 def _booking_of(instance: str, worker: str, lines: list, row) -> Booking:

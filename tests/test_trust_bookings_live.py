@@ -5,7 +5,9 @@ the outside probe's, sent the way anyone who can reach Temporal can send it:
 - a booked instance's name with a new part (``p9``) starts nothing, and a relaunch of its server
   starts no second one;
 - the orphan check stops a process no booking names (its pid file written as an earlier run's
-  launch would have), and leaves the booked replica alone;
+  launch would have), and leaves the booked replica alone; it reads the ledger by the reads
+  workflow's query (no event in the host's history), and by the host workflow's update when no
+  reads workflow answers;
 - an instance workflow started by hand (M2), and a workflow of one's own that continues as new into
   one with a placement (M3), end naming why and hold nothing in the ledger;
 - ``stop`` with garbage arguments stops nothing; the ``booking`` update refuses a field it does
@@ -30,8 +32,8 @@ from temporalio.worker import Worker
 
 from contracts import agent as hp
 from contracts.control import CONTROL_QUEUE, InstanceInput, PlacementPlan
-from contracts.host import BOOKING_UPDATE
-from contracts.ids import INSTANCE_STOP
+from contracts.host import BOOKING_UPDATE, BOOKINGS_UPDATE
+from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_READS_ID, INSTANCE_STOP, host_id
 from contracts.records import StartInstances
 from gpuflow import ops
 from scheduler.cluster import Claim
@@ -69,6 +71,20 @@ class StartOthers:
         return "started"
 
 
+@workflow.defn(name="Squatter", sandboxed=False)
+class Squatter:
+    """Somebody's own workflow with the reads workflow's id, on their own queue, whose ``bookings``
+    query says every instance asked about is booked on the host."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query(name=CLUSTER_BOOKINGS)
+    def bookings(self, ask: dict) -> dict:
+        return {"bookings": {n: {"booked": True, "parts": [{"part": "", "role": "server"}]} for n in ask["instances"]}}
+
+
 async def legit(lv: Live, marks: str) -> None:
     await ops.deploy(lv.client, spec("legit", vram_gib=20, command=marking(marks, "legit")), T)
     await lv.wait(lambda: lv.states("legit") == {"legit-0": "running"}, 60, "legit RUNNING")
@@ -102,6 +118,13 @@ async def test_a_booked_name_with_a_new_part_starts_nothing(tmp_path):
         lv.close()
 
 
+async def bookings_asked(lv: Live) -> int:
+    """How many ``bookings`` updates h1's host workflow has taken (its history's accepted ones)."""
+    h = await lv.client.get_workflow_handle(host_id("h1")).fetch_history()
+    return sum(1 for e in h.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+               and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == BOOKINGS_UPDATE)
+
+
 def planted(lv: Live, key: str) -> int:
     """A real process in the agent's process table that no launch of this agent started."""
     return lv.stack.instance_processes("h1").start(key, [sys.executable, "-c", "import time; time.sleep(120)"],
@@ -124,6 +147,19 @@ async def test_the_orphan_check_stops_a_process_started_outside_any_booking(tmp_
         assert "stopped orphan legit-0@p9" in log and "no booking in the ledger names part 'p9'" in log, log[-2000:]
         await asyncio.sleep(3 * T.orphan_check_s)  # three more checks: the booked replica is left alone
         assert pid_alive(pid) and lv.states("legit") == {"legit-0": "running"}
+        # every check so far read the ledger by the reads workflow's query: nothing in the host's history
+        assert await bookings_asked(lv) == 0
+        # somebody's own workflow squats the reads workflow's id and says every instance is booked: the
+        # agent asks it nothing, the host workflow's update answers instead, and the check goes on
+        await lv.client.get_workflow_handle(CLUSTER_READS_ID).terminate("the test: a squatter takes its id")
+        queue = f"squat-{uuid.uuid4().hex[:8]}"
+        async with Worker(lv.client, task_queue=queue, workflows=[Squatter]):
+            await lv.client.start_workflow("Squatter", id=CLUSTER_READS_ID, task_queue=queue)
+            strays["nobody-1"] = planted(lv, "nobody-1")
+            await lv.wait(lambda: not pid_alive(strays["nobody-1"]), 30, "the third stray stopped")
+        assert await bookings_asked(lv) >= 1 and pid_alive(pid)
+        log = open(os.path.join(lv.stack.log_dir, "agent-h1.log")).read()
+        assert "cluster-reads is a Squatter on " in log and "not the control plane's reads workflow" in log, log[-2000:]
     finally:
         for p in strays.values():
             subprocess.run(["kill", "-9", str(p)], capture_output=True)

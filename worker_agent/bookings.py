@@ -7,23 +7,33 @@ started twice. A placement in a workflow's input or in a launch request is never
 own: anyone who can start a workflow or an activity through Temporal can write one.
 
 A seam with one method per read (STYLE.md §5): :class:`LedgerBookings` asks the host's own
-workflow (``host/<worker>``, updates ``booking`` and ``bookings``; their handlers read the
-ledger); :class:`HeldBookings` is an in-memory ledger for the agent's unit tests."""
+workflow (``host/<worker>``, update ``booking``; its handler reads the ledger) and, for the orphan
+check, the reads workflow (``cluster-reads``, query ``bookings``: answered from the ledger by a
+control-plane worker and written in no history, where the host workflow's ``bookings`` update
+cost a workflow task and six events a check; that update is asked only when the query cannot be
+answered); :class:`HeldBookings` is an in-memory ledger for the agent's unit tests."""
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import timedelta
 from typing import Callable, Protocol
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from contracts import booking_proof
 from contracts.agent import instance_of
 from contracts.booking_proof import BookingProof
-from contracts.ids import host_id
-from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, MAX_ASKED, BookedPart, Booking, BookingQuery,
-                            BookingsQuery, HostBookings)
+from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_READS_ID, host_id
+from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, CONTROL_QUEUE, MAX_ASKED, BookedPart, Booking, BookingQuery,
+                            BookingsAsk, BookingsQuery, HostBookings)
+
+
+log = logging.getLogger("gpuflow.agent")
+READS_TYPE = "ClusterReadsWorkflow"  # workflows/cluster_reads.py (not imported: the agent loads no workflow code)
+READ_WAIT = timedelta(seconds=10)  # the reads workflow's answer, at most (its worker's own deadline is 1.5 s)
 
 
 class BookingUnknown(Exception):
@@ -62,10 +72,30 @@ class LedgerBookings:
         out: dict[str, Booking] = {}
         for i in range(0, len(instances), MAX_ASKED):
             chunk = instances[i:i + MAX_ASKED]
-            got = await self._ask(BOOKINGS_UPDATE, BookingsQuery(instances=chunk), HostBookings,
-                                  f"{len(chunk)} instance(s)")
+            got = await self._read(chunk)
+            if got is None:
+                got = await self._ask(BOOKINGS_UPDATE, BookingsQuery(instances=chunk), HostBookings,
+                                      f"{len(chunk)} instance(s)")
             out.update(got.bookings)
         return out
+
+    async def _read(self, instances: list[str]) -> HostBookings | None:
+        """The reads workflow's answer, or None when it gives none (not started yet, a control plane
+        without the query, a store past its read's deadline): then the host workflow is asked. Asked
+        only of a run that is the control plane's reads workflow on its queue (so answered by the
+        control plane's code, a closed run's too): anyone who can reach Temporal can start a
+        workflow of their own with the id ``cluster-reads``, and its answer would be theirs."""
+        try:
+            run = await self.client.get_workflow_handle(CLUSTER_READS_ID).describe(rpc_timeout=READ_WAIT)
+            if run.workflow_type != READS_TYPE or run.task_queue != CONTROL_QUEUE:
+                log.warning("the ledger's bookings asked of host/%s: %s is a %s on %r, not the control plane's "
+                            "reads workflow", self.host, CLUSTER_READS_ID, run.workflow_type, run.task_queue)
+                return None
+            handle = self.client.get_workflow_handle(CLUSTER_READS_ID, run_id=run.run_id)
+            return await handle.query(CLUSTER_BOOKINGS, BookingsAsk(instances=instances, worker=self.host),
+                                      result_type=HostBookings, rpc_timeout=READ_WAIT)
+        except (RPCError, WorkflowQueryFailedError):
+            return None
 
 
 class TakenProofs:

@@ -6,8 +6,9 @@ an instance re-placed while this host was cut off leaves no second copy behind, 
 names (a helper of a booking that has none, a part a probe invented, a pid file written outside
 any launch) runs no longer than one check, even when the agent itself never restarts.
 
-The ledger is asked once per check (the host workflow's ``bookings`` update, worker_agent/bookings.py:
-the parts each instance may run here, contracts/booked_parts.py); a process's instance workflow
+The ledger is asked once per check (the reads workflow's ``bookings`` query, or the host workflow's
+``bookings`` update when that query gets no answer, worker_agent/bookings.py: the parts each
+instance may run here, contracts/booked_parts.py); a process's instance workflow
 (``instance/<name>``) is asked only when its part is not booked:
 
 | the ledger | the process | its instance's workflow | verdict |

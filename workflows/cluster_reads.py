@@ -1,8 +1,9 @@
 """ClusterReadsWorkflow (id ``cluster-reads``): the cluster's reads, answered as queries.
 
 ``gpuflow keys list`` and ``keys usage``, ``tenants``, ``queue``, what ``status`` adds about
-serving and ``explain --replay/--history`` ask one of its six queries (``keys``, ``key_usage``,
-``tenants``, ``queue``, ``serving``, ``audit``; payloads in contracts/cluster.py). A query is
+serving and ``explain --replay/--history`` ask one of its queries (``keys``, ``key_usage``,
+``tenants``, ``queue``, ``serving``, ``audit``; payloads in contracts/cluster.py), and every
+agent's orphan check asks ``bookings`` (contracts/host.py ``BookingsAsk``). A query is
 answered by a control-plane worker and recorded in no history: a read adds no event and takes no
 workflow task, however often a page is refreshed. So ``--address`` stays all a command needs, and
 no client opens the database itself.
@@ -28,6 +29,7 @@ from temporalio import workflow
 
 from contracts import cluster as cc
 from contracts import ids
+from contracts.host import BookingsAsk, HostBookings
 from workflows import guards
 from workflows.cluster import one
 
@@ -50,6 +52,8 @@ class Reader(Protocol):
     def claims(self, ask: cc.ClaimsAsk) -> cc.ClaimsView: ...
 
     def settings(self, ask: cc.SettingsAsk) -> cc.SettingsView: ...
+
+    def bookings(self, ask: BookingsAsk) -> HostBookings: ...
 
 
 READERS: dict[str, Reader] = {}  # task queue -> the reader of the control-plane worker polling it, in this process
@@ -105,6 +109,13 @@ class ClusterReadsWorkflow:
     def settings(self, *args: Any) -> cc.SettingsView:
         """The cluster's timings and limits, as the answering worker's settings hold them."""
         return reader().settings(one(args, cc.SettingsAsk, ids.CLUSTER_SETTINGS))
+
+    @workflow.query(name=ids.CLUSTER_BOOKINGS)
+    def bookings(self, *args: Any) -> HostBookings:
+        """The agents' orphan check (worker_agent/reconcile.py): which of the instances an agent runs
+        processes for the ledger books on its host, and their parts. A read of the ledger, as the host
+        workflow's ``bookings`` update was, written in no history (that update is the agent's fallback)."""
+        return reader().bookings(one(args, BookingsAsk, ids.CLUSTER_BOOKINGS))
 
     @workflow.query(name=ids.CLUSTER_CLAIMS)
     def claims(self, *args: Any) -> cc.ClaimsView:

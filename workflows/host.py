@@ -184,8 +184,9 @@ class HostWorkflow(HostReports):
 
     @workflow.update(name=BOOKINGS_UPDATE)
     async def bookings(self, *args: Any) -> HostBookings:
-        """The orphan check's read (worker_agent/reconcile.py): which of the instances the agent runs
-        processes for the ledger books on this host, and their parts; one read per check."""
+        """The orphan check's read (worker_agent/reconcile.py) when the reads workflow's ``bookings``
+        query gets no answer: which of the instances the agent runs processes for the ledger books
+        on this host, and their parts."""
         ask = messages.one(args, BookingsQuery, BOOKINGS_UPDATE)
         return await workflow.execute_local_activity(
             c.BOOKINGS_ON, BookingsAsk(instances=ask.instances, worker=self.inp.name), result_type=HostBookings,
