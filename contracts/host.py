@@ -203,8 +203,10 @@ class BookingAsk(BaseModel):
 
 
 class BookingsAsk(BaseModel):
-    """The orphan check's read (activities/booking.py), run by the host workflow for its agent."""
+    """The orphan check's read of the ledger: asked by the agent of the reads workflow (query
+    ``bookings``: untrusted, as any query's input), or run by the host workflow for its agent."""
 
+    model_config = ConfigDict(extra="forbid")
     instances: list[Name] = Field(max_length=MAX_ASKED)
     worker: Name
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from contracts import cluster as cc
+from contracts.host import MAX_ASKED, BookingsAsk
 from store import keys
 from scheduler.errors import InvalidInput
 from workflows.cluster import one, tenants_file
@@ -52,6 +53,11 @@ def test_a_bad_key_is_refused_by_the_validator_naming_the_field(args, why):
     (({"id": 123456789012},), cc.KeyRevoke, "id: Input should be a valid string"),  # strict: no number for an id
     (({"offset": True},), cc.Page, "offset: Input should be a valid integer"),  # strict: true is no count
     (({"limit": "5"},), cc.Page, "limit: Input should be a valid integer"),
+    # the agents' orphan check (query bookings): a host's name and its instances' names, nothing else
+    (({"instances": ["m-0"], "worker": "../h1"},), BookingsAsk, "worker: String should match pattern"),
+    (({"instances": ["m-0/../x"], "worker": "h1"},), BookingsAsk, "instances.0: String should match pattern"),
+    (({"instances": ["a"] * (MAX_ASKED + 1), "worker": "h1"},), BookingsAsk, "instances: List should have at most 1024"),
+    (({"instances": [], "worker": "h1", "booked": True},), BookingsAsk, "booked: Extra inputs are not permitted"),
 ])
 def test_reads_and_revocations_are_bounded_and_checked(args, model, why):
     with pytest.raises(ValueError, match=why):

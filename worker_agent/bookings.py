@@ -27,8 +27,8 @@ from contracts import booking_proof
 from contracts.agent import instance_of
 from contracts.booking_proof import BookingProof
 from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_READS_ID, host_id
-from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, CONTROL_QUEUE, MAX_ASKED, BookedPart, Booking, BookingQuery,
-                            BookingsAsk, BookingsQuery, HostBookings)
+from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, CONTROL_QUEUE, MAX_ASKED, BookedPart, Booking,
+                            BookingQuery, BookingsAsk, BookingsQuery, HostBookings)
 
 
 log = logging.getLogger("gpuflow.agent")
