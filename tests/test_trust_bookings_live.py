@@ -6,8 +6,8 @@ the outside probe's, sent the way anyone who can reach Temporal can send it:
   starts no second one;
 - the orphan check stops a process no booking names (its pid file written as an earlier run's
   launch would have), and leaves the booked replica alone; it reads the ledger by the reads
-  workflow's query (no event in the host's history), and by the host workflow's update when no
-  reads workflow answers;
+  workflow's query (no event in the host's history), and by the host workflow's update when
+  somebody's own workflow squats the reads workflow's id (its answer is never asked for);
 - an instance workflow started by hand (M2), and a workflow of one's own that continues as new into
   one with a placement (M3), end naming why and hold nothing in the ledger;
 - ``stop`` with garbage arguments stops nothing; the ``booking`` update refuses a field it does
