@@ -107,13 +107,13 @@ class ModelInstanceWorkflow(PlaceSteps, HostSteps):
             return
         if news.kind == "exited":
             s = self.s
-            if news.key not in s.exits and len(s.exits) >= 64:  # full: the ends of no process it runs now go first
-                s.drop_old_exits()
-            if signals.check(INSTANCE_HOST_NEWS, news.key in s.exits or len(s.exits) < 64,
-                             "it already holds the ends of 64 of its processes"):
+            if news.key not in s.exits and len(s.exits) >= k.NEWS_MAX:
+                s.drop_old_exits()  # full: the ends of no process it runs now go first
+            if signals.check(INSTANCE_HOST_NEWS, news.key in s.exits or len(s.exits) < k.NEWS_MAX,
+                             f"it already holds the ends of {k.NEWS_MAX} of its processes"):
                 s.exits[news.key] = news
-        elif signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < 64,
-                           "it already holds news of 64 hosts"):
+        elif signals.check(INSTANCE_HOST_NEWS, news.host in self.s.news or len(self.s.news) < k.NEWS_MAX,
+                           f"it already holds news of {k.NEWS_MAX} hosts"):
             self.s.news[news.host] = news
 
     @workflow.query(name=INSTANCE_STATUS)

@@ -37,6 +37,8 @@ ABANDON_HOST = "abandon_host"  # the grace is over: release, PENDING, placed els
 LET_GO = "let_go"  # the ledger no longer holds its placement: release, PENDING with ``reason``
 GIVE_UP = "give_up"  # the spec's fault: ERROR with ``reason`` until stopped
 
+NEWS_MAX = 64  # hosts whose news, and processes whose ends, an instance holds (host_news is anyone's to send)
+
 ActionKind = Literal["teardown", "give_way", "continue_as_new", "check_held", "disown", "read_model", "estimate",
                      "decide", "booked", "preempt", "tell_victims", "wait_victims", "ask_victims", "launch", "record",
                      "wait", "retry", "abandon_host", "let_go", "give_up"]
@@ -90,8 +92,8 @@ class InstanceState(BaseModel):
     preempted: PreemptNotice | None = None  # a preemption took its GPUs: stop, then wait PENDING
     preempted_why: str = ""  # shown first while it waits, until it is placed again
     victims_stopped: set[str] = set()  # as preemptor: the victims that said they stopped
-    news: dict[str, HostNews] = {}  # host -> what its watch last said (host_news): lost, restarted
-    exits: dict[str, HostNews] = {}  # process key -> its host's word that it ended (host_news: exited)
+    news: dict[str, HostNews] = {}  # host -> what its watch last said (host_news): lost, restarted; at most NEWS_MAX
+    exits: dict[str, HostNews] = {}  # process key -> its host's word that it ended (host_news: exited); NEWS_MAX
     pids: dict[str, int] = {}  # process key -> the pid its last launch (or adoption) answered
     unreachable_since: datetime | None = None  # when this outage began (None: the host answers)
     parts: dict[str, str] = {}  # helper process key (instance@part) -> its worker
