@@ -30,6 +30,7 @@ from sqlmodel import Session, select
 from contracts import credential as cr, launch_proof
 from contracts.control import InstanceRecord
 from scheduler.errors import GpuflowError
+from store.db import reader
 from store.host_credentials import cluster_keys, known_many
 from store.tables import ReservationRow
 
@@ -41,10 +42,13 @@ class UnprovenLaunch(GpuflowError):
 
 
 def host_keys(engine: Engine, workers: Iterable[str | None]) -> dict[str, bytes | None]:
-    """worker -> the key it shares with the control plane (None: no credential in the store)."""
+    """worker -> the key it shares with the control plane (None: no credential in the store). Read
+    through ``reader``: on SQLite beside the writers, where each of the two reads had waited for a
+    write turn behind the ledger's bookings and the records (issue 37)."""
     names = sorted({w for w in workers if w})
-    cluster = cluster_keys(engine) if names else None
-    joined = known_many(engine, names) if cluster is not None else {}
+    reads = reader(engine)
+    cluster = cluster_keys(reads) if names else None
+    joined = known_many(reads, names) if cluster is not None else {}
     out: dict[str, bytes | None] = {}
     for w in names:
         k = joined.get(w)
