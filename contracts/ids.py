@@ -40,6 +40,8 @@ def autoscaler_id(deployment: str) -> str:
 DEPLOYMENT_WORKFLOW = "ModelDeploymentWorkflow"
 INSTANCE_WORKFLOW = "ModelInstanceWorkflow"
 HOST_WORKFLOW = "HostWorkflow"
+CLUSTER_WORKFLOW = "ClusterWorkflow"
+CLUSTER_READS_WORKFLOW = "ClusterReadsWorkflow"
 
 # ModelInstanceWorkflow (instance/<name>)
 INSTANCE_STOP = "stop"  # signal: stop the processes, release, end

@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts import cluster as cc
 from contracts import ids
 from contracts.control import CONTROL_QUEUE
+from contracts.control_run import NotControlPlane, control_run
 from contracts.ids import CLUSTER_ID, CLUSTER_READS_ID
 from gpuflow import ops
 from gpuflow.runtime import Unreachable
@@ -46,20 +47,44 @@ async def start_reads(client: Client) -> WorkflowHandle:
                                                       "audit (queries: no history)")
 
 
+class Squatted(GpuflowError):
+    """A cluster workflow's id is held by a workflow that is not the control plane's."""
+
+
+def _squatted(e: NotControlPlane, wid: str) -> Squatted:
+    return Squatted(f"{e}: somebody's workflow holds its id, and gpuflow asks it nothing (see `temporal workflow "
+                    f"describe --workflow-id {wid}`; once it is terminated, the control plane's starts again)")
+
+
 async def _ask(client: Client, update, arg: Any) -> Any:
-    return await ops.run_update(await start(client), update, arg)
+    """The cluster workflow's ``update``, asked of its run once described as the control plane's
+    (contracts/control_run.py); started first where none runs."""
+    await start(client)
+    try:
+        handle = await control_run(client, CLUSTER_ID, ids.CLUSTER_WORKFLOW, timedelta(seconds=READ_WAIT_S))
+    except NotControlPlane as e:
+        raise _squatted(e, CLUSTER_ID) from None
+    return await ops.run_update(handle, update, arg)
 
 
 async def _read(client: Client, query: str, arg: Any, result: type) -> Any:
     """The reads workflow's ``query`` on ``arg``: no history is written, no workflow task taken.
-    Started first where it is missing (a cluster whose server predates it). A refusal (bad
-    input, the store's InvalidInput) is an InvalidInput with its words; no answer, Unreachable."""
-    handle = client.get_workflow_handle(CLUSTER_READS_ID)
+    Asked of its run once described as the control plane's (contracts/control_run.py); started
+    first where it is missing (a cluster whose server predates it) or the id's last run was
+    somebody else's. A refusal (bad input, the store's InvalidInput) is an InvalidInput with its
+    words; no answer, Unreachable; a run of somebody else's holding the id, Squatted."""
+    wait = timedelta(seconds=READ_WAIT_S)
     for first in (True, False):
         try:
-            return await handle.query(query, arg, result_type=result, rpc_timeout=timedelta(seconds=READ_WAIT_S))
+            handle = await control_run(client, CLUSTER_READS_ID, ids.CLUSTER_READS_WORKFLOW, wait)
+            return await handle.query(query, arg, result_type=result, rpc_timeout=wait)
         except WorkflowQueryFailedError as e:
             raise InvalidInput(e.message) from None
+        except NotControlPlane as e:
+            if first:  # a closed one is replaced by the control plane's; a running one stays, and is named
+                await start_reads(client)
+                continue
+            raise _squatted(e, CLUSTER_READS_ID) from None
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND and first:
                 await start_reads(client)

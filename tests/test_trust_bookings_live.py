@@ -26,6 +26,7 @@ import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -33,9 +34,9 @@ from temporalio.worker import Worker
 from contracts import agent as hp
 from contracts.control import CONTROL_QUEUE, InstanceInput, PlacementPlan
 from contracts.host import BOOKING_UPDATE, BOOKINGS_UPDATE
-from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_READS_ID, INSTANCE_STOP, host_id
+from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_ID, CLUSTER_READS_ID, CLUSTER_SETTINGS, INSTANCE_STOP, host_id
 from contracts.records import StartInstances
-from gpuflow import ops
+from gpuflow import cluster_client, ops
 from scheduler.cluster import Claim
 from store import ledger
 from tests.live import FAST, Live, spec
@@ -73,8 +74,9 @@ class StartOthers:
 
 @workflow.defn(name="Squatter", sandboxed=False)
 class Squatter:
-    """Somebody's own workflow with the reads workflow's id, on their own queue, whose ``bookings``
-    query says every instance asked about is booked on the host."""
+    """Somebody's own workflow with the reads workflow's id, or a host workflow's, on their own
+    queue, whose ``bookings`` query and ``booking`` and ``bookings`` updates say every instance
+    asked about is booked on the host (on GPUs 0 and 1), and whose ``settings`` read answers too."""
 
     @workflow.run
     async def run(self) -> None:
@@ -82,7 +84,38 @@ class Squatter:
 
     @workflow.query(name=CLUSTER_BOOKINGS)
     def bookings(self, ask: dict) -> dict:
-        return {"bookings": {n: {"booked": True, "parts": [{"part": "", "role": "server"}]} for n in ask["instances"]}}
+        return {"bookings": {n: BOOKED for n in ask["instances"]}}
+
+    @workflow.query(name=CLUSTER_SETTINGS)
+    def settings(self, ask: dict) -> dict:
+        return {}
+
+    @workflow.update(name=BOOKING_UPDATE)
+    async def booking(self, ask: dict) -> dict:
+        return BOOKED
+
+    @workflow.update(name=BOOKINGS_UPDATE)
+    async def bookings_update(self, ask: dict) -> dict:
+        return {"bookings": {n: BOOKED for n in ask["instances"]}}
+
+
+BOOKED = {"booked": True, "gpu_indexes": [0, 1], "parts": [{"part": "", "role": "server", "gpu_indexes": [0, 1]}]}
+
+
+@workflow.defn(name="OneTryLaunch", sandboxed=False)
+class OneTryLaunch:
+    """GhostLaunch (tests/test_trust_live.py) tried once: what the agent answers the first time."""
+
+    @workflow.run
+    async def run(self, args: list) -> str:
+        host, req = args
+        try:
+            await workflow.execute_activity(hp.LAUNCH_INSTANCE, req, task_queue=f"gpuflow-host-{host}",
+                                            start_to_close_timeout=timedelta(seconds=30),
+                                            retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError as e:
+            return f"{getattr(e.cause, 'type', '')}: {getattr(e.cause, 'message', e.cause)}"
+        return "launched"
 
 
 async def legit(lv: Live, marks: str) -> None:
@@ -159,10 +192,47 @@ async def test_the_orphan_check_stops_a_process_started_outside_any_booking(tmp_
             await lv.wait(lambda: not pid_alive(strays["nobody-1"]), 30, "the third stray stopped")
         assert await bookings_asked(lv) >= 1 and pid_alive(pid)
         log = open(os.path.join(lv.stack.log_dir, "agent-h1.log")).read()
-        assert "cluster-reads is a Squatter on " in log and "not the control plane's reads workflow" in log, log[-2000:]
+        assert "cluster-reads is a Squatter on " in log and "not the control plane's ClusterReadsWorkflow" in log, \
+            log[-2000:]
     finally:
         for p in strays.values():
             subprocess.run(["kill", "-9", str(p)], capture_output=True)
+        lv.close()
+
+
+async def test_a_squatter_on_the_control_planes_ids_is_asked_nothing(tmp_path):
+    """Somebody's own workflow takes the ids host/h1, cluster-reads and cluster (each terminated
+    first), saying every instance is booked: a launch that carries no booking proof starts nothing
+    (BookingUnknown naming the squatter; before contracts/control_run.py it launched), the orphan
+    check still stops a stray (its instance workflows asked instead), and the CLI's read and change
+    are refused naming the squatter."""
+    marks = str(tmp_path / "marks")
+    os.mkdir(marks)
+    lv = await Live(str(tmp_path), t=T).start({"h1": [24, 24]})
+    stray = 0
+    try:
+        queue = f"squat-{uuid.uuid4().hex[:8]}"
+        async with Worker(lv.client, task_queue=queue, workflows=[Squatter, OneTryLaunch]):
+            for wid in (host_id("h1"), CLUSTER_READS_ID, CLUSTER_ID):
+                await lv.client.get_workflow_handle(wid).terminate("the test: a squatter takes its id")
+                await lv.client.start_workflow("Squatter", id=wid, task_queue=queue)
+            req = hp.LaunchRequest(instance="nobody-0", model="nobody", backend="custom", gpu_indexes=[0],
+                                   run_command=marking(marks, "nobody"), ready_timeout_s=10, settle_s=0.5)
+            said = await lv.client.execute_workflow("OneTryLaunch", ["h1", req], id=f"ghost/{queue}", task_queue=queue)
+            assert said.startswith("BookingUnknown: cannot ask the control plane for the booking of nobody-0 on h1: "
+                                   f"host/h1 is a Squatter on '{queue}', not the control plane's HostWorkflow"), said
+            stray = planted(lv, "nobody-1")
+            await lv.wait(lambda: not pid_alive(stray), 30, "the stray stopped")
+            with pytest.raises(cluster_client.Squatted, match="cluster-reads is a Squatter on .* ClusterReadsWorkflow"):
+                await cluster_client.settings(lv.client)
+            with pytest.raises(cluster_client.Squatted, match="cluster is a Squatter on .* ClusterWorkflow"):
+                await cluster_client.create_key(lv.client, "default")
+        assert os.listdir(marks) == []  # nobody-0's command never ran
+        log = open(os.path.join(lv.stack.log_dir, "agent-h1.log")).read()
+        assert "not asked: host/h1 is a Squatter on " in log, log[-2000:]
+    finally:
+        if stray:
+            subprocess.run(["kill", "-9", str(stray)], capture_output=True)
         lv.close()
 
 

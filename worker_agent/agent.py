@@ -24,7 +24,8 @@ from temporalio.worker import Worker
 
 from contracts import ui_text
 from contracts.control import HostView
-from contracts.ids import host_id
+from contracts.control_run import NotControlPlane, control_run
+from contracts.ids import HOST_WORKFLOW, host_id
 from contracts.host import CONTROL_QUEUE, HostInput, HostReport, Timings, host_kind, host_queue
 from contracts.host_auth import Refusal
 from scheduler.errors import InvalidInput
@@ -83,7 +84,7 @@ async def say_hello(client: Client, name: str, report: HostReport, timings: Timi
     body = report.model_dump(mode="json", exclude={"auth"})
     signed = credential.signed(body, "hello", str(int(time.time() * 1000))) if credential else body
     await client.start_workflow(
-        "HostWorkflow", HostInput(name=name, timings=timings), id=host_id(name), task_queue=CONTROL_QUEUE,
+        HOST_WORKFLOW, HostInput(name=name, timings=timings), id=host_id(name), task_queue=CONTROL_QUEUE,
         start_signal="hello", start_signal_args=[signed], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"liveness of host {name}", static_details=ui_text.host_details(report))
 
@@ -93,11 +94,19 @@ async def hello_verdict(client: Client, name: str, boot: str, every_s: float = 0
     """None once the host workflow took this agent run's hello (its report names ``boot``); the
     refusal when it refused it. Asks its status query until one or the other, every ``every_s``
     at first, then less often (at most every ``most_s``): a control plane away is not asked 3 times
-    a second by every agent."""
-    h = client.get_workflow_handle(host_id(name))
+    a second by every agent. Asked only of a run that is the control plane's HostWorkflow
+    (contracts/control_run.py): a workflow of somebody else's holding the id is named once, never
+    believed (its refusal would stop this agent)."""
+    named = False
     while True:
         try:
+            h = await control_run(client, host_id(name), HOST_WORKFLOW, timedelta(seconds=5))
             view = await h.query("status", result_type=HostView, rpc_timeout=timedelta(seconds=5))
+        except NotControlPlane as e:
+            if not named:
+                print(f"gpuflow agent {name}: its hello's verdict not asked: {e}", flush=True)
+                named = True
+            view = None
         except Exception:  # noqa: BLE001  not started yet, its first task not done, the server away
             view = None
         if view is not None and view.report is not None and view.report.boot == boot:

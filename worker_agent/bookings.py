@@ -11,7 +11,10 @@ workflow (``host/<worker>``, update ``booking``; its handler reads the ledger) a
 check, the reads workflow (``cluster-reads``, query ``bookings``: answered from the ledger by a
 control-plane worker and written in no history, where the host workflow's ``bookings`` update
 cost a workflow task and six events a check; that update is asked only when the query cannot be
-answered); :class:`HeldBookings` is an in-memory ledger for the agent's unit tests."""
+answered); :class:`HeldBookings` is an in-memory ledger for the agent's unit tests. Each is asked
+only of a run that is the control plane's workflow of that type on its queue
+(contracts/control_run.py): a workflow of somebody's own holding the id is never asked, and is
+named in the agent's log."""
 
 from __future__ import annotations
 
@@ -21,18 +24,18 @@ from datetime import timedelta
 from typing import Callable, Protocol
 
 from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import booking_proof
 from contracts.agent import instance_of
 from contracts.booking_proof import BookingProof
-from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_READS_ID, host_id
-from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, CONTROL_QUEUE, MAX_ASKED, BookedPart, Booking,
-                            BookingQuery, BookingsAsk, BookingsQuery, HostBookings)
+from contracts.control_run import NotControlPlane, control_run
+from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_READS_ID, CLUSTER_READS_WORKFLOW, HOST_WORKFLOW, host_id
+from contracts.host import (BOOKING_UPDATE, BOOKINGS_UPDATE, MAX_ASKED, BookedPart, Booking, BookingQuery,
+                            BookingsAsk, BookingsQuery, HostBookings)
 
 
 log = logging.getLogger("gpuflow.agent")
-READS_TYPE = "ClusterReadsWorkflow"  # workflows/cluster_reads.py (not imported: the agent loads no workflow code)
 READ_WAIT = timedelta(seconds=10)  # the reads workflow's answer, at most (its worker's own deadline is 1.5 s)
 
 
@@ -58,12 +61,22 @@ class LedgerBookings:
         self.client, self.host = client, host
 
     async def _ask(self, update: str, arg, result_type, what: str):
-        handle = self.client.get_workflow_handle(host_id(self.host))
-        try:
-            return await handle.execute_update(update, arg, result_type=result_type)
-        except (RPCError, WorkflowUpdateFailedError) as e:
-            raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: "
-                                 f"{getattr(e, 'cause', None) or e}") from None
+        """The host workflow's ``update``, asked of its run once described as the control plane's
+        HostWorkflow (a run that ends meanwhile, as it continues as new, is described again once)."""
+        for last in (False, True):
+            try:
+                handle = await control_run(self.client, host_id(self.host), HOST_WORKFLOW)
+                return await handle.execute_update(update, arg, result_type=result_type)
+            except NotControlPlane as e:
+                log.warning("the booking of %s not asked: %s", what, e)
+                raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: "
+                                     f"{e}") from None
+            except (RPCError, WorkflowUpdateFailedError) as e:
+                if not last and isinstance(e, RPCError) and e.status == RPCStatusCode.NOT_FOUND:
+                    continue
+                raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: "
+                                     f"{getattr(e, 'cause', None) or e}") from None
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def booked(self, instance: str) -> Booking:
         return await self._ask(BOOKING_UPDATE, BookingQuery(instance=instance), Booking, instance)
@@ -86,14 +99,12 @@ class LedgerBookings:
         control plane's code, a closed run's too): anyone who can reach Temporal can start a
         workflow of their own with the id ``cluster-reads``, and its answer would be theirs."""
         try:
-            run = await self.client.get_workflow_handle(CLUSTER_READS_ID).describe(rpc_timeout=READ_WAIT)
-            if run.workflow_type != READS_TYPE or run.task_queue != CONTROL_QUEUE:
-                log.warning("the ledger's bookings asked of host/%s: %s is a %s on %r, not the control plane's "
-                            "reads workflow", self.host, CLUSTER_READS_ID, run.workflow_type, run.task_queue)
-                return None
-            handle = self.client.get_workflow_handle(CLUSTER_READS_ID, run_id=run.run_id)
+            handle = await control_run(self.client, CLUSTER_READS_ID, CLUSTER_READS_WORKFLOW, READ_WAIT)
             return await handle.query(CLUSTER_BOOKINGS, BookingsAsk(instances=instances, worker=self.host),
                                       result_type=HostBookings, rpc_timeout=READ_WAIT)
+        except NotControlPlane as e:
+            log.warning("the ledger's bookings asked of host/%s: %s", self.host, e)
+            return None
         except (RPCError, WorkflowQueryFailedError):
             return None
 

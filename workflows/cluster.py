@@ -55,7 +55,7 @@ def tenants_file(args: tuple) -> TenantsFile:
         raise ValueError(f"the tenants file: {compact(e)}"[:2000]) from None
 
 
-@workflow.defn(name="ClusterWorkflow")
+@workflow.defn(name=ids.CLUSTER_WORKFLOW)
 class ClusterWorkflow:
     @workflow.init
     def __init__(self, *args: Any) -> None:

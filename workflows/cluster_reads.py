@@ -72,7 +72,7 @@ def reader() -> Reader:
     return got
 
 
-@workflow.defn(name="ClusterReadsWorkflow", sandboxed=False)
+@workflow.defn(name=ids.CLUSTER_READS_WORKFLOW, sandboxed=False)
 class ClusterReadsWorkflow:
     @workflow.run
     async def run(self, *args: Any) -> None:
