@@ -16,13 +16,23 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
 
 from contracts.timings import CONTROL_QUEUE
+from scheduler.errors import GpuflowError
 
 
 class NotControlPlane(Exception):
     """The id is held by a workflow that is not the control plane's (its words name it)."""
+
+
+class Squatted(GpuflowError):
+    """What the CLI reports for NotControlPlane (exit 2): the id, whose it is, how to look."""
+
+
+def squatted(why: str, workflow_id: str) -> Squatted:
+    return Squatted(f"{why}: somebody's workflow holds its id, and gpuflow asks it nothing (`temporal workflow "
+                    f"describe --workflow-id {workflow_id}` shows whose it is; terminating it frees the id)")
 
 
 async def control_run(client: Client, workflow_id: str, workflow_type: str,
@@ -31,7 +41,16 @@ async def control_run(client: Client, workflow_id: str, workflow_type: str,
     control plane's queue; NotControlPlane naming what holds the id otherwise. Temporal's own errors
     (no such workflow, no answer) pass through."""
     run = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=rpc_timeout)
-    if run.workflow_type != workflow_type or run.task_queue != CONTROL_QUEUE:
-        raise NotControlPlane(f"{workflow_id} is a {run.workflow_type} on {run.task_queue!r}, not the control "
-                              f"plane's {workflow_type} on {CONTROL_QUEUE!r}")
+    why = problem(run, workflow_id, workflow_type)
+    if why:
+        raise NotControlPlane(why)
     return client.get_workflow_handle(workflow_id, run_id=run.run_id)
+
+
+def problem(run: WorkflowExecutionDescription, workflow_id: str, workflow_type: str) -> str | None:
+    """Why the described ``run`` of ``workflow_id`` is not the control plane's ``workflow_type``
+    (None: it is), for a caller that described it already."""
+    if run.workflow_type == workflow_type and run.task_queue == CONTROL_QUEUE:
+        return None
+    return (f"{workflow_id} is a {run.workflow_type} on {run.task_queue!r}, not the control plane's "
+            f"{workflow_type} on {CONTROL_QUEUE!r}")

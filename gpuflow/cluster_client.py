@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts import cluster as cc
 from contracts import ids
 from contracts.control import CONTROL_QUEUE
-from contracts.control_run import NotControlPlane, control_run
+from contracts.control_run import NotControlPlane, control_run, squatted
 from contracts.ids import CLUSTER_ID, CLUSTER_READS_ID
 from gpuflow import ops
 from gpuflow.runtime import Unreachable
@@ -47,15 +47,6 @@ async def start_reads(client: Client) -> WorkflowHandle:
                                                       "audit (queries: no history)")
 
 
-class Squatted(GpuflowError):
-    """A cluster workflow's id is held by a workflow that is not the control plane's."""
-
-
-def _squatted(e: NotControlPlane, wid: str) -> Squatted:
-    return Squatted(f"{e}: somebody's workflow holds its id, and gpuflow asks it nothing (see `temporal workflow "
-                    f"describe --workflow-id {wid}`; once it is terminated, the control plane's starts again)")
-
-
 async def _ask(client: Client, update, arg: Any) -> Any:
     """The cluster workflow's ``update``, asked of its run once described as the control plane's
     (contracts/control_run.py); started first where none runs."""
@@ -63,7 +54,7 @@ async def _ask(client: Client, update, arg: Any) -> Any:
     try:
         handle = await control_run(client, CLUSTER_ID, ids.CLUSTER_WORKFLOW, timedelta(seconds=READ_WAIT_S))
     except NotControlPlane as e:
-        raise _squatted(e, CLUSTER_ID) from None
+        raise squatted(str(e), CLUSTER_ID) from None
     return await ops.run_update(handle, update, arg)
 
 
@@ -84,7 +75,7 @@ async def _read(client: Client, query: str, arg: Any, result: type) -> Any:
             if first:  # a closed one is replaced by the control plane's; a running one stays, and is named
                 await start_reads(client)
                 continue
-            raise _squatted(e, CLUSTER_READS_ID) from None
+            raise squatted(str(e), CLUSTER_READS_ID) from None
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND and first:
                 await start_reads(client)

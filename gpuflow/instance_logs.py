@@ -7,7 +7,8 @@ read off the instance workflow's own history: the task queue of the last launch 
 (``gpuflow-host-<worker>``), else the placement its run was continued with. Reading a history is
 one call to Temporal and changes nothing.
 
-The last lines of a failed replica's log in ``gpuflow status``: gpuflow/status_logs.py.
+The last lines of a failed replica's log in ``gpuflow status``: gpuflow/status_logs.py. A chunk
+of any replica's log, read on its host (``gpuflow logs``): ``read_log``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from temporalio.client import Client
 from contracts.agent import LAUNCH_INSTANCE, instance_of
 from contracts.host import host_queue
 from contracts.ids import instance_id
+from scheduler.errors import InvalidInput
 
 QUEUE_PREFIX = host_queue("")
 TAIL_LINES = 5
@@ -52,3 +54,52 @@ async def last_host(client: Client, key: str) -> str | None:
 def tail_lines(text: str, n: int = TAIL_LINES) -> list[str]:
     """The last ``n`` lines of a log's end, gpuflow's own '--- gpuflow:' markers left out."""
     return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("--- gpuflow")][-n:]
+
+
+async def log_host(client: Client, name: str) -> str:
+    """The host that keeps ``name``'s log: the instance's worker, or for a helper process
+    (instance@part: an rpc-server, a Ray node) the worker that runs that part."""
+    from gpuflow.ops import instance
+
+    base = instance_of(name)
+    v = await instance(client, base)
+    worker = v.parts.get(name) if base != name else v.worker
+    if worker is None:  # ended or given up: its log stays on the host that last ran it
+        worker = await last_host(client, name)
+    if worker is None:
+        if base == name:
+            raise InvalidInput(f"instance {base} was never launched on a host ({v.state}{': ' + v.reason if v.reason else ''}), "
+                               "so it has no log")
+        raise InvalidInput(f"{base} has no part {name} (its parts: {', '.join(sorted(v.parts)) or 'none'})")
+    return worker
+
+
+async def read_log(client: Client, instance_name: str, offset: int = -4096, worker: str | None = None):
+    """One chunk of an instance's log, read on its host by the agent's ``read_log`` query
+    (worker_agent/log_reader.py): nothing is started and no history grows."""
+    from datetime import timedelta
+
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from contracts.agent import LogChunk, LogRequest
+    from gpuflow.ops import LOG_QUERY_TIMEOUT_S
+    from gpuflow.runtime import Unreachable
+    from worker_agent.log_reader import QUERY, workflow_id
+
+    worker = worker or await log_host(client, instance_name)
+    handle = client.get_workflow_handle(workflow_id(worker))
+    try:
+        return await handle.query(QUERY, LogRequest(instance=instance_name, worker=worker, offset=offset),
+                                  result_type=LogChunk, rpc_timeout=timedelta(seconds=LOG_QUERY_TIMEOUT_S))
+    except WorkflowQueryFailedError as e:
+        raise InvalidInput(f"cannot read {instance_name}'s log on {worker}: {e}") from None
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise Unreachable(f"host {worker} has no log reader: is its agent running "
+                              f"(gpuflow agent --name {worker})?") from None
+        if e.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
+                        RPCStatusCode.UNAVAILABLE):  # FAILED_PRECONDITION: "no poller seen for task queue recently"
+            raise Unreachable(f"cannot read {instance_name}'s log: host {worker} did not answer ({e.message}); "
+                              "is its agent running?") from None
+        raise

@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.common import Priority, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import ui_text
+from contracts import control_run, ui_text
 from contracts.ids import (DEPLOYMENT_ACCEPTED, DEPLOYMENT_DELETE, DEPLOYMENT_PRIORITY_KEY, DEPLOYMENT_SCALE,
                           DEPLOYMENT_STATUS, DEPLOYMENT_UPDATE_SPEC, DEPLOYMENT_WORKFLOW, HOST_CORDON, HOST_FORGET,
                           HOST_STATUS, HOST_UNCORDON, HOST_WORKFLOW, INSTANCE_STATUS, autoscaler_id,
@@ -66,6 +66,7 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
         priority=Priority(priority_key=DEPLOYMENT_PRIORITY_KEY),
         static_summary=f"deployment of {spec.name} ({spec.backend.value})",
         static_details=ui_text.deployment_details(raw, replicas))
+    await _described(handle, f"no deployment named {spec.name!r}", DEPLOYMENT_WORKFLOW)  # one of somebody else's, kept: named
     try:
         view = await run_update(handle, DEPLOYMENT_ACCEPTED, result_type=DeploymentView)
     except Exception:  # noqa: BLE001  refused by the control plane's checks: its reason, if it failed
@@ -78,21 +79,26 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     return view
 
 
-async def _described(handle, missing: str):
-    """The workflow's description; ``missing`` (an InvalidInput) when Temporal has no such workflow."""
+async def _described(handle, missing: str, workflow_type: str):
+    """The workflow's description; ``missing`` (an InvalidInput) when Temporal has no such workflow,
+    Squatted when its run is not the control plane's ``workflow_type``."""
     try:
-        return await handle.describe()
+        d = await handle.describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise InvalidInput(missing) from None
         raise
+    why = control_run.problem(d, handle.id, workflow_type)
+    if why:
+        raise control_run.squatted(why, handle.id)
+    return d
 
 
 async def deployment_handle(client: Client, name: str):
     """The running deployment ``name``'s handle; InvalidInput saying why when there is none (never
     deployed, deleted, failed: its reason)."""
     handle = client.get_workflow_handle(deployment_id(name), result_type=DeploymentView)
-    d = await _described(handle, f"no deployment named {name!r}")
+    d = await _described(handle, f"no deployment named {name!r}", DEPLOYMENT_WORKFLOW)
     if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
         try:
             await handle.result()
@@ -270,12 +276,7 @@ async def forget_host(client: Client, name: str) -> str:
     problem = name_problem(name)
     if problem:
         raise InvalidInput(f"host name {name!r}: {problem}")
-    h = client.get_workflow_handle(host_id(name))
-    d = await _described(h, f"no host named {name!r}")
-    if d.status is None or d.status.name != "RUNNING":
-        raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
-                           f"{d.status.name.lower() if d.status else 'gone'}: forgotten, or ended)")
-    done = await run_update(h, HOST_FORGET, result_type=str)
+    done = await run_update(await _host_handle(client, name, ": forgotten, or ended"), HOST_FORGET, result_type=str)
     try:
         await client.get_workflow_handle(host_logs_id(name)).terminate(f"host {name} forgotten")
     except RPCError as e:
@@ -299,14 +300,20 @@ async def cordon(client: Client, name: str, on: bool, reason: str = "") -> str:
         raise InvalidInput(f"the cordon reason {problem}")
     if reason and not on:
         raise InvalidInput("uncordon takes no reason")
-    h = client.get_workflow_handle(host_id(name))
-    d = await _described(h, f"no host named {name!r}")
-    if d.status is None or d.status.name != "RUNNING":
-        raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
-                           f"{d.status.name.lower() if d.status else 'gone'})")
+    h = await _host_handle(client, name)
     if on:
         return await run_update(h, HOST_CORDON, CordonAsk(reason=reason), result_type=str)
     return await run_update(h, HOST_UNCORDON, result_type=str)
+
+
+async def _host_handle(client: Client, name: str, ended: str = ""):
+    """Host ``name``'s workflow, running and the control plane's; InvalidInput (or Squatted) saying why not."""
+    h = client.get_workflow_handle(host_id(name))
+    d = await _described(h, f"no host named {name!r}", HOST_WORKFLOW)
+    if d.status is None or d.status.name != "RUNNING":
+        raise InvalidInput(f"no host named {name!r} in the cluster (its workflow is "
+                           f"{d.status.name.lower() if d.status else 'gone'}{ended})")
+    return h
 
 
 async def _host(client: Client, wid: str) -> HostView:
@@ -349,51 +356,3 @@ async def explain(client: Client, name: str) -> dict[str, Any]:
     return {"instance": name, "state": v.state, "worker": v.worker, "gpu_indexes": v.gpu_indexes,
             **v.decision.summary(), **({"vram": row["vram"]} if "vram" in row else {})}  # as explain has always shown
 
-
-async def log_host(client: Client, name: str) -> str:
-    """The host that keeps ``name``'s log: the instance's worker, or for a helper process
-    (instance@part: an rpc-server, a Ray node) the worker that runs that part."""
-    from contracts.agent import instance_of
-
-    from gpuflow.instance_logs import last_host
-
-    base = instance_of(name)
-    v = await instance(client, base)
-    worker = v.parts.get(name) if base != name else v.worker
-    if worker is None:  # ended or given up: its log stays on the host that last ran it
-        worker = await last_host(client, name)
-    if worker is None:
-        if base == name:
-            raise InvalidInput(f"instance {base} was never launched on a host ({v.state}{': ' + v.reason if v.reason else ''}), "
-                               "so it has no log")
-        raise InvalidInput(f"{base} has no part {name} (its parts: {', '.join(sorted(v.parts)) or 'none'})")
-    return worker
-
-
-async def read_log(client: Client, instance_name: str, offset: int = -4096, worker: str | None = None):
-    """One chunk of an instance's log, read on its host by the agent's ``read_log`` query
-    (worker_agent/log_reader.py): nothing is started and no history grows."""
-    from datetime import timedelta
-
-    from temporalio.client import WorkflowQueryFailedError
-
-    from gpuflow.runtime import Unreachable
-    from worker_agent.log_reader import QUERY, workflow_id
-    from contracts.agent import LogChunk, LogRequest
-
-    worker = worker or await log_host(client, instance_name)
-    handle = client.get_workflow_handle(workflow_id(worker))
-    try:
-        return await handle.query(QUERY, LogRequest(instance=instance_name, worker=worker, offset=offset),
-                                  result_type=LogChunk, rpc_timeout=timedelta(seconds=LOG_QUERY_TIMEOUT_S))
-    except WorkflowQueryFailedError as e:
-        raise InvalidInput(f"cannot read {instance_name}'s log on {worker}: {e}") from None
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            raise Unreachable(f"host {worker} has no log reader: is its agent running "
-                              f"(gpuflow agent --name {worker})?") from None
-        if e.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED,
-                        RPCStatusCode.UNAVAILABLE):  # FAILED_PRECONDITION: "no poller seen for task queue recently"
-            raise Unreachable(f"cannot read {instance_name}'s log: host {worker} did not answer ({e.message}); "
-                              "is its agent running?") from None
-        raise

@@ -11,7 +11,7 @@ from typing import Any
 from temporalio.client import Client
 
 from gpuflow import ops
-from gpuflow.instance_logs import last_host, tail_lines
+from gpuflow.instance_logs import last_host, read_log, tail_lines
 
 TAIL_BYTES = 4096
 TAIL_TIMEOUT_S = 5.0
@@ -25,7 +25,7 @@ async def error_tails(client: Client, st: dict[str, Any]) -> dict[str, Any]:
             worker = i.get("worker") or await last_host(client, i["name"])
             if not worker:
                 return
-            chunk = await asyncio.wait_for(ops.read_log(client, i["name"], offset=-TAIL_BYTES, worker=worker),
+            chunk = await asyncio.wait_for(read_log(client, i["name"], offset=-TAIL_BYTES, worker=worker),
                                            TAIL_TIMEOUT_S)
         except Exception:  # noqa: BLE001  the host away, or the log gone: the reason alone is shown
             return

@@ -33,8 +33,10 @@ from temporalio.worker import Worker
 
 from contracts import agent as hp
 from contracts.control import CONTROL_QUEUE, InstanceInput, PlacementPlan
+from contracts.control_run import Squatted
 from contracts.host import BOOKING_UPDATE, BOOKINGS_UPDATE
-from contracts.ids import CLUSTER_BOOKINGS, CLUSTER_ID, CLUSTER_READS_ID, CLUSTER_SETTINGS, INSTANCE_STOP, host_id
+from contracts.ids import (CLUSTER_BOOKINGS, CLUSTER_ID, CLUSTER_READS_ID, CLUSTER_SETTINGS, INSTANCE_STOP, deployment_id,
+                          host_id)
 from contracts.records import StartInstances
 from gpuflow import cluster_client, ops
 from scheduler.cluster import Claim
@@ -204,8 +206,9 @@ async def test_a_squatter_on_the_control_planes_ids_is_asked_nothing(tmp_path):
     """Somebody's own workflow takes the ids host/h1, cluster-reads and cluster (each terminated
     first), saying every instance is booked: a launch that carries no booking proof starts nothing
     (BookingUnknown naming the squatter; before contracts/control_run.py it launched), the orphan
-    check still stops a stray (its instance workflows asked instead), and the CLI's read and change
-    are refused naming the squatter."""
+    check still stops a stray (its instance workflows asked instead), and the CLI's reads and
+    changes (a key, a cordon; a deploy and a scale of a deployment whose id it holds) are refused
+    naming the squatter."""
     marks = str(tmp_path / "marks")
     os.mkdir(marks)
     lv = await Live(str(tmp_path), t=T).start({"h1": [24, 24]})
@@ -223,10 +226,17 @@ async def test_a_squatter_on_the_control_planes_ids_is_asked_nothing(tmp_path):
                                    f"host/h1 is a Squatter on '{queue}', not the control plane's HostWorkflow"), said
             stray = planted(lv, "nobody-1")
             await lv.wait(lambda: not pid_alive(stray), 30, "the stray stopped")
-            with pytest.raises(cluster_client.Squatted, match="cluster-reads is a Squatter on .* ClusterReadsWorkflow"):
+            with pytest.raises(Squatted, match="cluster-reads is a Squatter on .* ClusterReadsWorkflow"):
                 await cluster_client.settings(lv.client)
-            with pytest.raises(cluster_client.Squatted, match="cluster is a Squatter on .* ClusterWorkflow"):
+            with pytest.raises(Squatted, match="cluster is a Squatter on .* ClusterWorkflow"):
                 await cluster_client.create_key(lv.client, "default")
+            with pytest.raises(Squatted, match="host/h1 is a Squatter on .* HostWorkflow"):
+                await ops.cordon(lv.client, "h1", True)
+            # a deployment's id held before it is deployed: neither deploy nor scale talks to it
+            await lv.client.start_workflow("Squatter", id=deployment_id("held"), task_queue=queue)
+            for call in (ops.deploy(lv.client, spec("held", vram_gib=20), T), ops.scale(lv.client, "held", 2)):
+                with pytest.raises(Squatted, match="deployment/held is a Squatter on .* ModelDeploymentWorkflow"):
+                    await call
         assert os.listdir(marks) == []  # nobody-0's command never ran
         log = open(os.path.join(lv.stack.log_dir, "agent-h1.log")).read()
         assert "not asked: host/h1 is a Squatter on " in log, log[-2000:]

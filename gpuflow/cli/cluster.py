@@ -230,6 +230,7 @@ def cmd_hosts(a) -> int:
 
 
 def cmd_logs(a) -> int:
+    from gpuflow import instance_logs
     from gpuflow.server import until_signalled
 
     s = settings_from(a)
@@ -239,8 +240,8 @@ def cmd_logs(a) -> int:
         # task instead, and a cancellation landing inside the Temporal client's polling can be lost.
         stop = until_signalled()
         client = await connect(s.temporal)
-        worker = await ops.log_host(client, a.instance)
-        chunk = await ops.read_log(client, a.instance, offset=-a.bytes, worker=worker)
+        worker = await instance_logs.log_host(client, a.instance)
+        chunk = await instance_logs.read_log(client, a.instance, offset=-a.bytes, worker=worker)
         if not chunk.found:
             raise InvalidInput(f"host {worker} has no log of {a.instance}: not started yet, or dropped (an agent keeps "
                                f"the logs of the last --keep-logs instances that ended there)")
@@ -255,7 +256,7 @@ def cmd_logs(a) -> int:
                     break
                 except asyncio.TimeoutError:
                     pass
-            chunk = await ops.read_log(client, a.instance, offset=chunk.offset, worker=worker)
+            chunk = await instance_logs.read_log(client, a.instance, offset=chunk.offset, worker=worker)
 
     try:
         return run_command(go())
