@@ -66,7 +66,8 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
         priority=Priority(priority_key=DEPLOYMENT_PRIORITY_KEY),
         static_summary=f"deployment of {spec.name} ({spec.backend.value})",
         static_details=ui_text.deployment_details(raw, replicas))
-    await _described(handle, f"no deployment named {spec.name!r}", DEPLOYMENT_WORKFLOW)  # one of somebody else's, kept: named
+    # a workflow of somebody else's holding the id (the start adopts whatever runs there): named, asked nothing
+    await _described(handle, f"no deployment named {spec.name!r}", DEPLOYMENT_WORKFLOW)
     try:
         view = await run_update(handle, DEPLOYMENT_ACCEPTED, result_type=DeploymentView)
     except Exception:  # noqa: BLE001  refused by the control plane's checks: its reason, if it failed
