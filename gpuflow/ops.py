@@ -80,9 +80,12 @@ async def deploy(client: Client, spec: ModelSpec, timings: Timings | None = None
     return view
 
 
-async def _described(handle, missing: str, workflow_type: str):
+async def _described(handle, missing: str, workflow_type: str, asked: bool = True):
     """The workflow's description; ``missing`` (an InvalidInput) when Temporal has no such workflow,
-    Squatted when its run is not the control plane's ``workflow_type``."""
+    Squatted when its run is not the control plane's ``workflow_type`` on the control plane's queue
+    (contracts/control_run.py). ``asked`` False: its type alone is checked, for a caller that asks
+    it nothing before it has read whether it is broken (broken.failing: a run on another queue is
+    shown BROKEN by status, and ended by delete)."""
     try:
         d = await handle.describe()
     except RPCError as e:
@@ -90,16 +93,17 @@ async def _described(handle, missing: str, workflow_type: str):
             raise InvalidInput(missing) from None
         raise
     why = control_run.problem(d, handle.id, workflow_type)
-    if why:
+    if why and (asked or d.workflow_type != workflow_type):
         raise control_run.squatted(why, handle.id)
     return d
 
 
-async def deployment_handle(client: Client, name: str):
+async def deployment_handle(client: Client, name: str, asked: bool = True):
     """The running deployment ``name``'s handle; InvalidInput saying why when there is none (never
-    deployed, deleted, failed: its reason)."""
+    deployed, deleted, failed: its reason); Squatted when it is not the control plane's
+    (``asked``: see ``_described``)."""
     handle = client.get_workflow_handle(deployment_id(name), result_type=DeploymentView)
-    d = await _described(handle, f"no deployment named {name!r}", DEPLOYMENT_WORKFLOW)
+    d = await _described(handle, f"no deployment named {name!r}", DEPLOYMENT_WORKFLOW, asked)
     if d.status is not None and d.status.name == "FAILED":  # e.g. its input was refused: say why
         try:
             await handle.result()
@@ -146,9 +150,9 @@ async def delete(client: Client, name: str, wait: bool = False,
     """Delete the deployment; with ``wait``, return once every instance has stopped and its workflow
     has closed (gpuflow/delete_wait.py), telling ``progress`` how many are left every
     ``every_s`` meanwhile (500 replicas take about a minute)."""
-    h = await deployment_handle(client, name)
+    h = await deployment_handle(client, name, asked=False)
     why = await broken.task_failing(h)
-    if why:  # it cannot take the delete update: end it, and stop its instances directly
+    if why:  # it cannot take the delete update (a queue no worker polls...): end it, stop its instances directly
         await h.terminate(f"gpuflow delete: the deployment was broken: {why}")
         stopped = broken.stop_instances_of(client, name)
         return DeploymentView(name=name, replicas=0, instances=await stopped, deleting=True,
@@ -204,7 +208,7 @@ async def status(client: Client, name: str | None = None,
     deployments = []
     for n in names:
         try:
-            h = await deployment_handle(client, n)
+            h = await deployment_handle(client, n, asked=False)  # one on another queue: shown BROKEN below
         except InvalidInput:
             if name:
                 raise
