@@ -31,14 +31,15 @@ from contracts import cluster as cc
 from contracts.autoscale import AUTOSCALE_APPLY, AUTOSCALE_STEP, START_AUTOSCALER
 from contracts.group import FORM_GROUP, PLACE_MEMBER, SCALE_IN_MEMBER
 from contracts.pd_health import GROUP_PD_HEALTH
-from contracts.ids import CLUSTER_ID, autoscaler_id, deployment_id, host_id, instance_id
+from contracts.ids import (CLUSTER_ID, CLUSTER_WORKFLOW, DEPLOYMENT_WORKFLOW, HOST_WORKFLOW, INSTANCE_WORKFLOW,
+                          autoscaler_id, deployment_id, host_id, instance_id)
 from contracts.rollout import ROLLOUT_METRICS, ROLLOUT_PROBE
 from contracts.usage import RECORD_USAGE
 
 log = logging.getLogger("gpuflow.callers")
 
-INSTANCE, DEPLOYMENT, HOST = "ModelInstanceWorkflow", "ModelDeploymentWorkflow", "HostWorkflow"
-AUTOSCALER, CLUSTER, SWEEP = "AutoscalerWorkflow", "ClusterWorkflow", "QueueSweepWorkflow"
+INSTANCE, DEPLOYMENT, HOST, CLUSTER = INSTANCE_WORKFLOW, DEPLOYMENT_WORKFLOW, HOST_WORKFLOW, CLUSTER_WORKFLOW
+AUTOSCALER, SWEEP = "AutoscalerWorkflow", "QueueSweepWorkflow"
 SWEEP_ID = "queue-sweep"  # workflows/queue_sweep.py SWEEP_ID (activities import no workflow)
 
 

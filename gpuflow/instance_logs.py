@@ -13,15 +13,20 @@ of any replica's log, read on its host (``gpuflow logs``): ``read_log``.
 
 from __future__ import annotations
 
-from temporalio.client import Client
+from datetime import timedelta
 
-from contracts.agent import LAUNCH_INSTANCE, instance_of
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from contracts.agent import LAUNCH_INSTANCE, LogChunk, LogRequest, instance_of
 from contracts.host import host_queue
 from contracts.ids import instance_id
+from gpuflow.runtime import Unreachable
 from scheduler.errors import InvalidInput
 
 QUEUE_PREFIX = host_queue("")
 TAIL_LINES = 5
+LOG_QUERY_TIMEOUT_S = 15.0
 
 
 def host_of_queue(queue: str) -> str | None:
@@ -77,14 +82,6 @@ async def log_host(client: Client, name: str) -> str:
 async def read_log(client: Client, instance_name: str, offset: int = -4096, worker: str | None = None):
     """One chunk of an instance's log, read on its host by the agent's ``read_log`` query
     (worker_agent/log_reader.py): nothing is started and no history grows."""
-    from datetime import timedelta
-
-    from temporalio.client import WorkflowQueryFailedError
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from contracts.agent import LogChunk, LogRequest
-    from gpuflow.ops import LOG_QUERY_TIMEOUT_S
-    from gpuflow.runtime import Unreachable
     from worker_agent.log_reader import QUERY, workflow_id
 
     worker = worker or await log_host(client, instance_name)

@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # the instance's and the host's views are imported by their c
 
 
 UPDATE_TIMEOUT_S = 60.0
-LOG_QUERY_TIMEOUT_S = 15.0
 
 
 async def run_update(handle, update, *args, result_type: type | None = None):

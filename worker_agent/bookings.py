@@ -69,13 +69,12 @@ class LedgerBookings:
                 return await handle.execute_update(update, arg, result_type=result_type)
             except NotControlPlane as e:
                 log.warning("the booking of %s not asked: %s", what, e)
-                raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: "
-                                     f"{e}") from None
+                why = str(e)
             except (RPCError, WorkflowUpdateFailedError) as e:
                 if not last and isinstance(e, RPCError) and e.status == RPCStatusCode.NOT_FOUND:
                     continue
-                raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: "
-                                     f"{getattr(e, 'cause', None) or e}") from None
+                why = str(getattr(e, "cause", None) or e)
+            raise BookingUnknown(f"cannot ask the control plane for the booking of {what} on {self.host}: {why}")
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def booked(self, instance: str) -> Booking:
