@@ -256,7 +256,9 @@ async def one_burst(a, mode: str, tag: str, n: int, engine, client, metrics, pro
     span = max(w1 - w0, r["wall"])
     print(f"  CPU during the burst ({span:.1f} s, process trees): " + ", ".join(
         f"{name} {v:.1f} s ({v / r['n'] * 1000:.0f} ms a replica)" for name, v in used.items()))
-    print("\n".join(fb.table(await fb.server_work(client, w0, w1), r["running"] or 1, trivial)))
+    mine: list = []
+    print("\n".join(fb.table(await fb.server_work(client, w0, w1, instance_steps=mine), r["running"] or 1, trivial)))
+    print("\n".join(fb.step_table(mine, await fb.trivial_steps(client, a.ceiling))))
     after = await ceiling(client, a.ceiling)  # after the histories are counted: its workflows are not the burst's
     print(f"  the ceiling measured just after: {after:.1f} wf/s; ratio to the mean of the ceilings just before and "
           f"after (the fleet as it fills during the burst): {r['per_s'] / ((now_ceil + after) / 2):.2f}")

@@ -8,6 +8,10 @@ process tree, and what the Temporal server did per replica, counted from the his
   name), local activities (markers), updates accepted, signals, search-attribute upserts, timers,
   and visibility writes (a run's start and close, and each upsert: what Temporal writes to its
   visibility store). The same counts for one trivial one-activity workflow sit beside them.
+- ``steps(events)``: how long a workflow's way to its first activity's end and the workflow task
+  after it took, step by step (waits in a task queue, the tasks themselves, the activity), from the
+  events' times; ``step_table`` prints each step's p50 and p90 over the burst's instances beside
+  the trivial workflows'.
 """
 
 from __future__ import annotations
@@ -85,9 +89,78 @@ def count(events, t0: float, t1: float) -> Counter:
     return c
 
 
-async def server_work(client, t0: float, t1: float, skip: tuple[str, ...] = ("BenchTrivialWorkflow",)) -> dict[str, Counter]:
+STEPS = ("queued for its first task", "first task", "activity queued on its worker", "activity",
+         "queued for the next task", "next task")
+
+
+def steps(events) -> dict[str, float] | None:
+    """Seconds of each of STEPS on the way to the first activity's end and the workflow task after
+    it (None: the history does not reach that far). For an instance: the first task decides and
+    books (a local activity), the activity is the launch on its host, the next task records RUNNING."""
+    at: dict[str, float] = {}
+    wft_started = wft_done = 0
+    for ev in events:
+        t, k = _ts(ev), ev.event_type
+        if k == E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            at["start"] = t
+        elif k == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            wft_started += 1
+            if wft_started == 1 or "act_done" in at and "wft2" not in at:
+                at["wft1" if wft_started == 1 else "wft2"] = t
+        elif k == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            wft_done += 1
+            if wft_done == 1:
+                at["wft1_done"] = t
+            elif "wft2" in at and "wft2_done" not in at:
+                at["wft2_done"] = t
+        elif k == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and "act" not in at:
+            at["act"] = t
+        elif k == E.EVENT_TYPE_ACTIVITY_TASK_STARTED and "act_started" not in at:
+            at["act_started"] = t
+        elif k == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and "act_done" not in at:
+            at["act_done"] = t
+    order = ("start", "wft1", "wft1_done", "act", "act_started", "act_done", "wft2", "wft2_done")
+    if any(x not in at for x in order):
+        return None
+    gaps = [at["wft1"] - at["start"], at["wft1_done"] - at["wft1"], at["act_started"] - at["act"],
+            at["act_done"] - at["act_started"], at["wft2"] - at["act_done"], at["wft2_done"] - at["wft2"]]
+    return dict(zip(STEPS, gaps))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def step_table(mine: list[dict[str, float]], trivial: list[dict[str, float]]) -> list[str]:
+    """Each step's p50 and p90 (ms) over the instances' ``mine`` and the trivial workflows'."""
+    lines = [f"  step (ms; {len(mine)} instances, {len(trivial)} trivial workflows)   instance p50   p90   trivial p50   p90"]
+    for k in STEPS:
+        a, b = [x[k] * 1000 for x in mine], [x[k] * 1000 for x in trivial]
+        lines.append(f"    {k:<38}{_pct(a, .5):8.0f}{_pct(a, .9):8.0f}{_pct(b, .5):11.0f}{_pct(b, .9):8.0f}")
+    return lines
+
+
+async def trivial_steps(client, limit: int = 500) -> list[dict[str, float]]:
+    """STEPS of the last ``limit`` trivial workflows (the ceiling's)."""
+    sem, out = asyncio.Semaphore(16), []
+
+    async def one(w) -> None:
+        async with sem:
+            h = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
+        st = steps(h.events)
+        if st is not None:
+            out.append(st)
+
+    await asyncio.gather(*[one(w) async for w in client.list_workflows("WorkflowType = 'BenchTrivialWorkflow'",
+                                                                         limit=limit)])
+    return out
+
+
+async def server_work(client, t0: float, t1: float, skip: tuple[str, ...] = ("BenchTrivialWorkflow",),
+                      instance_steps: list | None = None) -> dict[str, Counter]:
     """Workflow type (short) -> its histories' counts within [t0, t1] (epoch seconds), every run
-    open then or closed since."""
+    open then or closed since. ``instance_steps``: where each instance's ``steps`` go."""
     since = datetime.utcfromtimestamp(t0).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     runs = [w async for w in client.list_workflows(f"ExecutionStatus = 'Running' OR CloseTime > '{since}'")]
     sem = asyncio.Semaphore(16)
@@ -99,6 +172,10 @@ async def server_work(client, t0: float, t1: float, skip: tuple[str, ...] = ("Be
         async with sem:
             h = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
         out.setdefault(SHORT.get(w.workflow_type, "other"), Counter()).update(count(h.events, t0, t1))
+        if instance_steps is not None and w.workflow_type == "ModelInstanceWorkflow":
+            st = steps(h.events)
+            if st is not None:
+                instance_steps.append(st)
 
     await asyncio.gather(*(one(w) for w in runs))
     return out
