@@ -10,7 +10,7 @@ import signal
 from datetime import timedelta
 
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.worker_set import control_activities
@@ -47,6 +47,21 @@ RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_p
 # (the corpus in tests/test_replay_corpus.py; the live tests' own, as in tests/test_control_plane.py
 # and tests/test_tenants_live.py), and tests/test_layout.py keeps the
 # workflow modules from importing anything that does I/O.
+
+# The control-plane worker's task slots (issue 37). A replica's first workflow task holds its slot
+# while its place_replica local activity waits for its batch (activities/place_batch.py), and its
+# second while RUNNING is written in the rows' group commit. With 64 slots a burst's first tasks
+# waited 4.3-5.8 s (p50) on the server for a slot, against 1.9-2.5 s with these (bench_fleet's
+# steps, from the histories' event times), and placed fewer replicas a second. 256 workflow task
+# slots, as many local activity slots (the SDK's default is 100), and 20 workflow task polls (the
+# SDK gives a fifth of them to the queue that new workflows' first tasks arrive on: 4 where its
+# default gives 1) measured, in three alternating pairs of `bench/bench_fleet.py --hosts 100
+# --bursts 500 --modes burst,cli`, 0.60-0.64 of the one-activity ceiling against 0.55-0.60 from
+# the SDK, and 0.53-0.56 against 0.41-0.49 from `gpuflow deploy` processes. A slot costs memory
+# only while its task is in hand.
+WORKFLOW_TASK_SLOTS = 256
+LOCAL_ACTIVITY_SLOTS = 256
+WORKFLOW_TASK_POLLS = 20
 
 
 async def start_sweep(client) -> None:
@@ -96,7 +111,9 @@ async def run_server(settings: Settings, ready: asyncio.Event | None = None, sto
     runner = RUNNER if settings.workflow_sandbox else UnsandboxedWorkflowRunner()
     async with Worker(client, task_queue=CONTROL_QUEUE, workflows=WORKFLOWS, workflow_runner=runner,
                       activities=acts.all(),
-                      max_concurrent_activities=64, max_concurrent_workflow_tasks=64,
+                      max_concurrent_activities=64, max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
+                      max_concurrent_local_activities=LOCAL_ACTIVITY_SLOTS,
+                      workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(WORKFLOW_TASK_POLLS),
                       graceful_shutdown_timeout=timedelta(seconds=5)):
         log.info("control plane serving %s on %s (store %s)", CONTROL_QUEUE, settings.temporal.address,
                  engine.url.render_as_string(hide_password=True))
