@@ -177,6 +177,24 @@ def test_a_relaunch_never_wipes_the_claim_and_only_booked_parts_are_reported():
     assert [x.instance for x in book.report()] == ["w-0"]
 
 
+def test_a_process_launched_while_a_sample_runs_is_measured_from_the_next_sample():
+    """The agent lists its table, then samples in a thread; a launch in between (on the event loop)
+    adds a process the listing lacks. It had been forgotten as gone, and its replica was never
+    measured again (a live test's NVML host showed no VRAM figure for a minute under load)."""
+    book = UsageBook(Flat(), clock=lambda: 1000.0)
+    booked = Booking(booked=True, gpu_indexes=[0], vram_claim={0: 10 * GiB}, ram_claim=GiB)
+    a = LaunchRequest(instance="a-0", model="a", backend="vllm", gpu_indexes=[0], vram_claim={0: 10 * GiB})
+    b = a.model_copy(update={"instance": "b-0", "model": "b"})
+    book.watch(a, booked)                       # seq 1
+    listed = book.seq                           # the table is listed: a-0 alone
+    book.watch(b, booked)                       # seq 2: b-0 launched while the sample runs
+    assert set(book.sample([Record("a-0", 11, 8000, [], "")], listed)) == {"a-0"}
+    assert book.watching("b-0")                 # watched after the listing: not forgotten
+    assert set(book.sample([Record("a-0", 11, 8000, [], ""), Record("b-0", 12, 8001, [], "")])) == {"a-0", "b-0"}
+    book.sample([Record("b-0", 12, 8001, [], "")], book.seq)  # a-0's process gone, watched before: forgotten
+    assert not book.watching("a-0") and book.watching("b-0")
+
+
 def test_what_crosses_temporal_is_bounded():
     from contracts.usage import UsageBatch
     from tests.test_bounds import model_problems

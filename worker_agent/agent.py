@@ -158,7 +158,7 @@ async def sample_every(book: UsageBook, table: ProcessTable, interval_s: float, 
     would (sim_oom.py)."""
     while True:
         try:
-            await asyncio.to_thread(book.sample, table.records())
+            await asyncio.to_thread(book.sample, table.records(), book.seq)  # the watches as the table is listed
             if gpus is not None:
                 simulate_oom(book, table, gpus(), name)
         except Exception as e:  # noqa: BLE001  a driver hiccup: the next round tries again

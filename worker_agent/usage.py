@@ -92,19 +92,29 @@ class UsageBook:
         self.last_use: list[sim_oom.Use] = []  # the simulated replicas' use at the last sample, in start order
         self.reported: dict[str, ReplicaUse] | None = None  # what the watch last carried
         self._lock = threading.Lock()  # samples run in a thread; the watch reads from the event loop
+        self.seq = 0  # counts the watches: a sample forgets only those made before its records were listed
+        self._since: dict[str, int] = {}  # process key -> the seq of its watch
 
     def watch(self, req: LaunchRequest, booking: Booking) -> None:
         """A booked process of this host's to measure (launched or adopted): its server against the
         claim ``booking`` (the ledger's) holds here; a helper carries none."""
         server = req.role == "server" and not req.part
-        self.requests[req.key] = req.model_copy(update={"vram_claim": dict(booking.vram_claim) if server else {},
-                                                        "ram_claim": booking.ram_claim if server else 0})
+        with self._lock:
+            self.seq += 1
+            self._since[req.key] = self.seq
+            self.requests[req.key] = req.model_copy(update={"vram_claim": dict(booking.vram_claim) if server else {},
+                                                            "ram_claim": booking.ram_claim if server else 0})
 
     def watching(self, key: str) -> bool:
         return key in self.requests
 
-    def sample(self, records: list[Record]) -> dict[str, ReplicaUse]:
-        """Measure every process the table runs; keep the latest figures and each replica's peak."""
+    def sample(self, records: list[Record], listed: int | None = None) -> dict[str, ReplicaUse]:
+        """Measure every process the table runs; keep the latest figures and each replica's peak.
+        ``listed``: ``seq`` when ``records`` were listed (None: now). A process missing from them is
+        forgotten only if it was watched before: one launched while this sample ran, in its thread,
+        is in the table but not in ``records``, and is measured from the next sample on (forgetting it
+        here had left such a replica unmeasured for good)."""
+        listed = self.seq if listed is None else listed
         procs = []
         started = {rec.instance: rec.started_at for rec in records}
         for rec in records:
@@ -146,8 +156,10 @@ class UsageBook:
                 r.rss_peak = max(r.rss, was.rss_peak if was else 0)
             self._gone = {k: v for k, v in self.latest.items() if k not in by_instance}  # for mark_oom
             self.latest, self.sampled = by_instance, True
-            for key in [k for k in self.requests if k not in {p.key for p in procs}]:
+            sampled = {p.key for p in procs}
+            for key in [k for k in self.requests if k not in sampled and self._since.get(k, 0) <= listed]:
                 del self.requests[key]  # its process is gone from the table
+                self._since.pop(key, None)
         return by_instance
 
     def out_of_memory(self, free: dict[int, int], foreign: dict[int, int]) -> dict[str, str]:
