@@ -98,18 +98,17 @@ def steps(events) -> dict[str, float] | None:
     it (None: the history does not reach that far). For an instance: the first task decides and
     books (a local activity), the activity is the launch on its host, the next task records RUNNING."""
     at: dict[str, float] = {}
-    wft_started = wft_done = 0
     for ev in events:
         t, k = _ts(ev), ev.event_type
         if k == E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             at["start"] = t
         elif k == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            wft_started += 1
-            if wft_started == 1 or "act_done" in at and "wft2" not in at:
-                at["wft1" if wft_started == 1 else "wft2"] = t
+            if "wft1" not in at:
+                at["wft1"] = t
+            elif "act_done" in at and "wft2" not in at:  # the task after the activity, not one before its end
+                at["wft2"] = t
         elif k == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            wft_done += 1
-            if wft_done == 1:
+            if "wft1_done" not in at:
                 at["wft1_done"] = t
             elif "wft2" in at and "wft2_done" not in at:
                 at["wft2_done"] = t
@@ -141,20 +140,24 @@ def step_table(mine: list[dict[str, float]], trivial: list[dict[str, float]]) ->
     return lines
 
 
-async def trivial_steps(client, limit: int = 500) -> list[dict[str, float]]:
-    """STEPS of the last ``limit`` trivial workflows (the ceiling's)."""
-    sem, out = asyncio.Semaphore(16), []
+async def _each_history(client, runs, visit) -> None:
+    """``visit(run, its history)`` for each of ``runs``, 16 histories fetched at a time."""
+    sem = asyncio.Semaphore(16)
 
     async def one(w) -> None:
         async with sem:
             h = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
-        st = steps(h.events)
-        if st is not None:
-            out.append(st)
+        visit(w, h)
 
-    await asyncio.gather(*[one(w) async for w in client.list_workflows("WorkflowType = 'BenchTrivialWorkflow'",
-                                                                         limit=limit)])
-    return out
+    await asyncio.gather(*(one(w) for w in runs))
+
+
+async def trivial_steps(client, limit: int = 500) -> list[dict[str, float]]:
+    """STEPS of the last ``limit`` trivial workflows (the ceiling's)."""
+    runs = [w async for w in client.list_workflows("WorkflowType = 'BenchTrivialWorkflow'", limit=limit)]
+    found = []
+    await _each_history(client, runs, lambda w, h: found.append(steps(h.events)))
+    return [st for st in found if st is not None]
 
 
 async def server_work(client, t0: float, t1: float, skip: tuple[str, ...] = ("BenchTrivialWorkflow",),
@@ -162,22 +165,18 @@ async def server_work(client, t0: float, t1: float, skip: tuple[str, ...] = ("Be
     """Workflow type (short) -> its histories' counts within [t0, t1] (epoch seconds), every run
     open then or closed since. ``instance_steps``: where each instance's ``steps`` go."""
     since = datetime.utcfromtimestamp(t0).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    runs = [w async for w in client.list_workflows(f"ExecutionStatus = 'Running' OR CloseTime > '{since}'")]
-    sem = asyncio.Semaphore(16)
+    runs = [w async for w in client.list_workflows(f"ExecutionStatus = 'Running' OR CloseTime > '{since}'")
+            if w.workflow_type not in skip]
     out: dict[str, Counter] = {}
 
-    async def one(w) -> None:
-        if w.workflow_type in skip:
-            return
-        async with sem:
-            h = await client.get_workflow_handle(w.id, run_id=w.run_id).fetch_history()
+    def visit(w, h) -> None:
         out.setdefault(SHORT.get(w.workflow_type, "other"), Counter()).update(count(h.events, t0, t1))
         if instance_steps is not None and w.workflow_type == "ModelInstanceWorkflow":
             st = steps(h.events)
             if st is not None:
                 instance_steps.append(st)
 
-    await asyncio.gather(*(one(w) for w in runs))
+    await _each_history(client, runs, visit)
     return out
 
 
